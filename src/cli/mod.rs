@@ -1,0 +1,54 @@
+//! Command line: `vramscope [FILES…] [--demo]` starts the GUI; subcommands run headless.
+//!
+//! Exit codes: 0 success, 1 the command failed (bad file, no GPU, ...), 2 usage error (clap),
+//! 130 interrupted before anything useful was done.
+
+mod gui;
+mod info;
+mod inspect;
+mod record;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// vramscope: GPU-memory profiler and doctor.
+#[derive(Debug, Parser)]
+#[command(name = "vramscope", version, about, long_about = None)]
+pub struct Cli {
+    /// Files to open in the GUI (.vramcap captures, PyTorch snapshots).
+    pub files: Vec<PathBuf>,
+    /// Use the built-in simulated machine instead of real GPUs.
+    #[arg(long)]
+    pub demo: bool,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Record GPU memory to a .vramcap file without a display.
+    Record(record::RecordArgs),
+    /// Describe what a .vramcap capture holds.
+    Inspect(inspect::InspectArgs),
+    /// Show devices, driver and CUDA versions, current memory and health.
+    Info(info::InfoArgs),
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        None => gui::run(cli.files, cli.demo),
+        Some(Command::Record(args)) => record::run(args),
+        Some(Command::Inspect(args)) => inspect::run(args),
+        Some(Command::Info(args)) => info::run(args),
+    }
+}
+
+/// Prints an error the way every command does (`vramscope: error: …`) and returns exit code 1.
+pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("vramscope: error: {message}");
+    ExitCode::FAILURE
+}

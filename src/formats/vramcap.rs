@@ -1,0 +1,1 @@
+//! The `.vramcap` capture format: versioned header, append-only checksummed chunks.

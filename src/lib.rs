@@ -1,0 +1,16 @@
+//! vramscope: a GPU-memory profiler and doctor.
+//!
+//! Data flows one way: a [`source`] or a file in [`formats`] produces the [`model`]; [`analysis`]
+//! derives views from it; [`ui`] draws them. Only `ui` knows egui; only `source` (and `cuda`)
+//! touch NVML or CUDA, and those are native-only (feature `native`) so that the web viewer builds
+//! without them.
+
+pub mod analysis;
+#[cfg(feature = "native")]
+pub mod cli;
+pub mod formats;
+pub mod model;
+pub mod source;
+pub mod ui;
+#[cfg(target_arch = "wasm32")]
+pub mod web;

@@ -1,0 +1,67 @@
+//! Live data: the [`Source`] trait, the simulated demo machine, NVML (native only) and the
+//! background sampling thread that polls a source in two tiers.
+
+pub mod demo;
+#[cfg(feature = "native")]
+pub mod nvml;
+#[cfg(feature = "native")]
+pub mod sampler;
+
+use crate::model::{CaptureMeta, DeviceFacts, SampleBatch, UnixMs};
+
+/// Which tier(s) a poll should read. The fast tier is cheap (memory, utilization, processes,
+/// temperature, power, clocks, throttle reasons, volatile ECC); the slow tier holds the calls that
+/// cost tens of microseconds or more (BAR1, PCIe replay, remapped rows, retired pages, aggregate ECC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiers {
+    pub fast: bool,
+    pub slow: bool,
+}
+
+/// What a source says about itself before it is polled.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SourceDescription {
+    /// Capture metadata without `started_ms`/`interval_ms`, which the sampler fills in.
+    pub meta: CaptureMeta,
+    pub devices: Vec<DeviceFacts>,
+}
+
+/// A machine that can be polled for samples. Implementations must not block for long: the
+/// sampler calls `poll` on its own thread at the fast-tier interval.
+pub trait Source: Send {
+    fn describe(&self) -> SourceDescription;
+
+    /// Reads the requested tiers at time `now_ms` and returns what was read, plus any events that
+    /// arrived since the last poll. Failures are reported per field in
+    /// `SampleBatch::field_changes`, never as a panic or an `Err` for the whole machine.
+    fn poll(&mut self, now_ms: UnixMs, tiers: Tiers) -> SampleBatch;
+}
+
+/// Current wall-clock time in Unix milliseconds.
+pub fn now_unix_ms() -> UnixMs {
+    web_time::SystemTime::now()
+        .duration_since(web_time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as UnixMs)
+        .unwrap_or(0)
+}
+
+/// Opens the machine's GPUs through NVML, or the simulated demo machine when `force_demo` is set
+/// or NVML cannot be loaded. The second value says why the demo is used (shown to the user), and is
+/// `None` when real GPUs are being sampled.
+#[cfg(feature = "native")]
+pub fn open_default(force_demo: bool) -> (Box<dyn Source>, Option<String>) {
+    let start_ms = now_unix_ms();
+    if force_demo {
+        return (
+            Box::new(demo::DemoSource::new(start_ms)),
+            Some("--demo was given: showing a simulated machine".to_owned()),
+        );
+    }
+    match nvml::NvmlSource::open() {
+        Ok(source) => (Box::new(source), None),
+        Err(err) => (
+            Box::new(demo::DemoSource::new(start_ms)),
+            Some(format!("no NVIDIA GPU could be opened ({err}): showing a simulated machine")),
+        ),
+    }
+}

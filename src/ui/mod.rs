@@ -1,0 +1,3 @@
+//! Everything egui: the app, its panels and widgets.
+
+pub mod app;
