@@ -123,11 +123,11 @@ fn ticks_at_the_fast_rate_with_the_slow_tier_less_often_and_notifies_each_batch(
     let slow = seen.iter().filter(|p| p.tiers.slow).count();
     // 50 ticks expected; allow a loaded machine to miss some, but never run faster than asked.
     assert!(
-        (25..=52).contains(&fast),
+        (15..=52).contains(&fast),
         "{fast} fast ticks in 1 s at 20 ms"
     );
     assert!(
-        (3..=7).contains(&slow),
+        (2..=7).contains(&slow),
         "{slow} slow ticks in 1 s at 200 ms"
     );
     assert!(
