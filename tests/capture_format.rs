@@ -55,12 +55,16 @@ fn device_sample(t_ms: i64, device_index: u32, tick: u64) -> DeviceSample {
             total_bytes: 80 * GIB,
         }),
         gpu_util_pct: Some((tick % 101) as u32),
-        mem_util_pct: if tick % 7 == 0 { None } else { Some(40) },
+        mem_util_pct: if tick.is_multiple_of(7) {
+            None
+        } else {
+            Some(40)
+        },
         temperature_c: Some(55 + (tick % 5) as u32),
         power_mw: Some(300_000 + (tick % 13) as u32 * 1_000),
         sm_clock_mhz: Some(1980),
         mem_clock_mhz: Some(2619),
-        throttle_reasons: if tick % 11 == 0 {
+        throttle_reasons: if tick.is_multiple_of(11) {
             Some(u64::MAX)
         } else {
             Some(0)
@@ -176,7 +180,7 @@ fn batches(ticks: u64) -> Vec<SampleBatch> {
                         device_index: 3,
                         pid: 7,
                         name: String::new(),
-                        used_bytes: if tick % 3 == 0 {
+                        used_bytes: if tick.is_multiple_of(3) {
                             None
                         } else {
                             Some(u64::MAX - tick)
@@ -190,7 +194,7 @@ fn batches(ticks: u64) -> Vec<SampleBatch> {
                     },
                 ]),
             };
-            if tick % 20 == 0 {
+            if tick.is_multiple_of(20) {
                 batch.health = vec![HealthSample {
                     t_ms,
                     device_index: 0,
@@ -385,9 +389,7 @@ fn recorder_writes_to_the_os_within_a_second() {
 fn recorder_reports_files_it_cannot_create() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("missing-dir").join("x.vramcap");
-    let err = Recorder::create(&path, &meta(), &devices())
-        .err()
-        .expect("fails");
+    let err = Recorder::create(&path, &meta(), &devices()).expect_err("fails");
     let message = err.to_string();
     assert!(
         message.contains("x.vramcap") && message.contains("cannot create"),
@@ -560,17 +562,14 @@ fn foreign_files_are_named_errors() {
             "{message}"
         );
     }
-    let err = vramcap::read_bytes(&MAGIC[..5], "short.vramcap")
-        .err()
-        .expect("fails");
+    let err = vramcap::read_bytes(&MAGIC[..5], "short.vramcap").expect_err("fails");
     assert!(matches!(err, VramcapError::DamagedHeader { .. }), "{err:?}");
 }
 
 #[test]
 fn missing_file_is_a_named_error() {
     let err = vramcap::read_file(std::path::Path::new("/nonexistent/dir/gone.vramcap"))
-        .err()
-        .expect("fails");
+        .expect_err("fails");
     assert!(err.to_string().contains("gone.vramcap"), "{err}");
 }
 
@@ -578,9 +577,7 @@ fn missing_file_is_a_named_error() {
 fn future_version_is_refused_clearly() {
     let mut bytes = vramcap::write_bytes(&live_capture(2));
     bytes[8..10].copy_from_slice(&2u16.to_le_bytes());
-    let err = vramcap::read_bytes(&bytes, "new.vramcap")
-        .err()
-        .expect("fails");
+    let err = vramcap::read_bytes(&bytes, "new.vramcap").expect_err("fails");
     assert!(
         matches!(err, VramcapError::UnsupportedVersion { version: 2, .. }),
         "{err:?}"

@@ -248,6 +248,8 @@ struct ProcessIdentity {
 #[derive(Default)]
 pub(super) struct ProcessCoder {
     identities: Vec<ProcessIdentity>,
+    /// Writer side only: identity to id.
+    #[cfg(feature = "native")]
     ids: HashMap<ProcessIdentity, usize>,
     last_used_bytes: Vec<u64>,
     last_t_ms: i64,
@@ -258,6 +260,7 @@ impl ProcessCoder {
     /// (`varint device`, `varint pid`, `str name`, `u8 kind`, `opt_pair mig`) and reference r > 0
     /// names identity r - 1; then `signed(t_ms - previous process t_ms)`; then, when used is
     /// present, `signed(used - previous used of this identity)`.
+    #[cfg(feature = "native")]
     pub(super) fn put(&mut self, out: &mut Vec<u8>, process: &ProcessSample) {
         let identity = ProcessIdentity {
             device_index: process.device_index,
@@ -520,12 +523,16 @@ mod batch_flag {
 pub(super) struct BatchCoder {
     samples: SampleCoder,
     processes: ProcessCoder,
+    /// Writer side only: buffer for length-prefixed items.
+    #[cfg(feature = "native")]
     scratch: Vec<u8>,
 }
 
 impl BatchCoder {
     /// Layout: `u8 flags`, `count` device samples, then (by flag) `count` processes, `count`
     /// health items, `count` event items, `count` field-change items.
+    /// Only the recorder writes batches, and it is native-only.
+    #[cfg(feature = "native")]
     pub(super) fn put(&mut self, out: &mut Vec<u8>, batch: &SampleBatch) {
         let mut flags = 0;
         if batch.processes.is_some() {

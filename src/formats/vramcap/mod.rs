@@ -626,23 +626,13 @@ impl<'a> ColumnWriter<'a> {
             &poll_deltas(&capture.process_poll_ms),
             |out, _, delta| put_signed(out, *delta),
         );
-        self.write_items(
-            chunk_type::HEALTH,
-            &[],
-            &capture.health,
-            |out, scratch, health| items::put_health(out, scratch, health),
-        );
-        self.write_items(
-            chunk_type::EVENTS,
-            &[],
-            &capture.events,
-            |out, scratch, event| items::put_event(out, scratch, event),
-        );
+        self.write_items(chunk_type::HEALTH, &[], &capture.health, items::put_health);
+        self.write_items(chunk_type::EVENTS, &[], &capture.events, items::put_event);
         self.write_items(
             chunk_type::FIELD_STATUS,
             &[],
             &capture.field_status,
-            |out, scratch, status| items::put_field_status(out, scratch, status),
+            items::put_field_status,
         );
     }
 

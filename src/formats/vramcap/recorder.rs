@@ -132,6 +132,15 @@ impl Recorder {
     }
 }
 
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("file", &self.file_name)
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for Recorder {
     /// Dropping a recorder closes the file cleanly, as `finish` does.
     fn drop(&mut self) {
