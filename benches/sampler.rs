@@ -13,17 +13,19 @@
 //!
 //! `--record-csv DIR` instead writes what the source reads (device memory and processes) at
 //! `--interval-ms` for `--seconds` as CSV, for comparing a recording against nvidia-smi's log
-//! (docs/gpu-verification.md).
+//! (docs/gpu-verification.md); `--capture-csv FILE --csv-dir DIR` writes the same CSV files from
+//! a `.vramcap` recorded by `vramscope record`.
 //!
 //! Without `--bench` (as `cargo test --all-targets` runs it) it only polls a few times, and on a
 //! machine without an NVIDIA driver it prints why it cannot measure and exits successfully.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use vramscope::model::DeviceSample;
 use vramscope::source::nvml::NvmlSource;
 use vramscope::source::{Source, Tiers, now_unix_ms};
 
@@ -47,6 +49,9 @@ struct Options {
     interval_ms: u64,
     out: Option<PathBuf>,
     record_csv: Option<PathBuf>,
+    capture_csv: Option<PathBuf>,
+    csv_dir: Option<PathBuf>,
+    profile_calls: bool,
 }
 
 impl Options {
@@ -57,6 +62,9 @@ impl Options {
             interval_ms: 100,
             out: None,
             record_csv: None,
+            capture_csv: None,
+            csv_dir: None,
+            profile_calls: false,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -64,12 +72,17 @@ impl Options {
                 |name: &str| args.next().cloned().ok_or(format!("{name} needs a value"));
             match arg.as_str() {
                 "--bench" => options.bench = true,
+                "--profile-calls" => options.profile_calls = true,
                 "--seconds" => options.seconds = parse_number("--seconds", &value("--seconds")?)?,
                 "--interval-ms" => {
                     options.interval_ms = parse_number("--interval-ms", &value("--interval-ms")?)?
                 }
                 "--out" => options.out = Some(PathBuf::from(value("--out")?)),
                 "--record-csv" => options.record_csv = Some(PathBuf::from(value("--record-csv")?)),
+                "--capture-csv" => {
+                    options.capture_csv = Some(PathBuf::from(value("--capture-csv")?))
+                }
+                "--csv-dir" => options.csv_dir = Some(PathBuf::from(value("--csv-dir")?)),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -94,6 +107,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(capture) = &options.capture_csv {
+        let Some(dir) = &options.csv_dir else {
+            eprintln!("sampler bench: --capture-csv needs --csv-dir");
+            return ExitCode::from(2);
+        };
+        return match capture_to_csv(capture, dir) {
+            Ok(rows) => {
+                println!(
+                    "wrote {rows} device samples of {} to {}",
+                    capture.display(),
+                    dir.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("sampler bench: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut source = match NvmlSource::open() {
         Ok(source) => source,
         Err(err) => {
@@ -116,6 +149,9 @@ fn main() -> ExitCode {
     if !options.bench {
         return smoke(&mut source);
     }
+    if options.profile_calls {
+        profile_calls(&mut source);
+    }
     let mut results = Vec::new();
     for (label, slow_every_tick) in [("tiers", false), ("everything", true)] {
         match measure(&mut source, &options, label, slow_every_tick) {
@@ -137,6 +173,87 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Cost of each NVML call the source makes (GPU 0, 200 calls each), and of whole polls: median
+/// wall time and mean CPU time of the calling thread, in microseconds.
+fn profile_calls(source: &mut NvmlSource) {
+    use nvml_wrapper::enum_wrappers::device::{
+        Clock, EccCounter, MemoryError, RetirementCause, TemperatureSensor,
+    };
+    const CALLS: usize = 200;
+    fn time<T>(label: &str, mut call: impl FnMut() -> T) {
+        let mut wall_us = Vec::with_capacity(CALLS);
+        let cpu_start = thread_cpu_s();
+        for _ in 0..CALLS {
+            let start = Instant::now();
+            std::hint::black_box(call());
+            wall_us.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        let cpu_us = (thread_cpu_s() - cpu_start) * 1e6 / CALLS as f64;
+        wall_us.sort_by(f64::total_cmp);
+        println!(
+            "  {label:<42} wall p50 {:>8.1} µs  CPU {cpu_us:>8.1} µs",
+            wall_us[CALLS / 2]
+        );
+    }
+    println!("per-call cost ({CALLS} calls each):");
+    match nvml_wrapper::Nvml::init() {
+        Ok(nvml) => match nvml.device_by_index(0) {
+            Ok(gpu) => {
+                time("memory_info (v2)", || gpu.memory_info());
+                time("utilization_rates", || gpu.utilization_rates());
+                time("temperature", || gpu.temperature(TemperatureSensor::Gpu));
+                time("power_usage", || gpu.power_usage());
+                time("clock_info(SM)", || gpu.clock_info(Clock::SM));
+                time("clock_info(Memory)", || gpu.clock_info(Clock::Memory));
+                time("current_throttle_reasons", || {
+                    gpu.current_throttle_reasons()
+                });
+                time("total_ecc_errors(corrected, volatile)", || {
+                    gpu.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+                });
+                time("running_compute_processes", || {
+                    gpu.running_compute_processes()
+                });
+                time("running_graphics_processes", || {
+                    gpu.running_graphics_processes()
+                });
+                time("total_ecc_errors(corrected, aggregate)", || {
+                    gpu.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)
+                });
+                time("retired_pages(DBE)", || {
+                    gpu.retired_pages(RetirementCause::DoubleBitEccError)
+                });
+                time("are_pages_pending_retired", || {
+                    gpu.are_pages_pending_retired()
+                });
+                time("bar1_memory_info", || gpu.bar1_memory_info());
+                time("pcie_replay_counter", || gpu.pcie_replay_counter());
+                time("is_in_persistent_mode", || gpu.is_in_persistent_mode());
+            }
+            Err(err) => println!("  GPU 0 could not be opened: {err}"),
+        },
+        Err(err) => println!("  NVML could not be initialized: {err}"),
+    }
+    time("NvmlSource::poll(fast)", || {
+        source.poll(
+            now_unix_ms(),
+            Tiers {
+                fast: true,
+                slow: false,
+            },
+        )
+    });
+    time("NvmlSource::poll(fast + slow)", || {
+        source.poll(
+            now_unix_ms(),
+            Tiers {
+                fast: true,
+                slow: true,
+            },
+        )
+    });
 }
 
 /// A few polls, checking that a real GPU answers with memory readings.
@@ -167,6 +284,10 @@ struct Measurement {
     wall_s: f64,
     polls: u64,
     vramscope_cpu_s: f64,
+    /// CPU of the thread calling `poll` (what the sampling thread costs).
+    poll_thread_cpu_s: f64,
+    /// CPU of the NVML event thread over the window, when it was found.
+    event_thread_cpu_s: Option<f64>,
     poll_p50_us: f64,
     poll_p99_us: f64,
     smi_fields: &'static str,
@@ -193,12 +314,17 @@ impl Measurement {
             .ratio()
             .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.3}"));
         format!(
-            "{:<10} interval {} ms, {:.1} s, {} polls: vramscope CPU {:.2} ms/s (poll p50 {:.0} µs, p99 {:.0} µs); nvidia-smi CPU {smi}; ratio {ratio}",
+            "{:<10} interval {} ms, {:.1} s, {} polls: vramscope CPU {:.2} ms/s (polling thread {:.2}, event thread {}; poll p50 {:.0} µs, p99 {:.0} µs); nvidia-smi CPU {smi}; ratio {ratio}",
             self.label,
             self.interval_ms,
             self.wall_s,
             self.polls,
             self.vramscope_cpu_ms_per_s(),
+            1000.0 * self.poll_thread_cpu_s / self.wall_s,
+            self.event_thread_cpu_s.map_or_else(
+                || "n/a".to_owned(),
+                |cpu| format!("{:.2}", 1000.0 * cpu / self.wall_s)
+            ),
             self.poll_p50_us,
             self.poll_p99_us,
         )
@@ -211,6 +337,8 @@ impl Measurement {
             "polls": self.polls,
             "vramscope_cpu_s": self.vramscope_cpu_s,
             "vramscope_cpu_ms_per_s": self.vramscope_cpu_ms_per_s(),
+            "poll_thread_cpu_ms_per_s": 1000.0 * self.poll_thread_cpu_s / self.wall_s,
+            "event_thread_cpu_ms_per_s": self.event_thread_cpu_s.map(|cpu| 1000.0 * cpu / self.wall_s),
             "poll_p50_us": self.poll_p50_us,
             "poll_p99_us": self.poll_p99_us,
             "nvidia_smi_fields": self.smi_fields,
@@ -233,10 +361,52 @@ fn own_cpu_s() -> f64 {
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
+/// The calling thread's CPU time in seconds (nanosecond clock, unlike /proc's 10 ms ticks).
+fn thread_cpu_s() -> f64 {
+    // SAFETY: clock_gettime only writes the struct we pass.
+    let time = unsafe {
+        let mut time: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time);
+        time
+    };
+    time.tv_sec as f64 + time.tv_nsec as f64 / 1e9
+}
+
+/// CPU time of this process's NVML event thread (named `vramscope-nvml-events`, which the
+/// kernel truncates to 15 bytes), from `/proc/self/task/*/stat`.
+fn event_thread_cpu_s() -> Option<f64> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    tasks.flatten().find_map(|task| {
+        let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+        if !comm.starts_with("vramscope-nvml") {
+            return None;
+        }
+        stat_cpu_s(&task.path().join("stat")).ok()
+    })
+}
+
 /// A child's user + system CPU time in seconds, from `/proc/<pid>/stat`.
 fn child_cpu_s(pid: u32) -> Result<f64, String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|err| format!("reading /proc/{pid}/stat: {err}"))?;
+    stat_cpu_s(std::path::Path::new(&format!("/proc/{pid}/stat")))
+}
+
+/// CPU time of a process or thread from its `/proc/.../stat` path: `schedstat`'s nanosecond
+/// run time when the kernel provides it, else `stat`'s utime + stime (10 ms ticks).
+fn stat_cpu_s(path: &Path) -> Result<f64, String> {
+    let schedstat = path.with_file_name("schedstat");
+    if let Some(ns) = std::fs::read_to_string(schedstat)
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+    {
+        return Ok(ns as f64 / 1e9);
+    }
+    ticks_cpu_s(path)
+}
+
+/// utime + stime of a `/proc/.../stat` file, in seconds.
+fn ticks_cpu_s(path: &Path) -> Result<f64, String> {
+    let pid = path.display();
+    let stat = std::fs::read_to_string(path).map_err(|err| format!("reading {pid}: {err}"))?;
     // Fields after the command name (which may contain spaces) start at field 3 (state);
     // utime and stime are fields 14 and 15.
     let after_name = stat
@@ -249,7 +419,7 @@ fn child_cpu_s(pid: u32) -> Result<f64, String> {
             .get(i)
             .and_then(|f| f.parse::<u64>().ok())
             .map(|v| v as f64)
-            .ok_or_else(|| format!("no CPU time in /proc/{pid}/stat"))
+            .ok_or_else(|| format!("no CPU time in {pid}"))
     };
     // SAFETY: sysconf has no preconditions.
     let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
@@ -308,6 +478,8 @@ fn measure(
         None => None,
     };
     let cpu_start = own_cpu_s();
+    let thread_start = thread_cpu_s();
+    let events_start = event_thread_cpu_s();
     let start = Instant::now();
     let end = start + Duration::from_secs(options.seconds);
     let mut next_tick = start;
@@ -330,6 +502,10 @@ fn measure(
     }
     let wall_s = start.elapsed().as_secs_f64();
     let vramscope_cpu_s = own_cpu_s() - cpu_start;
+    let poll_thread_cpu_s = thread_cpu_s() - thread_start;
+    let event_thread_cpu_s = event_thread_cpu_s()
+        .zip(events_start)
+        .map(|(end, start)| end - start);
     let (smi_cpu_s, smi_fields) = match smi {
         Some((mut child, fields)) => {
             let cpu = child_cpu_s(child.id()).map(|end| end - smi_start.unwrap_or(end));
@@ -351,6 +527,8 @@ fn measure(
         wall_s,
         polls: poll_us.len() as u64,
         vramscope_cpu_s,
+        poll_thread_cpu_s,
+        event_thread_cpu_s,
         poll_p50_us: percentile(0.5),
         poll_p99_us: percentile(0.99),
         smi_fields,
@@ -360,24 +538,8 @@ fn measure(
 
 /// Writes `vramscope-memory.csv` and `vramscope-processes.csv` under `dir`; returns the number
 /// of device rows.
-fn record_csv(source: &mut NvmlSource, dir: &PathBuf, options: &Options) -> Result<u64, String> {
-    std::fs::create_dir_all(dir)
-        .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
-    let open = |name: &str| -> Result<BufWriter<File>, String> {
-        let path = dir.join(name);
-        File::create(&path)
-            .map(BufWriter::new)
-            .map_err(|err| format!("cannot create {}: {err}", path.display()))
-    };
-    let mut memory = open("vramscope-memory.csv")?;
-    let mut processes = open("vramscope-processes.csv")?;
-    let io = |err: std::io::Error| format!("writing CSV: {err}");
-    writeln!(
-        memory,
-        "t_ms,device,used_bytes,reserved_bytes,free_bytes,total_bytes"
-    )
-    .map_err(io)?;
-    writeln!(processes, "t_ms,device,pid,name,kind,used_bytes").map_err(io)?;
+fn record_csv(source: &mut NvmlSource, dir: &Path, options: &Options) -> Result<u64, String> {
+    let (mut memory, mut processes) = create_csv_files(dir)?;
     let interval = Duration::from_millis(options.interval_ms);
     let start = Instant::now();
     let end = start + Duration::from_secs(options.seconds);
@@ -392,40 +554,116 @@ fn record_csv(source: &mut NvmlSource, dir: &PathBuf, options: &Options) -> Resu
             },
         );
         for sample in &batch.devices {
-            if let Some(m) = sample.memory {
-                writeln!(
-                    memory,
-                    "{},{},{},{},{},{}",
-                    sample.t_ms,
-                    sample.device_index,
-                    m.used_bytes,
-                    m.reserved_bytes,
-                    m.free_bytes,
-                    m.total_bytes
-                )
-                .map_err(io)?;
-                rows += 1;
-            }
+            rows += u64::from(write_memory_row(&mut memory, sample)?);
         }
         for p in batch.processes.iter().flatten() {
-            let used = p.used_bytes.map(|b| b.to_string()).unwrap_or_default();
-            let name = p.name.replace(',', " ");
-            writeln!(
-                processes,
-                "{},{},{},{name},{},{used}",
+            let kind = p.kind.label();
+            write_process_row(
+                &mut processes,
                 p.t_ms,
                 p.device_index,
                 p.pid,
-                p.kind.label()
-            )
-            .map_err(io)?;
+                &p.name,
+                kind,
+                p.used_bytes,
+            )?;
         }
         next_tick += interval;
         if let Some(wait) = next_tick.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
     }
-    memory.flush().map_err(io)?;
-    processes.flush().map_err(io)?;
+    memory.flush().map_err(csv_error)?;
+    processes.flush().map_err(csv_error)?;
     Ok(rows)
+}
+
+/// Converts a `.vramcap` into the same two CSV files.
+fn capture_to_csv(path: &Path, dir: &Path) -> Result<u64, String> {
+    let capture = vramscope::formats::vramcap::read_file(path).map_err(|err| err.to_string())?;
+    let (mut memory, mut processes) = create_csv_files(dir)?;
+    let mut rows = 0;
+    for sample in capture.series.iter().flat_map(|s| &s.samples) {
+        rows += u64::from(write_memory_row(&mut memory, sample)?);
+    }
+    for track in &capture.processes {
+        for (&t_ms, &used) in track.t_ms.iter().zip(&track.used_bytes) {
+            let kind = track.kind.label();
+            write_process_row(
+                &mut processes,
+                t_ms,
+                track.device_index,
+                track.pid,
+                &track.name,
+                kind,
+                used,
+            )?;
+        }
+    }
+    memory.flush().map_err(csv_error)?;
+    processes.flush().map_err(csv_error)?;
+    Ok(rows)
+}
+
+type CsvFile = BufWriter<File>;
+
+fn csv_error(err: std::io::Error) -> String {
+    format!("writing CSV: {err}")
+}
+
+/// Creates `vramscope-memory.csv` and `vramscope-processes.csv` under `dir`, headers written.
+fn create_csv_files(dir: &Path) -> Result<(CsvFile, CsvFile), String> {
+    std::fs::create_dir_all(dir)
+        .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    let open = |name: &str, header: &str| -> Result<CsvFile, String> {
+        let path = dir.join(name);
+        let mut file = File::create(&path)
+            .map(BufWriter::new)
+            .map_err(|err| format!("cannot create {}: {err}", path.display()))?;
+        writeln!(file, "{header}").map_err(csv_error)?;
+        Ok(file)
+    };
+    Ok((
+        open(
+            "vramscope-memory.csv",
+            "t_ms,device,used_bytes,reserved_bytes,free_bytes,total_bytes",
+        )?,
+        open(
+            "vramscope-processes.csv",
+            "t_ms,device,pid,name,kind,used_bytes",
+        )?,
+    ))
+}
+
+/// Writes one device sample's memory; returns whether it had any.
+fn write_memory_row(file: &mut CsvFile, sample: &DeviceSample) -> Result<bool, String> {
+    let Some(m) = sample.memory else {
+        return Ok(false);
+    };
+    writeln!(
+        file,
+        "{},{},{},{},{},{}",
+        sample.t_ms,
+        sample.device_index,
+        m.used_bytes,
+        m.reserved_bytes,
+        m.free_bytes,
+        m.total_bytes
+    )
+    .map_err(csv_error)?;
+    Ok(true)
+}
+
+fn write_process_row(
+    file: &mut CsvFile,
+    t_ms: i64,
+    device_index: u32,
+    pid: u32,
+    name: &str,
+    kind: &str,
+    used_bytes: Option<u64>,
+) -> Result<(), String> {
+    let used = used_bytes.map(|b| b.to_string()).unwrap_or_default();
+    let name = name.replace(',', " ");
+    writeln!(file, "{t_ms},{device_index},{pid},{name},{kind},{used}").map_err(csv_error)
 }
