@@ -2,14 +2,16 @@
 //! fixed rate, side by side with `nvidia-smi --query-gpu=… -lms N` sampling comparable fields
 //! over the same window.
 //!
-//! `cargo bench --bench sampler -- [--seconds 30] [--interval-ms 100] [--out results.json]`
-//! runs two configurations, each for `--seconds`:
+//! `cargo bench --bench sampler -- [--seconds 30] [--interval-ms 100] [--configs tiers,everything]
+//! [--profile-calls] [--out results.json]` runs each configuration for `--seconds`:
 //! - `tiers`: fast tier every tick, slow tier every 5 s (what the app does);
 //! - `everything`: fast and slow tier on every tick.
 //!
 //! vramscope's cost is this process's CPU time (`getrusage(RUSAGE_SELF)`, so the event thread
-//! counts too); nvidia-smi's is its `utime + stime` from `/proc/<pid>/stat`, read at the start and
-//! end of the same window.
+//! counts too; the polling and event threads are also reported apart); nvidia-smi's is its CPU
+//! time from `/proc/<pid>/schedstat` (nanoseconds; `stat`'s 10 ms ticks where schedstat is
+//! missing), read at the start and end of the same window. `--profile-calls` first prints the
+//! cost of each NVML call and of whole polls.
 //!
 //! `--record-csv DIR` instead writes what the source reads (device memory and processes) at
 //! `--interval-ms` for `--seconds` as CSV, for comparing a recording against nvidia-smi's log
@@ -52,6 +54,8 @@ struct Options {
     capture_csv: Option<PathBuf>,
     csv_dir: Option<PathBuf>,
     profile_calls: bool,
+    /// Which configurations to measure: `tiers`, `everything` or both.
+    configs: Vec<String>,
 }
 
 impl Options {
@@ -65,6 +69,7 @@ impl Options {
             capture_csv: None,
             csv_dir: None,
             profile_calls: false,
+            configs: vec!["tiers".to_owned(), "everything".to_owned()],
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -73,6 +78,16 @@ impl Options {
             match arg.as_str() {
                 "--bench" => options.bench = true,
                 "--profile-calls" => options.profile_calls = true,
+                "--configs" => {
+                    options.configs = value("--configs")?.split(',').map(str::to_owned).collect();
+                    if let Some(bad) = options
+                        .configs
+                        .iter()
+                        .find(|c| !["tiers", "everything"].contains(&c.as_str()))
+                    {
+                        return Err(format!("--configs: unknown configuration {bad:?}"));
+                    }
+                }
                 "--seconds" => options.seconds = parse_number("--seconds", &value("--seconds")?)?,
                 "--interval-ms" => {
                     options.interval_ms = parse_number("--interval-ms", &value("--interval-ms")?)?
@@ -154,6 +169,9 @@ fn main() -> ExitCode {
     }
     let mut results = Vec::new();
     for (label, slow_every_tick) in [("tiers", false), ("everything", true)] {
+        if !options.configs.iter().any(|c| c == label) {
+            continue;
+        }
         match measure(&mut source, &options, label, slow_every_tick) {
             Ok(result) => {
                 println!("{}", result.line());
@@ -182,6 +200,9 @@ fn profile_calls(source: &mut NvmlSource) {
         Clock, EccCounter, MemoryError, RetirementCause, TemperatureSensor,
     };
     const CALLS: usize = 200;
+    const SPACED_CALLS: usize = 20;
+    /// Tight loop (NVML may answer from its caches) and calls 100 ms apart (as a 10 Hz sampler
+    /// makes them): median wall time and mean CPU of this thread per call.
     fn time<T>(label: &str, mut call: impl FnMut() -> T) {
         let mut wall_us = Vec::with_capacity(CALLS);
         let cpu_start = thread_cpu_s();
@@ -192,8 +213,16 @@ fn profile_calls(source: &mut NvmlSource) {
         }
         let cpu_us = (thread_cpu_s() - cpu_start) * 1e6 / CALLS as f64;
         wall_us.sort_by(f64::total_cmp);
+        let mut spaced_cpu_s = 0.0;
+        for _ in 0..SPACED_CALLS {
+            std::thread::sleep(Duration::from_millis(100));
+            let start = thread_cpu_s();
+            std::hint::black_box(call());
+            spaced_cpu_s += thread_cpu_s() - start;
+        }
+        let spaced_us = spaced_cpu_s * 1e6 / SPACED_CALLS as f64;
         println!(
-            "  {label:<42} wall p50 {:>8.1} µs  CPU {cpu_us:>8.1} µs",
+            "  {label:<42} tight: wall p50 {:>7.1} µs, CPU {cpu_us:>7.1} µs; 100 ms apart: CPU {spaced_us:>7.1} µs",
             wall_us[CALLS / 2]
         );
     }
