@@ -199,7 +199,7 @@ impl Default for MemtestConfig {
             share_of_free_percent: 90,
             chunk_bytes: 1 << 30,
             tests: MemtestKind::ALL.to_vec(),
-            seed: 0x5EED_0F_7EA5_u64,
+            seed: 0x5EED_5EED_5EED_5EED,
             max_error_records: 64,
             planted_fault_words: Vec::new(),
         }
@@ -214,7 +214,7 @@ impl MemtestConfig {
                 self.share_of_free_percent
             )));
         }
-        if self.chunk_bytes < GRANULARITY_BYTES || self.chunk_bytes % GRANULARITY_BYTES != 0 {
+        if self.chunk_bytes < GRANULARITY_BYTES || !self.chunk_bytes.is_multiple_of(GRANULARITY_BYTES) {
             return Err(CudaError::InvalidOption(format!(
                 "memory-test chunk size must be a positive multiple of 2 MiB, not {} bytes",
                 self.chunk_bytes
@@ -544,7 +544,7 @@ fn target_bytes(free_bytes: u64, share_of_free_percent: u32) -> u64 {
 /// Splits `total_bytes` into allocation sizes of at most `chunk_bytes`.
 fn chunk_sizes(total_bytes: u64, chunk_bytes: u64) -> Vec<u64> {
     let mut sizes = vec![chunk_bytes; (total_bytes / chunk_bytes) as usize];
-    if total_bytes % chunk_bytes != 0 {
+    if !total_bytes.is_multiple_of(chunk_bytes) {
         sizes.push(total_bytes % chunk_bytes);
     }
     sizes
