@@ -87,7 +87,8 @@ impl CudaError {
 }
 
 /// What a driver error code usually means for someone diagnosing GPU memory trouble.
-/// Codes and meanings: `docs/reference` notes on CUDA error codes (§4.1 of the cudarc brief).
+/// Codes and meanings: the CUDA error table in `reference/cudarc-and-memtest.md` §4.1 (strings as
+/// printed by CUDA 13.0).
 fn hint_for_code(code: u32) -> Option<&'static str> {
     Some(match code {
         2 => "The GPU has not enough free memory for this allocation",
