@@ -1,8 +1,10 @@
 //! Command line: `vramscope [FILES…] [--demo]` starts the GUI; subcommands run headless.
 //!
 //! Exit codes: 0 success, 1 the command failed (bad file, no GPU, ...), 2 usage error (clap),
-//! 130 interrupted before anything useful was done.
+//! 3 a check ran and found a problem (`vramscope check`), 130 interrupted before anything useful
+//! was done.
 
+mod check;
 mod gui;
 mod info;
 mod inspect;
@@ -34,6 +36,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Show devices, driver and CUDA versions, current memory and health.
     Info(info::InfoArgs),
+    /// Check the GPU: driver facts, CUDA vs NVML, largest allocatable block, optional memory test.
+    Check(check::CheckArgs),
 }
 
 /// Entry point of the binary.
@@ -44,6 +48,7 @@ pub fn main() -> ExitCode {
         Some(Command::Record(args)) => record::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Info(args)) => info::run(args),
+        Some(Command::Check(args)) => check::run(args),
     }
 }
 

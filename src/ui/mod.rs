@@ -1,3 +1,5 @@
 //! Everything egui: the app, its panels and widgets.
 
 pub mod app;
+#[cfg(feature = "native")]
+pub mod hardware;
