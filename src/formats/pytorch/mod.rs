@@ -63,13 +63,11 @@ pub fn looks_like_snapshot(bytes_prefix: &[u8]) -> bool {
         || mentions(b"device_traces")
         || mentions(b"total_size")
         || mentions(b"blocks");
-    match window.first() {
+    match window.iter().find(|b| !b.is_ascii_whitespace()) {
+        // PROTO 2..5, protocol 0/1 pickles (MARK, EMPTY_DICT, EMPTY_LIST) and JSON.
         Some(0x80) => matches!(window.get(1), Some(2..=5)) && snapshot_words,
-        Some(_) => {
-            let text = window.iter().skip_while(|b| b.is_ascii_whitespace());
-            matches!(text.clone().next(), Some(b'{') | Some(b'[')) && snapshot_words
-        }
-        None => false,
+        Some(b'(' | b'}' | b']' | b'{' | b'[') => snapshot_words,
+        _ => false,
     }
 }
 
