@@ -306,11 +306,36 @@ fn variants_report_their_container_and_vintage() {
             SnapshotVintage::BareSegmentList,
         ),
     ];
+    let recorded = [
+        // Real file from torch::cuda::_memory_snapshot_pickled (TorchScript's Pickler).
+        (
+            "cpp",
+            SnapshotContainer::Pickle { protocol: 2 },
+            SnapshotVintage::AllocatorSettings,
+        ),
+        // Real torch.cuda.memory_snapshot(): a bare list of modern segments.
+        (
+            "nohistory_bare",
+            SnapshotContainer::Pickle { protocol: 4 },
+            SnapshotVintage::BlockFrames,
+        ),
+        (
+            "streams.p5",
+            SnapshotContainer::Pickle { protocol: 5 },
+            SnapshotVintage::AllocatorSettings,
+        ),
+        (
+            "leak",
+            SnapshotContainer::Json,
+            SnapshotVintage::AllocatorSettings,
+        ),
+    ];
     let all = snapshots();
-    for (base, container, vintage) in expected {
+    for (base, container, vintage) in expected.into_iter().chain(recorded) {
+        let is_json = container == SnapshotContainer::Json;
         let (path, _) = all
             .iter()
-            .find(|(_, b)| b == base)
+            .find(|(p, b)| b == base && p.to_string_lossy().ends_with(".json") == is_json)
             .unwrap_or_else(|| panic!("fixture {base} missing"));
         let snapshot = load(path);
         assert_eq!(snapshot.container, Some(container), "{base}");
