@@ -363,3 +363,21 @@ fn legacy_history_supplies_requested_sizes_and_stacks() {
     }
     assert!(legacy.traces.iter().all(|t| t.time_us(0).is_none()));
 }
+
+#[test]
+fn streamed_file_and_in_memory_reads_agree() {
+    // train.pickle is larger than the reader's 1 MiB chunk, so items straddle chunk borders.
+    let path = fixture_dir().join("train.pickle");
+    let bytes = std::fs::read(&path).expect("fixture");
+    let streamed = load(&path);
+    let in_memory =
+        vramscope::formats::pytorch::read_bytes(&bytes, "train.pickle", &|_| true).expect("read");
+    assert_eq!(streamed.segments, in_memory.segments);
+    assert_eq!(streamed.blocks, in_memory.blocks);
+    assert_eq!(streamed.traces, in_memory.traces);
+    assert_eq!(streamed.annotations, in_memory.annotations);
+    assert_eq!(
+        streamed.frames.stack_count(),
+        in_memory.frames.stack_count()
+    );
+}

@@ -145,11 +145,6 @@ impl SnapshotReport {
 }
 
 fn pool_row(name: &str, pool: &PoolTotals) -> String {
-    let segments = if pool.expandable_range_count > 0 {
-        format!("{}+{}e", pool.segment_count, pool.expandable_range_count)
-    } else {
-        pool.segment_count.to_string()
-    };
     format!(
         "    {:<12}{:>11}{:>11}{:>11}{:>11}{:>16}{:>10}{:>13}\n",
         name,
