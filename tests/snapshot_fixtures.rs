@@ -381,3 +381,34 @@ fn streamed_file_and_in_memory_reads_agree() {
         in_memory.frames.stack_count()
     );
 }
+
+#[test]
+fn diagnosis_cases_totals_equal_memory_stats() {
+    // The diagnosis corpus (tests/fixtures/cases): snapshots with flat memory_stats() beside them.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("cases dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("pickle") {
+            continue;
+        }
+        let truth_path = path.with_extension("truth.json");
+        let Some(stats) = read_json(&truth_path) else {
+            continue;
+        };
+        let snapshot = load(&path);
+        let totals = device_totals(&snapshot);
+        let device = totals.first().expect("a device");
+        let stats = stats.as_object().expect("flat memory_stats");
+        let mut compared = 0;
+        for (key, value) in stats {
+            if let Some(ours) = device.memory_stat(key) {
+                assert_eq!(Some(ours), value.as_u64(), "{}: {key}", path.display());
+                compared += 1;
+            }
+        }
+        assert!(compared >= 29, "{}: {compared} keys", path.display());
+        checked += 1;
+    }
+    assert!(checked >= 6, "only {checked} cases");
+}
