@@ -294,3 +294,21 @@ fn sniffing_routes_snapshots_and_rejects_other_files() {
     assert!(!looks_like_snapshot(b"{\"name\": \"a capture\"}"));
     assert!(!looks_like_snapshot(b""));
 }
+
+#[test]
+fn huge_memo_ids_do_not_allocate_tables() {
+    // 50 000 LONG_BINPUTs with ids 80 000 apart: a dense table would need 64 GB.
+    let mut bytes = vec![0x80, 0x02, b'N'];
+    for i in 0..50_000u32 {
+        bytes.push(b'r');
+        bytes.extend((i * 80_000 + 7).to_le_bytes());
+    }
+    bytes.extend([b'j']);
+    bytes.extend((49_999u32 * 80_000 + 7).to_le_bytes());
+    bytes.push(b'.');
+    let started = Instant::now();
+    // The pickle is valid (it returns None), just not a snapshot.
+    let text = error_text(&bytes);
+    assert!(text.contains("not a memory snapshot"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}

@@ -201,7 +201,6 @@ struct Machine<'b> {
     memo_far: HashMap<u64, Value>,
     memo_count: u64,
     max_stack: usize,
-    max_memo_index: u64,
     offset: u64,
 }
 
@@ -254,6 +253,9 @@ impl Machine<'_> {
         result.map_err(|problem| self.malformed(problem))
     }
 
+    /// Stores the top of the stack in the memo. Real picklers number entries 0, 1, 2, …, which
+    /// go to a vector; any other id goes to a map, so no id can make the reader allocate more
+    /// than one entry per opcode.
     fn memo_put(&mut self, index: u64) -> VmResult<()> {
         let value = self.top()?;
         if index < self.memo.len() as u64 {
@@ -261,8 +263,7 @@ impl Machine<'_> {
                 self.memo_count += 1;
             }
             self.memo[index as usize] = value;
-        } else if index <= self.max_memo_index {
-            self.memo.resize(index as usize, Value::Mark);
+        } else if index == self.memo.len() as u64 {
             self.memo.push(value);
             self.memo_count += 1;
         } else {
@@ -315,7 +316,6 @@ pub(super) fn decode(
         max_stack: usize::try_from(total_len / 4)
             .unwrap_or(usize::MAX)
             .max(1 << 20),
-        max_memo_index: total_len.saturating_add(256),
         offset: 0,
     };
     let mut protocol = 0u8;
