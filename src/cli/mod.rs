@@ -5,6 +5,7 @@
 //! was done.
 
 mod check;
+mod analyze;
 mod gui;
 mod info;
 mod inspect;
@@ -38,6 +39,8 @@ pub enum Command {
     Info(info::InfoArgs),
     /// Check the GPU: driver facts, CUDA vs NVML, largest allocatable block, optional memory test.
     Check(check::CheckArgs),
+    /// Summarize PyTorch allocator snapshots: totals per device and pool.
+    Analyze(analyze::AnalyzeArgs),
 }
 
 /// Entry point of the binary.
@@ -49,6 +52,7 @@ pub fn main() -> ExitCode {
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Info(args)) => info::run(args),
         Some(Command::Check(args)) => check::run(args),
+        Some(Command::Analyze(args)) => analyze::run(args),
     }
 }
 
