@@ -1,0 +1,3 @@
+//! Code shared by the allocator integration tests.
+
+pub mod synthetic_allocator;
