@@ -1,5 +1,6 @@
 //! Pure functions over the model: level-of-detail pyramids for timelines, threshold crossings,
-//! and the allocator-snapshot analyses (time travel, fragmentation, OOM explanations).
+//! allocator snapshot totals, and the allocator analyses (time travel, fragmentation, OOM
+//! explanations).
 
 pub mod allocator_rules;
 pub mod fragmentation;
@@ -7,3 +8,4 @@ pub mod lod;
 pub mod oom;
 pub mod threshold;
 pub mod timetravel;
+pub mod totals;
