@@ -326,9 +326,10 @@ impl Builder {
     /// A new tuple of `items`.
     pub(super) fn new_tuple(&mut self, items: &[Value]) -> BuildResult<Value> {
         if let [a, b] = items
-            && let (Some(a), Some(b)) = (self.int_of(*a), self.int_of(*b)) {
-                return self.new_slot(Slot::IntPair(a, b));
-            }
+            && let (Some(a), Some(b)) = (self.int_of(*a), self.int_of(*b))
+        {
+            return self.new_slot(Slot::IntPair(a, b));
+        }
         let buf = self.take_item_buf();
         for &item in items {
             let item = self.use_value(item)?;
@@ -501,9 +502,10 @@ impl Builder {
         let mut fields: [Option<Value>; KEY_COUNT] = [None; KEY_COUNT];
         for &(key, value) in &self.pair_bufs[buf as usize] {
             if let Value::Str(id) = key
-                && let Some(key) = self.info.get(id.0 as usize).and_then(|info| info.key) {
-                    fields[key as usize] = Some(value);
-                }
+                && let Some(key) = self.info.get(id.0 as usize).and_then(|info| info.key)
+            {
+                fields[key as usize] = Some(value);
+            }
         }
         let has = |key: Key| fields[key as usize].is_some();
         let slot = if has(Key::Action) {
@@ -953,12 +955,15 @@ impl Builder {
                 blocks.push(block);
             }
             if let Some(recorded) = staged.total_bytes
-                && recorded != total && !block_rows.is_empty() && warnings.len() < 100 {
-                    warnings.push(format!(
+                && recorded != total
+                && !block_rows.is_empty()
+                && warnings.len() < 100
+            {
+                warnings.push(format!(
                         "segment {:#x}: total_size {recorded} differs from the sum of its blocks {total}",
                         staged.address
                     ));
-                }
+            }
             let total_bytes = staged.total_bytes.unwrap_or(total);
             segments.push(Segment {
                 device: staged.device,
