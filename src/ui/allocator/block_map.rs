@@ -138,7 +138,12 @@ impl BlockMapLayout {
         BlockMapLayout {
             rows,
             segment_rows,
-            largest_segment_bytes: state.segments.iter().map(|s| s.size_bytes).max().unwrap_or(0),
+            largest_segment_bytes: state
+                .segments
+                .iter()
+                .map(|s| s.size_bytes)
+                .max()
+                .unwrap_or(0),
         }
     }
 
@@ -280,7 +285,7 @@ pub fn visible_rects(
             .blocks
             .partition_point(|b| b.end_address() - segment.address <= visible_from_bytes);
         let mut sliver: Option<(f32, f32, BlockPaint)> = None;
-        let mut emit = |x0: f32, x1: f32, paint: BlockPaint, out: &mut Vec<PaintedRect>| {
+        let emit = |x0: f32, x1: f32, paint: BlockPaint, out: &mut Vec<PaintedRect>| {
             let x0 = x0.max(bar_left);
             if x1 > x0 {
                 out.push(PaintedRect {
@@ -304,7 +309,9 @@ pub fn visible_rects(
                 if let Some((s0, s1, p)) = sliver.take() {
                     emit(s0, s1.min(x0), p, out);
                 }
-                if block.status == BlockStatus::Allocated && block.requested_bytes < block.size_bytes {
+                if block.status == BlockStatus::Allocated
+                    && block.requested_bytes < block.size_bytes
+                {
                     let xr = x0 + (block.requested_bytes as f64 * scale) as f32;
                     emit(x0, xr, BlockPaint::Allocated, out);
                     // Rounding waste stays visible even when it is a sliver.
@@ -316,7 +323,11 @@ pub fn visible_rects(
             }
             sliver = match sliver {
                 Some((s0, s1, p)) if x0 < s0 + MIN_BLOCK_WIDTH => {
-                    let winner = if paint.priority() > p.priority() { paint } else { p };
+                    let winner = if paint.priority() > p.priority() {
+                        paint
+                    } else {
+                        p
+                    };
                     Some((s0, s1.max(x1), winner))
                 }
                 Some((s0, s1, p)) => {
@@ -399,7 +410,11 @@ mod tests {
         };
         let mut many = Vec::new();
         for i in 0..1000u64 {
-            let status = if i % 2 == 0 { BlockStatus::Allocated } else { BlockStatus::Free };
+            let status = if i % 2 == 0 {
+                BlockStatus::Allocated
+            } else {
+                BlockStatus::Free
+            };
             many.push(block(0x2000_0000 + i * 512, 512, 512 * (1 - i % 2), status));
         }
         let segment = |address, stream, pool, blocks: Vec<StateBlock>| StateSegment {
@@ -428,7 +443,12 @@ mod tests {
                     0x3000_0000,
                     5,
                     PoolKind::Large,
-                    vec![block(0x3000_0000, 20 * MIB, 20 * MIB, BlockStatus::PendingFree)],
+                    vec![block(
+                        0x3000_0000,
+                        20 * MIB,
+                        20 * MIB,
+                        BlockStatus::PendingFree,
+                    )],
                 ),
             ],
             allocated_bytes: 0,
@@ -449,9 +469,19 @@ mod tests {
             .collect();
         assert_eq!(
             headers,
-            ["default pool", "small blocks", "stream 0x0", "large blocks", "stream 0x0", "stream 0x5"]
+            [
+                "default pool",
+                "small blocks",
+                "stream 0x0",
+                "large blocks",
+                "stream 0x0",
+                "stream 0x5"
+            ]
         );
-        assert_eq!(layout.rows[layout.segment_rows[1]], MapRow::Segment { index: 1 });
+        assert_eq!(
+            layout.rows[layout.segment_rows[1]],
+            MapRow::Segment { index: 1 }
+        );
         assert_eq!(layout.largest_segment_bytes, 100 * MIB);
     }
 
@@ -490,8 +520,16 @@ mod tests {
         let slivers: Vec<&PaintedRect> = rects.iter().filter(|r| r.rect.top() == row_top).collect();
         // 1000 blocks of 512 B (0.5 MiB) are 5 points wide: a few slivers, never 1000 rects,
         // each at least the minimum width, and the allocated ones win.
-        assert!(!slivers.is_empty() && slivers.len() <= 3, "{}", slivers.len());
-        assert!(slivers.iter().all(|r| r.rect.width() >= MIN_BLOCK_WIDTH - 0.01));
+        assert!(
+            !slivers.is_empty() && slivers.len() <= 3,
+            "{}",
+            slivers.len()
+        );
+        assert!(
+            slivers
+                .iter()
+                .all(|r| r.rect.width() >= MIN_BLOCK_WIDTH - 0.01)
+        );
         assert!(slivers.iter().all(|r| r.paint == BlockPaint::Allocated));
         // Zoomed in far enough, every block gets its own rectangle.
         let mut view = MapView {
@@ -511,10 +549,19 @@ mod tests {
         let area = Rect::from_min_size(pos2(10.0, 20.0), vec2(LABEL_WIDTH + 1000.0, 400.0));
         let view = MapView::default();
         let rect = block_rect(&layout, &state, &view, area, 0, 1).unwrap();
-        assert_eq!(hit_test(&layout, &state, &view, area, rect.center()), Some((0, 1)));
+        assert_eq!(
+            hit_test(&layout, &state, &view, area, rect.center()),
+            Some((0, 1))
+        );
         let rect = block_rect(&layout, &state, &view, area, 2, 0).unwrap();
-        assert_eq!(hit_test(&layout, &state, &view, area, rect.center()), Some((2, 0)));
-        assert_eq!(hit_test(&layout, &state, &view, area, pos2(15.0, 25.0)), None);
+        assert_eq!(
+            hit_test(&layout, &state, &view, area, rect.center()),
+            Some((2, 0))
+        );
+        assert_eq!(
+            hit_test(&layout, &state, &view, area, pos2(15.0, 25.0)),
+            None
+        );
     }
 
     #[test]

@@ -79,7 +79,10 @@ pub fn stack_mentions(snapshot: &AllocatorSnapshot, stack: StackId, needle_lower
         .iter()
         .filter_map(|&id| snapshot.frames.frame(id))
         .any(|frame| {
-            snapshot.string(frame.name).to_lowercase().contains(needle_lower)
+            snapshot
+                .string(frame.name)
+                .to_lowercase()
+                .contains(needle_lower)
                 || snapshot
                     .string(frame.filename)
                     .to_lowercase()
@@ -100,7 +103,10 @@ mod tests {
             "at::(anonymous namespace)::wrapper_CUDA_empty",
             "RegisterCUDA_0.cpp"
         ));
-        assert!(!is_noise_frame("<module>", "/home/user/project/train_fixture.py"));
+        assert!(!is_noise_frame(
+            "<module>",
+            "/home/user/project/train_fixture.py"
+        ));
         assert!(!is_noise_frame("forward", "model.py"));
     }
 

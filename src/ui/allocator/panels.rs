@@ -29,7 +29,14 @@ pub fn fragmentation_ui(ui: &mut Ui, report: &FragmentationReport) {
         .num_columns(6)
         .striped(true)
         .show(ui, |ui| {
-            for header in ["pool", "stream", "reserved", "allocated", "free", "largest free"] {
+            for header in [
+                "pool",
+                "stream",
+                "reserved",
+                "allocated",
+                "free",
+                "largest free",
+            ] {
                 ui.label(RichText::new(header).weak());
             }
             ui.end_row();
@@ -37,7 +44,12 @@ pub fn fragmentation_ui(ui: &mut Ui, report: &FragmentationReport) {
                 let pool = if key.pool_id.is_default() {
                     key.pool.as_str().to_string()
                 } else {
-                    format!("{} ({}, {})", key.pool.as_str(), key.pool_id.0, key.pool_id.1)
+                    format!(
+                        "{} ({}, {})",
+                        key.pool.as_str(),
+                        key.pool_id.0,
+                        key.pool_id.1
+                    )
                 };
                 ui.label(pool);
                 ui.label(format!("{:#x}", key.stream));
@@ -52,20 +64,50 @@ pub fn fragmentation_ui(ui: &mut Ui, report: &FragmentationReport) {
 
 fn metrics_rows(ui: &mut Ui, m: &FragmentationMetrics) {
     let rows = [
-        ("Reserved", format!("{} in {} segments", format_bytes(m.reserved_bytes), m.segment_count)),
-        ("Allocated", format!("{} in {} blocks", format_bytes(m.allocated_bytes), m.allocated_blocks)),
+        (
+            "Reserved",
+            format!(
+                "{} in {} segments",
+                format_bytes(m.reserved_bytes),
+                m.segment_count
+            ),
+        ),
+        (
+            "Allocated",
+            format!(
+                "{} in {} blocks",
+                format_bytes(m.allocated_bytes),
+                m.allocated_blocks
+            ),
+        ),
         ("Requested by tensors", format_bytes(m.requested_bytes)),
-        ("Internal free (rounding)", format_bytes(m.rounding_waste_bytes)),
+        (
+            "Internal free (rounding)",
+            format_bytes(m.rounding_waste_bytes),
+        ),
         ("Pending free", format_bytes(m.pending_free_bytes)),
-        ("External free (cached)", format!("{} in {} blocks", format_bytes(m.free_bytes), m.free_blocks)),
+        (
+            "External free (cached)",
+            format!("{} in {} blocks", format_bytes(m.free_bytes), m.free_blocks),
+        ),
         ("Largest free block", format_bytes(m.largest_free_bytes)),
-        ("Stranded (partly used segments)", format_bytes(m.stranded_bytes)),
+        (
+            "Stranded (partly used segments)",
+            format_bytes(m.stranded_bytes),
+        ),
         ("Releasable (empty_cache)", format_bytes(m.releasable_bytes)),
         (
             "Inactive split (non-releasable)",
-            format!("{} in {} blocks", format_bytes(m.inactive_split_bytes), m.inactive_split_blocks),
+            format!(
+                "{} in {} blocks",
+                format_bytes(m.inactive_split_bytes),
+                m.inactive_split_blocks
+            ),
         ),
-        ("Fragmentation ratio", format!("{:.2}", m.fragmentation_ratio())),
+        (
+            "Fragmentation ratio",
+            format!("{:.2}", m.fragmentation_ratio()),
+        ),
     ];
     for (name, value) in rows {
         ui.label(name);
@@ -95,36 +137,62 @@ pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation]) -> Option<usize> {
                 }
             });
             ui.label(RichText::new(&e.verdict_text).color(color));
-            egui::Grid::new("oom_numbers").num_columns(2).striped(true).show(ui, |ui| {
-                let device_free = e.device_free_bytes.map_or("not recorded".to_string(), format_bytes);
-                let rows = [
-                    ("Request (rounded)", format_bytes(e.rounded_request_bytes)),
-                    ("New segment tried", format_bytes(e.segment_request_bytes)),
-                    ("Pool needed", format!("{} on stream {:#x}", e.pool.as_str(), e.stream)),
-                    ("Device free (cudaMemGetInfo)", device_free),
-                    ("Allocated by PyTorch", format_bytes(e.allocated_bytes)),
-                    ("Reserved but unallocated", format_bytes(e.reserved_unallocated_bytes)),
-                    ("Cached free in that pool/stream", format_bytes(e.usable_free_bytes)),
-                    ("Largest free block there", format_bytes(e.usable_largest_free_bytes)),
-                    ("Releasable by empty_cache", format_bytes(e.releasable_bytes)),
-                    ("Released while retrying", format_bytes(e.released_before_oom_bytes)),
-                ];
-                for (name, value) in rows {
-                    ui.label(name);
-                    ui.label(value);
-                    ui.end_row();
-                }
-            });
+            egui::Grid::new("oom_numbers")
+                .num_columns(2)
+                .striped(true)
+                .show(ui, |ui| {
+                    let device_free = e
+                        .device_free_bytes
+                        .map_or("not recorded".to_string(), format_bytes);
+                    let rows = [
+                        ("Request (rounded)", format_bytes(e.rounded_request_bytes)),
+                        ("New segment tried", format_bytes(e.segment_request_bytes)),
+                        (
+                            "Pool needed",
+                            format!("{} on stream {:#x}", e.pool.as_str(), e.stream),
+                        ),
+                        ("Device free (cudaMemGetInfo)", device_free),
+                        ("Allocated by PyTorch", format_bytes(e.allocated_bytes)),
+                        (
+                            "Reserved but unallocated",
+                            format_bytes(e.reserved_unallocated_bytes),
+                        ),
+                        (
+                            "Cached free in that pool/stream",
+                            format_bytes(e.usable_free_bytes),
+                        ),
+                        (
+                            "Largest free block there",
+                            format_bytes(e.usable_largest_free_bytes),
+                        ),
+                        (
+                            "Releasable by empty_cache",
+                            format_bytes(e.releasable_bytes),
+                        ),
+                        (
+                            "Released while retrying",
+                            format_bytes(e.released_before_oom_bytes),
+                        ),
+                    ];
+                    for (name, value) in rows {
+                        ui.label(name);
+                        ui.label(value);
+                        ui.end_row();
+                    }
+                });
             ui.label(RichText::new("Largest free blocks and why none fitted").weak());
-            egui::Grid::new("oom_blocks").num_columns(4).striped(true).show(ui, |ui| {
-                for fit in &e.largest_free_blocks {
-                    ui.label(format!("{:#x}", fit.address));
-                    ui.label(format_bytes(fit.size_bytes));
-                    ui.label(format!("{} / {:#x}", fit.pool.as_str(), fit.stream));
-                    ui.label(fit.failure.describe());
-                    ui.end_row();
-                }
-            });
+            egui::Grid::new("oom_blocks")
+                .num_columns(4)
+                .striped(true)
+                .show(ui, |ui| {
+                    for fit in &e.largest_free_blocks {
+                        ui.label(format!("{:#x}", fit.address));
+                        ui.label(format_bytes(fit.size_bytes));
+                        ui.label(format!("{} / {:#x}", fit.pool.as_str(), fit.stream));
+                        ui.label(fit.failure.describe());
+                        ui.end_row();
+                    }
+                });
         });
         ui.separator();
     }
@@ -138,25 +206,37 @@ pub fn event_text(travel: &TimeTravel, index: usize) -> String {
     let size = trace.sizes_bytes.get(index).copied().unwrap_or(0);
     let address = trace.addresses.get(index).copied().unwrap_or(0);
     let stream = trace.streams.get(index).copied().unwrap_or(0);
-    format!("#{index} {action} {} at {address:#x} (stream {stream:#x})", format_bytes(size))
+    format!(
+        "#{index} {action} {} at {address:#x} (stream {stream:#x})",
+        format_bytes(size)
+    )
 }
 
 /// The virtualised event list; returns the position (events applied) the user clicked.
 ///
 /// `scroll_to` scrolls so that the given event row is visible (when time travel moved by other
 /// means).
-pub fn event_list_ui(ui: &mut Ui, travel: &TimeTravel, position: usize, scroll_to: Option<usize>) -> Option<usize> {
+pub fn event_list_ui(
+    ui: &mut Ui,
+    travel: &TimeTravel,
+    position: usize,
+    scroll_to: Option<usize>,
+) -> Option<usize> {
     let mut clicked = None;
     let mut area = egui::ScrollArea::vertical().auto_shrink([false, false]);
     if let Some(row) = scroll_to {
         let spacing = ui.spacing().item_spacing.y;
-        area = area.vertical_scroll_offset((row as f32 * (EVENT_ROW_HEIGHT + spacing) - 100.0).max(0.0));
+        area = area
+            .vertical_scroll_offset((row as f32 * (EVENT_ROW_HEIGHT + spacing) - 100.0).max(0.0));
     }
     area.show_rows(ui, EVENT_ROW_HEIGHT, travel.len(), |ui, rows| {
         for index in rows {
             // Position `index + 1` is the state right after this event.
             let selected = position == index + 1;
-            if ui.selectable_label(selected, event_text(travel, index)).clicked() {
+            if ui
+                .selectable_label(selected, event_text(travel, index))
+                .clicked()
+            {
                 clicked = Some(index + 1);
             }
         }
@@ -165,19 +245,34 @@ pub fn event_list_ui(ui: &mut Ui, travel: &TimeTravel, position: usize, scroll_t
 }
 
 /// The stack that allocated a block and a note on where it comes from.
-pub fn block_stack(snapshot: &AllocatorSnapshot, travel: &TimeTravel, block: &StateBlock) -> (StackId, String) {
+pub fn block_stack(
+    snapshot: &AllocatorSnapshot,
+    travel: &TimeTravel,
+    block: &StateBlock,
+) -> (StackId, String) {
     let trace = travel.trace();
     match block.origin {
         BlockOrigin::AllocEvent(event) => (
-            trace.stacks.get(event as usize).copied().unwrap_or(StackId::EMPTY),
+            trace
+                .stacks
+                .get(event as usize)
+                .copied()
+                .unwrap_or(StackId::EMPTY),
             format!("allocated by event #{event}"),
         ),
         BlockOrigin::SnapshotBlock(index) => (
-            snapshot.blocks.get(index as usize).map_or(StackId::EMPTY, |b| b.stack),
+            snapshot
+                .blocks
+                .get(index as usize)
+                .map_or(StackId::EMPTY, |b| b.stack),
             "allocated before the trace began".to_string(),
         ),
         BlockOrigin::FreeEvent(event) => (
-            trace.stacks.get(event as usize).copied().unwrap_or(StackId::EMPTY),
+            trace
+                .stacks
+                .get(event as usize)
+                .copied()
+                .unwrap_or(StackId::EMPTY),
             format!("allocated before the trace began; stack of its free (event #{event})"),
         ),
         BlockOrigin::Unknown => (StackId::EMPTY, String::new()),

@@ -64,7 +64,11 @@ impl TimelineColumns {
                 }
                 None => (events * (column + 1)).div_ceil(width),
             };
-            let end = if column + 1 == width { events } else { end.max(start) };
+            let end = if column + 1 == width {
+                events
+            } else {
+                end.max(start)
+            };
             // Positions start..=end: the state before the column's first event through the state
             // after its last one.
             let range = start..=end.min(allocated.len().saturating_sub(1));
@@ -116,7 +120,8 @@ pub fn timeline_ui(
     oom_positions: &[usize],
 ) -> Option<usize> {
     let width = ui.available_width().max(50.0);
-    let (response, painter) = ui.allocate_painter(vec2(width, TIMELINE_HEIGHT), Sense::click_and_drag());
+    let (response, painter) =
+        ui.allocate_painter(vec2(width, TIMELINE_HEIGHT), Sense::click_and_drag());
     let rect = response.rect;
     let columns = rect.width().round() as usize;
     if cache.as_ref().is_none_or(|c| c.columns.len() != columns) {
@@ -132,22 +137,37 @@ pub fn timeline_ui(
     for (i, column) in data.columns.iter().enumerate() {
         let x = rect.left() + i as f32 + 0.5;
         painter.line_segment(
-            [pos2(x, rect.bottom() - 4.0), pos2(x, y_of(column.allocated_max))],
+            [
+                pos2(x, rect.bottom() - 4.0),
+                pos2(x, y_of(column.allocated_max)),
+            ],
             Stroke::new(1.0, ALLOCATED_COLOR.gamma_multiply(0.55)),
         );
         painter.line_segment(
-            [pos2(x, y_of(column.allocated_min)), pos2(x, y_of(column.allocated_max))],
+            [
+                pos2(x, y_of(column.allocated_min)),
+                pos2(x, y_of(column.allocated_max)),
+            ],
             Stroke::new(1.0, ALLOCATED_COLOR),
         );
         reserved_line.push(pos2(x, y_of(column.reserved_max)));
     }
-    painter.add(egui::Shape::line(reserved_line, Stroke::new(1.5, RESERVED_COLOR)));
+    painter.add(egui::Shape::line(
+        reserved_line,
+        Stroke::new(1.5, RESERVED_COLOR),
+    ));
     for &oom in oom_positions {
         let x = rect.left() + data.column_of(oom) as f32 + 0.5;
-        painter.line_segment([pos2(x, rect.top()), pos2(x, rect.top() + 10.0)], Stroke::new(2.0, OOM_COLOR));
+        painter.line_segment(
+            [pos2(x, rect.top()), pos2(x, rect.top() + 10.0)],
+            Stroke::new(2.0, OOM_COLOR),
+        );
     }
     let cursor_x = rect.left() + data.column_of(position) as f32 + 0.5;
-    painter.line_segment([pos2(cursor_x, rect.top()), pos2(cursor_x, rect.bottom())], Stroke::new(1.5, CURSOR_COLOR));
+    painter.line_segment(
+        [pos2(cursor_x, rect.top()), pos2(cursor_x, rect.bottom())],
+        Stroke::new(1.5, CURSOR_COLOR),
+    );
     let font = egui::FontId::proportional(11.0);
     painter.text(
         rect.left_top() + vec2(4.0, 2.0),
@@ -155,7 +175,11 @@ pub fn timeline_ui(
         format!(
             "reserved (grey) vs allocated (blue), peak {} — {}",
             format_bytes(data.peak_bytes),
-            if data.by_time { "x: trace time" } else { "x: event index" }
+            if data.by_time {
+                "x: trace time"
+            } else {
+                "x: event index"
+            }
         ),
         font,
         ui.visuals().weak_text_color(),
