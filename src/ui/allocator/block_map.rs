@@ -309,6 +309,12 @@ pub fn visible_rects(
                 if let Some((s0, s1, p)) = sliver.take() {
                     emit(s0, s1.min(x0), p, out);
                 }
+                // A one-point gap separates neighbouring blocks that are wide enough.
+                let x1 = if x1 - x0 > 4.0 * MIN_BLOCK_WIDTH {
+                    x1 - 1.0
+                } else {
+                    x1
+                };
                 if block.status == BlockStatus::Allocated
                     && block.requested_bytes < block.size_bytes
                 {
@@ -492,7 +498,8 @@ mod tests {
         let area = Rect::from_min_size(Pos2::ZERO, vec2(LABEL_WIDTH + 1000.0, 400.0));
         let mut rects = Vec::new();
         visible_rects(&layout, &state, &MapView::default(), area, &mut rects);
-        // Segment 0: 50 MiB requested, 10 MiB rounding waste, 40 MiB free on a 1000-pt bar.
+        // Segment 0: 50 MiB requested, 10 MiB rounding waste, 40 MiB free on a 1000-pt bar
+        // (each block ends with a one-point gap).
         let row_top = layout.segment_rows[0] as f32 * ROW_HEIGHT + 2.0;
         let in_row: Vec<&PaintedRect> = rects.iter().filter(|r| r.rect.top() == row_top).collect();
         let widths: Vec<(BlockPaint, i32)> = in_row
@@ -503,8 +510,8 @@ mod tests {
             widths,
             [
                 (BlockPaint::Allocated, 500),
-                (BlockPaint::RoundingWaste, 100),
-                (BlockPaint::Free, 400)
+                (BlockPaint::RoundingWaste, 99),
+                (BlockPaint::Free, 399)
             ]
         );
     }

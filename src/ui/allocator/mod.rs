@@ -417,10 +417,18 @@ fn time_travel_ui(ui: &mut Ui, device: &mut DeviceView) {
     let len = device.travel.len();
     let mut position = device.position;
     ui.horizontal(|ui| {
-        if ui.button("◀").on_hover_text("Previous event").clicked() {
+        if ui
+            .button("< Prev")
+            .on_hover_text("Previous event (shift+left)")
+            .clicked()
+        {
             position = position.saturating_sub(1);
         }
-        if ui.button("▶").on_hover_text("Next event").clicked() {
+        if ui
+            .button("Next >")
+            .on_hover_text("Next event (shift+right)")
+            .clicked()
+        {
             position = (position + 1).min(len);
         }
         let slider = egui::Slider::new(&mut position, 0..=len).text("events applied");
@@ -559,6 +567,7 @@ fn legend_ui(ui: &mut Ui) {
 fn block_map_ui(ui: &mut Ui, snapshot: &AllocatorSnapshot, device: &mut DeviceView) -> bool {
     let size = ui.available_size().max(vec2(200.0, 100.0));
     let (response, painter) = ui.allocate_painter(size, Sense::click_and_drag());
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Block map"));
     let area = response.rect;
     device.map_rect = area;
     if let Some((row, offset)) = device.reveal.take() {

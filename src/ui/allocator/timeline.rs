@@ -122,6 +122,9 @@ pub fn timeline_ui(
     let width = ui.available_width().max(50.0);
     let (response, painter) =
         ui.allocate_painter(vec2(width, TIMELINE_HEIGHT), Sense::click_and_drag());
+    response.widget_info(|| {
+        egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Allocated vs reserved timeline")
+    });
     let rect = response.rect;
     let columns = rect.width().round() as usize;
     if cache.as_ref().is_none_or(|c| c.columns.len() != columns) {
