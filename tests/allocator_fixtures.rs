@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use std::path::PathBuf;
 
 use support::synthetic_allocator::Rng;
@@ -42,7 +44,7 @@ fn stat(truth: &serde_json::Value, key: &str) -> u64 {
 fn time_travel_replays_every_fixture_exactly() {
     for name in ["frag_oom", "train"] {
         let snapshot = read(name);
-        let travel = TimeTravel::new(&snapshot, 0);
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
         let check = travel.check();
         assert!(check.matches_final_state, "{name}: {check:?}");
         assert_eq!(
@@ -69,7 +71,7 @@ fn fragmentation_totals_equal_memory_stats() {
     for name in ["frag_oom", "train"] {
         let snapshot = read(name);
         let truth = truth(name);
-        let travel = TimeTravel::new(&snapshot, 0);
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
         let report = fragmentation::analyze(&travel.state_at(travel.len()));
         let device = &report.device;
         assert_eq!(
@@ -137,7 +139,7 @@ fn frag_oom_fragmentation_numbers_checked_by_hand() {
     // From the pickle (python3 -c 'import pickle; ...'): 54 inactive blocks, 382 MiB in total,
     // all in split segments; the largest is 12 MiB; no segment is entirely free.
     let snapshot = read("frag_oom");
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     let report = fragmentation::analyze(&travel.state_at(travel.len()));
     let d = &report.device;
     assert_eq!(d.free_bytes, 382 * MIB);
@@ -171,7 +173,7 @@ fn pytorch_format_size(bytes: u64) -> String {
 fn frag_oom_explanation_agrees_with_pytorchs_message() {
     let snapshot = read("frag_oom");
     let message = std::fs::read_to_string(fixture_path("frag_oom.oom.txt")).unwrap_or_default();
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     let explanations = oom::explain_all(&travel);
     assert_eq!(explanations.len(), 1);
     let e = &explanations[0];
@@ -231,7 +233,7 @@ fn frag_oom_explanation_agrees_with_pytorchs_message() {
 #[test]
 fn train_has_no_oom_and_mostly_releasable_cache() {
     let snapshot = read("train");
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     assert!(oom::explain_all(&travel).is_empty());
     let report = fragmentation::analyze(&travel.state_at(travel.len()));
     // After training, 3 small tensors remain; the 114 segments are cached: all but 4 split

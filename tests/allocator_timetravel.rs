@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use std::collections::HashMap;
 
 use support::synthetic_allocator::{Rng, Simulation, StateShape};
@@ -50,7 +52,7 @@ fn simulate(seed: u64, events: usize, samples: usize) -> (Simulation, HashMap<us
 fn state_at_any_event_equals_the_simulated_truth_and_a_forward_replay() {
     let (simulation, truth) = simulate(7, 20_000, 60);
     let snapshot = simulation.snapshot();
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     assert_eq!(travel.len(), simulation.trace.len());
     let check = travel.check();
     assert!(check.matches_final_state, "{check:?}");
@@ -101,7 +103,7 @@ fn start_state_of_a_truncated_trace_keeps_blocks_from_before_it() {
     trace.stacks.drain(..cut);
     trace.user_metadata.drain(..cut);
     trace.compile_context.drain(..cut);
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     assert_eq!(travel.check().undo_mismatches, 0, "{:?}", travel.check());
     let mut compared = 0;
     for (&position, expected) in &truth {
@@ -130,7 +132,7 @@ fn a_snapshot_without_trace_has_only_its_final_state() {
     let mut snapshot = simulation.snapshot();
     snapshot.traces.clear();
     snapshot.devices[0].trace = None;
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     assert!(travel.is_empty());
     assert_eq!(shape(&travel.state_at(0)), simulation.shape());
     assert_eq!(travel.allocated_series().len(), 1);

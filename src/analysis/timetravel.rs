@@ -15,6 +15,7 @@
 //! and [`ReplayCheck::matches_final_state`] says so.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::allocator_rules::AllocatorRules;
 use crate::model::allocator::{
@@ -502,7 +503,12 @@ const NO_EVENT: u32 = u32::MAX;
 pub struct TimeTravel {
     device: u32,
     rules: AllocatorRules,
-    trace: DeviceTrace,
+    /// The snapshot whose trace this walks (shared, not copied: traces reach millions of
+    /// events).
+    snapshot: Arc<AllocatorSnapshot>,
+    /// Index of the device's trace in `snapshot.traces`; `None` walks `empty_trace`.
+    trace_index: Option<usize>,
+    empty_trace: DeviceTrace,
     /// For each free event, the alloc event of the same block (or [`NO_EVENT`]).
     paired_alloc: Vec<u32>,
     /// For each `free_completed` event, the size of the freed block if known exactly (0: not).
@@ -525,28 +531,30 @@ impl TimeTravel {
     /// A device without a trace gets a time travel of zero events whose only state is the final
     /// one. Never fails: events that contradict the snapshot are skipped and counted in
     /// [`TimeTravel::check`].
-    pub fn new(snapshot: &AllocatorSnapshot, device: u32) -> Self {
-        let trace = snapshot
-            .trace_of(device)
-            .cloned()
-            .unwrap_or_else(|| DeviceTrace {
-                device,
-                ..Default::default()
-            });
+    pub fn new(snapshot: Arc<AllocatorSnapshot>, device: u32) -> Self {
+        let trace_index = snapshot.traces.iter().position(|t| t.device == device);
+        let empty_trace = DeviceTrace {
+            device,
+            ..Default::default()
+        };
+        let trace = trace_index.map_or(&empty_trace, |i| &snapshot.traces[i]);
         let rules = AllocatorRules::from_settings(snapshot.settings.as_ref());
-        let (paired_alloc, live_allocs) = pair_events(&trace);
-        let final_state = AllocatorState::from_snapshot(snapshot, device, &live_allocs);
+        let (paired_alloc, live_allocs) = pair_events(trace);
+        let final_state = AllocatorState::from_snapshot(&snapshot, device, &live_allocs);
         let final_segment_pools = final_state
             .segments
             .iter()
             .map(|s| (s.address, (s.pool, s.pool_id)))
             .collect();
+        let len = trace.len();
         let mut travel = TimeTravel {
             device,
             rules,
+            snapshot,
+            trace_index,
+            empty_trace,
             final_segment_pools,
-            freed_block_bytes: vec![0; trace.len()],
-            trace,
+            freed_block_bytes: vec![0; len],
             paired_alloc,
             checkpoints: Vec::new(),
             allocated_series: Vec::new(),
@@ -559,30 +567,30 @@ impl TimeTravel {
         let mut replay_mismatches = 0;
         let mut first_problem = None;
         let mut state = start;
-        let mut alloc_bytes: HashMap<u32, u64> = HashMap::new();
-        for index in 0..travel.trace.len() {
+        // Block sizes handed out by each alloc event, stored at the alloc's index.
+        let mut block_bytes = vec![0; len];
+        for (index, bytes) in block_bytes.iter_mut().enumerate() {
             match travel.apply(&mut state, index) {
-                Ok(Some(bytes)) => {
-                    alloc_bytes.insert(index as u32, bytes);
-                }
+                Ok(Some(handed_out)) => *bytes = handed_out,
                 Ok(None) => {}
                 Err(mismatch) => {
                     replay_mismatches += 1;
                     first_problem.get_or_insert_with(|| {
-                        describe_mismatch("replaying", index, &travel.trace, mismatch)
+                        describe_mismatch("replaying", index, travel.trace(), mismatch)
                     });
                 }
             }
         }
         let matches_final_state = replay_mismatches == 0 && state == final_state;
         if matches_final_state {
-            for (index, paired) in travel.paired_alloc.iter().enumerate() {
-                if travel.trace.actions[index] == TraceAction::FreeCompleted
-                    && let Some(bytes) = alloc_bytes.get(paired)
-                {
-                    travel.freed_block_bytes[index] = *bytes;
+            let mut freed = std::mem::take(&mut travel.freed_block_bytes);
+            let actions = &travel.trace().actions;
+            for (index, &paired) in travel.paired_alloc.iter().enumerate() {
+                if actions[index] == TraceAction::FreeCompleted && paired != NO_EVENT {
+                    freed[index] = block_bytes[paired as usize];
                 }
             }
+            travel.freed_block_bytes = freed;
         } else if first_problem.is_none() {
             first_problem = Some(
                 "replaying the trace forwards did not reproduce the snapshot's final state; \
@@ -608,17 +616,24 @@ impl TimeTravel {
 
     /// Number of trace events; states exist for `0..=len()` events applied.
     pub fn len(&self) -> usize {
-        self.trace.len()
+        self.trace().len()
     }
 
     /// True when the device has no trace events.
     pub fn is_empty(&self) -> bool {
-        self.trace.is_empty()
+        self.trace().is_empty()
     }
 
     /// The trace this time travel walks.
     pub fn trace(&self) -> &DeviceTrace {
-        &self.trace
+        self.trace_index
+            .and_then(|i| self.snapshot.traces.get(i))
+            .unwrap_or(&self.empty_trace)
+    }
+
+    /// The snapshot this time travel walks.
+    pub fn snapshot(&self) -> &Arc<AllocatorSnapshot> {
+        &self.snapshot
     }
 
     /// The sizing rules used.
@@ -684,7 +699,7 @@ impl TimeTravel {
     /// Undoes every event from the end; returns the start state and the number of mismatches.
     /// With `record`, keeps checkpoints and the allocated/reserved series.
     fn undo_all(&mut self, mut state: AllocatorState, record: bool) -> (AllocatorState, u32) {
-        let len = self.trace.len();
+        let len = self.trace().len();
         let interval = if record {
             let per_state = state.heap_bytes().max(1);
             let budget_interval = len.saturating_mul(per_state) / CHECKPOINT_BUDGET_BYTES + 1;
@@ -719,7 +734,7 @@ impl TimeTravel {
 
     /// Applies event `index` forwards. Returns the size of the block an `alloc` handed out.
     fn apply(&self, state: &mut AllocatorState, index: usize) -> Result<Option<u64>, Mismatch> {
-        let op = op_at(&self.trace, index);
+        let op = op_at(self.trace(), index);
         match op.action {
             TraceAction::Alloc => {
                 let (segment, block) = state.block_starting_at(op.address)?;
@@ -790,7 +805,7 @@ impl TimeTravel {
                     op.size_bytes,
                     op.stream,
                     expandable_pool_guess(op.size_bytes),
-                    self.trace.pool_id(index),
+                    self.trace().pool_id(index),
                 );
                 Ok(None)
             }
@@ -803,7 +818,7 @@ impl TimeTravel {
 
     /// Undoes event `index`: turns the state after it into the state before it.
     fn undo(&self, state: &mut AllocatorState, index: usize) -> Result<(), Mismatch> {
-        let op = op_at(&self.trace, index);
+        let op = op_at(self.trace(), index);
         match op.action {
             TraceAction::Alloc => state.release_block(op.address),
             TraceAction::FreeRequested => {
@@ -862,7 +877,7 @@ impl TimeTravel {
                     op.size_bytes,
                     op.stream,
                     expandable_pool_guess(op.size_bytes),
-                    self.trace.pool_id(index),
+                    self.trace().pool_id(index),
                 );
                 Ok(())
             }
@@ -872,7 +887,7 @@ impl TimeTravel {
 
     /// Pool of a segment created or re-created by event `index`.
     fn segment_pool(&self, index: usize, op: &TraceOp) -> (PoolKind, PoolId) {
-        let from_trace = self.trace.pool_id(index);
+        let from_trace = self.trace().pool_id(index);
         match self.final_segment_pools.get(&op.address) {
             Some(&(pool, pool_id)) if from_trace.is_default() => (pool, pool_id),
             _ => (AllocatorRules::pool_of_segment(op.size_bytes), from_trace),

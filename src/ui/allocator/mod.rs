@@ -36,7 +36,7 @@ struct DeviceAnalysis {
     ooms: Vec<OomExplanation>,
 }
 
-fn analyze_snapshot(snapshot: &AllocatorSnapshot) -> Vec<DeviceAnalysis> {
+fn analyze_snapshot(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceAnalysis> {
     let mut devices: Vec<u32> = snapshot.devices.iter().map(|d| d.device).collect();
     devices.extend(snapshot.traces.iter().map(|t| t.device));
     devices.sort_unstable();
@@ -44,7 +44,7 @@ fn analyze_snapshot(snapshot: &AllocatorSnapshot) -> Vec<DeviceAnalysis> {
     devices
         .into_iter()
         .map(|device| {
-            let travel = TimeTravel::new(snapshot, device);
+            let travel = TimeTravel::new(Arc::clone(snapshot), device);
             let ooms = oom::explain_all(&travel);
             DeviceAnalysis { travel, ooms }
         })
@@ -54,7 +54,7 @@ fn analyze_snapshot(snapshot: &AllocatorSnapshot) -> Vec<DeviceAnalysis> {
 fn device_views(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceView> {
     analyze_snapshot(snapshot)
         .into_iter()
-        .map(|d| DeviceView::new(Arc::clone(snapshot), d))
+        .map(DeviceView::new)
         .collect()
 }
 
@@ -69,7 +69,6 @@ enum SideTab {
 
 /// Everything the view shows for one device.
 struct DeviceView {
-    snapshot: Arc<AllocatorSnapshot>,
     travel: TimeTravel,
     ooms: Vec<OomExplanation>,
     /// Events applied: the state shown is the one after `position` events.
@@ -94,13 +93,12 @@ struct DeviceView {
 }
 
 impl DeviceView {
-    fn new(snapshot: Arc<AllocatorSnapshot>, analysis: DeviceAnalysis) -> Self {
+    fn new(analysis: DeviceAnalysis) -> Self {
         let position = analysis.travel.len();
         let state = analysis.travel.state_at(position);
         let layout = BlockMapLayout::new(&state);
         let report = fragmentation::analyze(&state);
         DeviceView {
-            snapshot,
             travel: analysis.travel,
             ooms: analysis.ooms,
             position,
@@ -166,8 +164,9 @@ impl DeviceView {
                     if block.status == BlockStatus::Free {
                         continue;
                     }
-                    let (stack, _) = panels::block_stack(&self.snapshot, &self.travel, block);
-                    if frames::stack_mentions(&self.snapshot, stack, &needle) {
+                    let snapshot = self.travel.snapshot();
+                    let (stack, _) = panels::block_stack(snapshot, &self.travel, block);
+                    if frames::stack_mentions(snapshot, stack, &needle) {
                         self.search_matches.push(block.address);
                     }
                 }
@@ -331,10 +330,7 @@ impl AllocatorView {
             }
             match receiver.try_recv() {
                 Ok(devices) => {
-                    self.devices = devices
-                        .into_iter()
-                        .map(|d| DeviceView::new(Arc::clone(&self.snapshot), d))
-                        .collect();
+                    self.devices = devices.into_iter().map(DeviceView::new).collect();
                     self.analysis = Analysis::Ready;
                 }
                 Err(std::sync::mpsc::TryRecvError::Empty) => {}

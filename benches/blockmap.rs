@@ -1,0 +1,122 @@
+//! Per-frame cost of the allocator view on a trace of 3 million events.
+//!
+//! A synthetic caching-allocator workload (the same simulation the tests check time travel
+//! against) writes the trace; the benchmark then times what a frame does:
+//!
+//! - a still frame: the visible block rectangles (`visible_rects`) of a 1600×1000 map,
+//! - a scrubbing frame: `state_at` a random event, the new layout, the fragmentation report
+//!   and the visible rectangles,
+//! - once per width: the timeline's min/max columns,
+//!
+//! plus the one-off analysis (`TimeTravel::new`). Run: `cargo bench --bench blockmap`
+//! (`BLOCKMAP_EVENTS=N` changes the trace length).
+
+#[path = "../tests/support/synthetic_allocator.rs"]
+#[allow(dead_code)]
+mod synthetic_allocator;
+
+use std::time::{Duration, Instant};
+
+use egui::{Pos2, Rect, vec2};
+use synthetic_allocator::{Rng, Simulation};
+use vramscope::analysis::fragmentation;
+use vramscope::analysis::timetravel::TimeTravel;
+use vramscope::ui::allocator::block_map::{BlockMapLayout, MapView, visible_rects};
+use vramscope::ui::allocator::timeline::TimelineColumns;
+
+fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn report(name: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    println!(
+        "{name:<44} median {:>9.3} ms   p99 {:>9.3} ms   max {:>9.3} ms   ({} runs)",
+        percentile(&samples, 0.5).as_secs_f64() * 1e3,
+        percentile(&samples, 0.99).as_secs_f64() * 1e3,
+        samples.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        samples.len()
+    );
+}
+
+fn main() {
+    let events: usize = std::env::var("BLOCKMAP_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3_000_000);
+    let started = Instant::now();
+    let mut simulation = Simulation::new();
+    simulation.run(&mut Rng::new(42), events, |_| {});
+    let snapshot = std::sync::Arc::new(simulation.snapshot());
+    println!(
+        "synthetic trace: {} events, final state {} segments / {} blocks (simulated in {:.1} s)",
+        simulation.trace.len(),
+        snapshot.segments.len(),
+        snapshot.blocks.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    let started = Instant::now();
+    let travel = TimeTravel::new(std::sync::Arc::clone(&snapshot), 0);
+    println!(
+        "TimeTravel::new (3 passes, checkpoints every {} events): {:.2} s, exact replay: {}",
+        travel.checkpoint_interval(),
+        started.elapsed().as_secs_f64(),
+        travel.check().matches_final_state
+    );
+
+    let area = Rect::from_min_size(Pos2::ZERO, vec2(1600.0, 1000.0));
+    let mut rng = Rng::new(7);
+    let mut rects = Vec::new();
+
+    // A still frame at a busy moment (the middle of the trace), zoomed out and zoomed in.
+    let state = travel.state_at(travel.len() / 2);
+    let layout = BlockMapLayout::new(&state);
+    for (name, zoom) in [
+        ("still frame: visible_rects, zoom 1", 1.0),
+        ("still frame: visible_rects, zoom 64", 64.0),
+    ] {
+        let mut view = MapView {
+            zoom,
+            ..MapView::default()
+        };
+        view.clamp(&layout, area);
+        let samples = (0..500)
+            .map(|_| {
+                let t = Instant::now();
+                visible_rects(&layout, &state, &view, area, &mut rects);
+                t.elapsed()
+            })
+            .collect();
+        report(name, samples);
+    }
+
+    // Scrubbing: every frame shows another random event.
+    let mut state_at = Vec::new();
+    let mut frame = Vec::new();
+    for _ in 0..300 {
+        let position = rng.below(travel.len() as u64 + 1) as usize;
+        let t = Instant::now();
+        let state = travel.state_at(position);
+        state_at.push(t.elapsed());
+        let layout = BlockMapLayout::new(&state);
+        let report = fragmentation::analyze(&state);
+        let mut view = MapView::default();
+        view.clamp(&layout, area);
+        visible_rects(&layout, &state, &view, area, &mut rects);
+        std::hint::black_box(&report);
+        frame.push(t.elapsed());
+    }
+    report("scrub: state_at(random event)", state_at);
+    report("scrub frame: state_at+layout+report+rects", frame);
+
+    let samples = (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(TimelineColumns::new(&travel, 1600));
+            t.elapsed()
+        })
+        .collect();
+    report("timeline columns (per width change), 1600", samples);
+}
