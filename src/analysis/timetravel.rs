@@ -925,7 +925,7 @@ impl TimeTravel {
 
 /// Expandable segments map 2 MiB pages for the small pool and 20 MiB pages for the large one.
 fn expandable_pool_guess(size_bytes: u64) -> PoolKind {
-    if size_bytes % super::allocator_rules::LARGE_BUFFER_BYTES == 0 {
+    if size_bytes.is_multiple_of(super::allocator_rules::LARGE_BUFFER_BYTES) {
         PoolKind::Large
     } else {
         PoolKind::Small
@@ -937,17 +937,17 @@ fn expandable_pool_guess(size_bytes: u64) -> PoolKind {
 fn pair_events(trace: &DeviceTrace) -> (Vec<u32>, HashMap<u64, u32>) {
     let mut paired = vec![NO_EVENT; trace.len()];
     let mut open: HashMap<u64, u32> = HashMap::new();
-    for index in 0..trace.len() {
+    for (index, pair) in paired.iter_mut().enumerate() {
         let address = trace.addresses.get(index).copied().unwrap_or(0);
         match trace.actions[index] {
             TraceAction::Alloc => {
                 open.insert(address, index as u32);
             }
             TraceAction::FreeRequested => {
-                paired[index] = open.get(&address).copied().unwrap_or(NO_EVENT);
+                *pair = open.get(&address).copied().unwrap_or(NO_EVENT);
             }
             TraceAction::FreeCompleted => {
-                paired[index] = open.remove(&address).unwrap_or(NO_EVENT);
+                *pair = open.remove(&address).unwrap_or(NO_EVENT);
             }
             _ => {}
         }

@@ -130,9 +130,7 @@ pub fn timeline_ui(
     if cache.as_ref().is_none_or(|c| c.columns.len() != columns) {
         *cache = Some(TimelineColumns::new(travel, columns));
     }
-    let Some(data) = cache.as_ref() else {
-        return None;
-    };
+    let data = cache.as_ref()?;
     painter.rect_filled(rect, 2.0, ui.visuals().extreme_bg_color);
     let peak = data.peak_bytes.max(1) as f32;
     let y_of = |bytes: u64| rect.bottom() - 4.0 - (rect.height() - 18.0) * bytes as f32 / peak;
