@@ -131,8 +131,10 @@ impl StateSegment {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatorState {
     pub device: u32,
-    /// Segments in address order.
-    pub segments: Vec<StateSegment>,
+    /// Segments in address order. Boxed so that inserting or removing a segment (every
+    /// segment_alloc/free while scrubbing) moves pointers, not whole segments.
+    #[allow(clippy::vec_box)]
+    pub segments: Vec<Box<StateSegment>>,
     /// Sum of the sizes of allocated blocks (PyTorch's `allocated_bytes`).
     pub allocated_bytes: u64,
     /// Sum of segment sizes (PyTorch's `reserved_bytes`).
@@ -247,7 +249,7 @@ impl AllocatorState {
         let at = self
             .segments
             .partition_point(|s| s.address < segment.address);
-        self.segments.insert(at, segment);
+        self.segments.insert(at, Box::new(segment));
     }
 
     fn set_status(&mut self, segment: usize, block: usize, status: BlockStatus) {
@@ -349,7 +351,7 @@ impl AllocatorState {
             segment.pool_id = previous.pool_id;
             previous.size_bytes += segment.size_bytes;
             previous.blocks.append(&mut segment.blocks);
-            segment = previous;
+            segment = *previous;
             insert_at = at - 1;
         }
         if insert_at < self.segments.len()
@@ -390,7 +392,7 @@ impl AllocatorState {
         if end > block.end_address() || size_bytes == 0 {
             return Err(Mismatch::BlockTooSmall);
         }
-        let segment = self.segments.remove(segment_index);
+        let segment = *self.segments.remove(segment_index);
         self.reserved_bytes -= segment.size_bytes;
         self.allocated_bytes -= allocated_in(&segment);
         let mut before = Vec::new();
@@ -522,7 +524,29 @@ pub struct TimeTravel {
     allocated_series: Vec<u64>,
     /// Reserved bytes after `i` events, for `i` in `0..=len`.
     reserved_series: Vec<u64>,
+    /// Extremes of the series per [`SERIES_CHUNK`] positions.
+    series_chunks: Vec<SeriesExtremes>,
+    times_monotonic: bool,
     check: ReplayCheck,
+}
+
+/// Positions summarised per entry of the series' chunk summaries.
+pub const SERIES_CHUNK: usize = 256;
+
+/// Extremes of the allocated/reserved series over a range of positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeriesExtremes {
+    pub allocated_min_bytes: u64,
+    pub allocated_max_bytes: u64,
+    pub reserved_max_bytes: u64,
+}
+
+impl SeriesExtremes {
+    fn merge(&mut self, other: &SeriesExtremes) {
+        self.allocated_min_bytes = self.allocated_min_bytes.min(other.allocated_min_bytes);
+        self.allocated_max_bytes = self.allocated_max_bytes.max(other.allocated_max_bytes);
+        self.reserved_max_bytes = self.reserved_max_bytes.max(other.reserved_max_bytes);
+    }
 }
 
 impl TimeTravel {
@@ -559,6 +583,8 @@ impl TimeTravel {
             checkpoints: Vec::new(),
             allocated_series: Vec::new(),
             reserved_series: Vec::new(),
+            series_chunks: Vec::new(),
+            times_monotonic: false,
             check: ReplayCheck::default(),
         };
         // Pass 1: undo with estimated sizes of freed blocks, to find the starting state.
@@ -600,6 +626,22 @@ impl TimeTravel {
         }
         // Pass 3: undo again with the exact sizes, keeping checkpoints and the series.
         let (_, undo_mismatches) = travel.undo_all(final_state, true);
+        travel.series_chunks = travel
+            .allocated_series
+            .chunks(SERIES_CHUNK)
+            .zip(travel.reserved_series.chunks(SERIES_CHUNK))
+            .map(|(allocated, reserved)| SeriesExtremes {
+                allocated_min_bytes: allocated.iter().copied().min().unwrap_or(0),
+                allocated_max_bytes: allocated.iter().copied().max().unwrap_or(0),
+                reserved_max_bytes: reserved.iter().copied().max().unwrap_or(0),
+            })
+            .collect();
+        let times = &travel.trace().times_us;
+        travel.times_monotonic = times.len() == len
+            && times
+                .iter()
+                .all(|&t| t != crate::model::allocator::TIME_UNKNOWN_US)
+            && times.windows(2).all(|w| w[0] <= w[1]);
         travel.check = ReplayCheck {
             matches_final_state,
             undo_mismatches,
@@ -683,6 +725,71 @@ impl TimeTravel {
             let _ = self.undo(&mut state, index);
         }
         state
+    }
+
+    /// Moves `state`, the state after `from` events, to the state after `to` events: directly
+    /// (undoing backwards, or replaying forwards when the replay is exact) when that is fewer
+    /// events than starting from a checkpoint. Small scrubbing steps then cost only the events
+    /// stepped over.
+    pub fn move_state(&self, state: &mut AllocatorState, from: usize, to: usize) {
+        let (from, to) = (from.min(self.len()), to.min(self.len()));
+        let at = self
+            .checkpoints
+            .partition_point(|(position, _)| *position < to);
+        let via_checkpoint = self.checkpoints.get(at).map_or(usize::MAX, |(p, _)| p - to);
+        if to <= from && from - to <= via_checkpoint {
+            for index in (to..from).rev() {
+                let _ = self.undo(state, index);
+            }
+        } else if to > from && self.check.matches_final_state && to - from <= via_checkpoint {
+            for index in from..to {
+                let _ = self.apply(state, index);
+            }
+        } else {
+            *state = self.state_at(to);
+        }
+    }
+
+    /// Extremes of the series over positions `first..=last` (clamped): smallest and largest
+    /// allocated bytes and largest reserved bytes. Uses per-chunk summaries, so a timeline
+    /// column over a million events costs a few thousand steps.
+    pub fn series_extremes(&self, first: usize, last: usize) -> SeriesExtremes {
+        let end = self.allocated_series.len();
+        let (first, last) = (
+            first.min(end.saturating_sub(1)),
+            last.min(end.saturating_sub(1)),
+        );
+        let mut extremes = SeriesExtremes {
+            allocated_min_bytes: u64::MAX,
+            allocated_max_bytes: 0,
+            reserved_max_bytes: 0,
+        };
+        let mut position = first;
+        while position <= last && end > 0 {
+            let chunk = position / SERIES_CHUNK;
+            let chunk_end = (chunk + 1) * SERIES_CHUNK - 1;
+            if position % SERIES_CHUNK == 0 && chunk_end <= last {
+                extremes.merge(&self.series_chunks[chunk]);
+                position = chunk_end + 1;
+            } else {
+                extremes.merge(&SeriesExtremes {
+                    allocated_min_bytes: self.allocated_series[position],
+                    allocated_max_bytes: self.allocated_series[position],
+                    reserved_max_bytes: self.reserved_series[position],
+                });
+                position += 1;
+            }
+        }
+        if extremes.allocated_min_bytes == u64::MAX {
+            extremes.allocated_min_bytes = 0;
+        }
+        extremes
+    }
+
+    /// True when every event has a time and times never go backwards (timelines can then use
+    /// trace time as their x axis).
+    pub fn times_are_monotonic(&self) -> bool {
+        self.times_monotonic
     }
 
     /// The state after the first `applied` events, computed forwards from the reconstructed

@@ -124,8 +124,9 @@ impl DeviceView {
         if position == self.position {
             return;
         }
+        self.travel
+            .move_state(&mut self.state, self.position, position);
         self.position = position;
-        self.state = self.travel.state_at(position);
         self.layout = BlockMapLayout::new(&self.state);
         self.report = fragmentation::analyze(&self.state);
         self.scroll_events = true;
