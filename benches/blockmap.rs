@@ -11,7 +11,8 @@
 //!
 //! plus the one-off analysis (`TimeTravel::new`). Each sample is the fastest of three runs (the
 //! drag frame includes cloning the previous state). Run: `cargo bench --bench blockmap`
-//! (`BLOCKMAP_EVENTS=N` changes the trace length).
+//! (`BLOCKMAP_EVENTS=N` changes the trace length). Under `cargo test` (no `--bench` argument)
+//! it runs once on 20,000 events as a smoke test.
 
 #[path = "../tests/support/synthetic_allocator.rs"]
 #[allow(dead_code)]
@@ -56,10 +57,14 @@ fn report(name: &str, mut samples: Vec<Duration>) {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; under `cargo test --all-targets` this runs once on a short
+    // trace as a smoke test.
+    let benchmarking = std::env::args().any(|a| a == "--bench");
+    let default_events = if benchmarking { 3_000_000 } else { 20_000 };
     let events: usize = std::env::var("BLOCKMAP_EVENTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3_000_000);
+        .unwrap_or(default_events);
     let started = Instant::now();
     let mut simulation = Simulation::new();
     simulation.run(&mut Rng::new(42), events, |_| {});
