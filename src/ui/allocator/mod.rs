@@ -12,6 +12,7 @@ pub mod timeline;
 #[cfg(feature = "native")]
 pub mod watcher;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use egui::{Color32, Key, Rect, RichText, Sense, Stroke, StrokeKind, Ui, pos2, vec2};
@@ -21,7 +22,7 @@ use self::timeline::TimelineColumns;
 use crate::analysis::fragmentation::{self, FragmentationReport};
 use crate::analysis::oom::{self, OomExplanation};
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
-use crate::model::allocator::AllocatorSnapshot;
+use crate::model::allocator::{AllocatorSnapshot, StackId};
 #[cfg(feature = "native")]
 pub use watcher::SnapshotWatcher;
 
@@ -83,6 +84,9 @@ struct DeviceView {
     search_message: String,
     /// Addresses of blocks that match the search.
     search_matches: Vec<u64>,
+    /// Whether each stack matched the frame query `.0`: scrubbing re-runs the search on every
+    /// state, and the same stacks come back again and again.
+    stack_matches: (String, HashMap<StackId, bool>),
     timeline_cache: Option<TimelineColumns>,
     rects: Vec<PaintedRect>,
     map_rect: Rect,
@@ -110,6 +114,7 @@ impl DeviceView {
             search_text: String::new(),
             search_message: String::new(),
             search_matches: Vec::new(),
+            stack_matches: (String::new(), HashMap::new()),
             timeline_cache: None,
             rects: Vec::new(),
             map_rect: Rect::NOTHING,
@@ -160,6 +165,9 @@ impl DeviceView {
             }
         } else {
             let needle = query.to_lowercase();
+            if self.stack_matches.0 != needle {
+                self.stack_matches = (needle.clone(), HashMap::new());
+            }
             for segment in &self.state.segments {
                 for block in &segment.blocks {
                     if block.status == BlockStatus::Free {
@@ -167,7 +175,12 @@ impl DeviceView {
                     }
                     let snapshot = self.travel.snapshot();
                     let (stack, _) = panels::block_stack(snapshot, &self.travel, block);
-                    if frames::stack_mentions(snapshot, stack, &needle) {
+                    let matches = *self
+                        .stack_matches
+                        .1
+                        .entry(stack)
+                        .or_insert_with(|| frames::stack_mentions(snapshot, stack, &needle));
+                    if matches {
                         self.search_matches.push(block.address);
                     }
                 }
