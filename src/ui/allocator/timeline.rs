@@ -23,9 +23,9 @@ pub struct Column {
     /// Events `first_event..end_event` fall in this column (positions `first..=end`).
     pub first_event: usize,
     pub end_event: usize,
-    pub allocated_min: u64,
-    pub allocated_max: u64,
-    pub reserved_max: u64,
+    pub allocated_min_bytes: u64,
+    pub allocated_max_bytes: u64,
+    pub reserved_max_bytes: u64,
 }
 
 /// The timeline reduced to `columns` columns of equal trace time (or of equal event counts when
@@ -70,9 +70,9 @@ impl TimelineColumns {
             columns.push(Column {
                 first_event: start,
                 end_event: end,
-                allocated_min: extremes.allocated_min_bytes,
-                allocated_max: extremes.allocated_max_bytes,
-                reserved_max: extremes.reserved_max_bytes,
+                allocated_min_bytes: extremes.allocated_min_bytes,
+                allocated_max_bytes: extremes.allocated_max_bytes,
+                reserved_max_bytes: extremes.reserved_max_bytes,
             });
             start = end;
         }
@@ -129,18 +129,18 @@ pub fn timeline_ui(
         painter.line_segment(
             [
                 pos2(x, rect.bottom() - 4.0),
-                pos2(x, y_of(column.allocated_max)),
+                pos2(x, y_of(column.allocated_max_bytes)),
             ],
             Stroke::new(1.0, ALLOCATED_COLOR.gamma_multiply(0.55)),
         );
         painter.line_segment(
             [
-                pos2(x, y_of(column.allocated_min)),
-                pos2(x, y_of(column.allocated_max)),
+                pos2(x, y_of(column.allocated_min_bytes)),
+                pos2(x, y_of(column.allocated_max_bytes)),
             ],
             Stroke::new(1.0, ALLOCATED_COLOR),
         );
-        reserved_line.push(pos2(x, y_of(column.reserved_max)));
+        reserved_line.push(pos2(x, y_of(column.reserved_max_bytes)));
     }
     painter.add(egui::Shape::line(
         reserved_line,
