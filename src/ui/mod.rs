@@ -1,5 +1,6 @@
 //! Everything egui: the app, its panels and widgets.
 
+pub mod allocator;
 pub mod app;
 #[cfg(feature = "native")]
 pub mod hardware;
