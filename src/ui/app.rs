@@ -507,7 +507,11 @@ impl VramscopeApp {
                 );
             }
             if session.is_live() {
-                ui.label(RichText::new("● live").color(Color32::from_rgb(0x4a, 0xb0, 0x5a)));
+                ui.label(
+                    RichText::new("LIVE")
+                        .strong()
+                        .color(Color32::from_rgb(0x4a, 0xb0, 0x5a)),
+                );
             }
         }
     }
@@ -529,7 +533,7 @@ impl VramscopeApp {
                 Some((path, status)) => {
                     let button = ui
                         .button(
-                            RichText::new("⏹ Stop recording")
+                            RichText::new("Stop recording")
                                 .color(Color32::from_rgb(0xe0, 0x4a, 0x4a)),
                         )
                         .on_hover_text(format!("Recording to {} ({shortcut})", path.display()));
@@ -540,7 +544,7 @@ impl VramscopeApp {
                     ));
                     if let Some(error) = status.last_error {
                         ui.label(
-                            RichText::new(format!("⚠ {error}"))
+                            RichText::new(format!("write error: {error}"))
                                 .color(Color32::from_rgb(0xe0, 0x4a, 0x4a)),
                         );
                     }
@@ -550,7 +554,7 @@ impl VramscopeApp {
                 }
                 None => {
                     if ui
-                        .button("⏺ Record")
+                        .button("Record")
                         .on_hover_text(format!(
                             "Start recording to a new .vramcap file ({shortcut})"
                         ))

@@ -210,7 +210,7 @@ pub fn device_list_ui(ui: &mut Ui, capture: &Capture) {
         return;
     }
     for device in &capture.devices {
-        device_ui(ui, capture, device);
+        ui.push_id(device.index, |ui| device_ui(ui, capture, device));
         ui.separator();
     }
 }

@@ -57,10 +57,10 @@ impl Notices {
     pub fn ui(&mut self, ui: &mut Ui) {
         let mut dismissed = None;
         for (i, notice) in self.items.iter().enumerate() {
-            let (icon, color) = match notice.level {
-                NoticeLevel::Info => ("ℹ", Color32::from_rgb(0x40, 0x90, 0xd0)),
-                NoticeLevel::Warning => ("⚠", Color32::from_rgb(0xd0, 0x90, 0x20)),
-                NoticeLevel::Error => ("⛔", Color32::from_rgb(0xd0, 0x40, 0x40)),
+            let (kind, color) = match notice.level {
+                NoticeLevel::Info => ("Info", Color32::from_rgb(0x40, 0x90, 0xd0)),
+                NoticeLevel::Warning => ("Warning", Color32::from_rgb(0xd0, 0x90, 0x20)),
+                NoticeLevel::Error => ("Error", Color32::from_rgb(0xe0, 0x50, 0x50)),
             };
             egui::Frame::new()
                 .stroke(egui::Stroke::new(1.0, color))
@@ -68,10 +68,10 @@ impl Notices {
                 .inner_margin(egui::Margin::symmetric(8, 4))
                 .show(ui, |ui| {
                     ui.horizontal(|ui| {
-                        if ui.small_button("✕").on_hover_text("Dismiss").clicked() {
+                        if ui.small_button("Dismiss").clicked() {
                             dismissed = Some(i);
                         }
-                        ui.label(RichText::new(icon).color(color));
+                        ui.label(RichText::new(kind).strong().color(color));
                         ui.add(egui::Label::new(RichText::new(&notice.text).color(color)).wrap());
                     });
                 });

@@ -164,8 +164,8 @@ pub fn process_table_ui(
                 header.col(|ui| {
                     let arrow = match (state.sort_by == column, state.ascending) {
                         (false, _) => "",
-                        (true, true) => " ⏶",
-                        (true, false) => " ⏷",
+                        (true, true) => " (asc)",
+                        (true, false) => " (desc)",
                     };
                     if ui
                         .selectable_label(

@@ -238,7 +238,7 @@ fn toolbar_ui(
             state.request_reset();
         }
         if settings.stacked_processes {
-            ui.label(RichText::new("ⓘ per-process memory").weak()).on_hover_text(
+            ui.label(RichText::new("(?) per-process memory").weak()).on_hover_text(
                 "NVML reports each process's whole footprint on the GPU: its allocator's reserved \
                  memory plus the CUDA context. That is more than the live tensors PyTorch's \
                  memory_allocated() shows.",
@@ -452,7 +452,8 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
             }
             if let Some(hover) = plot.hover {
                 plot_ui.vline(
-                    VLine::new("hovered sample", hover.x_secs)
+                    VLine::new("", hover.x_secs)
+                        .id("hovered sample")
                         .color(Color32::from_gray(160))
                         .width(1.0)
                         .allow_hover(false),
@@ -583,7 +584,8 @@ fn add_threshold(
     }
     if !rising.is_empty() {
         plot_ui.points(
-            Points::new("crossed above threshold", PlotPoints::from(rising))
+            Points::new("", PlotPoints::from(rising))
+                .id("crossed above threshold")
                 .shape(MarkerShape::Up)
                 .filled(true)
                 .radius(6.0)
@@ -593,7 +595,8 @@ fn add_threshold(
     }
     if !falling.is_empty() {
         plot_ui.points(
-            Points::new("back below threshold", PlotPoints::from(falling))
+            Points::new("", PlotPoints::from(falling))
+                .id("back below threshold")
                 .shape(MarkerShape::Down)
                 .filled(true)
                 .radius(6.0)
@@ -637,7 +640,7 @@ fn add_event_markers(
         let color = event_color(&event.kind);
         let label = event.kind.short_label();
         plot_ui.vline(
-            VLine::new(label.clone(), x)
+            VLine::new("", x)
                 .color(color)
                 .width(1.5)
                 .style(LineStyle::dashed_dense())
@@ -646,7 +649,7 @@ fn add_event_markers(
         );
         plot_ui.text(
             Text::new(
-                label.clone(),
+                "",
                 egui_plot::PlotPoint::new(x, y_max * 0.97),
                 RichText::new(label).color(color).small(),
             )
