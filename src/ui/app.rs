@@ -152,7 +152,10 @@ impl VramscopeApp {
     /// Shows a capture that is already in memory (used for tests, benchmarks and screenshots;
     /// files normally arrive through [`Self::open_path`]).
     pub fn show_capture(&mut self, file_name: &str, capture: Capture) {
-        self.opened(file_name.to_owned(), Ok(PreparedCapture::new(capture)));
+        self.opened(
+            file_name.to_owned(),
+            Ok(Box::new(PreparedCapture::new(capture))),
+        );
     }
 
     /// Starts reading a file in the background.
@@ -186,7 +189,7 @@ impl VramscopeApp {
         }
     }
 
-    fn opened(&mut self, file_name: String, result: Result<PreparedCapture, String>) {
+    fn opened(&mut self, file_name: String, result: Result<Box<PreparedCapture>, String>) {
         match result {
             Ok(prepared) => {
                 if let Some(recovery) = &prepared.capture.recovery {
@@ -205,7 +208,7 @@ impl VramscopeApp {
                         format!("{file_name} holds no samples."),
                     );
                 }
-                let session = Session::from_prepared(SessionOrigin::File { file_name }, prepared);
+                let session = Session::from_prepared(SessionOrigin::File { file_name }, *prepared);
                 self.add_session(session);
             }
             Err(message) => {

@@ -13,7 +13,7 @@ pub enum JobResult {
     /// A file was read (or failed to be). Errors name the file and the problem.
     Opened {
         file_name: String,
-        result: Result<PreparedCapture, String>,
+        result: Result<Box<PreparedCapture>, String>,
     },
     /// A capture was written to `path` (or failed to be).
     Saved {
@@ -54,7 +54,7 @@ impl Jobs {
         self.spawn(move || JobResult::Opened {
             file_name,
             result: vramcap::read_file(&path)
-                .map(PreparedCapture::new)
+                .map(|capture| Box::new(PreparedCapture::new(capture)))
                 .map_err(|err| err.to_string()),
         });
     }
@@ -63,7 +63,7 @@ impl Jobs {
     pub fn open_bytes(&mut self, file_name: String, bytes: Vec<u8>) {
         self.spawn(move || {
             let result = vramcap::read_bytes(&bytes, &file_name)
-                .map(PreparedCapture::new)
+                .map(|capture| Box::new(PreparedCapture::new(capture)))
                 .map_err(|err| err.to_string());
             JobResult::Opened { file_name, result }
         });
@@ -86,7 +86,7 @@ impl Jobs {
                     .map_err(|err| format!("{file_name}: cannot read the dropped file: {err}"))
                     .and_then(|bytes| {
                         vramcap::read_bytes(&bytes, &file_name)
-                            .map(PreparedCapture::new)
+                            .map(|capture| Box::new(PreparedCapture::new(capture)))
                             .map_err(|err| err.to_string())
                     });
                 JobResult::Opened { file_name, result }
@@ -100,7 +100,7 @@ impl Jobs {
             wasm_bindgen_futures::spawn_local(async move {
                 let result = match file.bytes_async().await {
                     Ok(bytes) => vramcap::read_bytes(&bytes, &file_name)
-                        .map(PreparedCapture::new)
+                        .map(|capture| Box::new(PreparedCapture::new(capture)))
                         .map_err(|err| err.to_string()),
                     Err(err) => Err(format!("{file_name}: cannot read the dropped file: {err}")),
                 };

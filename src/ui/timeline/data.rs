@@ -19,11 +19,14 @@ pub fn gib(bytes: u64) -> f64 {
 pub struct LodSeries {
     pub values: Vec<f64>,
     pub pyramid: MinMaxPyramid,
+    /// Largest value so far (0 when empty), kept up to date so the plot's y range costs nothing.
+    pub max_value: f64,
 }
 
 impl LodSeries {
     fn push(&mut self, value: f64) {
         self.values.push(value);
+        self.max_value = self.max_value.max(value);
     }
 
     fn refresh(&mut self) {
@@ -224,9 +227,11 @@ impl TimelineData {
             let stack = &mut device.stack;
             stack.layer_of_track.resize(capture.processes.len(), None);
             stack.consumed.resize(capture.processes.len(), 0);
-            // Tracks of this device that still have samples to fold in, in first-appearance order
-            // (track order), so that layers keep their place in the stack.
-            let mut pending: Vec<usize> = capture
+            // Tracks of this device that still have samples to fold in. `waiting` holds those
+            // whose next sample is in the future, soonest last (popped from the end); `active`
+            // those being stacked, in track order (first appearance), so that layers keep their
+            // place in the stack. Only active tracks are looked at on each tick.
+            let mut waiting: Vec<usize> = capture
                 .processes
                 .iter()
                 .enumerate()
@@ -236,10 +241,21 @@ impl TimelineData {
                 })
                 .map(|(i, _)| i)
                 .collect();
+            let next_ms = |i: usize| capture.processes[i].t_ms[stack.consumed[i]];
+            waiting.sort_by_key(|&i| std::cmp::Reverse((next_ms(i), i)));
+            let mut active: Vec<usize> = Vec::new();
             for (tick, &tick_ms) in ticks.iter().enumerate().skip(self.ticks_seen) {
                 stack.x_secs.push((tick_ms - origin_ms) as f64 / 1000.0);
+                while let Some(&next) = waiting.last() {
+                    if capture.processes[next].t_ms[stack.consumed[next]] > tick_ms {
+                        break;
+                    }
+                    waiting.pop();
+                    let at = active.partition_point(|&i| i < next);
+                    active.insert(at, next);
+                }
                 let mut running_bytes = 0u64;
-                pending.retain(|&track_index| {
+                active.retain(|&track_index| {
                     let track = &capture.processes[track_index];
                     let cursor = stack.consumed[track_index];
                     // A track sample at or before this tick belongs to it (tracks are stamped with

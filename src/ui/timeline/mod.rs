@@ -81,6 +81,8 @@ pub struct TimelineState {
     /// Keep the newest samples in view (live sources only).
     pub following: bool,
     reset_requested: bool,
+    /// An x range to show on the next frame (then the user's pan/zoom takes over again).
+    requested_range: Option<(f64, f64)>,
     /// The sample under the mouse during the last frame.
     pub hover: Option<TimelineHover>,
     crossings: CrossingsCache,
@@ -93,6 +95,7 @@ impl Default for TimelineState {
         TimelineState {
             following: true,
             reset_requested: false,
+            requested_range: None,
             hover: None,
             crossings: CrossingsCache::default(),
             plot_generation: 0,
@@ -107,12 +110,22 @@ impl TimelineState {
         self.following = true;
     }
 
+    /// Shows `[x_min, x_max]` (seconds since the timeline origin) on the next frame and stops
+    /// following live data.
+    pub fn request_x_range(&mut self, x_min: f64, x_max: f64) {
+        if x_min.is_finite() && x_max.is_finite() && x_min < x_max {
+            self.requested_range = Some((x_min, x_max));
+            self.following = false;
+        }
+    }
+
     /// Forget everything about the previous capture (a new one is being shown).
     pub fn new_capture(&mut self) {
         self.hover = None;
         self.crossings = CrossingsCache::default();
         self.following = true;
         self.reset_requested = false;
+        self.requested_range = None;
         self.plot_generation += 1;
     }
 }
@@ -153,7 +166,9 @@ pub fn timeline_ui(
         span_end - settings.follow_window_secs,
         span_end + settings.follow_window_secs * 0.02,
     );
-    let forced_range = if input.live && state.following {
+    let forced_range = if let Some(range) = state.requested_range.take() {
+        Some(range)
+    } else if input.live && state.following {
         Some(follow_range)
     } else if state.reset_requested {
         Some(full_range)
@@ -168,6 +183,18 @@ pub fn timeline_ui(
         .auto_shrink(false)
         .show(ui, |ui| {
             for (position, device) in input.data.devices.iter().enumerate() {
+                // A GPU scrolled out of view costs only its space (8 GPUs do not fit at once).
+                let block_height = plot_height
+                    + ui.text_style_height(&egui::TextStyle::Body)
+                    + 2.0 * ui.spacing().item_spacing.y;
+                let block = egui::Rect::from_min_size(
+                    ui.cursor().min,
+                    egui::vec2(ui.available_width(), block_height),
+                );
+                if !ui.is_rect_visible(block) {
+                    ui.allocate_space(block.size());
+                    continue;
+                }
                 let facts = input
                     .capture
                     .devices
@@ -337,15 +364,9 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
     let data = plot.input.data;
     let device = &data.devices[plot.position];
     let settings = plot.settings;
-    let total_max = device.total.values.iter().copied().fold(0.0, f64::max);
-    let stack_max = device
-        .stack
-        .total
-        .values
-        .iter()
-        .copied()
-        .fold(0.0, f64::max);
-    let used_max = device.used.values.iter().copied().fold(0.0, f64::max);
+    let total_max = device.total.max_value;
+    let stack_max = device.stack.total.max_value;
+    let used_max = device.used.max_value;
     let y_max = total_max.max(stack_max).max(used_max).max(1.0) * 1.08;
     let device_index = device.device_index;
 
@@ -514,13 +535,38 @@ fn add_stacked_layers(
 ) {
     let stack = &input.data.devices[position].stack;
     let ticks = stack.visible_ticks(x_min, x_max, max_buckets);
-    for (layer_index, polygon) in stack.layer_polygons(&ticks) {
+    let polygons = stack.layer_polygons(&ticks);
+    // Only the biggest layers in view get a legend entry: a day can hold hundreds of short-lived
+    // processes, and a legend that long would hide the plot (and cost more than the plot itself).
+    let mut by_size: Vec<(usize, f64)> = polygons
+        .iter()
+        .enumerate()
+        .map(|(i, (_, polygon))| {
+            let height = polygon
+                .tops
+                .iter()
+                .zip(&polygon.bottoms)
+                .map(|(top, bottom)| top - bottom)
+                .fold(0.0, f64::max);
+            (i, height)
+        })
+        .collect();
+    by_size.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut named = vec![false; polygons.len()];
+    for &(i, _) in by_size.iter().take(LEGEND_LAYERS) {
+        named[i] = true;
+    }
+    for ((layer_index, polygon), named) in polygons.into_iter().zip(named) {
         let layer = &stack.layers[layer_index];
         let Some(track) = input.capture.processes.get(layer.track_index) else {
             continue;
         };
         let color = process_color(track.pid);
-        let name = format!("pid {} {}", track.pid, track.name);
+        let name = if named {
+            format!("pid {} {}", track.pid, track.name)
+        } else {
+            String::new()
+        };
         plot_ui.add(
             FilledArea::new(name, &polygon.xs, &polygon.bottoms, &polygon.tops)
                 .fill_color(color.gamma_multiply(0.55))
@@ -530,6 +576,9 @@ fn add_stacked_layers(
         );
     }
 }
+
+/// Processes named in a stacked plot's legend (the largest in view).
+const LEGEND_LAYERS: usize = 6;
 
 /// A stable colour per process id, so a process keeps its colour across frames and plots.
 pub fn process_color(pid: u32) -> Color32 {
@@ -606,7 +655,10 @@ fn add_threshold(
     }
 }
 
-/// Colour and whether to label a marker of this kind.
+/// Event markers drawn with a label; beyond this many in view, markers are plain lines.
+const MAX_LABELLED_EVENTS: usize = 40;
+
+/// Colour of a marker of this kind.
 fn event_color(kind: &EventKind) -> Color32 {
     match kind {
         EventKind::Xid { .. } | EventKind::Critical { .. } | EventKind::DeviceLost { .. } => {
@@ -636,22 +688,26 @@ fn add_event_markers(
         .map(|event| (data.x_of(event.t_ms), event))
         .filter(|&(x, _)| x >= x_min && x <= x_max)
         .take(300);
-    for (i, (x, event)) in visible.enumerate() {
+    let visible: Vec<(f64, &crate::model::Event)> = visible.collect();
+    // With many markers in view, labels would pile up into an unreadable (and slow) smear: draw
+    // plain thin lines then, and zoom in for the labels.
+    let labelled = visible.len() <= MAX_LABELLED_EVENTS;
+    for (i, (x, event)) in visible.into_iter().enumerate() {
         let color = event_color(&event.kind);
-        let label = event.kind.short_label();
-        plot_ui.vline(
-            VLine::new("", x)
-                .color(color)
-                .width(1.5)
-                .style(LineStyle::dashed_dense())
-                .id(("event", i))
-                .allow_hover(false),
-        );
+        let line = VLine::new("", x)
+            .color(color)
+            .id(("event", i))
+            .allow_hover(false);
+        if !labelled {
+            plot_ui.vline(line.width(1.0));
+            continue;
+        }
+        plot_ui.vline(line.width(1.5).style(LineStyle::dashed_dense()));
         plot_ui.text(
             Text::new(
                 "",
                 egui_plot::PlotPoint::new(x, y_max * 0.97),
-                RichText::new(label).color(color).small(),
+                RichText::new(event.kind.short_label()).color(color).small(),
             )
             .anchor(egui::Align2::LEFT_TOP)
             .id(("event label", i))
