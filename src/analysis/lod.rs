@@ -152,7 +152,7 @@ impl MinMaxPyramid {
         let top = max_level.min(self.levels.len().checked_sub(1)?);
         (0..=top).rev().find(|&level| {
             let size = bucket_size(level);
-            i % size == 0 && i + size <= end && (i / size) < self.levels[level].len()
+            i.is_multiple_of(size) && i + size <= end && (i / size) < self.levels[level].len()
         })
     }
 }

@@ -390,7 +390,9 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
         .legend(
             Legend::default()
                 .position(Corner::LeftTop)
-                .background_alpha(0.6),
+                .background_alpha(0.75)
+                .text_style(egui::TextStyle::Small)
+                .follow_insertion_order(true),
         )
         .show(ui, |plot_ui| {
             let last_bounds = plot_ui.plot_bounds();
@@ -425,7 +427,7 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
                                 .points(&device.x_secs, range.clone(), max_buckets),
                         )
                         .color(TOTAL_COLOR)
-                        .style(LineStyle::dashed_loose())
+                        .width(1.0)
                         .allow_hover(false),
                     );
                 }
