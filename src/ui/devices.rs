@@ -222,22 +222,26 @@ fn device_ui(ui: &mut Ui, capture: &Capture, device: &DeviceFacts) {
     match latest.and_then(|s| s.memory) {
         Some(memory) => {
             let fraction = memory.occupied_fraction() as f32;
-            ui.add(
-                egui::ProgressBar::new(fraction)
-                    .fill(USED_COLOR.gamma_multiply(0.8))
-                    .text(format!(
-                        "{} / {}",
-                        format_bytes(memory.occupied_bytes()),
-                        format_bytes(memory.total_bytes)
-                    )),
-            )
-            .on_hover_text(format!(
+            let details = format!(
                 "used {} + reserved by the driver {} of total {}; free {}",
                 format_bytes(memory.used_bytes),
                 format_bytes(memory.reserved_bytes),
                 format_bytes(memory.total_bytes),
                 format_bytes(memory.free_bytes)
-            ));
+            );
+            ui.label(format!(
+                "{} of {} in use ({:.0}%)",
+                format_bytes(memory.occupied_bytes()),
+                format_bytes(memory.total_bytes),
+                fraction * 100.0
+            ))
+            .on_hover_text(&details);
+            ui.add(
+                egui::ProgressBar::new(fraction)
+                    .fill(USED_COLOR.gamma_multiply(0.8))
+                    .desired_height(8.0),
+            )
+            .on_hover_text(details);
         }
         None => {
             ui.label(
