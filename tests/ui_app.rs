@@ -60,9 +60,20 @@ fn options(dialogs: &ScriptedDialogs) -> AppOptions {
 
 /// A 1000×700 harness (the snapshot size) with the app showing `capture` (if any).
 fn harness(dialogs: &ScriptedDialogs, capture: Option<Capture>) -> Harness<'static, VramscopeApp> {
+    harness_with_step(dialogs, capture, 0.25)
+}
+
+/// [`harness`] with `step_dt` seconds per frame (kittest runs one frame per input event, so a
+/// double click needs frames shorter than egui's 0.3 s double-click window).
+fn harness_with_step(
+    dialogs: &ScriptedDialogs,
+    capture: Option<Capture>,
+    step_dt: f32,
+) -> Harness<'static, VramscopeApp> {
     let options = options(dialogs);
     Harness::builder()
         .with_size(Vec2::new(1000.0, 700.0))
+        .with_step_dt(step_dt)
         .wgpu()
         .build_eframe(move |cc| {
             let mut app = VramscopeApp::new(cc, options);
@@ -434,4 +445,84 @@ fn live_demo_source_is_sampled_recorded_and_says_simulated() {
     assert!(name.ends_with("-simulated.vramcap"), "{name}");
     let capture = vramcap::read_file(&recorded[0]).expect("recording opens");
     assert!(capture.is_simulated() && capture.sample_count() > 0);
+}
+
+#[test]
+fn zoom_pan_and_double_click_reset_act_on_all_linked_plots() {
+    let dialogs = ScriptedDialogs::default();
+    let mut harness = harness_with_step(&dialogs, Some(demo_capture()), 0.05);
+    harness.run_steps(3);
+    let visible = |h: &Harness<'static, VramscopeApp>| {
+        h.state()
+            .timeline_state()
+            .visible_x_range
+            .expect("plots shown")
+    };
+    let full = visible(&harness);
+    assert!(
+        full.0 <= 0.0 && full.1 >= 899.0,
+        "whole capture in view: {full:?}"
+    );
+
+    let title_rect = harness
+        .query_all_by_label("GPU 1 · NVIDIA H200 (simulated)")
+        .map(|node| node.rect())
+        .max_by(|a, b| a.left().total_cmp(&b.left()))
+        .expect("timeline title");
+    let inside_plot = title_rect.left_bottom() + egui::vec2(400.0, 60.0);
+    let zoom_in = |harness: &mut Harness<'static, VramscopeApp>| {
+        harness.hover_at(inside_plot);
+        harness.event(egui::Event::Zoom(4.0));
+        harness.run_steps(3);
+    };
+    zoom_in(&mut harness);
+    let zoomed = visible(&harness);
+    assert!(
+        zoomed.1 - zoomed.0 < (full.1 - full.0) / 3.0,
+        "zoomed in: {full:?} -> {zoomed:?}"
+    );
+
+    // A double click shows everything again.
+    for pressed in [true, false, true, false] {
+        harness.event(egui::Event::PointerButton {
+            pos: inside_plot,
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: Modifiers::NONE,
+        });
+    }
+    harness.run_steps(4);
+    let reset = visible(&harness);
+    assert!(
+        (reset.0 - full.0).abs() < 1e-6 && (reset.1 - full.1).abs() < 1e-6,
+        "{reset:?} != {full:?}"
+    );
+
+    // Dragging pans along x and keeps the zoom.
+    zoom_in(&mut harness);
+    let zoomed = visible(&harness);
+    harness.drag_at(inside_plot);
+    harness.step();
+    harness.hover_at(inside_plot + egui::vec2(150.0, 0.0));
+    harness.step();
+    harness.drop_at(inside_plot + egui::vec2(150.0, 0.0));
+    harness.run_steps(3);
+    let panned = visible(&harness);
+    assert!(
+        panned.0 < zoomed.0,
+        "dragged right shows earlier times: {zoomed:?} -> {panned:?}"
+    );
+    assert!(
+        ((panned.1 - panned.0) - (zoomed.1 - zoomed.0)).abs() < 1e-6,
+        "same width"
+    );
+
+    // "Reset view" does the same as a double click.
+    harness.get_by_label("Reset view").click();
+    harness.run_steps(4);
+    let reset = visible(&harness);
+    assert!(
+        (reset.0 - full.0).abs() < 1e-6 && (reset.1 - full.1).abs() < 1e-6,
+        "{reset:?} != {full:?}"
+    );
 }

@@ -85,6 +85,8 @@ pub struct TimelineState {
     requested_range: Option<(f64, f64)>,
     /// The sample under the mouse during the last frame.
     pub hover: Option<TimelineHover>,
+    /// The x range (seconds since the timeline origin) the plots showed in the last frame.
+    pub visible_x_range: Option<(f64, f64)>,
     crossings: CrossingsCache,
     /// Salt for plot ids, so that a newly opened capture starts with fresh plot memory.
     plot_generation: u64,
@@ -97,6 +99,7 @@ impl Default for TimelineState {
             reset_requested: false,
             requested_range: None,
             hover: None,
+            visible_x_range: None,
             crossings: CrossingsCache::default(),
             plot_generation: 0,
         }
@@ -179,6 +182,8 @@ pub fn timeline_ui(
 
     let mut hover = None;
     let mut user_moved_view = false;
+    let mut reset_clicked = false;
+    let mut visible_x_range = None;
     egui::ScrollArea::vertical()
         .auto_shrink(false)
         .show(ui, |ui| {
@@ -218,11 +223,19 @@ pub fn timeline_ui(
                     },
                 );
                 hover = hover.or(outcome.hover);
+                visible_x_range = visible_x_range.or(Some(outcome.shown_range));
                 user_moved_view |= outcome.user_moved_view;
+                reset_clicked |= outcome.double_clicked;
             }
         });
     state.hover = hover;
+    state.visible_x_range = visible_x_range;
     state.reset_requested = false;
+    if reset_clicked {
+        state.request_reset();
+        ui.ctx().request_repaint();
+        return;
+    }
     if user_moved_view && input.live {
         state.following = false;
     }
@@ -357,7 +370,10 @@ struct DevicePlot<'a> {
 
 struct DevicePlotOutcome {
     hover: Option<TimelineHover>,
+    shown_range: (f64, f64),
     user_moved_view: bool,
+    /// A double click asks for the whole capture, as "Reset view" does.
+    double_clicked: bool,
 }
 
 fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
@@ -515,15 +531,17 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
                 || response.response.hovered();
         }
     }
-    if let Some(hover) = hover {
-        let text = hover_text(plot.input, settings, hover);
-        if let Some(text) = text {
-            response.response.on_hover_text_at_pointer(text);
-        }
+    let double_clicked = response.response.double_clicked();
+    if let Some(hover) = hover
+        && let Some(text) = hover_text(plot.input, settings, hover)
+    {
+        response.response.on_hover_text_at_pointer(text);
     }
     DevicePlotOutcome {
         hover,
+        shown_range: (shown_min, shown_max),
         user_moved_view,
+        double_clicked,
     }
 }
 
