@@ -426,6 +426,23 @@ fn live_demo_source_is_sampled_recorded_and_says_simulated() {
         harness.step();
     }
     assert!(harness.query_by_label("Stop recording").is_some());
+    // Following live data: the newest sample is in view.
+    harness.run_steps(2);
+    let shown = harness
+        .state()
+        .timeline_state()
+        .visible_x_range
+        .expect("plots shown");
+    let newest = harness
+        .state()
+        .active_session()
+        .and_then(|s| s.timeline.x_span())
+        .map(|(_, last)| last)
+        .expect("samples");
+    assert!(
+        shown.0 < newest && newest <= shown.1,
+        "{newest} not in {shown:?}"
+    );
     harness.key_press_modifiers(Modifiers::COMMAND, Key::R);
     harness.step();
     let infos = notice_texts(&harness, NoticeLevel::Info);
@@ -525,4 +542,58 @@ fn zoom_pan_and_double_click_reset_act_on_all_linked_plots() {
         (reset.0 - full.0).abs() < 1e-6 && (reset.1 - full.1).abs() < 1e-6,
         "{reset:?} != {full:?}"
     );
+}
+
+#[test]
+fn ctrl_q_quits() {
+    let dialogs = ScriptedDialogs::default();
+    let mut harness = harness(&dialogs, None);
+    harness.run_steps(1);
+    assert!(!harness.state().quit_requested());
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Q);
+    harness.step();
+    assert!(harness.state().quit_requested());
+}
+
+/// eframe storage in memory, as the real app has in `app.ron`.
+#[derive(Default)]
+struct MemoryStorage(std::collections::HashMap<String, String>);
+
+impl eframe::Storage for MemoryStorage {
+    fn get_string(&self, key: &str) -> Option<String> {
+        self.0.get(key).cloned()
+    }
+    fn set_string(&mut self, key: &str, value: String) {
+        self.0.insert(key.to_owned(), value);
+    }
+    fn remove_string(&mut self, key: &str) {
+        self.0.remove(key);
+    }
+    fn flush(&mut self) {}
+}
+
+#[test]
+fn settings_persist_between_runs() {
+    use eframe::App as _;
+    let dialogs = ScriptedDialogs::default();
+    let mut harness = harness(&dialogs, Some(demo_capture()));
+    harness.run_steps(2);
+    harness.get_by_label("Stacked processes").click();
+    harness.run_steps(2);
+    harness.state_mut().settings.threshold_pct = 75.0;
+    harness.state_mut().settings.sampling_interval_ms = 1000;
+    let mut storage = MemoryStorage::default();
+    harness.state_mut().save(&mut storage);
+
+    // The next run starts from the stored settings. The storage must outlive the harness.
+    let storage: &'static MemoryStorage = Box::leak(Box::new(storage));
+    let options = options(&dialogs);
+    let harness = Harness::builder().build_eframe(move |cc| {
+        cc.storage = Some(storage);
+        VramscopeApp::new(cc, options)
+    });
+    let settings = &harness.state().settings;
+    assert!(settings.stacked_processes);
+    assert_eq!(settings.threshold_pct, 75.0);
+    assert_eq!(settings.sampling_interval_ms, 1000);
 }

@@ -67,6 +67,8 @@ pub struct VramscopeApp {
     show_settings: bool,
     /// Title last sent to the window, so it is only sent when it changes.
     sent_title: String,
+    /// Quit was asked for (File › Quit, Ctrl+Q); the window closes at the end of the frame.
+    quit_requested: bool,
     /// Settings last applied to the sampler and the theme.
     applied: Option<Settings>,
 }
@@ -92,6 +94,7 @@ impl VramscopeApp {
             annotation_draft: String::new(),
             show_settings: false,
             sent_title: String::new(),
+            quit_requested: false,
             applied: None,
         };
         #[cfg(feature = "native")]
@@ -238,6 +241,17 @@ impl VramscopeApp {
         }
     }
 
+    /// Whether Quit was asked for.
+    pub fn quit_requested(&self) -> bool {
+        self.quit_requested
+    }
+
+    /// File › Quit and Ctrl+Q: closes the window (sessions stop in `on_exit`).
+    fn quit(&mut self, ctx: &egui::Context) {
+        self.quit_requested = true;
+        ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+    }
+
     /// File › Open… and Ctrl+O.
     pub fn open_with_dialog(&mut self) {
         if let Some(path) = self.dialogs.pick_file_to_open() {
@@ -370,7 +384,7 @@ impl VramscopeApp {
             self.toggle_recording();
         }
         if quit {
-            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            self.quit(ctx);
         }
     }
 
@@ -438,7 +452,7 @@ impl VramscopeApp {
                     )
                     .clicked()
                 {
-                    ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+                    self.quit(&ctx);
                 }
             });
             ui.menu_button("View", |ui| {
