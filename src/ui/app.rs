@@ -175,11 +175,6 @@ impl VramscopeApp {
         );
     }
 
-    /// Starts parsing file contents in the background.
-    pub fn open_bytes(&mut self, file_name: String, bytes: Vec<u8>) {
-        self.jobs.open_bytes(file_name, bytes);
-    }
-
     fn add_session(&mut self, session: Session) {
         self.sessions.push(session);
         self.select_session(self.sessions.len() - 1);

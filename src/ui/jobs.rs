@@ -59,16 +59,6 @@ impl Jobs {
         });
     }
 
-    /// Parses and prepares a capture already in memory (a dropped file on the web, a test).
-    pub fn open_bytes(&mut self, file_name: String, bytes: Vec<u8>) {
-        self.spawn(move || {
-            let result = vramcap::read_bytes(&bytes, &file_name)
-                .map(|capture| Box::new(PreparedCapture::new(capture)))
-                .map_err(|err| err.to_string());
-            JobResult::Opened { file_name, result }
-        });
-    }
-
     /// Reads a dropped file: by path when it has one on disk, else through the handle's bytes.
     pub fn open_dropped(&mut self, file: egui::DroppedFileHandle) {
         let path = file.path().to_owned();
@@ -153,7 +143,7 @@ impl Jobs {
 }
 
 /// The file name part of a path, for messages and the top bar.
-pub fn display_name(path: &std::path::Path) -> String {
+fn display_name(path: &std::path::Path) -> String {
     path.file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
