@@ -371,6 +371,23 @@ fn save_as_writes_the_shown_capture_with_notes() {
         .push(path.clone());
     let mut harness = harness(&dialogs, Some(demo_capture()));
     harness.run_steps(2);
+    // A note on a file lands at the last hovered moment.
+    let title_rect = harness
+        .query_all_by_label("GPU 0 · NVIDIA H200 (simulated)")
+        .map(|node| node.rect())
+        .max_by(|a, b| a.left().total_cmp(&b.left()))
+        .expect("timeline title");
+    harness.hover_at(title_rect.left_bottom() + egui::vec2(250.0, 60.0));
+    harness.run_steps(2);
+    let hovered_t_ms = harness
+        .state()
+        .timeline_state()
+        .hover
+        .expect("hovered")
+        .t_ms;
+    harness.hover_at(egui::pos2(5.0, 690.0));
+    harness.run_steps(2);
+    assert!(harness.state().timeline_state().hover.is_none());
     harness
         .state_mut()
         .set_annotation_draft("learning rate lowered");
@@ -382,10 +399,11 @@ fn save_as_writes_the_shown_capture_with_notes() {
     let saved = vramcap::read_file(&path).expect("saved file opens");
     let shown = &harness.state().active_session().expect("session").capture;
     assert_eq!(&saved, shown);
-    assert!(saved.events.iter().any(|e| e.kind
-        == EventKind::Annotation {
-            text: "learning rate lowered".to_owned()
-        }));
+    assert!(saved.events.iter().any(|e| e.t_ms == hovered_t_ms
+        && e.kind
+            == EventKind::Annotation {
+                text: "learning rate lowered".to_owned()
+            }));
 }
 
 #[test]

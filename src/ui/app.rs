@@ -343,11 +343,11 @@ impl VramscopeApp {
             .push(NoticeLevel::Warning, "Recording needs the desktop app.");
     }
 
-    /// Adds the note being typed at "now": the current time for a live source, the hovered
-    /// moment or else the end of the capture for a file.
+    /// Adds the note being typed at "now": the current time for a live source; for a file, the
+    /// last hovered moment, or else the end of the capture.
     pub fn add_annotation(&mut self) {
         let text = std::mem::take(&mut self.annotation_draft);
-        let hovered_t = self.timeline.hover.map(|h| h.t_ms);
+        let hovered_t = self.timeline.last_hovered_t_ms;
         let Some(session) = self.active_session_mut() else {
             return;
         };
@@ -464,11 +464,16 @@ impl VramscopeApp {
             self.source_ui(ui);
             ui.separator();
             self.recording_ui(ui);
-            if self.active_session().is_some() {
+            if let Some(session) = self.active_session() {
+                let hint = if session.is_live() {
+                    "note at the current time"
+                } else {
+                    "note at the last hovered time"
+                };
                 ui.separator();
                 let field = ui.add(
                     egui::TextEdit::singleline(&mut self.annotation_draft)
-                        .hint_text("note at the current time")
+                        .hint_text(hint)
                         .desired_width(180.0),
                 );
                 let entered = field.lost_focus() && ui.input(|i| i.key_pressed(Key::Enter));
@@ -653,7 +658,7 @@ impl VramscopeApp {
     }
 }
 
-/// When a note added now lands: the current time for a live source; for a file, the hovered
+/// When a note added now lands: the current time for a live source; for a file, the last hovered
 /// moment if there is one, else the end of the capture.
 fn annotation_time(session: &Session, hovered_t_ms: Option<UnixMs>) -> UnixMs {
     if session.is_live() {

@@ -85,6 +85,9 @@ pub struct TimelineState {
     requested_range: Option<(f64, f64)>,
     /// The sample under the mouse during the last frame.
     pub hover: Option<TimelineHover>,
+    /// Time of the last sample that was hovered (kept after the mouse leaves the plots), where a
+    /// note added to a file lands.
+    pub last_hovered_t_ms: Option<UnixMs>,
     /// The x range (seconds since the timeline origin) the plots showed in the last frame.
     pub visible_x_range: Option<(f64, f64)>,
     crossings: CrossingsCache,
@@ -99,6 +102,7 @@ impl Default for TimelineState {
             reset_requested: false,
             requested_range: None,
             hover: None,
+            last_hovered_t_ms: None,
             visible_x_range: None,
             crossings: CrossingsCache::default(),
             plot_generation: 0,
@@ -125,6 +129,7 @@ impl TimelineState {
     /// Forget everything about the previous capture (a new one is being shown).
     pub fn new_capture(&mut self) {
         self.hover = None;
+        self.last_hovered_t_ms = None;
         self.crossings = CrossingsCache::default();
         self.following = true;
         self.reset_requested = false;
@@ -229,6 +234,9 @@ pub fn timeline_ui(
             }
         });
     state.hover = hover;
+    if let Some(hover) = hover {
+        state.last_hovered_t_ms = Some(hover.t_ms);
+    }
     state.visible_x_range = visible_x_range;
     state.reset_requested = false;
     if reset_clicked {
