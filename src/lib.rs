@@ -8,6 +8,7 @@
 pub mod analysis;
 #[cfg(feature = "native")]
 pub mod cli;
+pub mod diagnose;
 pub mod formats;
 pub mod model;
 pub mod source;

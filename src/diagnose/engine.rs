@@ -1,0 +1,298 @@
+//! Runs every rule over whatever evidence was given (logs, captures or a live reading, snapshot
+//! facts, a CUDA version from the user) and orders the findings: primary cause first.
+//!
+//! Order: findings are sorted by severity, and within a severity by the order the rules ran —
+//! the out-of-memory rule first (it explains the failure the user came with), then the CUDA and
+//! hardware lines of logs, the capture's health, leaks, and the driver check. When nothing is
+//! wrong, a single `healthy` finding lists what was checked.
+
+use super::finding::{Category, Diagnosis, Evidence, EvidenceSource, Finding, InputSummary, Severity, Unit, Wizard};
+use super::leak::{self, SnapshotFacts};
+use super::log::{Framework, LogAnalysis, OomNumbers};
+use super::oom::{self, OomCase};
+use super::{compat, hardware};
+use crate::model::{Capture, EventKind, format_bytes};
+
+/// A capture (from a file, or a live reading) with the name evidence should cite.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedCapture {
+    pub name: String,
+    pub capture: Capture,
+}
+
+/// Everything the doctor can look at. Any part may be empty.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DiagnosisInput {
+    pub logs: Vec<LogAnalysis>,
+    pub captures: Vec<NamedCapture>,
+    pub snapshots: Vec<SnapshotFacts>,
+    /// The CUDA version a framework was built for, when the user gives it (e.g. from
+    /// `torch.version.cuda`); logs can also show it.
+    pub framework_cuda: Option<(u32, u32)>,
+}
+
+/// Runs all rules.
+pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
+    let mut findings = Vec::new();
+    if let Some(case) = oom_case(input) {
+        findings.extend(oom::findings(&case));
+    }
+    for log in &input.logs {
+        hardware::log_findings(log, &mut findings);
+    }
+    for c in &input.captures {
+        hardware::capture_findings(&c.name, &c.capture, &mut findings);
+        leak::capture_findings(&c.name, &c.capture, &mut findings);
+    }
+    leak::snapshot_findings(&input.snapshots, &mut findings);
+    driver_check(input, &mut findings);
+
+    findings.sort_by_key(|f| f.severity);
+    if !findings.iter().any(|f| f.severity != Severity::Info) {
+        findings.insert(0, healthy(input));
+    }
+    Diagnosis {
+        findings,
+        inputs: summarize_inputs(input),
+        simulated: input.captures.iter().any(|c| c.capture.is_simulated()),
+    }
+}
+
+fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
+    let mut inputs = Vec::new();
+    for log in &input.logs {
+        inputs.push(InputSummary {
+            kind: "log".into(),
+            name: log.name.clone(),
+            summary: format!("{} recognised lines of {}", log.matches.len() + log.dropped_matches, log.lines_read),
+        });
+    }
+    for c in &input.captures {
+        let span = c.capture.time_span_ms().map(|(a, b)| (b - a) as f64 / 1000.0).unwrap_or(0.0);
+        inputs.push(InputSummary {
+            kind: "capture".into(),
+            name: c.name.clone(),
+            summary: format!(
+                "{} device(s), {} samples over {span:.0} s, {} process track(s), {} event(s){}",
+                c.capture.devices.len(),
+                c.capture.sample_count(),
+                c.capture.processes.len(),
+                c.capture.events.len(),
+                if c.capture.is_simulated() { ", SIMULATED" } else { "" }
+            ),
+        });
+    }
+    for s in &input.snapshots {
+        inputs.push(InputSummary {
+            kind: "snapshot".into(),
+            name: s.name.clone(),
+            summary: format!(
+                "GPU {}: {} reserved, {} allocated, largest free block {}",
+                s.device_index,
+                format_bytes(s.reserved_bytes),
+                format_bytes(s.allocated_bytes),
+                format_bytes(s.largest_free_block_bytes)
+            ),
+        });
+    }
+    inputs
+}
+
+/// Picks the most informative OOM among logs, snapshots and capture events, and enriches it with
+/// the other sources (largest free block from a snapshot, other processes from a capture).
+fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
+    let occurrences: usize = input.logs.iter().map(|l| l.ooms().count()).sum::<usize>()
+        + input.captures.iter().map(|c| c.capture.events.iter().filter(|e| matches!(e.kind, EventKind::OutOfMemory { .. })).count()).sum::<usize>();
+
+    let mut case = input
+        .logs
+        .iter()
+        .filter_map(|log| {
+            let (m, numbers, framework) = log.best_oom()?;
+            Some(OomCase {
+                framework,
+                numbers: numbers.clone(),
+                source: EvidenceSource::LogLine { file: log.name.clone(), line: m.line },
+                occurrences: 0,
+                largest_free_block: None,
+                other_processes_from_capture: Vec::new(),
+            })
+        })
+        .max_by_key(|c| richness(&c.numbers))
+        .or_else(|| snapshot_oom(&input.snapshots))
+        .or_else(|| capture_oom(&input.captures))?;
+    case.occurrences = occurrences.max(1);
+
+    let device = case.numbers.device_index.unwrap_or(0);
+    if let Some(s) = input.snapshots.iter().rev().find(|s| s.device_index == device) {
+        let source = EvidenceSource::Snapshot { file: s.name.clone(), device_index: Some(device) };
+        case.largest_free_block = Some((s.largest_free_block_bytes, source));
+        if case.numbers.reserved_unallocated_bytes.is_none() {
+            case.numbers.allocated_bytes = Some(s.allocated_bytes);
+            case.numbers.reserved_bytes = Some(s.reserved_bytes);
+            case.numbers.reserved_unallocated_bytes = Some(s.reserved_bytes.saturating_sub(s.allocated_bytes));
+        }
+    }
+    if case.numbers.other_processes.is_empty() {
+        case.other_processes_from_capture = capture_others_at_oom(&input.captures, device);
+    }
+    Some(case)
+}
+
+fn richness(n: &OomNumbers) -> usize {
+    [n.requested_bytes, n.total_bytes, n.free_bytes, n.allocated_bytes, n.reserved_unallocated_bytes, n.allowed_bytes, n.this_process_bytes]
+        .iter()
+        .filter(|v| v.is_some())
+        .count()
+}
+
+fn snapshot_oom(snapshots: &[SnapshotFacts]) -> Option<OomCase> {
+    let s = snapshots.iter().rev().find(|s| s.oom.is_some())?;
+    let (requested, free) = s.oom?;
+    Some(OomCase {
+        framework: Framework::PyTorch,
+        numbers: OomNumbers {
+            device_index: Some(s.device_index),
+            requested_bytes: Some(requested),
+            free_bytes: free,
+            allocated_bytes: Some(s.allocated_bytes),
+            reserved_bytes: Some(s.reserved_bytes),
+            reserved_unallocated_bytes: Some(s.reserved_bytes.saturating_sub(s.allocated_bytes)),
+            ..Default::default()
+        },
+        source: EvidenceSource::Snapshot { file: s.name.clone(), device_index: Some(s.device_index) },
+        occurrences: 1,
+        largest_free_block: None,
+        other_processes_from_capture: Vec::new(),
+    })
+}
+
+/// An OOM event in a capture, with the device's memory at that moment.
+fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
+    for c in captures {
+        for e in c.capture.events.iter().rev() {
+            let EventKind::OutOfMemory { pid, requested_bytes, .. } = &e.kind else { continue };
+            let device = e.device_index.unwrap_or(0);
+            let reading = c
+                .capture
+                .series(device)
+                .and_then(|s| s.samples.iter().rev().find(|x| x.t_ms <= e.t_ms && x.memory.is_some()))
+                .and_then(|x| x.memory);
+            let this_process = pid.and_then(|pid| process_bytes_at(&c.capture, device, pid, e.t_ms));
+            return Some(OomCase {
+                framework: Framework::Cuda,
+                numbers: OomNumbers {
+                    device_index: Some(device),
+                    requested_bytes: *requested_bytes,
+                    total_bytes: reading.map(|m| m.total_bytes),
+                    free_bytes: reading.map(|m| m.free_bytes),
+                    this_process_bytes: this_process,
+                    ..Default::default()
+                },
+                source: EvidenceSource::Capture { file: c.name.clone(), device_index: Some(device), t_ms: Some(e.t_ms) },
+                occurrences: 1,
+                largest_free_block: None,
+                other_processes_from_capture: Vec::new(),
+            });
+        }
+    }
+    None
+}
+
+fn process_bytes_at(capture: &Capture, device: u32, pid: u32, t_ms: i64) -> Option<u64> {
+    let track = capture.processes.iter().find(|p| p.device_index == device && p.pid == pid)?;
+    track.t_ms.iter().zip(&track.used_bytes).rev().find(|(t, _)| **t <= t_ms).and_then(|(_, b)| *b)
+}
+
+/// Other processes on the device at the capture's OOM event (excluding the failing pid).
+fn capture_others_at_oom(captures: &[NamedCapture], device: u32) -> Vec<(u32, String, u64, EvidenceSource)> {
+    for c in captures {
+        let Some((t_ms, failing_pid)) = c.capture.events.iter().rev().find_map(|e| match &e.kind {
+            EventKind::OutOfMemory { pid, .. } if e.device_index.unwrap_or(0) == device => Some((e.t_ms, *pid)),
+            _ => None,
+        }) else {
+            continue;
+        };
+        return c
+            .capture
+            .processes
+            .iter()
+            .filter(|p| p.device_index == device && Some(p.pid) != failing_pid)
+            .filter_map(|p| {
+                let bytes = process_bytes_at(&c.capture, device, p.pid, t_ms)?;
+                // Only processes still listed at the failure.
+                let last_seen = p.t_ms.iter().rev().find(|t| **t <= t_ms)?;
+                (t_ms - last_seen <= 5_000).then(|| {
+                    (p.pid, p.name.clone(), bytes, EvidenceSource::Capture { file: c.name.clone(), device_index: Some(device), t_ms: Some(*last_seen) })
+                })
+            })
+            .collect();
+    }
+    Vec::new()
+}
+
+fn driver_check(input: &DiagnosisInput, findings: &mut Vec<Finding>) {
+    let from_capture = input.captures.iter().find(|c| !c.capture.meta.driver_version.is_empty() && !c.capture.is_simulated());
+    let driver = from_capture
+        .map(|c| (c.capture.meta.driver_version.clone(), EvidenceSource::Capture { file: c.name.clone(), device_index: None, t_ms: None }))
+        .or_else(|| {
+            input.logs.iter().find_map(|l| {
+                let (v, line) = l.versions.driver_version.clone()?;
+                Some((v, EvidenceSource::LogLine { file: l.name.clone(), line }))
+            })
+        });
+    let driver_cuda = input.captures.iter().filter(|c| !c.capture.is_simulated()).find_map(|c| {
+        let v = c.capture.meta.cuda_driver_version?;
+        Some((compat::cuda_from_api_version(v), EvidenceSource::Capture { file: c.name.clone(), device_index: None, t_ms: None }))
+    });
+    let framework_cuda = input
+        .framework_cuda
+        .map(|v| (v, EvidenceSource::User { what: "framework CUDA version".into() }))
+        .or_else(|| {
+            input.logs.iter().find_map(|l| {
+                let (v, line) = l.versions.framework_cuda?;
+                Some((v, EvidenceSource::LogLine { file: l.name.clone(), line }))
+            })
+        });
+    hardware::driver_findings(driver, framework_cuda, driver_cuda, findings);
+}
+
+/// The "nothing wrong" finding, listing what was checked.
+fn healthy(input: &DiagnosisInput) -> Finding {
+    let mut evidence = Vec::new();
+    for log in &input.logs {
+        evidence.push(Evidence::number(
+            "log lines read, none showing a failure",
+            log.lines_read as f64,
+            Unit::Count,
+            format!("{} lines", log.lines_read),
+            EvidenceSource::LogLine { file: log.name.clone(), line: log.lines_read.max(1) },
+        ));
+    }
+    for c in &input.captures {
+        for s in &c.capture.series {
+            if let Some((t, peak)) = s.peak_used() {
+                let total = c.capture.devices.iter().find(|d| d.index == s.device_index).map(|d| d.memory_total_bytes).unwrap_or(0);
+                evidence.push(Evidence::bytes(
+                    format!("peak used on GPU {} (of {})", s.device_index, format_bytes(total)),
+                    peak,
+                    EvidenceSource::Capture { file: c.name.clone(), device_index: Some(s.device_index), t_ms: Some(t) },
+                ));
+            }
+        }
+    }
+    let checked = if input.logs.is_empty() && input.captures.is_empty() && input.snapshots.is_empty() {
+        "No evidence was given: add a log, a capture, a snapshot or a live reading.".to_owned()
+    } else {
+        "No out-of-memory error, CUDA error, Xid, uncorrectable ECC error, pending or failed row remap, throttling, leak or driver mismatch was found in the evidence.".to_owned()
+    };
+    Finding {
+        category: Category::Healthy,
+        severity: Severity::Info,
+        title: "No problem found".into(),
+        evidence,
+        explanation: checked,
+        recommendations: Vec::new(),
+        wizard: None::<Wizard>,
+    }
+}
