@@ -15,7 +15,9 @@ impl DriverVersion {
     /// Parses `580.159.04` or `570.26`; `None` when it is not a dotted number.
     pub fn parse(text: &str) -> Option<Self> {
         let parts: Option<Vec<u32>> = text.trim().split('.').map(|p| p.parse().ok()).collect();
-        parts.filter(|p| !p.is_empty() && p.len() <= 4).map(DriverVersion)
+        parts
+            .filter(|p| !p.is_empty() && p.len() <= 4)
+            .map(DriverVersion)
     }
 
     pub fn major(&self) -> u32 {
@@ -29,7 +31,11 @@ impl std::fmt::Display for DriverVersion {
         // The first field is never zero-padded.
         let first = self.0.first().map(|p| p.to_string()).unwrap_or_default();
         let rest = text.iter().skip(1).cloned().collect::<Vec<_>>();
-        if rest.is_empty() { write!(f, "{first}") } else { write!(f, "{first}.{}", rest.join(".")) }
+        if rest.is_empty() {
+            write!(f, "{first}")
+        } else {
+            write!(f, "{first}.{}", rest.join("."))
+        }
     }
 }
 
@@ -85,7 +91,10 @@ pub enum Compatibility {
 /// Compares a driver with a CUDA version `(major, minor)`.
 pub fn check(driver: &DriverVersion, cuda: (u32, u32)) -> Compatibility {
     let (major, minor) = cuda;
-    let Some(&(_, family_minimum)) = MIN_DRIVER_MAJOR_FOR_FAMILY.iter().find(|(m, _)| *m == major) else {
+    let Some(&(_, family_minimum)) = MIN_DRIVER_MAJOR_FOR_FAMILY
+        .iter()
+        .find(|(m, _)| *m == major)
+    else {
         // Families before 11 had no minor-version compatibility: the toolkit driver is the minimum.
         return match toolkit_driver(cuda) {
             Some(required) if driver >= &required => Compatibility::Full,
@@ -162,7 +171,12 @@ mod tests {
                 minimum_driver_branch: 525
             }
         );
-        assert_eq!(check(&v("580.65.06"), (13, 2)), Compatibility::MinorVersionCompatible { toolkit_driver: "595.45.04".into() });
+        assert_eq!(
+            check(&v("580.65.06"), (13, 2)),
+            Compatibility::MinorVersionCompatible {
+                toolkit_driver: "595.45.04".into()
+            }
+        );
         assert_eq!(check(&v("600.1"), (14, 0)), Compatibility::Unknown);
         assert_eq!(cuda_from_api_version(12080), (12, 8));
     }

@@ -6,7 +6,9 @@
 //! hardware lines of logs, the capture's health, leaks, and the driver check. When nothing is
 //! wrong, a single `healthy` finding lists what was checked.
 
-use super::finding::{Category, Diagnosis, Evidence, EvidenceSource, Finding, InputSummary, Severity, Unit, Wizard};
+use super::finding::{
+    Category, Diagnosis, Evidence, EvidenceSource, Finding, InputSummary, Severity, Unit, Wizard,
+};
 use super::leak::{self, SnapshotFacts};
 use super::log::{Framework, LogAnalysis, OomNumbers};
 use super::oom::{self, OomCase};
@@ -64,11 +66,19 @@ fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
         inputs.push(InputSummary {
             kind: "log".into(),
             name: log.name.clone(),
-            summary: format!("{} recognised lines of {}", log.matches.len() + log.dropped_matches, log.lines_read),
+            summary: format!(
+                "{} recognised lines of {}",
+                log.matches.len() + log.dropped_matches,
+                log.lines_read
+            ),
         });
     }
     for c in &input.captures {
-        let span = c.capture.time_span_ms().map(|(a, b)| (b - a) as f64 / 1000.0).unwrap_or(0.0);
+        let span = c
+            .capture
+            .time_span_ms()
+            .map(|(a, b)| (b - a) as f64 / 1000.0)
+            .unwrap_or(0.0);
         inputs.push(InputSummary {
             kind: "capture".into(),
             name: c.name.clone(),
@@ -78,7 +88,11 @@ fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
                 c.capture.sample_count(),
                 c.capture.processes.len(),
                 c.capture.events.len(),
-                if c.capture.is_simulated() { ", SIMULATED" } else { "" }
+                if c.capture.is_simulated() {
+                    ", SIMULATED"
+                } else {
+                    ""
+                }
             ),
         });
     }
@@ -102,7 +116,17 @@ fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
 /// the other sources (largest free block from a snapshot, other processes from a capture).
 fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
     let occurrences: usize = input.logs.iter().map(|l| l.ooms().count()).sum::<usize>()
-        + input.captures.iter().map(|c| c.capture.events.iter().filter(|e| matches!(e.kind, EventKind::OutOfMemory { .. })).count()).sum::<usize>();
+        + input
+            .captures
+            .iter()
+            .map(|c| {
+                c.capture
+                    .events
+                    .iter()
+                    .filter(|e| matches!(e.kind, EventKind::OutOfMemory { .. }))
+                    .count()
+            })
+            .sum::<usize>();
 
     let mut case = input
         .logs
@@ -112,7 +136,10 @@ fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
             Some(OomCase {
                 framework,
                 numbers: numbers.clone(),
-                source: EvidenceSource::LogLine { file: log.name.clone(), line: m.line },
+                source: EvidenceSource::LogLine {
+                    file: log.name.clone(),
+                    line: m.line,
+                },
                 occurrences: 0,
                 largest_free_block: None,
                 other_processes_from_capture: Vec::new(),
@@ -124,13 +151,22 @@ fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
     case.occurrences = occurrences.max(1);
 
     let device = case.numbers.device_index.unwrap_or(0);
-    if let Some(s) = input.snapshots.iter().rev().find(|s| s.device_index == device) {
-        let source = EvidenceSource::Snapshot { file: s.name.clone(), device_index: Some(device) };
+    if let Some(s) = input
+        .snapshots
+        .iter()
+        .rev()
+        .find(|s| s.device_index == device)
+    {
+        let source = EvidenceSource::Snapshot {
+            file: s.name.clone(),
+            device_index: Some(device),
+        };
         case.largest_free_block = Some((s.largest_free_block_bytes, source));
         if case.numbers.reserved_unallocated_bytes.is_none() {
             case.numbers.allocated_bytes = Some(s.allocated_bytes);
             case.numbers.reserved_bytes = Some(s.reserved_bytes);
-            case.numbers.reserved_unallocated_bytes = Some(s.reserved_bytes.saturating_sub(s.allocated_bytes));
+            case.numbers.reserved_unallocated_bytes =
+                Some(s.reserved_bytes.saturating_sub(s.allocated_bytes));
         }
     }
     if case.numbers.other_processes.is_empty() {
@@ -140,10 +176,18 @@ fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
 }
 
 fn richness(n: &OomNumbers) -> usize {
-    [n.requested_bytes, n.total_bytes, n.free_bytes, n.allocated_bytes, n.reserved_unallocated_bytes, n.allowed_bytes, n.this_process_bytes]
-        .iter()
-        .filter(|v| v.is_some())
-        .count()
+    [
+        n.requested_bytes,
+        n.total_bytes,
+        n.free_bytes,
+        n.allocated_bytes,
+        n.reserved_unallocated_bytes,
+        n.allowed_bytes,
+        n.this_process_bytes,
+    ]
+    .iter()
+    .filter(|v| v.is_some())
+    .count()
 }
 
 fn snapshot_oom(snapshots: &[SnapshotFacts]) -> Option<OomCase> {
@@ -160,7 +204,10 @@ fn snapshot_oom(snapshots: &[SnapshotFacts]) -> Option<OomCase> {
             reserved_unallocated_bytes: Some(s.reserved_bytes.saturating_sub(s.allocated_bytes)),
             ..Default::default()
         },
-        source: EvidenceSource::Snapshot { file: s.name.clone(), device_index: Some(s.device_index) },
+        source: EvidenceSource::Snapshot {
+            file: s.name.clone(),
+            device_index: Some(s.device_index),
+        },
         occurrences: 1,
         largest_free_block: None,
         other_processes_from_capture: Vec::new(),
@@ -171,14 +218,27 @@ fn snapshot_oom(snapshots: &[SnapshotFacts]) -> Option<OomCase> {
 fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
     for c in captures {
         for e in c.capture.events.iter().rev() {
-            let EventKind::OutOfMemory { pid, requested_bytes, .. } = &e.kind else { continue };
+            let EventKind::OutOfMemory {
+                pid,
+                requested_bytes,
+                ..
+            } = &e.kind
+            else {
+                continue;
+            };
             let device = e.device_index.unwrap_or(0);
             let reading = c
                 .capture
                 .series(device)
-                .and_then(|s| s.samples.iter().rev().find(|x| x.t_ms <= e.t_ms && x.memory.is_some()))
+                .and_then(|s| {
+                    s.samples
+                        .iter()
+                        .rev()
+                        .find(|x| x.t_ms <= e.t_ms && x.memory.is_some())
+                })
                 .and_then(|x| x.memory);
-            let this_process = pid.and_then(|pid| process_bytes_at(&c.capture, device, pid, e.t_ms));
+            let this_process =
+                pid.and_then(|pid| process_bytes_at(&c.capture, device, pid, e.t_ms));
             return Some(OomCase {
                 framework: Framework::Cuda,
                 numbers: OomNumbers {
@@ -189,7 +249,11 @@ fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
                     this_process_bytes: this_process,
                     ..Default::default()
                 },
-                source: EvidenceSource::Capture { file: c.name.clone(), device_index: Some(device), t_ms: Some(e.t_ms) },
+                source: EvidenceSource::Capture {
+                    file: c.name.clone(),
+                    device_index: Some(device),
+                    t_ms: Some(e.t_ms),
+                },
                 occurrences: 1,
                 largest_free_block: None,
                 other_processes_from_capture: Vec::new(),
@@ -200,15 +264,29 @@ fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
 }
 
 fn process_bytes_at(capture: &Capture, device: u32, pid: u32, t_ms: i64) -> Option<u64> {
-    let track = capture.processes.iter().find(|p| p.device_index == device && p.pid == pid)?;
-    track.t_ms.iter().zip(&track.used_bytes).rev().find(|(t, _)| **t <= t_ms).and_then(|(_, b)| *b)
+    let track = capture
+        .processes
+        .iter()
+        .find(|p| p.device_index == device && p.pid == pid)?;
+    track
+        .t_ms
+        .iter()
+        .zip(&track.used_bytes)
+        .rev()
+        .find(|(t, _)| **t <= t_ms)
+        .and_then(|(_, b)| *b)
 }
 
 /// Other processes on the device at the capture's OOM event (excluding the failing pid).
-fn capture_others_at_oom(captures: &[NamedCapture], device: u32) -> Vec<(u32, String, u64, EvidenceSource)> {
+fn capture_others_at_oom(
+    captures: &[NamedCapture],
+    device: u32,
+) -> Vec<(u32, String, u64, EvidenceSource)> {
     for c in captures {
         let Some((t_ms, failing_pid)) = c.capture.events.iter().rev().find_map(|e| match &e.kind {
-            EventKind::OutOfMemory { pid, .. } if e.device_index.unwrap_or(0) == device => Some((e.t_ms, *pid)),
+            EventKind::OutOfMemory { pid, .. } if e.device_index.unwrap_or(0) == device => {
+                Some((e.t_ms, *pid))
+            }
             _ => None,
         }) else {
             continue;
@@ -223,7 +301,16 @@ fn capture_others_at_oom(captures: &[NamedCapture], device: u32) -> Vec<(u32, St
                 // Only processes still listed at the failure.
                 let last_seen = p.t_ms.iter().rev().find(|t| **t <= t_ms)?;
                 (t_ms - last_seen <= 5_000).then(|| {
-                    (p.pid, p.name.clone(), bytes, EvidenceSource::Capture { file: c.name.clone(), device_index: Some(device), t_ms: Some(*last_seen) })
+                    (
+                        p.pid,
+                        p.name.clone(),
+                        bytes,
+                        EvidenceSource::Capture {
+                            file: c.name.clone(),
+                            device_index: Some(device),
+                            t_ms: Some(*last_seen),
+                        },
+                    )
                 })
             })
             .collect();
@@ -232,26 +319,68 @@ fn capture_others_at_oom(captures: &[NamedCapture], device: u32) -> Vec<(u32, St
 }
 
 fn driver_check(input: &DiagnosisInput, findings: &mut Vec<Finding>) {
-    let from_capture = input.captures.iter().find(|c| !c.capture.meta.driver_version.is_empty() && !c.capture.is_simulated());
+    let from_capture = input
+        .captures
+        .iter()
+        .find(|c| !c.capture.meta.driver_version.is_empty() && !c.capture.is_simulated());
     let driver = from_capture
-        .map(|c| (c.capture.meta.driver_version.clone(), EvidenceSource::Capture { file: c.name.clone(), device_index: None, t_ms: None }))
+        .map(|c| {
+            (
+                c.capture.meta.driver_version.clone(),
+                EvidenceSource::Capture {
+                    file: c.name.clone(),
+                    device_index: None,
+                    t_ms: None,
+                },
+            )
+        })
         .or_else(|| {
             input.logs.iter().find_map(|l| {
                 let (v, line) = l.versions.driver_version.clone()?;
-                Some((v, EvidenceSource::LogLine { file: l.name.clone(), line }))
+                Some((
+                    v,
+                    EvidenceSource::LogLine {
+                        file: l.name.clone(),
+                        line,
+                    },
+                ))
             })
         });
-    let driver_cuda = input.captures.iter().filter(|c| !c.capture.is_simulated()).find_map(|c| {
-        let v = c.capture.meta.cuda_driver_version?;
-        Some((compat::cuda_from_api_version(v), EvidenceSource::Capture { file: c.name.clone(), device_index: None, t_ms: None }))
-    });
+    let driver_cuda = input
+        .captures
+        .iter()
+        .filter(|c| !c.capture.is_simulated())
+        .find_map(|c| {
+            let v = c.capture.meta.cuda_driver_version?;
+            Some((
+                compat::cuda_from_api_version(v),
+                EvidenceSource::Capture {
+                    file: c.name.clone(),
+                    device_index: None,
+                    t_ms: None,
+                },
+            ))
+        });
     let framework_cuda = input
         .framework_cuda
-        .map(|v| (v, EvidenceSource::User { what: "framework CUDA version".into() }))
+        .map(|v| {
+            (
+                v,
+                EvidenceSource::User {
+                    what: "framework CUDA version".into(),
+                },
+            )
+        })
         .or_else(|| {
             input.logs.iter().find_map(|l| {
                 let (v, line) = l.versions.framework_cuda?;
-                Some((v, EvidenceSource::LogLine { file: l.name.clone(), line }))
+                Some((
+                    v,
+                    EvidenceSource::LogLine {
+                        file: l.name.clone(),
+                        line,
+                    },
+                ))
             })
         });
     hardware::driver_findings(driver, framework_cuda, driver_cuda, findings);
@@ -266,22 +395,42 @@ fn healthy(input: &DiagnosisInput) -> Finding {
             log.lines_read as f64,
             Unit::Count,
             format!("{} lines", log.lines_read),
-            EvidenceSource::LogLine { file: log.name.clone(), line: log.lines_read.max(1) },
+            EvidenceSource::LogLine {
+                file: log.name.clone(),
+                line: log.lines_read.max(1),
+            },
         ));
     }
     for c in &input.captures {
         for s in &c.capture.series {
             if let Some((t, peak)) = s.peak_used() {
-                let total = c.capture.devices.iter().find(|d| d.index == s.device_index).map(|d| d.memory_total_bytes).unwrap_or(0);
+                let total = c
+                    .capture
+                    .devices
+                    .iter()
+                    .find(|d| d.index == s.device_index)
+                    .map(|d| d.memory_total_bytes)
+                    .unwrap_or(0);
                 evidence.push(Evidence::bytes(
-                    format!("peak used on GPU {} (of {})", s.device_index, format_bytes(total)),
+                    format!(
+                        "peak used on GPU {} (of {})",
+                        s.device_index,
+                        format_bytes(total)
+                    ),
                     peak,
-                    EvidenceSource::Capture { file: c.name.clone(), device_index: Some(s.device_index), t_ms: Some(t) },
+                    EvidenceSource::Capture {
+                        file: c.name.clone(),
+                        device_index: Some(s.device_index),
+                        t_ms: Some(t),
+                    },
                 ));
             }
         }
     }
-    let checked = if input.logs.is_empty() && input.captures.is_empty() && input.snapshots.is_empty() {
+    let checked = if input.logs.is_empty()
+        && input.captures.is_empty()
+        && input.snapshots.is_empty()
+    {
         "No evidence was given: add a log, a capture, a snapshot or a live reading.".to_owned()
     } else {
         "No out-of-memory error, CUDA error, Xid, uncorrectable ECC error, pending or failed row remap, throttling, leak or driver mismatch was found in the evidence.".to_owned()

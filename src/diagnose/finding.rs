@@ -98,7 +98,10 @@ pub enum EvidenceSource {
     /// A live device read just now.
     Device { device_index: u32 },
     /// A PyTorch allocator snapshot.
-    Snapshot { file: String, device_index: Option<u32> },
+    Snapshot {
+        file: String,
+        device_index: Option<u32>,
+    },
     /// Something the user told us (e.g. the CUDA version a framework was built for).
     User { what: String },
     /// Computed from other evidence items of the same finding.
@@ -178,7 +181,13 @@ impl Evidence {
     }
 
     /// A number with a unit and a caller-made display string.
-    pub fn number(label: impl Into<String>, value: f64, unit: Unit, display: impl Into<String>, source: EvidenceSource) -> Self {
+    pub fn number(
+        label: impl Into<String>,
+        value: f64,
+        unit: Unit,
+        display: impl Into<String>,
+        source: EvidenceSource,
+    ) -> Self {
         Evidence {
             label: label.into(),
             value: Some(value),

@@ -32,19 +32,33 @@ pub fn xid_severity(code: u32) -> Severity {
 /// What an Xid means and what to do, in one or two sentences.
 pub fn xid_meaning(code: u32) -> String {
     let text = match code {
-        13 => "graphics engine exception, usually an application bug (out-of-range access); rerun under compute-sanitizer",
-        31 => "GPU memory page fault (illegal address); an application bug unless the same GPU faults across different jobs",
+        13 => {
+            "graphics engine exception, usually an application bug (out-of-range access); rerun under compute-sanitizer"
+        }
+        31 => {
+            "GPU memory page fault (illegal address); an application bug unless the same GPU faults across different jobs"
+        }
         32 => "invalid or corrupted push buffer stream; check PCIe/DMA health",
-        43 => "GPU stopped processing: the application hit a software-induced fault (e.g. a device-side assert)",
+        43 => {
+            "GPU stopped processing: the application hit a software-induced fault (e.g. a device-side assert)"
+        }
         45 => "preemptive cleanup after a previous error; follow the Xid that preceded it",
-        48 => "double-bit (uncorrectable) ECC error; reset the GPU or reboot to clear it, watch for recurrence",
+        48 => {
+            "double-bit (uncorrectable) ECC error; reset the GPU or reboot to clear it, watch for recurrence"
+        }
         62 => "internal micro-controller halt; reset the GPU",
-        63 => "memory row remapping (page retirement) recorded; reset the GPU when convenient to apply it",
-        64 => "memory row remapping (page retirement) failed; reset the GPU, an RMA candidate if it recurs",
+        63 => {
+            "memory row remapping (page retirement) recorded; reset the GPU when convenient to apply it"
+        }
+        64 => {
+            "memory row remapping (page retirement) failed; reset the GPU, an RMA candidate if it recurs"
+        }
         74 => "NVLink error, possibly caused by the peer GPU",
         79 => "GPU has fallen off the bus; reboot the node, check PCIe, power and cooling",
         92 => "high single-bit ECC error rate: an early warning of failing memory",
-        94 => "contained memory error: only the faulting application must restart; reset the GPU when convenient",
+        94 => {
+            "contained memory error: only the faulting application must restart; reset the GPU when convenient"
+        }
         95 => "uncontained memory error: several applications affected; reset the GPU",
         119 | 120 => "GPU firmware (GSP) timeout or error; reset the GPU",
         140 => "ECC error that escaped row remapping; reset the GPU, contact support if it recurs",
@@ -73,7 +87,10 @@ fn xid_events(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     let mut by_code: BTreeMap<(u64, Option<u32>), Vec<i64>> = BTreeMap::new();
     for event in &capture.events {
         if let EventKind::Xid { code, .. } = event.kind {
-            by_code.entry((code, event.device_index)).or_default().push(event.t_ms);
+            by_code
+                .entry((code, event.device_index))
+                .or_default()
+                .push(event.t_ms);
         }
     }
     for ((code, device), times) in by_code {
@@ -86,7 +103,13 @@ fn xid_events(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
             capture_source(name, device, times.first().copied()),
         )];
         if let Some(last) = times.last().filter(|_| times.len() > 1) {
-            evidence.push(Evidence::number("last seen", *last as f64, Unit::Code, format!("t={last} ms"), capture_source(name, device, Some(*last))));
+            evidence.push(Evidence::number(
+                "last seen",
+                *last as f64,
+                Unit::Code,
+                format!("t={last} ms"),
+                capture_source(name, device, Some(*last)),
+            ));
         }
         out.push(xid_finding(code32, device, evidence));
     }
@@ -112,7 +135,9 @@ fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Findi
     match code {
         13 | 31 | 43 => recommendations.push(recommend::debug_kernel_fault()),
         48 | 63 | 64 | 92 | 94 | 95 | 140 | 171 | 172 => {
-            recommendations.push(recommend::reset_gpu("The memory error is contained to this GPU."));
+            recommendations.push(recommend::reset_gpu(
+                "The memory error is contained to this GPU.",
+            ));
             recommendations.push(recommend::check_hardware());
         }
         _ => {
@@ -131,7 +156,10 @@ fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Findi
             xid_meaning(code).split(';').next().unwrap_or_default()
         ),
         evidence,
-        explanation: format!("The NVIDIA driver logged Xid {code}: {}.", xid_meaning(code)),
+        explanation: format!(
+            "The NVIDIA driver logged Xid {code}: {}.",
+            xid_meaning(code)
+        ),
         recommendations,
         wizard: Some(Wizard::HardwareAndDriver),
     }
@@ -140,32 +168,66 @@ fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Findi
 fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     for device in &capture.devices {
         let d = device.index;
-        let health: Vec<_> = capture.health.iter().filter(|h| h.device_index == d).collect();
-        let samples = capture.series(d).map(|s| s.samples.as_slice()).unwrap_or(&[]);
+        let health: Vec<_> = capture
+            .health
+            .iter()
+            .filter(|h| h.device_index == d)
+            .collect();
+        let samples = capture
+            .series(d)
+            .map(|s| s.samples.as_slice())
+            .unwrap_or(&[]);
         let last_health = health.last();
 
         // Uncorrectable ECC: volatile (this boot) is critical, aggregate (lifetime) a warning.
-        let volatile_unc = samples.iter().rev().find_map(|s| s.ecc_uncorrected_volatile.map(|v| (v, s.t_ms)));
-        let aggregate_unc = last_health.and_then(|h| h.ecc_uncorrected_aggregate.map(|v| (v, h.t_ms)));
+        let volatile_unc = samples
+            .iter()
+            .rev()
+            .find_map(|s| s.ecc_uncorrected_volatile.map(|v| (v, s.t_ms)));
+        let aggregate_unc =
+            last_health.and_then(|h| h.ecc_uncorrected_aggregate.map(|v| (v, h.t_ms)));
         let ecc_events: u64 = capture
             .events
             .iter()
             .filter(|e| e.device_index == Some(d))
             .filter_map(|e| match e.kind {
-                EventKind::EccIncrease { uncorrected_delta, .. } => Some(uncorrected_delta),
+                EventKind::EccIncrease {
+                    uncorrected_delta, ..
+                } => Some(uncorrected_delta),
                 _ => None,
             })
             .sum();
-        if volatile_unc.is_some_and(|(v, _)| v > 0) || ecc_events > 0 || aggregate_unc.is_some_and(|(v, _)| v > 0) {
+        if volatile_unc.is_some_and(|(v, _)| v > 0)
+            || ecc_events > 0
+            || aggregate_unc.is_some_and(|(v, _)| v > 0)
+        {
             let mut evidence = Vec::new();
             if let Some((v, t)) = volatile_unc {
-                evidence.push(Evidence::number("uncorrectable ECC errors since driver load", v as f64, Unit::Count, v.to_string(), capture_source(name, Some(d), Some(t))));
+                evidence.push(Evidence::number(
+                    "uncorrectable ECC errors since driver load",
+                    v as f64,
+                    Unit::Count,
+                    v.to_string(),
+                    capture_source(name, Some(d), Some(t)),
+                ));
             }
             if let Some((v, t)) = aggregate_unc {
-                evidence.push(Evidence::number("uncorrectable ECC errors, lifetime", v as f64, Unit::Count, v.to_string(), capture_source(name, Some(d), Some(t))));
+                evidence.push(Evidence::number(
+                    "uncorrectable ECC errors, lifetime",
+                    v as f64,
+                    Unit::Count,
+                    v.to_string(),
+                    capture_source(name, Some(d), Some(t)),
+                ));
             }
             if ecc_events > 0 {
-                evidence.push(Evidence::number("uncorrectable ECC increases during the capture", ecc_events as f64, Unit::Count, ecc_events.to_string(), capture_source(name, Some(d), None)));
+                evidence.push(Evidence::number(
+                    "uncorrectable ECC increases during the capture",
+                    ecc_events as f64,
+                    Unit::Count,
+                    ecc_events.to_string(),
+                    capture_source(name, Some(d), None),
+                ));
             }
             let recent = volatile_unc.is_some_and(|(v, _)| v > 0) || ecc_events > 0;
             out.push(Finding {
@@ -184,7 +246,10 @@ fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
         }
 
         // Corrected ECC rate over the capture.
-        let corrected: Vec<(i64, u64)> = samples.iter().filter_map(|s| s.ecc_corrected_volatile.map(|v| (s.t_ms, v))).collect();
+        let corrected: Vec<(i64, u64)> = samples
+            .iter()
+            .filter_map(|s| s.ecc_corrected_volatile.map(|v| (s.t_ms, v)))
+            .collect();
         if let (Some(first), Some(last)) = (corrected.first(), corrected.last()) {
             let hours = (last.0 - first.0) as f64 / 3_600_000.0;
             let delta = last.1.saturating_sub(first.1);
@@ -223,9 +288,19 @@ fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 wizard: Some(Wizard::HardwareAndDriver),
             });
         } else if h.remapped_rows_pending == Some(true) || h.retired_pages_pending == Some(true) {
-            let mut evidence = vec![Evidence::text("remap or retirement pending", "yes", src.clone())];
+            let mut evidence = vec![Evidence::text(
+                "remap or retirement pending",
+                "yes",
+                src.clone(),
+            )];
             if let Some(u) = h.remapped_rows_uncorrectable {
-                evidence.push(Evidence::number("rows remapped for uncorrectable errors", u as f64, Unit::Count, u.to_string(), src.clone()));
+                evidence.push(Evidence::number(
+                    "rows remapped for uncorrectable errors",
+                    u as f64,
+                    Unit::Count,
+                    u.to_string(),
+                    src.clone(),
+                ));
             }
             out.push(Finding {
                 category: Category::RowRemap,
@@ -239,14 +314,30 @@ fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
         }
         let retired = h.retired_pages_sbe.unwrap_or(0) + h.retired_pages_dbe.unwrap_or(0);
         let dbe = h.retired_pages_dbe.unwrap_or(0);
-        if retired >= thresholds::MAX_RETIRED_PAGES || dbe >= thresholds::DBE_RETIRED_PAGES_SOFT_LIMIT {
+        if retired >= thresholds::MAX_RETIRED_PAGES
+            || dbe >= thresholds::DBE_RETIRED_PAGES_SOFT_LIMIT
+        {
             out.push(Finding {
                 category: Category::RowRemap,
                 severity: Severity::Critical,
-                title: format!("GPU {d} has retired {retired} memory pages ({dbe} for double-bit errors)"),
+                title: format!(
+                    "GPU {d} has retired {retired} memory pages ({dbe} for double-bit errors)"
+                ),
                 evidence: vec![
-                    Evidence::number("retired pages", retired as f64, Unit::Count, retired.to_string(), src.clone()),
-                    Evidence::number("retired pages (double-bit)", dbe as f64, Unit::Count, dbe.to_string(), src.clone()),
+                    Evidence::number(
+                        "retired pages",
+                        retired as f64,
+                        Unit::Count,
+                        retired.to_string(),
+                        src.clone(),
+                    ),
+                    Evidence::number(
+                        "retired pages (double-bit)",
+                        dbe as f64,
+                        Unit::Count,
+                        dbe.to_string(),
+                        src.clone(),
+                    ),
                 ],
                 explanation: format!(
                     "DCGM fails a GPU at {} retired pages or {} double-bit retirements.",
@@ -274,27 +365,54 @@ fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
 fn thermal(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     for series in &capture.series {
         let d = series.device_index;
-        let with_reasons: Vec<_> = series.samples.iter().filter_map(|s| s.throttle_reasons.map(|r| (s.t_ms, r))).collect();
-        let throttled: Vec<_> = with_reasons.iter().filter(|(_, r)| r & throttle::THERMAL_OR_HARDWARE != 0).collect();
-        let hottest = series.samples.iter().filter_map(|s| s.temperature_c.map(|c| (c, s.t_ms))).max();
-        let fraction = if with_reasons.is_empty() { 0.0 } else { throttled.len() as f64 / with_reasons.len() as f64 };
+        let with_reasons: Vec<_> = series
+            .samples
+            .iter()
+            .filter_map(|s| s.throttle_reasons.map(|r| (s.t_ms, r)))
+            .collect();
+        let throttled: Vec<_> = with_reasons
+            .iter()
+            .filter(|(_, r)| r & throttle::THERMAL_OR_HARDWARE != 0)
+            .collect();
+        let hottest = series
+            .samples
+            .iter()
+            .filter_map(|s| s.temperature_c.map(|c| (c, s.t_ms)))
+            .max();
+        let fraction = if with_reasons.is_empty() {
+            0.0
+        } else {
+            throttled.len() as f64 / with_reasons.len() as f64
+        };
         let hot = hottest.is_some_and(|(c, _)| c >= thresholds::TEMPERATURE_WARNING_C);
         if fraction < thresholds::THROTTLED_SAMPLE_FRACTION_WARNING && !hot {
             continue;
         }
         let mut evidence = Vec::new();
         if !throttled.is_empty() {
-            let bits = throttled.iter().fold(0, |acc, (_, r)| acc | r) & throttle::THERMAL_OR_HARDWARE;
+            let bits =
+                throttled.iter().fold(0, |acc, (_, r)| acc | r) & throttle::THERMAL_OR_HARDWARE;
             evidence.push(Evidence::number(
                 "samples with thermal/hardware slowdown",
                 fraction * 100.0,
                 Unit::Percent,
-                format!("{:.0}% of {} samples ({})", fraction * 100.0, with_reasons.len(), throttle::names(bits).join(", ")),
+                format!(
+                    "{:.0}% of {} samples ({})",
+                    fraction * 100.0,
+                    with_reasons.len(),
+                    throttle::names(bits).join(", ")
+                ),
                 capture_source(name, Some(d), throttled.first().map(|(t, _)| *t)),
             ));
         }
         if let Some((c, t)) = hottest {
-            evidence.push(Evidence::number("highest temperature", c as f64, Unit::Celsius, format!("{c} °C"), capture_source(name, Some(d), Some(t))));
+            evidence.push(Evidence::number(
+                "highest temperature",
+                c as f64,
+                Unit::Celsius,
+                format!("{c} °C"),
+                capture_source(name, Some(d), Some(t)),
+            ));
         }
         out.push(Finding {
             category: Category::Thermal,
@@ -346,13 +464,29 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
             })
             .collect();
         if lines.len() > 5 {
-            evidence.push(Evidence::number("further lines", (lines.len() - 5) as f64, Unit::Count, format!("{} more", lines.len() - 5), EvidenceSource::LogLine { file: log.name.clone(), line: lines[5].line }));
+            evidence.push(Evidence::number(
+                "further lines",
+                (lines.len() - 5) as f64,
+                Unit::Count,
+                format!("{} more", lines.len() - 5),
+                EvidenceSource::LogLine {
+                    file: log.name.clone(),
+                    line: lines[5].line,
+                },
+            ));
         }
-        let count = if lines.len() > 1 { format!(" ({} lines)", lines.len()) } else { String::new() };
+        let count = if lines.len() > 1 {
+            format!(" ({} lines)", lines.len())
+        } else {
+            String::new()
+        };
         let finding = match &first.kind {
             LineKind::Xid { code, pci, .. } => {
                 let mut f = xid_finding(*code, None, evidence);
-                f.title = format!("Xid {code} on PCI {pci}{count}: {}", xid_meaning(*code).split(';').next().unwrap_or_default());
+                f.title = format!(
+                    "Xid {code} on PCI {pci}{count}: {}",
+                    xid_meaning(*code).split(';').next().unwrap_or_default()
+                );
                 f
             }
             LineKind::FallenOffBus => Finding {
@@ -361,7 +495,10 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
                 title: format!("A GPU fell off the bus{count}"),
                 evidence,
                 explanation: first.meaning.clone(),
-                recommendations: vec![recommend::reset_gpu("The GPU must be recovered (usually a node reboot)."), recommend::check_hardware()],
+                recommendations: vec![
+                    recommend::reset_gpu("The GPU must be recovered (usually a node reboot)."),
+                    recommend::check_hardware(),
+                ],
                 wizard: Some(Wizard::HardwareAndDriver),
             },
             LineKind::Ecc => Finding {
@@ -375,9 +512,16 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
             },
             LineKind::CudaError { code, name } => {
                 let recommendations = match code {
-                    Some(35 | 36 | 222 | 803 | 804) => vec![recommend::upgrade_driver("see the error")],
-                    Some(214 | 226) => vec![recommend::reset_gpu("The memory error is contained to this GPU."), recommend::check_hardware()],
-                    Some(700 | 710 | 715 | 716 | 719) | None => vec![recommend::debug_kernel_fault()],
+                    Some(35 | 36 | 222 | 803 | 804) => {
+                        vec![recommend::upgrade_driver("see the error")]
+                    }
+                    Some(214 | 226) => vec![
+                        recommend::reset_gpu("The memory error is contained to this GPU."),
+                        recommend::check_hardware(),
+                    ],
+                    Some(700 | 710 | 715 | 716 | 719) | None => {
+                        vec![recommend::debug_kernel_fault()]
+                    }
                     _ => vec![recommend::check_hardware()],
                 };
                 Finding {
@@ -386,7 +530,11 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
                     title: format!(
                         "CUDA error{}{}{count}",
                         code.map(|c| format!(" {c}")).unwrap_or_default(),
-                        if name.is_empty() { String::new() } else { format!(" ({name})") }
+                        if name.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({name})")
+                        }
                     ),
                     evidence,
                     explanation: first.meaning.clone(),
@@ -395,15 +543,29 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
                 }
             }
             LineKind::Cudnn { status } | LineKind::Cublas { status } => {
-                let library = if matches!(first.kind, LineKind::Cudnn { .. }) { "cuDNN" } else { "cuBLAS" };
+                let library = if matches!(first.kind, LineKind::Cudnn { .. }) {
+                    "cuDNN"
+                } else {
+                    "cuBLAS"
+                };
                 Finding {
                     category: first.category,
                     severity: Severity::Critical,
-                    title: format!("{library} failure{}{count}", if status.is_empty() { String::new() } else { format!(" {status}") }),
+                    title: format!(
+                        "{library} failure{}{count}",
+                        if status.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" {status}")
+                        }
+                    ),
                     evidence,
                     explanation: first.meaning.clone(),
                     recommendations: if first.category == Category::Capacity {
-                        vec![recommend::reduce_batch_size(None, None), recommend::mixed_precision(None)]
+                        vec![
+                            recommend::reduce_batch_size(None, None),
+                            recommend::mixed_precision(None),
+                        ]
                     } else {
                         vec![recommend::debug_kernel_fault()]
                     },
@@ -418,9 +580,20 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
 
 /// Driver ↔ CUDA compatibility, when both a driver version and the CUDA version a framework was
 /// built for are known.
-pub fn driver_findings(driver: Option<(String, EvidenceSource)>, framework_cuda: Option<((u32, u32), EvidenceSource)>, driver_cuda: Option<((u32, u32), EvidenceSource)>, out: &mut Vec<Finding>) {
-    let Some(((major, minor), cuda_source)) = framework_cuda else { return };
-    let cuda_evidence = Evidence::text("CUDA the framework was built for", format!("{major}.{minor}"), cuda_source);
+pub fn driver_findings(
+    driver: Option<(String, EvidenceSource)>,
+    framework_cuda: Option<((u32, u32), EvidenceSource)>,
+    driver_cuda: Option<((u32, u32), EvidenceSource)>,
+    out: &mut Vec<Finding>,
+) {
+    let Some(((major, minor), cuda_source)) = framework_cuda else {
+        return;
+    };
+    let cuda_evidence = Evidence::text(
+        "CUDA the framework was built for",
+        format!("{major}.{minor}"),
+        cuda_source,
+    );
     // The driver's own CUDA version (NVML) answers "too old" directly.
     if let Some(((dmaj, dmin), dsrc)) = &driver_cuda
         && (major, minor) > (*dmaj, *dmin)
@@ -437,8 +610,12 @@ pub fn driver_findings(driver: Option<(String, EvidenceSource)>, framework_cuda:
         });
         return;
     }
-    let Some((driver_text, driver_source)) = driver else { return };
-    let Some(version) = DriverVersion::parse(&driver_text) else { return };
+    let Some((driver_text, driver_source)) = driver else {
+        return;
+    };
+    let Some(version) = DriverVersion::parse(&driver_text) else {
+        return;
+    };
     let driver_evidence = Evidence::text("driver version", driver_text.clone(), driver_source);
     match compat::check(&version, (major, minor)) {
         Compatibility::TooOld { minimum_driver_branch } => out.push(Finding {

@@ -40,7 +40,11 @@ pub fn fit(points: &[(f64, f64)]) -> Option<Trend> {
         return None;
     }
     let slope = sxy / sxx;
-    let r_squared = if syy <= 0.0 { 0.0 } else { (sxy * sxy) / (sxx * syy) };
+    let r_squared = if syy <= 0.0 {
+        0.0
+    } else {
+        (sxy * sxy) / (sxx * syy)
+    };
     let span = points.last()?.0 - points.first()?.0;
     Some(Trend {
         bytes_per_second: slope,
@@ -56,9 +60,15 @@ pub fn leak_trend(readings: &[(i64, u64)]) -> Option<Trend> {
         return None;
     }
     let t0 = readings[0].0;
-    let points: Vec<(f64, f64)> = readings.iter().map(|&(t, b)| ((t - t0) as f64 / 1000.0, b as f64)).collect();
+    let points: Vec<(f64, f64)> = readings
+        .iter()
+        .map(|&(t, b)| ((t - t0) as f64 / 1000.0, b as f64))
+        .collect();
     let trend = fit(&points)?;
-    if trend.bytes_per_second <= 0.0 || trend.r_squared < MIN_R_SQUARED || trend.growth_bytes < MIN_LEAK_GROWTH_BYTES as f64 {
+    if trend.bytes_per_second <= 0.0
+        || trend.r_squared < MIN_R_SQUARED
+        || trend.growth_bytes < MIN_LEAK_GROWTH_BYTES as f64
+    {
         return None;
     }
     let second_half = fit(&points[points.len() / 2..])?;
@@ -89,21 +99,40 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
         let d = series.device_index;
         let latest = series.samples.iter().rev().find_map(|s| s.memory);
         let headroom = latest.map(|m| m.free_bytes);
-        let tracks: Vec<_> = capture.processes.iter().filter(|p| p.device_index == d).collect();
+        let tracks: Vec<_> = capture
+            .processes
+            .iter()
+            .filter(|p| p.device_index == d)
+            .collect();
         let mut candidates: Vec<(String, Vec<(i64, u64)>)> = tracks
             .iter()
             .map(|t| {
-                let label = if t.name.is_empty() { format!("process {}", t.pid) } else { format!("process {} ({})", t.pid, t.name) };
-                let readings = t.t_ms.iter().zip(&t.used_bytes).filter_map(|(&t, b)| b.map(|b| (t, b))).collect();
+                let label = if t.name.is_empty() {
+                    format!("process {}", t.pid)
+                } else {
+                    format!("process {} ({})", t.pid, t.name)
+                };
+                let readings = t
+                    .t_ms
+                    .iter()
+                    .zip(&t.used_bytes)
+                    .filter_map(|(&t, b)| b.map(|b| (t, b)))
+                    .collect();
                 (label, readings)
             })
             .collect();
         if tracks.is_empty() {
-            let readings = series.samples.iter().filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes))).collect();
+            let readings = series
+                .samples
+                .iter()
+                .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
+                .collect();
             candidates.push((format!("GPU {d} used memory"), readings));
         }
         for (label, readings) in candidates {
-            let Some(trend) = leak_trend(&readings) else { continue };
+            let Some(trend) = leak_trend(&readings) else {
+                continue;
+            };
             let first_t = readings.first().map(|r| r.0);
             let last_t = readings.last().map(|r| r.0);
             let per_hour = trend.bytes_per_second * 3600.0;
@@ -113,15 +142,43 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 t_ms: t,
             };
             let mut evidence = vec![
-                Evidence::number("growth rate", trend.bytes_per_second, Unit::BytesPerSecond, format!("{}/h", format_bytes(per_hour as u64)), EvidenceSource::Derived),
-                Evidence::bytes("growth over the capture", trend.growth_bytes as u64, source(first_t)),
-                Evidence::number("capture span", trend.span_seconds, Unit::Seconds, duration_text(trend.span_seconds), source(last_t)),
-                Evidence::number("fit (R²)", trend.r_squared, Unit::Count, format!("{:.2}", trend.r_squared), EvidenceSource::Derived),
+                Evidence::number(
+                    "growth rate",
+                    trend.bytes_per_second,
+                    Unit::BytesPerSecond,
+                    format!("{}/h", format_bytes(per_hour as u64)),
+                    EvidenceSource::Derived,
+                ),
+                Evidence::bytes(
+                    "growth over the capture",
+                    trend.growth_bytes as u64,
+                    source(first_t),
+                ),
+                Evidence::number(
+                    "capture span",
+                    trend.span_seconds,
+                    Unit::Seconds,
+                    duration_text(trend.span_seconds),
+                    source(last_t),
+                ),
+                Evidence::number(
+                    "fit (R²)",
+                    trend.r_squared,
+                    Unit::Count,
+                    format!("{:.2}", trend.r_squared),
+                    EvidenceSource::Derived,
+                ),
             ];
             let exhaustion = headroom.map(|h| h as f64 / trend.bytes_per_second);
             if let (Some(h), Some(secs)) = (headroom, exhaustion) {
                 evidence.push(Evidence::bytes("free at the end", h, source(last_t)));
-                evidence.push(Evidence::number("time until the GPU is full", secs, Unit::Seconds, duration_text(secs), EvidenceSource::Derived));
+                evidence.push(Evidence::number(
+                    "time until the GPU is full",
+                    secs,
+                    Unit::Seconds,
+                    duration_text(secs),
+                    EvidenceSource::Derived,
+                ));
             }
             out.push(Finding {
                 category: Category::Leak,
@@ -171,13 +228,18 @@ pub fn snapshot_findings(snapshots: &[SnapshotFacts], out: &mut Vec<Finding>) {
     devices.sort_unstable();
     devices.dedup();
     for d in devices {
-        let series: Vec<&SnapshotFacts> = snapshots.iter().filter(|s| s.device_index == d).collect();
-        let (Some(first), Some(last)) = (series.first(), series.last()) else { continue };
+        let series: Vec<&SnapshotFacts> =
+            snapshots.iter().filter(|s| s.device_index == d).collect();
+        let (Some(first), Some(last)) = (series.first(), series.last()) else {
+            continue;
+        };
         if series.len() < 2 {
             continue;
         }
         let growth = last.allocated_bytes.saturating_sub(first.allocated_bytes);
-        let monotonic = series.windows(2).all(|w| w[1].allocated_bytes >= w[0].allocated_bytes);
+        let monotonic = series
+            .windows(2)
+            .all(|w| w[1].allocated_bytes >= w[0].allocated_bytes);
         if growth < MIN_LEAK_GROWTH_BYTES || !monotonic {
             continue;
         }
@@ -185,20 +247,46 @@ pub fn snapshot_findings(snapshots: &[SnapshotFacts], out: &mut Vec<Finding>) {
             .allocated_by_call_site
             .iter()
             .map(|(site, bytes)| {
-                let before = first.allocated_by_call_site.iter().find(|(s, _)| s == site).map(|(_, b)| *b).unwrap_or(0);
+                let before = first
+                    .allocated_by_call_site
+                    .iter()
+                    .find(|(s, _)| s == site)
+                    .map(|(_, b)| *b)
+                    .unwrap_or(0);
                 (site.clone(), *bytes as i128 - before as i128)
             })
             .filter(|(_, delta)| *delta > 0)
             .collect();
         sites.sort_by(|a, b| b.1.cmp(&a.1));
         let mut evidence = vec![
-            Evidence::bytes("allocated in the first snapshot", first.allocated_bytes, EvidenceSource::Snapshot { file: first.name.clone(), device_index: Some(d) }),
-            Evidence::bytes("allocated in the last snapshot", last.allocated_bytes, EvidenceSource::Snapshot { file: last.name.clone(), device_index: Some(d) }),
+            Evidence::bytes(
+                "allocated in the first snapshot",
+                first.allocated_bytes,
+                EvidenceSource::Snapshot {
+                    file: first.name.clone(),
+                    device_index: Some(d),
+                },
+            ),
+            Evidence::bytes(
+                "allocated in the last snapshot",
+                last.allocated_bytes,
+                EvidenceSource::Snapshot {
+                    file: last.name.clone(),
+                    device_index: Some(d),
+                },
+            ),
         ];
         for (site, delta) in sites.iter().take(5) {
-            evidence.push(Evidence::bytes(format!("growth at {site}"), *delta as u64, EvidenceSource::Derived));
+            evidence.push(Evidence::bytes(
+                format!("growth at {site}"),
+                *delta as u64,
+                EvidenceSource::Derived,
+            ));
         }
-        let top = sites.first().map(|(s, _)| format!("; most at {s}")).unwrap_or_default();
+        let top = sites
+            .first()
+            .map(|(s, _)| format!("; most at {s}"))
+            .unwrap_or_default();
         out.push(Finding {
             category: Category::Leak,
             severity: Severity::Warning,
@@ -226,11 +314,17 @@ mod tests {
 
     #[test]
     fn steady_growth_is_a_leak_but_warm_up_and_one_jump_are_not() {
-        let steady: Vec<(i64, u64)> = (0..20).map(|i| (i * 1000, GIB + i as u64 * 100 * MIB)).collect();
+        let steady: Vec<(i64, u64)> = (0..20)
+            .map(|i| (i * 1000, GIB + i as u64 * 100 * MIB))
+            .collect();
         assert!(leak_trend(&steady).is_some());
-        let warm_up: Vec<(i64, u64)> = (0..20).map(|i| (i * 1000, GIB + (i.min(5) as u64) * 500 * MIB)).collect();
+        let warm_up: Vec<(i64, u64)> = (0..20)
+            .map(|i| (i * 1000, GIB + (i.min(5) as u64) * 500 * MIB))
+            .collect();
         assert!(leak_trend(&warm_up).is_none(), "levels off after 5 s");
-        let one_jump: Vec<(i64, u64)> = (0..20).map(|i| (i * 1000, if i < 10 { GIB } else { 5 * GIB })).collect();
+        let one_jump: Vec<(i64, u64)> = (0..20)
+            .map(|i| (i * 1000, if i < 10 { GIB } else { 5 * GIB }))
+            .collect();
         assert!(leak_trend(&one_jump).is_none());
         let small: Vec<(i64, u64)> = (0..20).map(|i| (i * 1000, GIB + i as u64 * MIB)).collect();
         assert!(leak_trend(&small).is_none(), "20 MiB is noise");

@@ -161,7 +161,8 @@ impl LogAnalysis {
 
     /// The OOM with the most numbers (the most informative), preferring the last among equals.
     pub fn best_oom(&self) -> Option<(&LineMatch, &OomNumbers, Framework)> {
-        self.ooms().max_by_key(|(m, n, _)| (oom_richness(n), m.line))
+        self.ooms()
+            .max_by_key(|(m, n, _)| (oom_richness(n), m.line))
     }
 }
 
@@ -200,7 +201,8 @@ pub fn analyze_file(path: &Path) -> Result<LogAnalysis, LogError> {
         file: name.clone(),
         source,
     })?;
-    analyze_reader(BufReader::new(file), &name).map_err(|source| LogError::Io { file: name, source })
+    analyze_reader(BufReader::new(file), &name)
+        .map_err(|source| LogError::Io { file: name, source })
 }
 
 /// Analyses pasted text.
@@ -233,14 +235,22 @@ pub fn analyze_reader(reader: impl Read, name: &str) -> std::io::Result<LogAnaly
         }
         let line = String::from_utf8_lossy(&buffer);
         let line_number = analysis.lines_read;
-        scan_line(&mut analysis, &mut state, line_number, line.trim_end_matches(['\r', '\n']));
+        scan_line(
+            &mut analysis,
+            &mut state,
+            line_number,
+            line.trim_end_matches(['\r', '\n']),
+        );
     }
     Ok(analysis)
 }
 
 /// Reads one line into `buffer`, keeping at most [`MAX_LINE_BYTES`]. Returns (anything read,
 /// line was cut).
-fn read_bounded_line(reader: &mut impl BufRead, buffer: &mut Vec<u8>) -> std::io::Result<(bool, bool)> {
+fn read_bounded_line(
+    reader: &mut impl BufRead,
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<(bool, bool)> {
     let mut read_any = false;
     let mut too_long = false;
     loop {
@@ -286,41 +296,105 @@ macro_rules! re {
     ($name:ident, $pattern:expr) => {
         static $name: LazyLock<Regex> = LazyLock::new(|| {
             // The patterns are constants checked by the tests below.
-            Regex::new($pattern).unwrap_or_else(|e| panic!("bad built-in pattern {}: {e}", stringify!($name)))
+            Regex::new($pattern)
+                .unwrap_or_else(|e| panic!("bad built-in pattern {}: {e}", stringify!($name)))
         });
     };
 }
 
 const SIZE: &str = r"[\d.]+ ?(?:bytes|[KMGTPE]i?B|[KMGTPE]\b)";
 
-re!(PT_OOM_NEW, &format!(
-    r"CUDA out of memory\. Tried to allocate (?P<req>{SIZE})\. GPU (?P<gpu>\d+) has a total capac(?:i)?ty of (?P<total>{SIZE}) of which (?P<free>{SIZE}) is free\.(?P<procs>(?: (?:Including non-PyTorch memory, this process|Process \d+) has {SIZE} memory in use\.)*)(?: (?P<allowed>{SIZE}) allowed;)? Of the allocated memory (?P<alloc>{SIZE}) is allocated by PyTorch, (?:with (?P<priv>{SIZE}) allocated in private pools \(e\.g\., CUDA Graphs\), )?and (?P<unalloc>{SIZE}) is reserved by PyTorch but unallocated\."
-));
-re!(PT_PROC, &format!(r"(?:Including non-PyTorch memory, this process|Process (?P<pid>\d+)) has (?P<used>{SIZE}) memory in use"));
-re!(PT_OOM_OLD, &format!(
-    r"CUDA out of memory\. Tried to allocate (?P<req>{SIZE}) \(GPU (?P<gpu>\d+); (?P<total>{SIZE}) total capacity; (?P<alloc>{SIZE}) already allocated; (?P<free>{SIZE}) free; (?:(?P<allowed>{SIZE}) allowed; )?(?P<reserved>{SIZE}) (?:reserved in total by PyTorch|cached)\)"
-));
-re!(PT_OOM_ANY, &format!(r"CUDA out of memory\.(?: Tried to allocate (?P<req>{SIZE}|more than 1EB memory))?"));
-re!(PT_OOM_ASYNC, r"Allocation on device (?P<gpu>\d+) would exceed allowed memory\. \(out of memory\)");
-re!(PT_ASYNC_FIELD, &format!(r"^\s*(?P<key>Currently allocated|Requested|Device limit|Free \(according to CUDA\))\s*:\s*(?P<size>{SIZE})"));
-re!(PT_ASYNC_LIMIT_KEY, r"^\s*PyTorch limit \(set by user-supplied memory fraction\)\s*$");
+re!(
+    PT_OOM_NEW,
+    &format!(
+        r"CUDA out of memory\. Tried to allocate (?P<req>{SIZE})\. GPU (?P<gpu>\d+) has a total capac(?:i)?ty of (?P<total>{SIZE}) of which (?P<free>{SIZE}) is free\.(?P<procs>(?: (?:Including non-PyTorch memory, this process|Process \d+) has {SIZE} memory in use\.)*)(?: (?P<allowed>{SIZE}) allowed;)? Of the allocated memory (?P<alloc>{SIZE}) is allocated by PyTorch, (?:with (?P<priv>{SIZE}) allocated in private pools \(e\.g\., CUDA Graphs\), )?and (?P<unalloc>{SIZE}) is reserved by PyTorch but unallocated\."
+    )
+);
+re!(
+    PT_PROC,
+    &format!(
+        r"(?:Including non-PyTorch memory, this process|Process (?P<pid>\d+)) has (?P<used>{SIZE}) memory in use"
+    )
+);
+re!(
+    PT_OOM_OLD,
+    &format!(
+        r"CUDA out of memory\. Tried to allocate (?P<req>{SIZE}) \(GPU (?P<gpu>\d+); (?P<total>{SIZE}) total capacity; (?P<alloc>{SIZE}) already allocated; (?P<free>{SIZE}) free; (?:(?P<allowed>{SIZE}) allowed; )?(?P<reserved>{SIZE}) (?:reserved in total by PyTorch|cached)\)"
+    )
+);
+re!(
+    PT_OOM_ANY,
+    &format!(r"CUDA out of memory\.(?: Tried to allocate (?P<req>{SIZE}|more than 1EB memory))?")
+);
+re!(
+    PT_OOM_ASYNC,
+    r"Allocation on device (?P<gpu>\d+) would exceed allowed memory\. \(out of memory\)"
+);
+re!(
+    PT_ASYNC_FIELD,
+    &format!(
+        r"^\s*(?P<key>Currently allocated|Requested|Device limit|Free \(according to CUDA\))\s*:\s*(?P<size>{SIZE})"
+    )
+);
+re!(
+    PT_ASYNC_LIMIT_KEY,
+    r"^\s*PyTorch limit \(set by user-supplied memory fraction\)\s*$"
+);
 re!(PT_ASYNC_LIMIT_VALUE, &format!(r"^\s*:\s*(?P<size>{SIZE})"));
-re!(TF_OOM, r"OOM when allocating tensor with shape\s*\[?(?P<shape>[^\]\s]*)\]?(?: and type (?P<dtype>\w+) on (?P<dev>\S+) by allocator (?P<alloc>\w+))?");
-re!(BFC_OOM, r"Allocator \((?P<alloc>\w+)\) ran out of memory trying to allocate (?P<size>[\d.]+\s?\w+)(?: \(rounded to (?P<rounded>\d+)\))?");
-re!(BFC_OLD_OOM, r"Ran out of memory trying to allocate (?P<size>[\d.]+\s?\w+)\.(?P<nonfatal> The caller indicates that this is not a failure)?");
-re!(TF_DRV_OOM, r"failed to allocate (?P<h>[\d.]+\w) \((?P<bytes>\d+) bytes\) from device: CUDA_ERROR_OUT_OF_MEMORY");
-re!(XLA_OOM, r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Out of (?P<host>host )?memory (?:while trying to allocate|allocating) (?P<size>\d+ bytes|[\d.]+\w+?B)(?: with allocator (?P<alloc>\w+) on device (?P<dev>\d+))?");
-re!(XLA_OOM_BARE, r"Out of memory allocating (?P<size>\d+) bytes");
-re!(XID, r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\): (?P<xid>\d+),(?: pid=(?P<pid>[^,]*), name=(?P<pname>[^,]*),)? ?(?P<msg>.*)");
+re!(
+    TF_OOM,
+    r"OOM when allocating tensor with shape\s*\[?(?P<shape>[^\]\s]*)\]?(?: and type (?P<dtype>\w+) on (?P<dev>\S+) by allocator (?P<alloc>\w+))?"
+);
+re!(
+    BFC_OOM,
+    r"Allocator \((?P<alloc>\w+)\) ran out of memory trying to allocate (?P<size>[\d.]+\s?\w+)(?: \(rounded to (?P<rounded>\d+)\))?"
+);
+re!(
+    BFC_OLD_OOM,
+    r"Ran out of memory trying to allocate (?P<size>[\d.]+\s?\w+)\.(?P<nonfatal> The caller indicates that this is not a failure)?"
+);
+re!(
+    TF_DRV_OOM,
+    r"failed to allocate (?P<h>[\d.]+\w) \((?P<bytes>\d+) bytes\) from device: CUDA_ERROR_OUT_OF_MEMORY"
+);
+re!(
+    XLA_OOM,
+    r"(?:(?:RESOURCE_EXHAUSTED|Resource exhausted): )?Out of (?P<host>host )?memory (?:while trying to allocate|allocating) (?P<size>\d+ bytes|[\d.]+\w+?B)(?: with allocator (?P<alloc>\w+) on device (?P<dev>\d+))?"
+);
+re!(
+    XLA_OOM_BARE,
+    r"Out of memory allocating (?P<size>\d+) bytes"
+);
+re!(
+    XID,
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\): (?P<xid>\d+),(?: pid=(?P<pid>[^,]*), name=(?P<pname>[^,]*),)? ?(?P<msg>.*)"
+);
 re!(FELL_OFF_BUS, r"(?i)has fallen off the bus");
 re!(PT_CUDA_ERR, r"CUDA error: (?P<msg>[^\n]+)");
 re!(SEARCH_FOR, r"Search for `(?P<name>cuda\w+)'");
-re!(CUDA_NAMED, r"\b(?P<name>CUDA_ERROR_[A-Z_]+|cudaError[A-Za-z]+)\b");
-re!(CUDNN, r"\b(?P<status>CUDNN_STATUS_[A-Z_]+)\b|(?i:cuDNN error)|Unable to find a valid cuDNN algorithm");
-re!(CUBLAS, r"\b(?P<status>CUBLAS_STATUS_[A-Z_]+)\b|(?i:cuBLAS error)");
-re!(ECC, r"(?i)\b(?:uncorrectable ECC|double[- ]bit ECC|ECC errors?\b|DBE error)");
-re!(DRIVER_VERSION, r"Driver Version:\s*(?P<v>\d+\.\d+(?:\.\d+)?)|NVRM: loaded the NVIDIA .*Kernel Module\s+(?P<v2>\d+\.\d+(?:\.\d+)?)");
-re!(FRAMEWORK_CUDA, r"\+cu(?P<v>\d{2,3})\b|(?i:cuda (?:runtime )?version)[: ]+(?P<mm>\d{1,2}\.\d)\b");
+re!(
+    CUDA_NAMED,
+    r"\b(?P<name>CUDA_ERROR_[A-Z_]+|cudaError[A-Za-z]+)\b"
+);
+re!(
+    CUDNN,
+    r"\bCUDNN_STATUS_[A-Z_]+\b|(?i:cuDNN error)|Unable to find a valid cuDNN algorithm"
+);
+re!(CUDNN_STATUS, r"\bCUDNN_STATUS_[A-Z_]+\b");
+re!(CUBLAS, r"\bCUBLAS_STATUS_[A-Z_]+\b|(?i:cuBLAS error)");
+re!(CUBLAS_STATUS, r"\bCUBLAS_STATUS_[A-Z_]+\b");
+re!(
+    ECC,
+    r"(?i)\b(?:uncorrectable ECC|double[- ]bit ECC|ECC errors?\b|DBE error)"
+);
+re!(
+    DRIVER_VERSION,
+    r"Driver Version:\s*(?P<v>\d+\.\d+(?:\.\d+)?)|NVRM: loaded the NVIDIA .*Kernel Module\s+(?P<v2>\d+\.\d+(?:\.\d+)?)"
+);
+re!(
+    FRAMEWORK_CUDA,
+    r"\+cu(?P<v>\d{2,3})\b|(?i:cuda (?:runtime )?version)[: ]+(?P<mm>\d{1,2}\.\d)\b"
+);
 
 /// CUDA error messages long enough to be recognised without a name or prefix.
 static CUDA_MESSAGES: LazyLock<Regex> = LazyLock::new(|| {
@@ -330,7 +404,8 @@ static CUDA_MESSAGES: LazyLock<Regex> = LazyLock::new(|| {
         .map(|e| regex::escape(e.message))
         .collect::<Vec<_>>()
         .join("|");
-    Regex::new(&format!("(?i)(?:{alternation})")).unwrap_or_else(|e| panic!("bad CUDA message pattern: {e}"))
+    Regex::new(&format!("(?i)(?:{alternation})"))
+        .unwrap_or_else(|e| panic!("bad CUDA message pattern: {e}"))
 });
 
 fn size(caps: &regex::Captures, name: &str) -> Option<u64> {
@@ -376,7 +451,13 @@ fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usi
     let Some((kind, meaning, category, wizard)) = classify(line) else {
         return;
     };
-    let is_async = matches!(&kind, LineKind::OutOfMemory { framework: Framework::PyTorch, .. }) && PT_OOM_ASYNC.is_match(line);
+    let is_async = matches!(
+        &kind,
+        LineKind::OutOfMemory {
+            framework: Framework::PyTorch,
+            ..
+        }
+    ) && PT_OOM_ASYNC.is_match(line);
     let is_pt_cuda_error = matches!(kind, LineKind::CudaError { .. }) && PT_CUDA_ERR.is_match(line);
     let index = push(
         analysis,
@@ -406,7 +487,9 @@ fn scan_versions(analysis: &mut LogAnalysis, line_number: usize, line: &str) {
     {
         analysis.versions.driver_version = Some((v.as_str().to_owned(), line_number));
     }
+    // nvidia-smi's header shows the driver's CUDA version, not a framework's.
     if analysis.versions.framework_cuda.is_none()
+        && !line.contains("Driver Version")
         && let Some(caps) = FRAMEWORK_CUDA.captures(line)
     {
         let version = if let Some(v) = caps.name("v") {
@@ -482,7 +565,10 @@ fn attach_cuda_name(analysis: &mut LogAnalysis, index: usize, name: &str) {
     let Some(m) = analysis.matches.get_mut(index) else {
         return;
     };
-    if let LineKind::CudaError { code, name: existing } = &mut m.kind
+    if let LineKind::CudaError {
+        code,
+        name: existing,
+    } = &mut m.kind
         && existing.is_empty()
     {
         *existing = name.to_owned();
@@ -543,7 +629,10 @@ fn classify(line: &str) -> Option<Classified> {
                 describe_opt(numbers.requested_bytes)
             )
         } else {
-            format!("TensorFlow's BFC allocator ran out of memory allocating {}.", describe_opt(numbers.requested_bytes))
+            format!(
+                "TensorFlow's BFC allocator ran out of memory allocating {}.",
+                describe_opt(numbers.requested_bytes)
+            )
         };
         return Some((
             LineKind::OutOfMemory {
@@ -568,7 +657,10 @@ fn classify(line: &str) -> Option<Classified> {
         );
         return Some(oom(Framework::TensorFlow, numbers, meaning));
     }
-    if let Some(caps) = XLA_OOM.captures(line).or_else(|| XLA_OOM_BARE.captures(line)) {
+    if let Some(caps) = XLA_OOM
+        .captures(line)
+        .or_else(|| XLA_OOM_BARE.captures(line))
+    {
         let host = caps.name("host").is_some();
         let numbers = OomNumbers {
             requested_bytes: size(&caps, "size"),
@@ -584,7 +676,10 @@ fn classify(line: &str) -> Option<Classified> {
             format!(
                 "JAX/XLA could not allocate {}{}. JAX preallocates 75% of the GPU by default.",
                 describe_opt(numbers.requested_bytes),
-                numbers.device_index.map(|d| format!(" on GPU {d}")).unwrap_or_default()
+                numbers
+                    .device_index
+                    .map(|d| format!(" on GPU {d}"))
+                    .unwrap_or_default()
             )
         };
         return Some((
@@ -612,6 +707,42 @@ fn classify(line: &str) -> Option<Classified> {
             Wizard::HardwareAndDriver,
         ));
     }
+    if CUDNN.is_match(line) {
+        let status = CUDNN_STATUS
+            .find(line)
+            .map(|m| m.as_str().to_owned())
+            .unwrap_or_default();
+        let meaning = library_meaning("cuDNN", &status);
+        let category = if status.contains("ALLOC") {
+            Category::Capacity
+        } else {
+            Category::Library
+        };
+        return Some((
+            LineKind::Cudnn { status },
+            meaning,
+            category,
+            library_wizard(category),
+        ));
+    }
+    if CUBLAS.is_match(line) {
+        let status = CUBLAS_STATUS
+            .find(line)
+            .map(|m| m.as_str().to_owned())
+            .unwrap_or_default();
+        let meaning = library_meaning("cuBLAS", &status);
+        let category = if status.contains("ALLOC") {
+            Category::Capacity
+        } else {
+            Category::Library
+        };
+        return Some((
+            LineKind::Cublas { status },
+            meaning,
+            category,
+            library_wizard(category),
+        ));
+    }
     if let Some(caps) = PT_CUDA_ERR.captures(line) {
         let message = caps["msg"].trim().trim_end_matches('.');
         return Some(classify_cuda_error(cuda_errors::lookup(message), message));
@@ -619,18 +750,6 @@ fn classify(line: &str) -> Option<Classified> {
     if let Some(caps) = CUDA_NAMED.captures(line) {
         let name = &caps["name"];
         return Some(classify_cuda_error(cuda_errors::lookup(name), name));
-    }
-    if let Some(caps) = CUDNN.captures(line) {
-        let status = caps.name("status").map(|m| m.as_str().to_owned()).unwrap_or_default();
-        let meaning = library_meaning("cuDNN", &status);
-        let category = if status.contains("ALLOC") { Category::Capacity } else { Category::Library };
-        return Some((LineKind::Cudnn { status }, meaning, category, library_wizard(category)));
-    }
-    if let Some(caps) = CUBLAS.captures(line) {
-        let status = caps.name("status").map(|m| m.as_str().to_owned()).unwrap_or_default();
-        let meaning = library_meaning("cuBLAS", &status);
-        let category = if status.contains("ALLOC") { Category::Capacity } else { Category::Library };
-        return Some((LineKind::Cublas { status }, meaning, category, library_wizard(category)));
     }
     if let Some(m) = CUDA_MESSAGES.find(line) {
         let message = m.as_str();
@@ -648,7 +767,11 @@ fn classify(line: &str) -> Option<Classified> {
 }
 
 fn library_wizard(category: Category) -> Wizard {
-    if category == Category::Capacity { Wizard::OutOfMemory } else { Wizard::HardwareAndDriver }
+    if category == Category::Capacity {
+        Wizard::OutOfMemory
+    } else {
+        Wizard::HardwareAndDriver
+    }
 }
 
 fn library_meaning(library: &str, status: &str) -> String {
@@ -665,12 +788,17 @@ fn library_meaning(library: &str, status: &str) -> String {
         s if s.ends_with("ARCH_MISMATCH") => {
             format!("The installed {library} does not support this GPU's architecture ({s}).")
         }
-        "" => format!("{library} failed; if it could not find an algorithm, the usual cause is too little free memory for its workspace."),
+        "" => format!(
+            "{library} failed; if it could not find an algorithm, the usual cause is too little free memory for its workspace."
+        ),
         s => format!("{library} returned {s}."),
     }
 }
 
-fn classify_cuda_error(info: Option<&'static cuda_errors::CudaErrorInfo>, text: &str) -> Classified {
+fn classify_cuda_error(
+    info: Option<&'static cuda_errors::CudaErrorInfo>,
+    text: &str,
+) -> Classified {
     match info {
         Some(info) if info.code == 2 => oom(
             Framework::Cuda,
@@ -700,8 +828,13 @@ fn classify_cuda_error(info: Option<&'static cuda_errors::CudaErrorInfo>, text: 
 
 fn classify_xid(caps: &regex::Captures) -> Option<Classified> {
     let code: u32 = number(caps, "xid")?;
-    let message = caps.name("msg").map(|m| m.as_str().trim().to_owned()).unwrap_or_default();
-    let pid = caps.name("pid").and_then(|p| p.as_str().trim().parse().ok());
+    let message = caps
+        .name("msg")
+        .map(|m| m.as_str().trim().to_owned())
+        .unwrap_or_default();
+    let pid = caps
+        .name("pid")
+        .and_then(|p| p.as_str().trim().parse().ok());
     let process = caps
         .name("pname")
         .map(|p| p.as_str().trim().to_owned())
@@ -724,7 +857,12 @@ fn classify_xid(caps: &regex::Captures) -> Option<Classified> {
 
 fn gpu_from_allocator(allocator: &str) -> Option<u32> {
     // GPU_0_bfc -> 0
-    allocator.strip_prefix("GPU_")?.split('_').next()?.parse().ok()
+    allocator
+        .strip_prefix("GPU_")?
+        .split('_')
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn classify_tf_oom(line: &str) -> Option<Classified> {
@@ -735,10 +873,14 @@ fn classify_tf_oom(line: &str) -> Option<Classified> {
         .filter_map(|d| d.trim().parse().ok())
         .collect();
     let element_bytes = caps.name("dtype").and_then(|d| dtype_bytes(d.as_str()));
-    let requested_bytes = element_bytes.and_then(|b| shape.iter().try_fold(b, |acc, &d| acc.checked_mul(d)));
-    let device_index = caps
-        .name("dev")
-        .and_then(|d| d.as_str().rsplit("GPU:").next().and_then(|n| n.parse().ok()));
+    let requested_bytes =
+        element_bytes.and_then(|b| shape.iter().try_fold(b, |acc, &d| acc.checked_mul(d)));
+    let device_index = caps.name("dev").and_then(|d| {
+        d.as_str()
+            .rsplit("GPU:")
+            .next()
+            .and_then(|n| n.parse().ok())
+    });
     let numbers = OomNumbers {
         requested_bytes,
         device_index,
@@ -747,8 +889,12 @@ fn classify_tf_oom(line: &str) -> Option<Classified> {
     let meaning = format!(
         "TensorFlow could not allocate a tensor of shape [{}]{}{}.",
         &caps["shape"].trim_matches(|c| c == '[' || c == ']'),
-        caps.name("dtype").map(|d| format!(" of {}", d.as_str())).unwrap_or_default(),
-        requested_bytes.map(|b| format!(" ({})", format_bytes(b))).unwrap_or_default()
+        caps.name("dtype")
+            .map(|d| format!(" of {}", d.as_str()))
+            .unwrap_or_default(),
+        requested_bytes
+            .map(|b| format!(" ({})", format_bytes(b)))
+            .unwrap_or_default()
     );
     Some(oom(Framework::TensorFlow, numbers, meaning))
 }
@@ -785,7 +931,9 @@ fn classify_pytorch_oom(line: &str) -> Option<Classified> {
         for p in PT_PROC.captures_iter(procs) {
             let used = size(&p, "used");
             match (number::<u32>(&p, "pid"), used) {
-                (Some(pid), Some(used_bytes)) => numbers.other_processes.push(OtherProcess { pid, used_bytes }),
+                (Some(pid), Some(used_bytes)) => numbers
+                    .other_processes
+                    .push(OtherProcess { pid, used_bytes }),
                 (None, Some(used)) => numbers.this_process_bytes = Some(used),
                 _ => {}
             }
@@ -831,7 +979,9 @@ fn classify_pytorch_oom(line: &str) -> Option<Classified> {
 }
 
 fn describe_opt(bytes: Option<u64>) -> String {
-    bytes.map(format_bytes).unwrap_or_else(|| "an unknown amount".to_owned())
+    bytes
+        .map(format_bytes)
+        .unwrap_or_else(|| "an unknown amount".to_owned())
 }
 
 /// A sentence with the numbers of a PyTorch OOM.
@@ -839,19 +989,32 @@ fn pytorch_oom_meaning(n: &OomNumbers) -> String {
     let mut parts = vec![format!(
         "PyTorch could not allocate {}{}",
         describe_opt(n.requested_bytes),
-        n.device_index.map(|d| format!(" on GPU {d}")).unwrap_or_default()
+        n.device_index
+            .map(|d| format!(" on GPU {d}"))
+            .unwrap_or_default()
     )];
     if let (Some(free), Some(total)) = (n.free_bytes, n.total_bytes) {
-        parts.push(format!("{} free of {}", format_bytes(free), format_bytes(total)));
+        parts.push(format!(
+            "{} free of {}",
+            format_bytes(free),
+            format_bytes(total)
+        ));
     }
     if let Some(allowed) = n.allowed_bytes {
-        parts.push(format!("the process is capped at {}", format_bytes(allowed)));
+        parts.push(format!(
+            "the process is capped at {}",
+            format_bytes(allowed)
+        ));
     }
     if let Some(p) = n.this_process_bytes {
         parts.push(format!("this process holds {}", format_bytes(p)));
     }
     for other in &n.other_processes {
-        parts.push(format!("process {} holds {}", other.pid, format_bytes(other.used_bytes)));
+        parts.push(format!(
+            "process {} holds {}",
+            other.pid,
+            format_bytes(other.used_bytes)
+        ));
     }
     if let Some(a) = n.allocated_bytes {
         parts.push(format!("{} allocated by tensors", format_bytes(a)));
@@ -869,13 +1032,40 @@ mod tests {
     #[test]
     fn built_in_patterns_compile() {
         for re in [
-            &PT_OOM_NEW, &PT_PROC, &PT_OOM_OLD, &PT_OOM_ANY, &PT_OOM_ASYNC, &PT_ASYNC_FIELD, &PT_ASYNC_LIMIT_KEY,
-            &PT_ASYNC_LIMIT_VALUE, &TF_OOM, &BFC_OOM, &BFC_OLD_OOM, &TF_DRV_OOM, &XLA_OOM, &XLA_OOM_BARE, &XID,
-            &FELL_OFF_BUS, &PT_CUDA_ERR, &SEARCH_FOR, &CUDA_NAMED, &CUDNN, &CUBLAS, &ECC, &DRIVER_VERSION,
-            &FRAMEWORK_CUDA, &CUDA_MESSAGES,
+            &PT_OOM_NEW,
+            &PT_PROC,
+            &PT_OOM_OLD,
+            &PT_OOM_ANY,
+            &PT_OOM_ASYNC,
+            &PT_ASYNC_FIELD,
+            &PT_ASYNC_LIMIT_KEY,
+            &PT_ASYNC_LIMIT_VALUE,
+            &TF_OOM,
+            &BFC_OOM,
+            &BFC_OLD_OOM,
+            &TF_DRV_OOM,
+            &XLA_OOM,
+            &XLA_OOM_BARE,
+            &XID,
+            &FELL_OFF_BUS,
+            &PT_CUDA_ERR,
+            &SEARCH_FOR,
+            &CUDA_NAMED,
+            &CUDNN,
+            &CUDNN_STATUS,
+            &CUBLAS,
+            &CUBLAS_STATUS,
+            &ECC,
+            &DRIVER_VERSION,
+            &FRAMEWORK_CUDA,
+            &CUDA_MESSAGES,
         ] {
             assert!(!re.as_str().is_empty());
-            assert!(!re.is_match("nothing to see here"), "{} matches a plain line", re.as_str());
+            assert!(
+                !re.is_match("nothing to see here"),
+                "{} matches a plain line",
+                re.as_str()
+            );
         }
     }
 

@@ -17,5 +17,7 @@ pub mod size;
 pub mod thresholds;
 
 pub use engine::{DiagnosisInput, NamedCapture, diagnose};
-pub use finding::{Category, Diagnosis, Evidence, EvidenceSource, Finding, Recommendation, Severity, Wizard};
+pub use finding::{
+    Category, Diagnosis, Evidence, EvidenceSource, Finding, Recommendation, Severity, Wizard,
+};
 pub(crate) use hardware::{xid_category, xid_meaning};

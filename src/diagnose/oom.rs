@@ -15,7 +15,9 @@
 //! PyTorch prints the `expandable_segments` hint on every OOM; it is only repeated when rule 1, 2
 //! or 4 says fragmentation is the cause, and otherwise the explanation says why it would not help.
 
-use super::finding::{Category, Evidence, EvidenceSource, Finding, Recommendation, Severity, Wizard};
+use super::finding::{
+    Category, Evidence, EvidenceSource, Finding, Recommendation, Severity, Wizard,
+};
 use super::log::{Framework, OomNumbers};
 use super::recommend::{self, NOTABLE_BYTES, NOTABLE_OTHER_PROCESS_FRACTION};
 use crate::model::format_bytes;
@@ -49,9 +51,16 @@ pub enum OomCause {
 /// The `(pid, bytes)` of every other process, from the message or else the capture.
 fn others(case: &OomCase) -> Vec<(u32, u64)> {
     if !case.numbers.other_processes.is_empty() {
-        case.numbers.other_processes.iter().map(|p| (p.pid, p.used_bytes)).collect()
+        case.numbers
+            .other_processes
+            .iter()
+            .map(|p| (p.pid, p.used_bytes))
+            .collect()
     } else {
-        case.other_processes_from_capture.iter().map(|(pid, _, b, _)| (*pid, *b)).collect()
+        case.other_processes_from_capture
+            .iter()
+            .map(|(pid, _, b, _)| (*pid, *b))
+            .collect()
     }
 }
 
@@ -64,21 +73,38 @@ pub fn classify(case: &OomCase) -> OomCause {
     let largest_block = case.largest_free_block.as_ref().map(|(b, _)| *b);
     let others_sum: u64 = others(case).iter().map(|(_, b)| b).sum();
     let device_had_room = free.is_some_and(|f| f >= requested);
-    let cap_set = n.allowed_bytes.is_some_and(|c| n.total_bytes.is_none_or(|t| c < t));
-    let cached_enough = requested > 0 && unallocated >= requested && largest_block.is_none_or(|l| l < requested);
+    let cap_set = n
+        .allowed_bytes
+        .is_some_and(|c| n.total_bytes.is_none_or(|t| c < t));
+    let cached_enough =
+        requested > 0 && unallocated >= requested && largest_block.is_none_or(|l| l < requested);
 
     if cap_set && (device_had_room || free.is_none()) {
-        return if cached_enough { OomCause::CapWithFragmentation } else { OomCause::Cap };
+        return if cached_enough {
+            OomCause::CapWithFragmentation
+        } else {
+            OomCause::Cap
+        };
     }
     if cached_enough {
         return OomCause::Fragmentation;
     }
     let free = free.unwrap_or(0);
-    let share_ok = n.total_bytes.is_none_or(|t| others_sum as f64 >= NOTABLE_OTHER_PROCESS_FRACTION * t as f64) || others_sum >= requested;
-    if others_sum >= NOTABLE_BYTES && free < requested && free.saturating_add(others_sum) >= requested && share_ok {
+    let share_ok = n
+        .total_bytes
+        .is_none_or(|t| others_sum as f64 >= NOTABLE_OTHER_PROCESS_FRACTION * t as f64)
+        || others_sum >= requested;
+    if others_sum >= NOTABLE_BYTES
+        && free < requested
+        && free.saturating_add(others_sum) >= requested
+        && share_ok
+    {
         return OomCause::OtherProcess;
     }
-    if unallocated >= NOTABLE_BYTES && free < requested && free.saturating_add(unallocated) >= requested {
+    if unallocated >= NOTABLE_BYTES
+        && free < requested
+        && free.saturating_add(unallocated) >= requested
+    {
         return OomCause::Fragmentation;
     }
     OomCause::Capacity
@@ -101,25 +127,49 @@ fn evidence(case: &OomCase) -> Vec<Evidence> {
         ev.push(Evidence::bytes("per-process cap (allowed)", c, src()));
     }
     if let Some(p) = n.this_process_bytes {
-        ev.push(Evidence::bytes("this process in use (incl. CUDA context)", p, src()));
+        ev.push(Evidence::bytes(
+            "this process in use (incl. CUDA context)",
+            p,
+            src(),
+        ));
     }
     for p in &n.other_processes {
-        ev.push(Evidence::bytes(format!("process {} in use", p.pid), p.used_bytes, src()));
+        ev.push(Evidence::bytes(
+            format!("process {} in use", p.pid),
+            p.used_bytes,
+            src(),
+        ));
     }
     if n.other_processes.is_empty() {
         for (pid, name, bytes, source) in &case.other_processes_from_capture {
-            let label = if name.is_empty() { format!("process {pid} in use") } else { format!("process {pid} ({name}) in use") };
+            let label = if name.is_empty() {
+                format!("process {pid} in use")
+            } else {
+                format!("process {pid} ({name}) in use")
+            };
             ev.push(Evidence::bytes(label, *bytes, source.clone()));
         }
     }
     if let Some(a) = n.allocated_bytes {
-        ev.push(Evidence::bytes("allocated by the framework (live tensors)", a, src()));
+        ev.push(Evidence::bytes(
+            "allocated by the framework (live tensors)",
+            a,
+            src(),
+        ));
     }
     if let Some(p) = n.private_pool_bytes {
-        ev.push(Evidence::bytes("of which in private pools (CUDA graphs)", p, src()));
+        ev.push(Evidence::bytes(
+            "of which in private pools (CUDA graphs)",
+            p,
+            src(),
+        ));
     }
     if let Some(u) = n.reserved_unallocated_bytes {
-        ev.push(Evidence::bytes("reserved but unallocated (cached)", u, src()));
+        ev.push(Evidence::bytes(
+            "reserved but unallocated (cached)",
+            u,
+            src(),
+        ));
     }
     if let Some((l, s)) = &case.largest_free_block {
         ev.push(Evidence::bytes("largest cached free block", *l, s.clone()));
@@ -153,7 +203,10 @@ fn hint_not_echoed(n: &OomNumbers) -> String {
 
 fn framework_capacity_recs(case: &OomCase) -> Vec<Recommendation> {
     let n = &case.numbers;
-    let mut recs = vec![recommend::reduce_batch_size(shortfall(n), n.allocated_bytes)];
+    let mut recs = vec![recommend::reduce_batch_size(
+        shortfall(n),
+        n.allocated_bytes,
+    )];
     match case.framework {
         Framework::Jax => recs.push(recommend::jax_preallocation()),
         Framework::TensorFlow => recs.push(recommend::tensorflow_memory_growth()),
@@ -170,8 +223,14 @@ fn framework_capacity_recs(case: &OomCase) -> Vec<Recommendation> {
 pub fn findings(case: &OomCase) -> Vec<Finding> {
     let n = &case.numbers;
     let cause = classify(case);
-    let gpu = n.device_index.map(|d| format!("GPU {d}")).unwrap_or_else(|| "the GPU".to_owned());
-    let req = n.requested_bytes.map(format_bytes).unwrap_or_else(|| "an allocation".to_owned());
+    let gpu = n
+        .device_index
+        .map(|d| format!("GPU {d}"))
+        .unwrap_or_else(|| "the GPU".to_owned());
+    let req = n
+        .requested_bytes
+        .map(format_bytes)
+        .unwrap_or_else(|| "an allocation".to_owned());
     let ev = evidence(case);
     let wizard = Some(Wizard::OutOfMemory);
     let unallocated = n.reserved_unallocated_bytes;
@@ -179,21 +238,32 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
 
     let cap_finding = |severity: Severity| -> Option<Finding> {
         let cap = n.allowed_bytes?;
-        let needed = n.reserved_bytes.map(|r| r.saturating_add(n.requested_bytes.unwrap_or(0))).unwrap_or(cap.saturating_add(n.requested_bytes.unwrap_or(0)));
+        let needed = n
+            .reserved_bytes
+            .map(|r| r.saturating_add(n.requested_bytes.unwrap_or(0)))
+            .unwrap_or(cap.saturating_add(n.requested_bytes.unwrap_or(0)));
         Some(Finding {
             category: Category::MemoryCap,
             severity,
             title: format!(
                 "A per-process cap of {} stopped the {req} allocation while {} {} free",
                 format_bytes(cap),
-                n.free_bytes.map(format_bytes).unwrap_or_else(|| "memory".into()),
-                if n.free_bytes.is_some() { "was" } else { "may have been" }
+                n.free_bytes
+                    .map(format_bytes)
+                    .unwrap_or_else(|| "memory".into()),
+                if n.free_bytes.is_some() {
+                    "was"
+                } else {
+                    "may have been"
+                }
             ),
             evidence: ev.clone(),
             explanation: format!(
                 "The process may use at most {} (torch.cuda.set_per_process_memory_fraction or an equivalent setting). The allocator had reserved {} and needed {} more, which exceeds the cap, although {gpu} had room.",
                 format_bytes(cap),
-                n.reserved_bytes.map(format_bytes).unwrap_or_else(|| "its share".into()),
+                n.reserved_bytes
+                    .map(format_bytes)
+                    .unwrap_or_else(|| "its share".into()),
                 req
             ),
             recommendations: vec![
@@ -250,7 +320,11 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
         OomCause::OtherProcess => {
             let others = others(case);
             let sum: u64 = others.iter().map(|(_, b)| b).sum();
-            let list = others.iter().map(|(pid, b)| format!("PID {pid} {}", format_bytes(*b))).collect::<Vec<_>>().join(", ");
+            let list = others
+                .iter()
+                .map(|(pid, b)| format!("PID {pid} {}", format_bytes(*b)))
+                .collect::<Vec<_>>()
+                .join(", ");
             out.push(Finding {
                 category: Category::OtherProcess,
                 severity: Severity::Critical,
@@ -281,7 +355,8 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                     a as f64 / t.max(1) as f64 * 100.0
                 ),
                 (Some(f), _, _) => format!("Only {} was free.", format_bytes(f)),
-                _ => "The message carries no breakdown; add a snapshot or a capture for one.".to_owned(),
+                _ => "The message carries no breakdown; add a snapshot or a capture for one."
+                    .to_owned(),
             };
             let too_big = matches!((n.requested_bytes, n.total_bytes), (Some(r), Some(t)) if r > t);
             out.push(Finding {
@@ -292,7 +367,9 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                 } else {
                     format!(
                         "Out of memory on {gpu}: {req} requested{}",
-                        n.free_bytes.map(|f| format!(", {} free", format_bytes(f))).unwrap_or_default()
+                        n.free_bytes
+                            .map(|f| format!(", {} free", format_bytes(f)))
+                            .unwrap_or_default()
                     )
                 },
                 evidence: ev.clone(),

@@ -5,7 +5,13 @@
 use super::finding::Recommendation;
 use crate::model::{GIB, MIB, format_bytes};
 
-fn rec(id: &str, title: &str, expected_effect: String, action: &str, estimated_saving_bytes: Option<u64>) -> Recommendation {
+fn rec(
+    id: &str,
+    title: &str,
+    expected_effect: String,
+    action: &str,
+    estimated_saving_bytes: Option<u64>,
+) -> Recommendation {
     Recommendation {
         id: id.to_owned(),
         title: title.to_owned(),
@@ -31,7 +37,10 @@ pub fn free_other_process(others: &[(u32, u64)], shortfall_bytes: Option<u64>) -
     let pids: Vec<String> = others.iter().map(|(pid, _)| pid.to_string()).collect();
     rec(
         "free-other-process",
-        &format!("Stop or move the other process{} on this GPU: {list}", if others.len() > 1 { "es" } else { "" }),
+        &format!(
+            "Stop or move the other process{} on this GPU: {list}",
+            if others.len() > 1 { "es" } else { "" }
+        ),
         effect,
         &format!(
             "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv\n# if it is yours and idle:\nkill {}\n# or run this job on a free GPU:\nCUDA_VISIBLE_DEVICES=<free gpu> python train.py",
@@ -42,14 +51,23 @@ pub fn free_other_process(others: &[(u32, u64)], shortfall_bytes: Option<u64>) -
 }
 
 /// Raise (or remove) a per-process memory fraction cap.
-pub fn raise_memory_fraction(cap_bytes: u64, needed_bytes: u64, total_bytes: Option<u64>) -> Recommendation {
-    let fraction = total_bytes
-        .filter(|&t| t > 0)
-        .map(|t| ((needed_bytes as f64 / t as f64) * 100.0 + 5.0).ceil().min(100.0) / 100.0);
+pub fn raise_memory_fraction(
+    cap_bytes: u64,
+    needed_bytes: u64,
+    total_bytes: Option<u64>,
+) -> Recommendation {
+    let fraction = total_bytes.filter(|&t| t > 0).map(|t| {
+        ((needed_bytes as f64 / t as f64) * 100.0 + 5.0)
+            .ceil()
+            .min(100.0)
+            / 100.0
+    });
     let action = match fraction {
         Some(f) => format!(
             "torch.cuda.set_per_process_memory_fraction({f:.2})  # was {:.2}; needs >= {}",
-            total_bytes.map(|t| cap_bytes as f64 / t as f64).unwrap_or(0.0),
+            total_bytes
+                .map(|t| cap_bytes as f64 / t as f64)
+                .unwrap_or(0.0),
             format_bytes(needed_bytes)
         ),
         None => "torch.cuda.set_per_process_memory_fraction(0.95)  # or remove the call".to_owned(),
@@ -79,7 +97,8 @@ pub fn expandable_segments(stranded_bytes: Option<u64>) -> Recommendation {
                 "The {} cached in blocks too small for the request becomes usable: segments grow in place instead of being split into fragments.",
                 format_bytes(b)
             ),
-            None => "Cached memory stops fragmenting into blocks too small for large requests.".to_owned(),
+            None => "Cached memory stops fragmenting into blocks too small for large requests."
+                .to_owned(),
         },
         "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n# or, before the first CUDA allocation:\nimport os; os.environ[\"PYTORCH_CUDA_ALLOC_CONF\"] = \"expandable_segments:True\"",
         stranded_bytes,
@@ -95,14 +114,19 @@ pub fn max_split_size(requested_bytes: Option<u64>) -> Recommendation {
     rec(
         "max-split-size",
         "Limit block splitting with max_split_size_mb",
-        format!("Blocks larger than {mb} MiB are no longer split by small allocations, so a request of that size finds a whole block."),
+        format!(
+            "Blocks larger than {mb} MiB are no longer split by small allocations, so a request of that size finds a whole block."
+        ),
         &format!("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{mb}"),
         None,
     )
 }
 
 /// Smaller batches (with gradient accumulation to keep the effective batch).
-pub fn reduce_batch_size(shortfall_bytes: Option<u64>, allocated_bytes: Option<u64>) -> Recommendation {
+pub fn reduce_batch_size(
+    shortfall_bytes: Option<u64>,
+    allocated_bytes: Option<u64>,
+) -> Recommendation {
     let effect = match (shortfall_bytes, allocated_bytes) {
         (Some(short), Some(alloc)) if alloc > 0 => format!(
             "The peak must shrink by at least {} ({:.0}% of the {} allocated); activations scale with the batch, so halving it frees up to half of the activation memory.",
@@ -114,7 +138,8 @@ pub fn reduce_batch_size(shortfall_bytes: Option<u64>, allocated_bytes: Option<u
             "The peak must shrink by at least {}; activations scale with the batch size.",
             format_bytes(short)
         ),
-        _ => "Activation memory scales with the batch size; halving it roughly halves activations.".to_owned(),
+        _ => "Activation memory scales with the batch size; halving it roughly halves activations."
+            .to_owned(),
     };
     rec(
         "reduce-batch-size",
@@ -131,7 +156,11 @@ pub fn mixed_precision(allocated_bytes: Option<u64>) -> Recommendation {
         "mixed-precision",
         "Train in bf16 (or fp16) mixed precision",
         match allocated_bytes {
-            Some(a) => format!("fp32 activations take half the memory in bf16: up to {} of the {} allocated.", format_bytes(a / 2), format_bytes(a)),
+            Some(a) => format!(
+                "fp32 activations take half the memory in bf16: up to {} of the {} allocated.",
+                format_bytes(a / 2),
+                format_bytes(a)
+            ),
             None => "fp32 activations take half the memory in bf16.".to_owned(),
         },
         "with torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16):\n    loss = model(batch)",
@@ -263,7 +292,9 @@ pub fn upgrade_driver(needed: &str) -> Recommendation {
     rec(
         "upgrade-driver",
         "Upgrade the NVIDIA driver (or install a framework build for an older CUDA)",
-        format!("The driver then supports the CUDA version the framework was built for ({needed})."),
+        format!(
+            "The driver then supports the CUDA version the framework was built for ({needed})."
+        ),
         "nvidia-smi   # shows the driver and the highest CUDA it supports\n# e.g. a PyTorch wheel built for an older CUDA:\npip install torch --index-url https://download.pytorch.org/whl/cu126",
         None,
     )
@@ -305,13 +336,25 @@ mod tests {
     #[test]
     fn memory_fraction_covers_what_was_needed() {
         let r = raise_memory_fraction(4 * GIB, 5 * GIB, Some(100 * GIB));
-        assert!(r.action.contains("set_per_process_memory_fraction(0.10)"), "{}", r.action);
+        assert!(
+            r.action.contains("set_per_process_memory_fraction(0.10)"),
+            "{}",
+            r.action
+        );
         assert_eq!(r.estimated_saving_bytes, Some(GIB));
     }
 
     #[test]
     fn split_size_covers_the_request() {
-        assert!(max_split_size(Some(300 * MIB)).action.ends_with("max_split_size_mb:512"));
-        assert!(max_split_size(Some(MIB)).action.ends_with("max_split_size_mb:128"));
+        assert!(
+            max_split_size(Some(300 * MIB))
+                .action
+                .ends_with("max_split_size_mb:512")
+        );
+        assert!(
+            max_split_size(Some(MIB))
+                .action
+                .ends_with("max_split_size_mb:128")
+        );
     }
 }

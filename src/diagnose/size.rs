@@ -45,7 +45,10 @@ mod tests {
         assert_eq!(parse_size("4.00TiB"), Some(4 * 1024 * GIB));
         assert_eq!(parse_size("32.00M"), Some(32 * MIB));
         assert_eq!(parse_size("1.50 KiB"), Some(1536));
-        assert_eq!(parse_size("27.86 GiB"), Some((27.86 * GIB as f64).round() as u64));
+        assert_eq!(
+            parse_size("27.86 GiB"),
+            Some((27.86 * GIB as f64).round() as u64)
+        );
     }
 
     #[test]

@@ -25,7 +25,8 @@ pub mod throttle {
     pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
     pub const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
     /// Reasons that mean the GPU is too hot or its power delivery is failing.
-    pub const THERMAL_OR_HARDWARE: u64 = HW_SLOWDOWN | SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN;
+    pub const THERMAL_OR_HARDWARE: u64 =
+        HW_SLOWDOWN | SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN;
 
     /// Names of the set bits, for evidence text.
     pub fn names(bits: u64) -> Vec<&'static str> {

@@ -12,7 +12,9 @@ pub mod sample;
 pub use capture::{Capture, CaptureMeta, DeviceSeries, Recovery, SourceKind};
 pub use device::{DeviceFacts, FieldState, FieldStatus};
 pub use event::{Event, EventKind};
-pub use sample::{DeviceSample, HealthSample, MemoryReading, ProcessKind, ProcessSample, SampleBatch};
+pub use sample::{
+    DeviceSample, HealthSample, MemoryReading, ProcessKind, ProcessSample, SampleBatch,
+};
 
 /// Milliseconds since the Unix epoch (UTC). Every timestamp in the model uses this clock so that
 /// captures from different machines and `nvidia-smi` logs can be lined up.
