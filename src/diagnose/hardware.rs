@@ -9,6 +9,7 @@ use super::finding::{Category, Evidence, EvidenceSource, Finding, Severity, Unit
 use super::log::{LineKind, LogAnalysis};
 use super::recommend;
 use super::thresholds::{self, throttle};
+use super::xid::XidSeverity;
 use crate::model::{Capture, EventKind};
 
 /// The finding category of an Xid: memory-error Xids are `ecc` or `row-remap`, the rest `xid`.
@@ -20,52 +21,36 @@ pub fn xid_category(code: u32) -> Category {
     }
 }
 
-/// How serious an Xid is, after DCGM's health watches (failure → critical, warning → warning).
+/// How serious an Xid is: DCGM's failures are critical, everything else a warning (an Xid always
+/// means something went wrong).
 pub fn xid_severity(code: u32) -> Severity {
-    if thresholds::FAILURE_XIDS.contains(&code) {
-        Severity::Critical
-    } else {
-        Severity::Warning
+    match super::xid::lookup(u64::from(code)).map(|i| i.severity) {
+        Some(XidSeverity::Failure) => Severity::Critical,
+        Some(_) => Severity::Warning,
+        None if thresholds::FAILURE_XIDS.contains(&code) => Severity::Critical,
+        None => Severity::Warning,
     }
 }
 
-/// What an Xid means and what to do, in one or two sentences.
+/// What an Xid means and what to do, from the Xid knowledge table (`xid.rs`).
 pub fn xid_meaning(code: u32) -> String {
-    let text = match code {
-        13 => {
-            "graphics engine exception, usually an application bug (out-of-range access); rerun under compute-sanitizer"
+    match super::xid::lookup(u64::from(code)) {
+        Some(info) => format!(
+            "{} ({}). {}",
+            info.description, info.mnemonic, info.what_to_do
+        ),
+        None => {
+            "not in vramscope's table; see NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)"
+                .to_owned()
         }
-        31 => {
-            "GPU memory page fault (illegal address); an application bug unless the same GPU faults across different jobs"
-        }
-        32 => "invalid or corrupted push buffer stream; check PCIe/DMA health",
-        43 => {
-            "GPU stopped processing: the application hit a software-induced fault (e.g. a device-side assert)"
-        }
-        45 => "preemptive cleanup after a previous error; follow the Xid that preceded it",
-        48 => {
-            "double-bit (uncorrectable) ECC error; reset the GPU or reboot to clear it, watch for recurrence"
-        }
-        62 => "internal micro-controller halt; reset the GPU",
-        63 => {
-            "memory row remapping (page retirement) recorded; reset the GPU when convenient to apply it"
-        }
-        64 => {
-            "memory row remapping (page retirement) failed; reset the GPU, an RMA candidate if it recurs"
-        }
-        74 => "NVLink error, possibly caused by the peer GPU",
-        79 => "GPU has fallen off the bus; reboot the node, check PCIe, power and cooling",
-        92 => "high single-bit ECC error rate: an early warning of failing memory",
-        94 => {
-            "contained memory error: only the faulting application must restart; reset the GPU when convenient"
-        }
-        95 => "uncontained memory error: several applications affected; reset the GPU",
-        119 | 120 => "GPU firmware (GSP) timeout or error; reset the GPU",
-        140 => "ECC error that escaped row remapping; reset the GPU, contact support if it recurs",
-        154 => "GPU recovery action changed: see the Xid before it for the action required",
-        _ => "see NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)",
-    };
-    text.to_owned()
+    }
+}
+
+/// The catalog description of an Xid, short enough for a title.
+fn xid_title(code: u32) -> String {
+    super::xid::lookup(u64::from(code))
+        .map(|info| info.description.to_owned())
+        .unwrap_or_else(|| "unknown Xid".to_owned())
 }
 
 fn capture_source(name: &str, device_index: Option<u32>, t_ms: Option<i64>) -> EvidenceSource {
@@ -153,7 +138,7 @@ fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Findi
         title: format!(
             "Xid {code}{}: {}",
             device.map(|d| format!(" on GPU {d}")).unwrap_or_default(),
-            xid_meaning(code).split(';').next().unwrap_or_default()
+            xid_title(code)
         ),
         evidence,
         explanation: format!(
@@ -483,10 +468,7 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
         let finding = match &first.kind {
             LineKind::Xid { code, pci, .. } => {
                 let mut f = xid_finding(*code, None, evidence);
-                f.title = format!(
-                    "Xid {code} on PCI {pci}{count}: {}",
-                    xid_meaning(*code).split(';').next().unwrap_or_default()
-                );
+                f.title = format!("Xid {code} on PCI {pci}{count}: {}", xid_title(*code));
                 f
             }
             LineKind::FallenOffBus => Finding {

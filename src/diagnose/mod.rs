@@ -1,8 +1,10 @@
-//! Diagnosis: findings, the rules that produce them, the log analyzer and knowledge tables
-//! (CUDA errors, CUDA ↔ driver compatibility, Xid codes, health thresholds).
+//! Diagnosis: findings, rules, the wizards' logic and the knowledge tables they draw on (Xid
+//! codes, CUDA errors, CUDA/driver compatibility, health thresholds). Functions over the
+//! model (plus a log-file reader); nothing here touches NVML or egui, so the same diagnosis runs live, on a reopened
+//! capture and in the web viewer.
 //!
 //! Data flows in one direction: evidence (logs, captures, snapshot facts) → rules → an ordered
-//! [`finding::Diagnosis`]. Nothing here knows about egui or the file formats of reports.
+//! [`finding::Diagnosis`], primary cause first.
 
 pub mod compat;
 pub mod cuda_errors;
@@ -15,6 +17,7 @@ pub mod oom;
 pub mod recommend;
 pub mod size;
 pub mod thresholds;
+pub mod xid;
 
 pub use engine::{DiagnosisInput, NamedCapture, diagnose};
 pub use finding::{
