@@ -11,6 +11,7 @@ pub mod cli;
 pub mod diagnose;
 pub mod formats;
 pub mod model;
+pub mod report;
 pub mod source;
 pub mod ui;
 #[cfg(target_arch = "wasm32")]

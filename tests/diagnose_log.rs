@@ -286,3 +286,16 @@ fn binary_garbage_and_empty_input_are_harmless() {
     let message = missing.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(message.contains("/nonexistent/dir/train.log"), "{message}");
 }
+
+#[test]
+fn colour_codes_are_stripped_before_matching() {
+    let log = analyze_text(
+        "\u{1b}[31mRuntimeError: CUDA error: device-side assert triggered\u{1b}[0m\n",
+        "coloured.log",
+    );
+    assert_eq!(log.matches.len(), 1);
+    assert_eq!(
+        log.matches[0].text,
+        "RuntimeError: CUDA error: device-side assert triggered"
+    );
+}

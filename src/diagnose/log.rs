@@ -234,6 +234,7 @@ pub fn analyze_reader(reader: impl Read, name: &str) -> std::io::Result<LogAnaly
             analysis.long_lines += 1;
         }
         let line = String::from_utf8_lossy(&buffer);
+        let line = strip_ansi(&line);
         let line_number = analysis.lines_read;
         scan_line(
             &mut analysis,
@@ -277,6 +278,15 @@ fn read_bounded_line(
         if found_newline {
             return Ok((true, too_long));
         }
+    }
+}
+
+/// Removes terminal colour codes (`ESC [ ... m`) that coloured training logs carry.
+fn strip_ansi(line: &str) -> std::borrow::Cow<'_, str> {
+    if line.contains('\u{1b}') {
+        ANSI.replace_all(line, "")
+    } else {
+        std::borrow::Cow::Borrowed(line)
     }
 }
 
@@ -369,6 +379,7 @@ re!(
     XID,
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\): (?P<xid>\d+),(?: pid=(?P<pid>[^,]*), name=(?P<pname>[^,]*),)? ?(?P<msg>.*)"
 );
+re!(ANSI, r"\x1b\[[0-9;?]*[A-Za-z]");
 re!(FELL_OFF_BUS, r"(?i)has fallen off the bus");
 re!(PT_CUDA_ERR, r"CUDA error: (?P<msg>[^\n]+)");
 re!(SEARCH_FOR, r"Search for `(?P<name>cuda\w+)'");
