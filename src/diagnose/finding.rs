@@ -95,8 +95,6 @@ pub enum EvidenceSource {
         device_index: Option<u32>,
         t_ms: Option<i64>,
     },
-    /// A live device read just now.
-    Device { device_index: u32 },
     /// A PyTorch allocator snapshot.
     Snapshot {
         file: String,
@@ -127,7 +125,6 @@ impl EvidenceSource {
                 }
                 s
             }
-            EvidenceSource::Device { device_index } => format!("live GPU {device_index}"),
             EvidenceSource::Snapshot { file, device_index } => match device_index {
                 Some(d) => format!("{file}, GPU {d}"),
                 None => file.clone(),
@@ -144,7 +141,6 @@ impl EvidenceSource {
 pub enum Unit {
     Bytes,
     BytesPerSecond,
-    BytesPerStep,
     Seconds,
     Percent,
     Celsius,
