@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 the command failed (bad file, no GPU, ...), 2 usage error (clap),
 //! 130 interrupted before anything useful was done.
 
+mod diagnose;
 mod gui;
 mod info;
 mod inspect;
@@ -34,6 +35,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Show devices, driver and CUDA versions, current memory and health.
     Info(info::InfoArgs),
+    /// Find out why memory ran out or a GPU misbehaves, from logs, captures, snapshots or the live GPUs.
+    Diagnose(diagnose::DiagnoseArgs),
 }
 
 /// Entry point of the binary.
@@ -44,6 +47,7 @@ pub fn main() -> ExitCode {
         Some(Command::Record(args)) => record::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Info(args)) => info::run(args),
+        Some(Command::Diagnose(args)) => diagnose::run(args),
     }
 }
 

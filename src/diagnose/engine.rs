@@ -227,16 +227,16 @@ fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
                 continue;
             };
             let device = e.device_index.unwrap_or(0);
-            let reading = c
-                .capture
-                .series(device)
-                .and_then(|s| {
-                    s.samples
-                        .iter()
-                        .rev()
-                        .find(|x| x.t_ms <= e.t_ms && x.memory.is_some())
-                })
-                .and_then(|x| x.memory);
+            // The failing peak usually falls between two samples: take the fullest reading of
+            // the few seconds before the failure.
+            let window_ms = i64::from(c.capture.meta.interval_ms.max(1000)) * 3;
+            let reading = c.capture.series(device).and_then(|s| {
+                s.samples
+                    .iter()
+                    .filter(|x| x.t_ms <= e.t_ms && x.t_ms >= e.t_ms - window_ms)
+                    .filter_map(|x| x.memory)
+                    .min_by_key(|m| m.free_bytes)
+            });
             let this_process =
                 pid.and_then(|pid| process_bytes_at(&c.capture, device, pid, e.t_ms));
             return Some(OomCase {

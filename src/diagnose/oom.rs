@@ -186,8 +186,9 @@ fn evidence(case: &OomCase) -> Vec<Evidence> {
     ev
 }
 
+/// How much more the request needed than was free; `None` when unknown or not positive.
 fn shortfall(n: &OomNumbers) -> Option<u64> {
-    Some(n.requested_bytes?.saturating_sub(n.free_bytes?))
+    Some(n.requested_bytes?.saturating_sub(n.free_bytes?)).filter(|&s| s > 0)
 }
 
 fn hint_not_echoed(n: &OomNumbers) -> String {
@@ -353,6 +354,10 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                     format_bytes(t),
                     format_bytes(a),
                     a as f64 / t.max(1) as f64 * 100.0
+                ),
+                (Some(f), _, _) if n.requested_bytes.is_some_and(|r| r <= f) => format!(
+                    "The closest reading showed {} free, more than the {req} requested: the peak that failed came between two samples, or memory was taken by a process the reading did not see.",
+                    format_bytes(f)
                 ),
                 (Some(f), _, _) => format!("Only {} was free.", format_bytes(f)),
                 _ => "The message carries no breakdown; add a snapshot or a capture for one."
