@@ -257,7 +257,7 @@ pub fn snapshot_findings(snapshots: &[SnapshotFacts], out: &mut Vec<Finding>) {
             })
             .filter(|(_, delta)| *delta > 0)
             .collect();
-        sites.sort_by(|a, b| b.1.cmp(&a.1));
+        sites.sort_by_key(|site| std::cmp::Reverse(site.1));
         let mut evidence = vec![
             Evidence::bytes(
                 "allocated in the first snapshot",

@@ -607,10 +607,10 @@ fn oom(framework: Framework, numbers: OomNumbers, meaning: String) -> Classified
 
 /// Recognises one line; the first pattern that matches wins, most specific first.
 fn classify(line: &str) -> Option<Classified> {
-    if line.contains("out of memory") || line.contains("Out of memory") {
-        if let Some(c) = classify_pytorch_oom(line) {
-            return Some(c);
-        }
+    if (line.contains("out of memory") || line.contains("Out of memory"))
+        && let Some(c) = classify_pytorch_oom(line)
+    {
+        return Some(c);
     }
     if line.contains("OOM when allocating") {
         return classify_tf_oom(line);
