@@ -1,3 +1,4 @@
 //! Everything egui: the app, its panels and widgets.
 
+pub mod allocator;
 pub mod app;
