@@ -297,7 +297,7 @@ fn steady_growth_in_a_capture_is_a_leak_with_time_to_full() {
         vec![],
         vec![],
     ));
-    assert_eq!(primary(&d), (Category::Leak, "find-growing-tensors".into()));
+    assert_eq!(primary(&d), (Category::Leak, "fix-leak".into()));
     let f = &d.findings[0];
     let rate = f
         .evidence
@@ -395,11 +395,11 @@ fn snapshots_that_keep_growing_are_a_leak_by_call_site() {
         reserved_bytes: allocated + GIB,
         allocated_bytes: allocated,
         largest_free_block_bytes: 512 * MIB,
-        oom: None,
         allocated_by_call_site: vec![
             ("train.py:42 history.append".into(), site_bytes),
             ("model.py:10 forward".into(), 2 * GIB),
         ],
+        ..Default::default()
     };
     let d = diagnose(&DiagnosisInput {
         snapshots: vec![
@@ -408,7 +408,7 @@ fn snapshots_that_keep_growing_are_a_leak_by_call_site() {
         ],
         ..Default::default()
     });
-    assert_eq!(primary(&d), (Category::Leak, "find-growing-tensors".into()));
+    assert_eq!(primary(&d), (Category::Leak, "fix-leak".into()));
     assert!(
         d.findings[0].title.contains("train.py:42"),
         "{}",
@@ -421,4 +421,48 @@ fn no_evidence_says_so() {
     let d = diagnose(&DiagnosisInput::default());
     assert_eq!(primary(&d), (Category::Healthy, String::new()));
     assert!(d.findings[0].explanation.contains("No evidence"));
+}
+
+#[test]
+fn memory_nobody_listed_is_another_process() {
+    // In a container PyTorch cannot see the other tenant: "this process has 0 bytes".
+    let d = text_case(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 0 bytes memory in use. Of the allocated memory 18.00 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but unallocated.",
+    );
+    assert_eq!(
+        primary(&d),
+        (Category::OtherProcess, "free-other-process".into())
+    );
+    assert!(
+        d.findings[0].title.contains("not list"),
+        "{}",
+        d.findings[0].title
+    );
+}
+
+#[test]
+fn a_refusal_with_room_on_the_device_is_a_cap_even_unprinted() {
+    let d = text_case(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 60.00 GiB is free. Including non-PyTorch memory, this process has 19.00 GiB memory in use. Of the allocated memory 18.30 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.",
+    );
+    assert_eq!(
+        primary(&d),
+        (Category::MemoryCap, "raise-memory-fraction".into())
+    );
+}
+
+#[test]
+fn a_leak_that_ends_in_an_oom_is_the_primary_cause() {
+    let mut text = String::new();
+    for step in 0..20 {
+        text.push_str(&format!(
+            "step {step} loss 0.5 allocated {:.2} GiB\n",
+            10.0 + 3.0 * step as f64
+        ));
+    }
+    text.push_str("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.00 GiB memory in use. Of the allocated memory 77.00 GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but unallocated.\n");
+    let d = text_case(&text);
+    assert_eq!(primary(&d), (Category::Leak, "fix-leak".into()));
+    assert_eq!(d.findings[0].severity, Severity::Critical);
+    assert_eq!(d.findings[1].category, Category::Capacity);
 }

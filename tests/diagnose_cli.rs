@@ -183,3 +183,32 @@ fn cuda_version_from_the_user_is_checked_against_the_log_driver() {
     assert_eq!(doc["findings"][0]["category"], "driver-mismatch");
     assert_eq!(doc["findings"][0]["evidence"][1]["source"]["kind"], "user");
 }
+
+#[test]
+fn snapshots_after_one_flag_and_a_bad_snapshot() {
+    let cases = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
+    let p = |name: &str| cases.join(name).display().to_string();
+    let out = vramscope(&[
+        "diagnose",
+        "--log",
+        &p("leak.log"),
+        "--snapshot",
+        &p("leak_step10.pickle"),
+        &p("leak.pickle"),
+        "--json",
+    ]);
+    let doc = json_of(&out);
+    assert_eq!(doc["findings"][0]["category"], "leak");
+    assert_eq!(doc["findings"][0]["recommendations"][0]["id"], "fix-leak");
+    let kinds: Vec<&str> = doc["inputs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, vec!["log", "snapshot", "snapshot"]);
+
+    let out = vramscope(&["diagnose", "--snapshot", &p("leak.log")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leak.log"));
+}

@@ -214,14 +214,14 @@ mod snapshots {
 
     use crate::diagnose::leak::SnapshotFacts;
 
-    /// Snapshot facts for the rules. PyTorch snapshots are read by `crate::formats::pytorch`.
+    /// Reads each PyTorch snapshot and extracts the facts the rules need, per device.
     pub fn facts(paths: &[PathBuf]) -> Result<Vec<SnapshotFacts>, String> {
-        match paths.first() {
-            None => Ok(Vec::new()),
-            Some(path) => Err(format!(
-                "{}: reading allocator snapshots in `diagnose` is not available in this build yet",
-                path.display()
-            )),
+        let mut facts = Vec::new();
+        for path in paths {
+            let snapshot =
+                crate::formats::pytorch::read_file(path, &|_| true).map_err(|e| e.to_string())?;
+            facts.extend(crate::diagnose::snapshot::facts(&snapshot));
         }
+        Ok(facts)
     }
 }

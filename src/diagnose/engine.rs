@@ -41,6 +41,7 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
     }
     for log in &input.logs {
         hardware::log_findings(log, &mut findings);
+        leak::log_findings(log, &mut findings);
     }
     for c in &input.captures {
         hardware::capture_findings(&c.name, &c.capture, &mut findings);
@@ -50,6 +51,7 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
     driver_check(input, &mut findings);
 
     findings.sort_by_key(|f| f.severity);
+    promote_leak_behind_capacity_oom(&mut findings);
     if !findings.iter().any(|f| f.severity != Severity::Info) {
         findings.insert(0, healthy(input));
     }
@@ -58,6 +60,42 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
         inputs: summarize_inputs(input),
         simulated: input.captures.iter().any(|c| c.capture.is_simulated()),
     }
+}
+
+/// A job that ran out of memory because its live tensors filled the card, while memory grew
+/// steadily step after step, died of the leak: the leak becomes the primary finding.
+fn promote_leak_behind_capacity_oom(findings: &mut Vec<Finding>) {
+    if findings.first().map(|f| f.category) != Some(Category::Capacity) {
+        return;
+    }
+    let oom_device = findings.first().and_then(finding_device);
+    let same_device = |f: &Finding| match (oom_device, finding_device(f)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
+    let Some(index) = findings
+        .iter()
+        .position(|f| f.category == Category::Leak && same_device(f))
+    else {
+        return;
+    };
+    let mut leak = findings.remove(index);
+    leak.severity = Severity::Critical;
+    leak.explanation
+        .push_str(" The growth ended in the out-of-memory error of the next finding.");
+    if let Some(oom) = findings.first_mut() {
+        oom.explanation.push_str(" Memory grew steadily before the failure: the leak above is the cause, a smaller batch only delays it.");
+    }
+    findings.insert(0, leak);
+}
+
+/// The device a finding's evidence names, if any.
+fn finding_device(f: &Finding) -> Option<u32> {
+    f.evidence.iter().find_map(|e| match &e.source {
+        EvidenceSource::Capture { device_index, .. }
+        | EvidenceSource::Snapshot { device_index, .. } => *device_index,
+        _ => None,
+    })
 }
 
 fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
@@ -143,6 +181,7 @@ fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
                 occurrences: 0,
                 largest_free_block: None,
                 other_processes_from_capture: Vec::new(),
+                expandable_segments: None,
             })
         })
         .max_by_key(|c| richness(&c.numbers))
@@ -161,12 +200,27 @@ fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
             file: s.name.clone(),
             device_index: Some(device),
         };
-        case.largest_free_block = Some((s.largest_free_block_bytes, source));
+        if case.largest_free_block.is_none() {
+            // At the OOM when the snapshot recorded it, else at the snapshot's end.
+            let largest = s
+                .oom
+                .as_ref()
+                .map_or(s.largest_free_block_bytes, |o| o.largest_usable_free_bytes);
+            case.largest_free_block = Some((largest, source));
+        }
+        if case.expandable_segments.is_none() {
+            case.expandable_segments = s.expandable_segments;
+        }
         if case.numbers.reserved_unallocated_bytes.is_none() {
-            case.numbers.allocated_bytes = Some(s.allocated_bytes);
-            case.numbers.reserved_bytes = Some(s.reserved_bytes);
-            case.numbers.reserved_unallocated_bytes =
-                Some(s.reserved_bytes.saturating_sub(s.allocated_bytes));
+            let (allocated, reserved) = s
+                .oom
+                .as_ref()
+                .map_or((s.allocated_bytes, s.reserved_bytes), |o| {
+                    (o.allocated_bytes, o.reserved_bytes)
+                });
+            case.numbers.allocated_bytes = Some(allocated);
+            case.numbers.reserved_bytes = Some(reserved);
+            case.numbers.reserved_unallocated_bytes = Some(reserved.saturating_sub(allocated));
         }
     }
     if case.numbers.other_processes.is_empty() {
@@ -192,25 +246,29 @@ fn richness(n: &OomNumbers) -> usize {
 
 fn snapshot_oom(snapshots: &[SnapshotFacts]) -> Option<OomCase> {
     let s = snapshots.iter().rev().find(|s| s.oom.is_some())?;
-    let (requested, free) = s.oom?;
+    let oom = s.oom.as_ref()?;
+    let source = EvidenceSource::Snapshot {
+        file: s.name.clone(),
+        device_index: Some(s.device_index),
+    };
     Some(OomCase {
         framework: Framework::PyTorch,
         numbers: OomNumbers {
             device_index: Some(s.device_index),
-            requested_bytes: Some(requested),
-            free_bytes: free,
-            allocated_bytes: Some(s.allocated_bytes),
-            reserved_bytes: Some(s.reserved_bytes),
-            reserved_unallocated_bytes: Some(s.reserved_bytes.saturating_sub(s.allocated_bytes)),
+            requested_bytes: Some(oom.requested_bytes),
+            free_bytes: oom.device_free_bytes,
+            allocated_bytes: Some(oom.allocated_bytes),
+            reserved_bytes: Some(oom.reserved_bytes),
+            reserved_unallocated_bytes: Some(
+                oom.reserved_bytes.saturating_sub(oom.allocated_bytes),
+            ),
             ..Default::default()
         },
-        source: EvidenceSource::Snapshot {
-            file: s.name.clone(),
-            device_index: Some(s.device_index),
-        },
+        source: source.clone(),
         occurrences: 1,
-        largest_free_block: None,
+        largest_free_block: Some((oom.largest_usable_free_bytes, source)),
         other_processes_from_capture: Vec::new(),
+        expandable_segments: s.expandable_segments,
     })
 }
 
@@ -257,6 +315,7 @@ fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
                 occurrences: 1,
                 largest_free_block: None,
                 other_processes_from_capture: Vec::new(),
+                expandable_segments: None,
             });
         }
     }

@@ -7,6 +7,7 @@
 //! (so one big allocation is not a leak).
 
 use super::finding::{Category, Evidence, EvidenceSource, Finding, Severity, Unit, Wizard};
+use super::log::{LogAnalysis, StepSeries};
 use super::recommend::{self, MIN_LEAK_GROWTH_BYTES};
 use crate::model::{Capture, format_bytes};
 
@@ -56,15 +57,20 @@ pub fn fit(points: &[(f64, f64)]) -> Option<Trend> {
 
 /// Whether a series of (t_ms, bytes) readings is a leak by the rules in the module comment.
 pub fn leak_trend(readings: &[(i64, u64)]) -> Option<Trend> {
-    if readings.len() < MIN_POINTS {
-        return None;
-    }
-    let t0 = readings[0].0;
+    let t0 = readings.first()?.0;
     let points: Vec<(f64, f64)> = readings
         .iter()
         .map(|&(t, b)| ((t - t0) as f64 / 1000.0, b as f64))
         .collect();
-    let trend = fit(&points)?;
+    growth_trend(&points)
+}
+
+/// The leak test on (x, bytes) points, x in seconds or steps; the slope is then per x.
+fn growth_trend(points: &[(f64, f64)]) -> Option<Trend> {
+    if points.len() < MIN_POINTS {
+        return None;
+    }
+    let trend = fit(points)?;
     if trend.bytes_per_second <= 0.0
         || trend.r_squared < MIN_R_SQUARED
         || trend.growth_bytes < MIN_LEAK_GROWTH_BYTES as f64
@@ -75,11 +81,102 @@ pub fn leak_trend(readings: &[(i64, u64)]) -> Option<Trend> {
     if second_half.bytes_per_second < 0.5 * trend.bytes_per_second {
         return None;
     }
-    let rises = readings.windows(2).filter(|w| w[1].1 > w[0].1).count();
+    let rises = points.windows(2).filter(|w| w[1].1 > w[0].1).count();
     if rises < 3 {
         return None;
     }
     Some(trend)
+}
+
+/// Leak findings from memory figures a log prints per step (`step 12 allocated 4.06 GiB`): one
+/// finding per log, for the series that grew most.
+pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
+    let mut leaking: Vec<(&StepSeries, Trend)> = log
+        .step_series
+        .iter()
+        .filter_map(|series| {
+            let points: Vec<(f64, f64)> = series
+                .points
+                .iter()
+                .map(|p| (p.step as f64, p.bytes as f64))
+                .collect();
+            growth_trend(&points).map(|t| (series, t))
+        })
+        .collect();
+    // Live tensors ("allocated") say most about a leak; then the largest growth.
+    leaking.sort_by(|a, b| {
+        let live = |s: &StepSeries| s.label.contains("allocated");
+        live(b.0)
+            .cmp(&live(a.0))
+            .then(b.1.growth_bytes.total_cmp(&a.1.growth_bytes))
+    });
+    let Some((series, trend)) = leaking.first() else {
+        return;
+    };
+    let (Some(first), Some(last)) = (series.points.first(), series.points.last()) else {
+        return;
+    };
+    let line = |l: usize| EvidenceSource::LogLine {
+        file: log.name.clone(),
+        line: l,
+    };
+    let per_step = trend.bytes_per_second.max(0.0) as u64;
+    let mut evidence = vec![
+        Evidence::number(
+            format!("{} growth per step", series.label),
+            trend.bytes_per_second,
+            Unit::Bytes,
+            format!("{}/step", format_bytes(per_step)),
+            EvidenceSource::Derived,
+        ),
+        Evidence::bytes(
+            format!("{} at step {}", series.label, first.step),
+            first.bytes,
+            line(first.line),
+        ),
+        Evidence::bytes(
+            format!("{} at step {}", series.label, last.step),
+            last.bytes,
+            line(last.line),
+        ),
+        Evidence::number(
+            "fit (R²)",
+            trend.r_squared,
+            Unit::Count,
+            format!("{:.2}", trend.r_squared),
+            EvidenceSource::Derived,
+        ),
+    ];
+    for (other, t) in leaking.iter().skip(1) {
+        evidence.push(Evidence::number(
+            format!("{} growth per step", other.label),
+            t.bytes_per_second,
+            Unit::Bytes,
+            format!("{}/step", format_bytes(t.bytes_per_second.max(0.0) as u64)),
+            EvidenceSource::Derived,
+        ));
+    }
+    out.push(Finding {
+        category: Category::Leak,
+        severity: Severity::Warning,
+        title: format!(
+            "{} memory grows by {} per step ({} → {} over {} steps)",
+            series.label,
+            format_bytes(per_step),
+            format_bytes(first.bytes),
+            format_bytes(last.bytes),
+            last.step.saturating_sub(first.step)
+        ),
+        evidence,
+        explanation: format!(
+            "The log prints {} memory at every step and it rises along a straight line (R² {:.2}) instead of levelling off after the first steps: each step keeps about {} alive. A training loop that frees its activations stays flat.",
+            series.label,
+            trend.r_squared,
+            format_bytes(per_step)
+        ),
+        recommendations: vec![recommend::find_leak(None), recommend::empty_cache()],
+        wizard: Some(Wizard::Leak),
+    });
 }
 
 fn duration_text(seconds: f64) -> String {
@@ -203,23 +300,38 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     }
 }
 
-/// Allocator facts from one snapshot that the rules need; filled from a PyTorch snapshot by the
-/// caller, so this module does not depend on the snapshot model.
+/// Allocator facts from one snapshot that the rules need, per device; made from a PyTorch
+/// snapshot by `diagnose::snapshot::facts`, and plain data so tests and other sources can fill it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SnapshotFacts {
     /// File name.
     pub name: String,
     pub device_index: u32,
-    /// Bytes reserved by the allocator (segments).
+    /// Bytes reserved by the allocator (segments) at the end of the snapshot.
     pub reserved_bytes: u64,
-    /// Bytes in allocated blocks.
+    /// Bytes in allocated blocks at the end of the snapshot.
     pub allocated_bytes: u64,
-    /// Largest free block in any segment.
+    /// Largest cached free block at the end of the snapshot.
     pub largest_free_block_bytes: u64,
-    /// The last OOM in the trace: (requested bytes, device free bytes).
-    pub oom: Option<(u64, Option<u64>)>,
-    /// Allocated bytes per call site (top frame that is user code), largest first.
+    /// The last OOM in the trace, with the allocator's numbers at that moment.
+    pub oom: Option<SnapshotOom>,
+    /// `expandable_segments` from the allocator settings, when recorded.
+    pub expandable_segments: Option<bool>,
+    /// Allocated bytes per call site (innermost user frame), largest first.
     pub allocated_by_call_site: Vec<(String, u64)>,
+}
+
+/// An out-of-memory event in a snapshot's trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotOom {
+    /// The segment size the allocator asked cudaMalloc for ("Tried to allocate").
+    pub requested_bytes: u64,
+    /// `cudaMemGetInfo` free memory at the OOM.
+    pub device_free_bytes: Option<u64>,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Largest cached free block in the request's pool and stream.
+    pub largest_usable_free_bytes: u64,
 }
 
 /// Leak findings from two or more snapshots of the same device, in the order given.

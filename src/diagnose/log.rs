@@ -131,6 +131,27 @@ pub struct LogVersions {
     pub framework_cuda: Option<((u32, u32), usize)>,
 }
 
+/// A memory figure printed at each training step (e.g. `step 12 allocated 4.06 GiB`), for the
+/// per-step leak rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepSeries {
+    /// What the figure is called in the log (`allocated`, `reserved`, `memory`, ...).
+    pub label: String,
+    pub points: Vec<StepPoint>,
+}
+
+/// One step's figure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepPoint {
+    pub step: u64,
+    pub bytes: u64,
+    /// 1-based line number.
+    pub line: usize,
+}
+
+/// Most step figures kept per log (over all series).
+pub const MAX_STEP_POINTS: usize = 200_000;
+
 /// Everything the analyzer found in one log.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogAnalysis {
@@ -143,6 +164,8 @@ pub struct LogAnalysis {
     /// Lines longer than [`MAX_LINE_BYTES`] (only their beginning was examined).
     pub long_lines: usize,
     pub versions: LogVersions,
+    /// Memory figures printed per training step, one series per label.
+    pub step_series: Vec<StepSeries>,
 }
 
 impl LogAnalysis {
@@ -379,6 +402,14 @@ re!(
     XID,
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\): (?P<xid>\d+),(?: pid=(?P<pid>[^,]*), name=(?P<pname>[^,]*),)? ?(?P<msg>.*)"
 );
+re!(
+    STEP,
+    r"(?i)\b(?:global[_ ])?(?:step|iter|iteration)\b[\s:=#]*(?P<step>\d+)"
+);
+re!(
+    STEP_MEMORY,
+    r"(?i)\b(?P<label>max[_ ]allocated|max[_ ]reserved|allocated|reserved|gpu[_ ]mem(?:ory)?|mem(?:ory)?(?:[_ ]used)?)\b[\s:=]*(?P<size>\d+(?:\.\d+)?\s?(?:[KMGT]i?B|bytes)\b)"
+);
 re!(ANSI, r"\x1b\[[0-9;?]*[A-Za-z]");
 re!(FELL_OFF_BUS, r"(?i)has fallen off the bus");
 re!(PT_CUDA_ERR, r"CUDA error: (?P<msg>[^\n]+)");
@@ -450,6 +481,7 @@ fn push(analysis: &mut LogAnalysis, m: LineMatch) -> Option<usize> {
 
 fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usize, line: &str) {
     scan_versions(analysis, line_number, line);
+    scan_step_memory(analysis, line_number, line);
     if continue_async_oom(analysis, state, line) {
         return;
     }
@@ -487,6 +519,38 @@ fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usi
         }
         if is_pt_cuda_error {
             state.cuda_error_on_previous_line = Some(index);
+        }
+    }
+}
+
+/// Records `step N ... allocated X GiB`-style figures.
+fn scan_step_memory(analysis: &mut LogAnalysis, line_number: usize, line: &str) {
+    let Some(step) = STEP
+        .captures(line)
+        .and_then(|c| c["step"].parse::<u64>().ok())
+    else {
+        return;
+    };
+    for caps in STEP_MEMORY.captures_iter(line) {
+        let Some(bytes) = parse_size(&caps["size"]) else {
+            continue;
+        };
+        let total: usize = analysis.step_series.iter().map(|s| s.points.len()).sum();
+        if total >= MAX_STEP_POINTS {
+            return;
+        }
+        let label = caps["label"].to_ascii_lowercase().replace(' ', "_");
+        let point = StepPoint {
+            step,
+            bytes,
+            line: line_number,
+        };
+        match analysis.step_series.iter_mut().find(|s| s.label == label) {
+            Some(series) => series.points.push(point),
+            None => analysis.step_series.push(StepSeries {
+                label,
+                points: vec![point],
+            }),
         }
     }
 }
@@ -1043,6 +1107,8 @@ mod tests {
     #[test]
     fn built_in_patterns_compile() {
         for re in [
+            &STEP,
+            &STEP_MEMORY,
             &PT_OOM_NEW,
             &PT_PROC,
             &PT_OOM_OLD,

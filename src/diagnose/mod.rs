@@ -16,6 +16,7 @@ pub mod log;
 pub mod oom;
 pub mod recommend;
 pub mod size;
+pub mod snapshot;
 pub mod thresholds;
 pub mod xid;
 

@@ -36,6 +36,8 @@ pub struct OomCase {
     /// Other processes on the device seen by a capture at the failure, when the message had none:
     /// (pid, name, bytes).
     pub other_processes_from_capture: Vec<(u32, String, u64, EvidenceSource)>,
+    /// Whether the allocator already used expandable segments (from a snapshot's settings).
+    pub expandable_segments: Option<bool>,
 }
 
 /// What the numbers say, before the findings are written.
@@ -48,7 +50,39 @@ pub enum OomCause {
     Capacity,
 }
 
-/// The `(pid, bytes)` of every other process, from the message or else the capture.
+/// Allowance for this process's CUDA context and libraries (cuBLAS/cuDNN workspaces) on top of
+/// what its allocator reserved, when the message does not give the process's total.
+const CONTEXT_ALLOWANCE_BYTES: u64 = 1 << 30;
+
+/// Memory on the device that neither free memory, this process nor the listed processes account
+/// for: processes the framework could not see (another container, no NVML access).
+fn unlisted_bytes(n: &OomNumbers) -> Option<u64> {
+    let total = n.total_bytes?;
+    let free = n.free_bytes?;
+    let reserved_with_context = n
+        .reserved_bytes
+        .map(|r| r.saturating_add(CONTEXT_ALLOWANCE_BYTES));
+    let own = match (
+        n.this_process_bytes.filter(|&p| p > 0),
+        reserved_with_context,
+    ) {
+        (Some(p), Some(r)) => p.max(r.saturating_sub(CONTEXT_ALLOWANCE_BYTES)),
+        (Some(p), None) => p,
+        (None, Some(r)) => r,
+        (None, None) => return None,
+    };
+    let listed: u64 = n.other_processes.iter().map(|p| p.used_bytes).sum();
+    Some(
+        total
+            .saturating_sub(free)
+            .saturating_sub(own)
+            .saturating_sub(listed),
+    )
+    .filter(|&b| b >= NOTABLE_BYTES)
+}
+
+/// The `(pid, bytes)` of every other process: from the message, else the capture, else memory
+/// nobody listed (pid 0).
 fn others(case: &OomCase) -> Vec<(u32, u64)> {
     if !case.numbers.other_processes.is_empty() {
         case.numbers
@@ -56,12 +90,25 @@ fn others(case: &OomCase) -> Vec<(u32, u64)> {
             .iter()
             .map(|p| (p.pid, p.used_bytes))
             .collect()
-    } else {
+    } else if !case.other_processes_from_capture.is_empty() {
         case.other_processes_from_capture
             .iter()
             .map(|(pid, _, b, _)| (*pid, *b))
             .collect()
+    } else {
+        unlisted_bytes(&case.numbers)
+            .map(|b| vec![(0, b)])
+            .unwrap_or_default()
     }
+}
+
+/// Whether the free figure was read by the framework at the failure (a log message or a
+/// snapshot's OOM event), rather than by a sampler seconds before it.
+fn free_is_exact(case: &OomCase) -> bool {
+    matches!(
+        case.source,
+        EvidenceSource::LogLine { .. } | EvidenceSource::Snapshot { .. }
+    )
 }
 
 /// Applies the rules in the module comment.
@@ -89,6 +136,10 @@ pub fn classify(case: &OomCase) -> OomCause {
     if cached_enough {
         return OomCause::Fragmentation;
     }
+    // The device had room at the failure, yet the allocator refused: a limit it must obey.
+    if device_had_room && free_is_exact(case) && requested > 0 {
+        return OomCause::Cap;
+    }
     let free = free.unwrap_or(0);
     let share_ok = n
         .total_bytes
@@ -108,6 +159,17 @@ pub fn classify(case: &OomCase) -> OomCause {
         return OomCause::Fragmentation;
     }
     OomCause::Capacity
+}
+
+fn process_label(pid: u32, bytes: u64) -> String {
+    if pid == 0 {
+        format!(
+            "{} held by processes the message did not list",
+            format_bytes(bytes)
+        )
+    } else {
+        format!("PID {pid} {}", format_bytes(bytes))
+    }
 }
 
 fn evidence(case: &OomCase) -> Vec<Evidence> {
@@ -138,6 +200,16 @@ fn evidence(case: &OomCase) -> Vec<Evidence> {
             format!("process {} in use", p.pid),
             p.used_bytes,
             src(),
+        ));
+    }
+    if n.other_processes.is_empty()
+        && case.other_processes_from_capture.is_empty()
+        && let Some(unlisted) = unlisted_bytes(n)
+    {
+        ev.push(Evidence::bytes(
+            "used by processes not listed (capacity - free - this process)",
+            unlisted,
+            EvidenceSource::Derived,
         ));
     }
     if n.other_processes.is_empty() {
@@ -237,43 +309,54 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
     let unallocated = n.reserved_unallocated_bytes;
     let mut out = Vec::new();
 
-    let cap_finding = |severity: Severity| -> Option<Finding> {
-        let cap = n.allowed_bytes?;
+    let cap_finding = |severity: Severity| -> Finding {
         let needed = n
             .reserved_bytes
-            .map(|r| r.saturating_add(n.requested_bytes.unwrap_or(0)))
-            .unwrap_or(cap.saturating_add(n.requested_bytes.unwrap_or(0)));
-        Some(Finding {
+            .or(n.allowed_bytes)
+            .unwrap_or(0)
+            .saturating_add(n.requested_bytes.unwrap_or(0));
+        let free_text = n
+            .free_bytes
+            .map(format_bytes)
+            .unwrap_or_else(|| "memory".into());
+        let (title, explanation) = match n.allowed_bytes {
+            Some(cap) => (
+                format!(
+                    "A per-process cap of {} stopped the {req} allocation while {free_text} was free",
+                    format_bytes(cap)
+                ),
+                format!(
+                    "The process may use at most {} (torch.cuda.set_per_process_memory_fraction or an equivalent setting). The allocator had reserved {} and needed {req} more, which exceeds the cap, although {gpu} had room.{}",
+                    format_bytes(cap),
+                    n.reserved_bytes
+                        .map(format_bytes)
+                        .unwrap_or_else(|| "its share".into()),
+                    hint_not_echoed(n)
+                ),
+            ),
+            None => (
+                format!(
+                    "The allocator refused {req} while {free_text} was free on {gpu}: a memory cap is in force"
+                ),
+                format!(
+                    "CUDA reported {free_text} free at the failure, more than the {req} requested, and the cached memory could not explain it: a per-process limit stopped the allocation (torch.cuda.set_per_process_memory_fraction, an MPS memory limit or a container limit).{}",
+                    hint_not_echoed(n)
+                ),
+            ),
+        };
+        Finding {
             category: Category::MemoryCap,
             severity,
-            title: format!(
-                "A per-process cap of {} stopped the {req} allocation while {} {} free",
-                format_bytes(cap),
-                n.free_bytes
-                    .map(format_bytes)
-                    .unwrap_or_else(|| "memory".into()),
-                if n.free_bytes.is_some() {
-                    "was"
-                } else {
-                    "may have been"
-                }
-            ),
+            title,
             evidence: ev.clone(),
-            explanation: format!(
-                "The process may use at most {} (torch.cuda.set_per_process_memory_fraction or an equivalent setting). The allocator had reserved {} and needed {} more, which exceeds the cap, although {gpu} had room.",
-                format_bytes(cap),
-                n.reserved_bytes
-                    .map(format_bytes)
-                    .unwrap_or_else(|| "its share".into()),
-                req
-            ),
+            explanation,
             recommendations: vec![
-                recommend::raise_memory_fraction(cap, needed, n.total_bytes),
+                recommend::raise_memory_fraction(n.allowed_bytes, needed, n.total_bytes),
                 recommend::reduce_batch_size(n.requested_bytes, n.allocated_bytes),
                 recommend::mixed_precision(n.allocated_bytes),
             ],
             wizard,
-        })
+        }
     };
 
     match cause {
@@ -306,24 +389,29 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                         format_bytes(u)
                     )
                 },
-                recommendations: vec![
-                    recommend::expandable_segments(unallocated),
-                    recommend::max_split_size(n.requested_bytes),
-                    recommend::empty_cache(),
-                ],
+                recommendations: if case.expandable_segments == Some(true) {
+                    // Already on (the snapshot's settings say so): limit splitting instead.
+                    vec![recommend::max_split_size(n.requested_bytes), recommend::empty_cache()]
+                } else {
+                    vec![
+                        recommend::expandable_segments(unallocated),
+                        recommend::max_split_size(n.requested_bytes),
+                        recommend::empty_cache(),
+                    ]
+                },
                 wizard: Some(Wizard::Fragmentation),
             });
             if cause == OomCause::CapWithFragmentation {
-                out.extend(cap_finding(Severity::Warning));
+                out.push(cap_finding(Severity::Warning));
             }
         }
-        OomCause::Cap => out.extend(cap_finding(Severity::Critical)),
+        OomCause::Cap => out.push(cap_finding(Severity::Critical)),
         OomCause::OtherProcess => {
             let others = others(case);
             let sum: u64 = others.iter().map(|(_, b)| b).sum();
             let list = others
                 .iter()
-                .map(|(pid, b)| format!("PID {pid} {}", format_bytes(*b)))
+                .map(|(pid, b)| process_label(*pid, *b))
                 .collect::<Vec<_>>()
                 .join(", ");
             out.push(Finding {

@@ -26,7 +26,13 @@ pub fn free_other_process(others: &[(u32, u64)], shortfall_bytes: Option<u64>) -
     let total: u64 = others.iter().map(|(_, b)| b).sum();
     let list = others
         .iter()
-        .map(|(pid, bytes)| format!("PID {pid} ({})", format_bytes(*bytes)))
+        .map(|(pid, bytes)| {
+            if *pid == 0 {
+                format!("{} not listed by the framework", format_bytes(*bytes))
+            } else {
+                format!("PID {pid} ({})", format_bytes(*bytes))
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let mut effect = format!("Makes {} available to this job", format_bytes(total));
@@ -34,7 +40,16 @@ pub fn free_other_process(others: &[(u32, u64)], shortfall_bytes: Option<u64>) -
         effect.push_str(&format!(" (it was {} short)", format_bytes(short)));
     }
     effect.push('.');
-    let pids: Vec<String> = others.iter().map(|(pid, _)| pid.to_string()).collect();
+    let pids: Vec<String> = others
+        .iter()
+        .filter(|(pid, _)| *pid != 0)
+        .map(|(pid, _)| pid.to_string())
+        .collect();
+    let pids = if pids.is_empty() {
+        "<pid>".to_owned()
+    } else {
+        pids.join(" ")
+    };
     rec(
         "free-other-process",
         &format!(
@@ -43,16 +58,16 @@ pub fn free_other_process(others: &[(u32, u64)], shortfall_bytes: Option<u64>) -
         ),
         effect,
         &format!(
-            "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv\n# if it is yours and idle:\nkill {}\n# or run this job on a free GPU:\nCUDA_VISIBLE_DEVICES=<free gpu> python train.py",
-            pids.join(" ")
+            "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv\n# if it is yours and idle:\nkill {pids}\n# or run this job on a free GPU:\nCUDA_VISIBLE_DEVICES=<free gpu> python train.py"
         ),
         Some(total),
     )
 }
 
-/// Raise (or remove) a per-process memory fraction cap.
+/// Raise (or remove) a per-process memory cap. `cap_bytes` is `None` when the cap was inferred
+/// (the device had room) rather than printed.
 pub fn raise_memory_fraction(
-    cap_bytes: u64,
+    cap_bytes: Option<u64>,
     needed_bytes: u64,
     total_bytes: Option<u64>,
 ) -> Recommendation {
@@ -62,27 +77,35 @@ pub fn raise_memory_fraction(
             .min(100.0)
             / 100.0
     });
+    let was = match (cap_bytes, total_bytes) {
+        (Some(c), Some(t)) if t > 0 => format!("was {:.2}; ", c as f64 / t as f64),
+        _ => String::new(),
+    };
     let action = match fraction {
         Some(f) => format!(
-            "torch.cuda.set_per_process_memory_fraction({f:.2})  # was {:.2}; needs >= {}",
-            total_bytes
-                .map(|t| cap_bytes as f64 / t as f64)
-                .unwrap_or(0.0),
+            "torch.cuda.set_per_process_memory_fraction({f:.2})  # {was}needs >= {}\n# or remove the call; under MPS: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
             format_bytes(needed_bytes)
         ),
-        None => "torch.cuda.set_per_process_memory_fraction(0.95)  # or remove the call".to_owned(),
+        None => "torch.cuda.set_per_process_memory_fraction(0.95)  # or remove the call\n# under MPS: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(),
+    };
+    let effect = match cap_bytes {
+        Some(cap) => format!(
+            "The cap of {} is what stopped the allocation; {} is needed ({} more).",
+            format_bytes(cap),
+            format_bytes(needed_bytes),
+            format_bytes(needed_bytes.saturating_sub(cap))
+        ),
+        None => format!(
+            "The job needs at least {} under the cap.",
+            format_bytes(needed_bytes)
+        ),
     };
     rec(
         "raise-memory-fraction",
         "Raise the per-process memory cap",
-        format!(
-            "The cap of {} is what stopped the allocation; {} is needed ({} more).",
-            format_bytes(cap_bytes),
-            format_bytes(needed_bytes),
-            format_bytes(needed_bytes.saturating_sub(cap_bytes))
-        ),
+        effect,
         &action,
-        Some(needed_bytes.saturating_sub(cap_bytes)),
+        cap_bytes.map(|cap| needed_bytes.saturating_sub(cap)),
     )
 }
 
@@ -243,7 +266,7 @@ pub fn tensorflow_memory_growth() -> Recommendation {
 /// Find what grows between steps.
 pub fn find_leak(growth_bytes_per_hour: Option<u64>) -> Recommendation {
     rec(
-        "find-growing-tensors",
+        "fix-leak",
         "Find what keeps references between steps",
         match growth_bytes_per_hour {
             Some(g) => format!("Stops the growth of {} per hour; the usual culprits are losses or outputs accumulated with their autograd graph.", format_bytes(g)),
@@ -335,7 +358,7 @@ mod tests {
 
     #[test]
     fn memory_fraction_covers_what_was_needed() {
-        let r = raise_memory_fraction(4 * GIB, 5 * GIB, Some(100 * GIB));
+        let r = raise_memory_fraction(Some(4 * GIB), 5 * GIB, Some(100 * GIB));
         assert!(
             r.action.contains("set_per_process_memory_fraction(0.10)"),
             "{}",
