@@ -466,3 +466,24 @@ fn a_leak_that_ends_in_an_oom_is_the_primary_cause() {
     assert_eq!(d.findings[0].severity, Severity::Critical);
     assert_eq!(d.findings[1].category, Category::Capacity);
 }
+
+#[test]
+fn a_capture_driver_older_than_the_framework_cuda() {
+    let mut c = capture(10, |_| vec![(100, 30 * GIB)], vec![], vec![]);
+    c.capture.meta.driver_version = "535.104.05".into();
+    c.capture.meta.cuda_driver_version = Some(12020);
+    let d = diagnose(&DiagnosisInput {
+        captures: vec![c],
+        framework_cuda: Some((13, 0)),
+        ..Default::default()
+    });
+    assert_eq!(
+        primary(&d),
+        (Category::DriverMismatch, "upgrade-driver".into())
+    );
+    assert!(
+        d.findings[0].title.contains("supports CUDA 12.2"),
+        "{}",
+        d.findings[0].title
+    );
+}

@@ -299,3 +299,27 @@ fn colour_codes_are_stripped_before_matching() {
         "RuntimeError: CUDA error: device-side assert triggered"
     );
 }
+
+#[test]
+fn numeric_cuda_error_codes_are_looked_up() {
+    let log = analyze_text(
+        "kernel.cu:42: CUDA error 700 at cudaMemcpy\nCUDA Error: code 2\n",
+        "numbers.log",
+    );
+    assert_eq!(log.matches.len(), 2, "{:#?}", log.matches);
+    assert!(matches!(
+        &log.matches[0].kind,
+        LineKind::CudaError {
+            code: Some(700),
+            ..
+        }
+    ));
+    assert_eq!(log.matches[0].category, Category::CudaError);
+    assert!(matches!(
+        &log.matches[1].kind,
+        LineKind::OutOfMemory {
+            framework: Framework::Cuda,
+            ..
+        }
+    ));
+}

@@ -578,7 +578,6 @@ pub fn driver_findings(
     );
     // The driver's own CUDA version (NVML) answers "too old" directly.
     if let Some(((dmaj, dmin), dsrc)) = &driver_cuda
-        && (major, minor) > (*dmaj, *dmin)
         && major > *dmaj
     {
         out.push(Finding {

@@ -415,6 +415,10 @@ re!(FELL_OFF_BUS, r"(?i)has fallen off the bus");
 re!(PT_CUDA_ERR, r"CUDA error: (?P<msg>[^\n]+)");
 re!(SEARCH_FOR, r"Search for `(?P<name>cuda\w+)'");
 re!(
+    CUDA_CODE,
+    r"\bCUDA (?:error|Error|ERROR)[ :#]*(?:code[ :=]*)?(?P<code>\d{1,3})\b"
+);
+re!(
     CUDA_NAMED,
     r"\b(?P<name>CUDA_ERROR_[A-Z_]+|cudaError[A-Za-z]+)\b"
 );
@@ -822,6 +826,12 @@ fn classify(line: &str) -> Option<Classified> {
         let message = caps["msg"].trim().trim_end_matches('.');
         return Some(classify_cuda_error(cuda_errors::lookup(message), message));
     }
+    if let Some(caps) = CUDA_CODE.captures(line)
+        && let Some(code) = number::<u32>(&caps, "code")
+    {
+        let text = format!("CUDA error {code}");
+        return Some(classify_cuda_error(cuda_errors::by_code(code), &text));
+    }
     if let Some(caps) = CUDA_NAMED.captures(line) {
         let name = &caps["name"];
         return Some(classify_cuda_error(cuda_errors::lookup(name), name));
@@ -1127,6 +1137,7 @@ mod tests {
             &FELL_OFF_BUS,
             &PT_CUDA_ERR,
             &SEARCH_FOR,
+            &CUDA_CODE,
             &CUDA_NAMED,
             &CUDNN,
             &CUDNN_STATUS,

@@ -47,7 +47,6 @@ pub mod throttle {
     }
 }
 
-/// Xids that DCGM's health watches treat as failures ("devastating" plus row-remap failure).
+/// Xids that DCGM's health watches treat as failures ("devastating" plus row-remap failure);
+/// used for codes the Xid table does not know.
 pub const FAILURE_XIDS: &[u32] = &[48, 64, 74, 79, 95, 119, 120, 140];
-/// Xids that DCGM's health watches treat as warnings.
-pub const WARNING_XIDS: &[u32] = &[31, 32, 43, 63, 94];
