@@ -487,3 +487,14 @@ fn a_capture_driver_older_than_the_framework_cuda() {
         d.findings[0].title
     );
 }
+
+#[test]
+fn the_cap_finding_under_fragmentation_does_not_deny_fragmentation() {
+    let d = log_case("pytorch_frag_under_cap.log");
+    assert_eq!(d.findings[1].category, Category::MemoryCap);
+    assert!(
+        !d.findings[1].explanation.contains("not the cause"),
+        "{}",
+        d.findings[1].explanation
+    );
+}

@@ -504,3 +504,42 @@ fn healthy(input: &DiagnosisInput) -> Finding {
         wizard: None::<Wizard>,
     }
 }
+
+/// How the card was split up at the failure, for the out-of-memory wizard's bar. Every part is
+/// optional because each source gives a different subset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OomComposition {
+    pub device_index: Option<u32>,
+    pub total_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+    /// Other processes (listed, seen by a capture, or not accounted for).
+    pub other_processes_bytes: u64,
+    /// This process beyond what its allocator reserved: CUDA context, libraries.
+    pub non_framework_bytes: Option<u64>,
+    pub allocated_bytes: Option<u64>,
+    pub reserved_unallocated_bytes: Option<u64>,
+    /// Per-process cap ("allowed").
+    pub cap_bytes: Option<u64>,
+    pub requested_bytes: Option<u64>,
+}
+
+/// The composition of the card at the most informative OOM of the evidence, if any.
+pub fn oom_composition(input: &DiagnosisInput) -> Option<OomComposition> {
+    let case = oom_case(input)?;
+    let n = &case.numbers;
+    let others: u64 = oom::other_processes(&case).iter().map(|(_, b)| b).sum();
+    Some(OomComposition {
+        device_index: n.device_index,
+        total_bytes: n.total_bytes,
+        free_bytes: n.free_bytes,
+        other_processes_bytes: others,
+        non_framework_bytes: n
+            .this_process_bytes
+            .zip(n.reserved_bytes)
+            .map(|(p, r)| p.saturating_sub(r)),
+        allocated_bytes: n.allocated_bytes,
+        reserved_unallocated_bytes: n.reserved_unallocated_bytes,
+        cap_bytes: n.allowed_bytes,
+        requested_bytes: n.requested_bytes,
+    })
+}

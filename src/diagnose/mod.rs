@@ -20,7 +20,7 @@ pub mod snapshot;
 pub mod thresholds;
 pub mod xid;
 
-pub use engine::{DiagnosisInput, NamedCapture, diagnose};
+pub use engine::{DiagnosisInput, NamedCapture, OomComposition, diagnose, oom_composition};
 pub use finding::{
     Category, Diagnosis, Evidence, EvidenceSource, Finding, Recommendation, Severity, Wizard,
 };

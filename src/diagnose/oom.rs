@@ -83,7 +83,7 @@ fn unlisted_bytes(n: &OomNumbers) -> Option<u64> {
 
 /// The `(pid, bytes)` of every other process: from the message, else the capture, else memory
 /// nobody listed (pid 0).
-fn others(case: &OomCase) -> Vec<(u32, u64)> {
+pub fn other_processes(case: &OomCase) -> Vec<(u32, u64)> {
     if !case.numbers.other_processes.is_empty() {
         case.numbers
             .other_processes
@@ -118,7 +118,7 @@ pub fn classify(case: &OomCase) -> OomCause {
     let free = n.free_bytes;
     let unallocated = n.reserved_unallocated_bytes.unwrap_or(0);
     let largest_block = case.largest_free_block.as_ref().map(|(b, _)| *b);
-    let others_sum: u64 = others(case).iter().map(|(_, b)| b).sum();
+    let others_sum: u64 = other_processes(case).iter().map(|(_, b)| b).sum();
     let device_had_room = free.is_some_and(|f| f >= requested);
     let cap_set = n
         .allowed_bytes
@@ -265,7 +265,7 @@ fn shortfall(n: &OomNumbers) -> Option<u64> {
 
 fn hint_not_echoed(n: &OomNumbers) -> String {
     match (n.reserved_unallocated_bytes, n.requested_bytes) {
-        (Some(u), Some(r)) => format!(
+        (Some(u), Some(r)) if u < r => format!(
             " PyTorch's message suggests expandable_segments on every OOM; here only {} is cached but unallocated, less than the {} requested, so fragmentation is not the cause and that setting would not help.",
             format_bytes(u),
             format_bytes(r)
@@ -407,7 +407,7 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
         }
         OomCause::Cap => out.push(cap_finding(Severity::Critical)),
         OomCause::OtherProcess => {
-            let others = others(case);
+            let others = other_processes(case);
             let sum: u64 = others.iter().map(|(_, b)| b).sum();
             let list = others
                 .iter()
@@ -474,7 +474,7 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
     }
     // A notable other process is worth mentioning even when it is not the primary cause.
     if cause != OomCause::OtherProcess {
-        let others = others(case);
+        let others = other_processes(case);
         let sum: u64 = others.iter().map(|(_, b)| b).sum();
         if sum >= NOTABLE_BYTES && n.total_bytes.is_some_and(|t| sum as f64 >= 0.1 * t as f64) {
             out.push(Finding {

@@ -2,3 +2,4 @@
 
 pub mod allocator;
 pub mod app;
+pub mod wizard;
