@@ -181,7 +181,23 @@ fn cuda_version_from_the_user_is_checked_against_the_log_driver() {
     ]);
     let doc = json_of(&out);
     assert_eq!(doc["findings"][0]["category"], "driver-mismatch");
-    assert_eq!(doc["findings"][0]["evidence"][1]["source"]["kind"], "user");
+    let kinds: Vec<&str> = doc["findings"][0]["evidence"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["source"]["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["user", "log-line"],
+        "the user's CUDA against the driver's CUDA from nvidia-smi"
+    );
+    assert!(
+        doc["findings"][0]["title"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("supports CUDA 12.2")
+    );
 }
 
 #[test]

@@ -323,3 +323,43 @@ fn numeric_cuda_error_codes_are_looked_up() {
         }
     ));
 }
+
+#[test]
+fn nvidia_smi_q_of_a_healthy_h200_has_nothing_to_report_but_its_driver() {
+    let log = fixture("nvidia_smi_q_h200.txt");
+    assert!(log.matches.is_empty(), "{:#?}", log.matches);
+    assert_eq!(
+        log.versions.driver_version.as_ref().map(|v| v.0.as_str()),
+        Some("580.159.04")
+    );
+}
+
+#[test]
+fn nvidia_smi_q_uncorrectable_counts_and_remap_flags_are_recognised() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs/nvidia_smi_q_h200.txt");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{e}"));
+    let sick = text
+        .replacen(
+            "DRAM Uncorrectable                         : 0",
+            "DRAM Uncorrectable                         : 2",
+            1,
+        )
+        .replace(
+            "Remapping Failure Occurred                     : No",
+            "Remapping Failure Occurred                     : Yes",
+        );
+    assert_ne!(sick, text, "the fixture has the lines this test edits");
+    let log = analyze_text(&sick, "smi.txt");
+    let kinds: Vec<(usize, Category)> = log.matches.iter().map(|m| (m.line, m.category)).collect();
+    assert_eq!(
+        kinds,
+        vec![(152, Category::Ecc), (179, Category::RowRemap)],
+        "{:#?}",
+        log.matches
+    );
+    assert!(matches!(
+        log.matches[1].kind,
+        LineKind::RowRemap { failed: true }
+    ));
+}

@@ -419,6 +419,18 @@ fn driver_check(input: &DiagnosisInput, findings: &mut Vec<Finding>) {
                     t_ms: None,
                 },
             ))
+        })
+        .or_else(|| {
+            input.logs.iter().find_map(|l| {
+                let (v, line) = l.versions.driver_cuda?;
+                Some((
+                    v,
+                    EvidenceSource::LogLine {
+                        file: l.name.clone(),
+                        line,
+                    },
+                ))
+            })
         });
     let framework_cuda = input
         .framework_cuda

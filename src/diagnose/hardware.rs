@@ -427,6 +427,7 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
             LineKind::Xid { code, .. } => format!("xid:{code:05}"),
             LineKind::FallenOffBus => "bus".to_owned(),
             LineKind::Ecc => "ecc".to_owned(),
+            LineKind::RowRemap { failed } => format!("remap:{failed}"),
             LineKind::Cudnn { status } => format!("cudnn:{status}"),
             LineKind::Cublas { status } => format!("cublas:{status}"),
         };
@@ -481,6 +482,30 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
                     recommend::reset_gpu("The GPU must be recovered (usually a node reboot)."),
                     recommend::check_hardware(),
                 ],
+                wizard: Some(Wizard::HardwareAndDriver),
+            },
+            LineKind::RowRemap { failed } => Finding {
+                category: Category::RowRemap,
+                severity: if *failed {
+                    Severity::Critical
+                } else {
+                    Severity::Warning
+                },
+                title: if *failed {
+                    format!("Memory repair failed on a GPU{count}")
+                } else {
+                    format!("A memory row remap is pending or was recorded{count}")
+                },
+                evidence,
+                explanation: first.meaning.clone(),
+                recommendations: if *failed {
+                    vec![
+                        recommend::check_hardware(),
+                        recommend::reset_gpu("A reset retries the remap."),
+                    ]
+                } else {
+                    vec![recommend::reset_gpu("The pending remap takes effect.")]
+                },
                 wizard: Some(Wizard::HardwareAndDriver),
             },
             LineKind::Ecc => Finding {

@@ -98,8 +98,10 @@ pub enum LineKind {
     },
     /// `NVRM: GPU at ... has fallen off the bus.`
     FallenOffBus,
-    /// An ECC error mentioned in the text.
+    /// An ECC error mentioned in the text, or a non-zero uncorrectable count in `nvidia-smi -q`.
     Ecc,
+    /// Row remapping pending or failed, as `nvidia-smi -q` reports it.
+    RowRemap { failed: bool },
     /// A cuDNN failure (`CUDNN_STATUS_*`).
     Cudnn { status: String },
     /// A cuBLAS failure (`CUBLAS_STATUS_*`).
@@ -129,6 +131,8 @@ pub struct LogVersions {
     /// CUDA version a framework was built for (e.g. from `torch 2.4.0+cu121` → `12.1`), as
     /// `(major, minor)`.
     pub framework_cuda: Option<((u32, u32), usize)>,
+    /// Highest CUDA version the driver supports (nvidia-smi's "CUDA Version"), as `(major, minor)`.
+    pub driver_cuda: Option<((u32, u32), usize)>,
 }
 
 /// A memory figure printed at each training step (e.g. `step 12 allocated 4.06 GiB`), for the
@@ -323,6 +327,8 @@ struct ScanState {
     expect_async_limit: bool,
     /// Index of a `CUDA error: …` match on the previous line, waiting for its "Search for" line.
     cuda_error_on_previous_line: Option<usize>,
+    /// The current top-level section of `nvidia-smi -q` output (e.g. "Remapped Rows").
+    smi_section: String,
 }
 
 macro_rules! re {
@@ -431,15 +437,27 @@ re!(CUBLAS, r"\bCUBLAS_STATUS_[A-Z_]+\b|(?i:cuBLAS error)");
 re!(CUBLAS_STATUS, r"\bCUBLAS_STATUS_[A-Z_]+\b");
 re!(
     ECC,
-    r"(?i)\b(?:uncorrectable ECC|double[- ]bit ECC|ECC errors?\b|DBE error)"
+    r"(?i)\b(?:uncorrectable ECC error|double[- ]bit (?:ECC )?error|ECC errors? (?:detected|encountered|occurred|reported)|DBE error|(?:single|double)[- ]bit ECC errors? (?:has|have) been)"
 );
+// `nvidia-smi -q` key/value lines ("        DRAM Uncorrectable        : 3").
+re!(
+    SMI_KEY_VALUE,
+    r"^\s+(?P<key>[A-Za-z][A-Za-z0-9 .()/-]*?)\s*:\s*(?P<value>\S.*?)\s*$"
+);
+// `nvidia-smi -q` section headers ("    Remapped Rows").
+re!(SMI_SECTION, r"^ {4}(?P<name>[A-Z][A-Za-z ]+?)\s*$");
 re!(
     DRIVER_VERSION,
-    r"Driver Version:\s*(?P<v>\d+\.\d+(?:\.\d+)?)|NVRM: loaded the NVIDIA .*Kernel Module\s+(?P<v2>\d+\.\d+(?:\.\d+)?)"
+    r"Driver Version\s*:\s*(?P<v>\d+\.\d+(?:\.\d+)?)|NVRM: loaded the NVIDIA .*Kernel Module\s+(?P<v2>\d+\.\d+(?:\.\d+)?)"
+);
+// nvidia-smi: the highest CUDA version the driver supports.
+re!(
+    DRIVER_CUDA,
+    r"CUDA Version\s*:\s*(?P<major>\d+)\.(?P<minor>\d+)"
 );
 re!(
     FRAMEWORK_CUDA,
-    r"\+cu(?P<v>\d{2,3})\b|(?i:cuda (?:runtime )?version)[: ]+(?P<mm>\d{1,2}\.\d)\b"
+    r"\+cu(?P<v>\d{2,3})\b|(?i:cuda runtime version|cuda used to build pytorch|built with cuda|torch\.version\.cuda)[:= ]+'?(?P<mm>\d{1,2}\.\d)\b"
 );
 
 /// CUDA error messages long enough to be recognised without a name or prefix.
@@ -495,7 +513,8 @@ fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usi
         attach_cuda_name(analysis, previous, &caps["name"]);
         return;
     }
-    let Some((kind, meaning, category, wizard)) = classify(line) else {
+    let classified = classify(line).or_else(|| classify_smi(state, line));
+    let Some((kind, meaning, category, wizard)) = classified else {
         return;
     };
     let is_async = matches!(
@@ -565,6 +584,12 @@ fn scan_versions(analysis: &mut LogAnalysis, line_number: usize, line: &str) {
         && let Some(v) = caps.name("v").or_else(|| caps.name("v2"))
     {
         analysis.versions.driver_version = Some((v.as_str().to_owned(), line_number));
+    }
+    if analysis.versions.driver_cuda.is_none()
+        && let Some(caps) = DRIVER_CUDA.captures(line)
+        && let (Ok(major), Ok(minor)) = (caps["major"].parse(), caps["minor"].parse())
+    {
+        analysis.versions.driver_cuda = Some(((major, minor), line_number));
     }
     // nvidia-smi's header shows the driver's CUDA version, not a framework's.
     if analysis.versions.framework_cuda.is_none()
@@ -849,6 +874,53 @@ fn classify(line: &str) -> Option<Classified> {
         ));
     }
     None
+}
+
+/// Health figures of `nvidia-smi -q` output: non-zero uncorrectable ECC counts, pending or failed
+/// row remapping, unrepairable memory.
+fn classify_smi(state: &mut ScanState, line: &str) -> Option<Classified> {
+    if let Some(caps) = SMI_SECTION.captures(line) {
+        state.smi_section = caps["name"].to_owned();
+        return None;
+    }
+    let caps = SMI_KEY_VALUE.captures(line)?;
+    let key = caps["key"].trim();
+    let value = caps["value"].trim();
+    let count: Option<u64> = value.parse().ok();
+    let yes = value.eq_ignore_ascii_case("yes");
+    match (state.smi_section.as_str(), key) {
+        ("ECC Errors", k) if k.contains("Uncorrectable") && count.is_some_and(|c| c > 0) => Some((
+            LineKind::Ecc,
+            format!("nvidia-smi reports {value} uncorrectable ECC error(s) ({k}); uncorrectable errors kill the process that touches the memory."),
+            Category::Ecc,
+            Wizard::HardwareAndDriver,
+        )),
+        ("ECC Errors", "Unrepairable Memory") if yes => Some((
+            LineKind::RowRemap { failed: true },
+            "nvidia-smi reports unrepairable memory: the GPU needs service.".to_owned(),
+            Category::RowRemap,
+            Wizard::HardwareAndDriver,
+        )),
+        ("Remapped Rows", "Pending") if yes => Some((
+            LineKind::RowRemap { failed: false },
+            "A row remap is pending: it takes effect at the next GPU reset.".to_owned(),
+            Category::RowRemap,
+            Wizard::HardwareAndDriver,
+        )),
+        ("Remapped Rows", "Remapping Failure Occurred") if yes => Some((
+            LineKind::RowRemap { failed: true },
+            "Row remapping failed: the GPU ran out of spare rows or could not remap; it needs service.".to_owned(),
+            Category::RowRemap,
+            Wizard::HardwareAndDriver,
+        )),
+        ("Remapped Rows", "Uncorrectable Error") if count.is_some_and(|c| c > 0) => Some((
+            LineKind::RowRemap { failed: false },
+            format!("{value} row(s) were remapped after uncorrectable errors."),
+            Category::RowRemap,
+            Wizard::HardwareAndDriver,
+        )),
+        _ => None,
+    }
 }
 
 fn library_wizard(category: Category) -> Wizard {
@@ -1144,7 +1216,10 @@ mod tests {
             &CUBLAS,
             &CUBLAS_STATUS,
             &ECC,
+            &SMI_KEY_VALUE,
+            &SMI_SECTION,
             &DRIVER_VERSION,
+            &DRIVER_CUDA,
             &FRAMEWORK_CUDA,
             &CUDA_MESSAGES,
         ] {
