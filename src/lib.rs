@@ -13,6 +13,7 @@ pub mod cuda;
 pub mod diagnose;
 pub mod formats;
 pub mod model;
+pub mod report;
 pub mod source;
 pub mod ui;
 #[cfg(target_arch = "wasm32")]

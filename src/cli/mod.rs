@@ -6,6 +6,7 @@
 
 mod check;
 mod analyze;
+mod diagnose;
 mod gui;
 mod info;
 mod inspect;
@@ -41,6 +42,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Summarize PyTorch allocator snapshots: totals per device and pool.
     Analyze(analyze::AnalyzeArgs),
+    /// Find out why memory ran out or a GPU misbehaves, from logs, captures, snapshots or the live GPUs.
+    Diagnose(diagnose::DiagnoseArgs),
 }
 
 /// Entry point of the binary.
@@ -53,6 +56,7 @@ pub fn main() -> ExitCode {
         Some(Command::Info(args)) => info::run(args),
         Some(Command::Check(args)) => check::run(args),
         Some(Command::Analyze(args)) => analyze::run(args),
+        Some(Command::Diagnose(args)) => diagnose::run(args),
     }
 }
 

@@ -20,3 +20,4 @@ pub mod settings;
 pub mod timeline;
 
 pub use app::{AppOptions, VramscopeApp};
+pub mod wizard;
