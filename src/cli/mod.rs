@@ -4,8 +4,8 @@
 //! 3 a check ran and found a problem (`vramscope check`), 130 interrupted before anything useful
 //! was done.
 
-mod check;
 mod analyze;
+mod check;
 mod diagnose;
 mod gui;
 mod info;

@@ -7,11 +7,11 @@
 
 pub mod allocator;
 pub mod app;
-#[cfg(feature = "native")]
-pub mod hardware;
 pub mod devices;
 pub mod dialogs;
 pub mod format;
+#[cfg(feature = "native")]
+pub mod hardware;
 pub mod jobs;
 pub mod notices;
 pub mod processes;
