@@ -72,6 +72,19 @@ fn per_sample(bytes: usize, capture: &Capture) -> f64 {
 
 fn main() {
     let dir = tempfile::tempdir().expect("temporary directory");
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it, and
+    // then a small smoke run checks that the benchmark still works without taking minutes.
+    if !std::env::args().any(|arg| arg == "--bench") {
+        let recorded = record(dir.path(), 2, 1, 60_000);
+        let capture = vramcap::read_bytes(&recorded, "smoke").expect("read recorded");
+        assert_eq!(capture.sample_count(), 2 * 60, "2 GPUs x 60 ticks");
+        assert_eq!(
+            vramcap::read_bytes(&vramcap::write_bytes(&capture), "smoke").expect("read saved"),
+            capture
+        );
+        println!("smoke run passed (run `cargo bench --bench capture` for the measurements)");
+        return;
+    }
 
     println!("== bytes per device sample (demo machine, 250 ms, slow tier every 5 s)");
     for (gpus, hours) in [(2, 1), (8, 1)] {
