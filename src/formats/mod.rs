@@ -1,3 +1,4 @@
-//! Readers and writers of files: `.vramcap` captures (and, later, PyTorch allocator snapshots).
+//! Readers and writers of files: `.vramcap` captures and PyTorch allocator snapshots.
 
+pub mod pytorch;
 pub mod vramcap;

@@ -1,9 +1,11 @@
-//! Plain data shared by every layer: devices, samples, processes, events and whole captures.
+//! Plain data shared by every layer: devices, samples, processes, events, whole captures and
+//! allocator snapshots.
 //!
 //! Nothing here knows about NVML, files or egui. Sources produce these values, formats read and
 //! write them, analysis and the UI consume them. Units are in the field names (`_bytes`, `_ms`,
 //! `_mw`, `_c`, `_pct`) so that no reader has to guess.
 
+pub mod allocator;
 pub mod capture;
 pub mod device;
 pub mod event;

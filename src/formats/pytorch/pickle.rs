@@ -1,0 +1,781 @@
+//! A small pickle virtual machine that understands only data: dicts, lists, tuples, strings,
+//! numbers, booleans and None (protocols 0 to 5, as written by Python's `pickle` and by
+//! TorchScript's `Pickler`).
+//!
+//! Pickles are programs: class references and calls (`GLOBAL`, `REDUCE`, `BUILD`, …) would run
+//! code in Python. This machine never does; it stops with an error that names the class. Every
+//! length is checked against the bytes that are left, the stack and memo are bounded by the input
+//! size, and nothing recurses, so hostile input ends in an error, not a crash or a hang.
+
+use std::collections::HashMap;
+use std::io::Read;
+
+use super::build::{Builder, Value};
+
+/// Why decoding stopped.
+#[derive(Debug)]
+pub(super) enum VmError {
+    /// The input ended in the middle of something.
+    Truncated { offset: u64, problem: String },
+    /// The bytes are not a valid data pickle.
+    Malformed { offset: u64, problem: String },
+    /// The pickle would construct Python objects or call code.
+    Code { offset: u64, what: String },
+    /// The progress callback asked to stop.
+    Cancelled,
+    /// Reading the file failed.
+    Io(std::io::Error),
+}
+
+type VmResult<T> = Result<T, VmError>;
+
+/// How often (in input bytes) progress is reported and cancellation checked.
+const PROGRESS_STEP_BYTES: usize = 1 << 20;
+
+/// Bytes are read in chunks of this size; the whole file is never held.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Longest text line (protocol 0 opcodes) accepted.
+const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// The pickle's bytes, streamed from a reader through a buffer that holds the current chunk (or
+/// one item larger than a chunk).
+pub(super) struct Input<'r> {
+    reader: &'r mut dyn Read,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// File offset of `buf[0]`.
+    base: u64,
+    total_len: u64,
+}
+
+impl<'r> Input<'r> {
+    /// Streams `total_len` bytes from `reader`.
+    pub(super) fn new(reader: &'r mut dyn Read, total_len: u64) -> Input<'r> {
+        Input {
+            reader,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            base: 0,
+            total_len,
+        }
+    }
+
+    /// Length of the whole input in bytes.
+    pub(super) fn total_len(&self) -> u64 {
+        self.total_len
+    }
+
+    fn position(&self) -> u64 {
+        self.base + self.start as u64
+    }
+
+    fn truncated(&self, what: &str, n: u64) -> VmError {
+        let left = self.total_len.saturating_sub(self.position());
+        VmError::Truncated {
+            offset: self.position(),
+            problem: format!("{what} needs {n} bytes but the file ends after {left}"),
+        }
+    }
+
+    /// Makes at least `n` bytes available at `buf[start..]`.
+    fn ensure(&mut self, n: usize, what: &str) -> VmResult<()> {
+        if self.end - self.start >= n {
+            return Ok(());
+        }
+        if n as u64 > self.total_len.saturating_sub(self.position()) {
+            return Err(self.truncated(what, n as u64));
+        }
+        self.buf.copy_within(self.start..self.end, 0);
+        self.base += self.start as u64;
+        self.end -= self.start;
+        self.start = 0;
+        let wanted = n.max(CHUNK_BYTES);
+        if self.buf.len() < wanted {
+            self.buf.resize(wanted, 0);
+        }
+        while self.end < n {
+            let read = loop {
+                match self.reader.read(&mut self.buf[self.end..]) {
+                    Ok(read) => break read,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(VmError::Io(e)),
+                }
+            };
+            if read == 0 {
+                return Err(self.truncated(what, n as u64));
+            }
+            self.end += read;
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> VmResult<&[u8]> {
+        self.ensure(n, what)?;
+        let slice = &self.buf[self.start..self.start + n];
+        self.start += n;
+        Ok(slice)
+    }
+
+    /// Skips `n` bytes without holding them (payloads no snapshot needs).
+    fn skip(&mut self, n: u64, what: &str) -> VmResult<()> {
+        if n > self.total_len.saturating_sub(self.position()) {
+            return Err(self.truncated(what, n));
+        }
+        let mut left = n;
+        while left > 0 {
+            let step = left.min(CHUNK_BYTES as u64) as usize;
+            self.take(step, what)?;
+            left -= step as u64;
+        }
+        Ok(())
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> VmResult<[u8; N]> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N, what)?);
+        Ok(out)
+    }
+
+    /// The next opcode, or `None` at the end of the input.
+    fn opcode(&mut self) -> VmResult<Option<u8>> {
+        if self.start < self.end {
+            let op = self.buf[self.start];
+            self.start += 1;
+            return Ok(Some(op));
+        }
+        if self.position() >= self.total_len {
+            return Ok(None);
+        }
+        self.ensure(1, "opcode")?;
+        Ok(self.take(1, "opcode")?.first().copied())
+    }
+
+    fn u8(&mut self, what: &str) -> VmResult<u8> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    fn u32(&mut self, what: &str) -> VmResult<u32> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &str) -> VmResult<u64> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    /// A text line of a protocol-0 opcode, without its newline.
+    fn line(&mut self, what: &str) -> VmResult<&[u8]> {
+        let mut searched = 0;
+        loop {
+            let window = &self.buf[self.start + searched..self.end];
+            if let Some(n) = window.iter().position(|&b| b == b'\n') {
+                let line_end = self.start + searched + n;
+                let line = &self.buf[self.start..line_end];
+                self.start = line_end + 1;
+                return Ok(line);
+            }
+            searched = self.end - self.start;
+            let left = self.total_len.saturating_sub(self.position()) as usize;
+            if searched >= left || searched >= MAX_LINE_BYTES {
+                return Err(VmError::Truncated {
+                    offset: self.position(),
+                    problem: format!("{what}: the file ends inside a text line"),
+                });
+            }
+            self.ensure((searched * 2).clamp(searched + 1, left), what)?;
+        }
+    }
+
+    fn length(&self, n: u64, what: &str) -> VmResult<usize> {
+        usize::try_from(n).map_err(|_| self.truncated(what, n))
+    }
+}
+
+struct Machine<'b> {
+    builder: &'b mut Builder,
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+    memo: Vec<Value>,
+    memo_far: HashMap<u64, Value>,
+    memo_count: u64,
+    max_stack: usize,
+    offset: u64,
+}
+
+impl Machine<'_> {
+    fn malformed(&self, problem: impl Into<String>) -> VmError {
+        VmError::Malformed {
+            offset: self.offset,
+            problem: problem.into(),
+        }
+    }
+
+    fn push(&mut self, value: Value) -> VmResult<()> {
+        if self.stack.len() >= self.max_stack {
+            return Err(self.malformed(format!(
+                "the pickle stack grew past {} items; a memory snapshot never needs that many",
+                self.max_stack
+            )));
+        }
+        self.stack.push(value);
+        Ok(())
+    }
+
+    fn pop(&mut self) -> VmResult<Value> {
+        match self.stack.pop() {
+            Some(Value::Mark) => Err(self.malformed("an opcode popped a MARK as a value")),
+            Some(value) => Ok(value),
+            None => Err(self.malformed("an opcode needs a value but the stack is empty")),
+        }
+    }
+
+    fn top(&self) -> VmResult<Value> {
+        match self.stack.last() {
+            Some(Value::Mark) | None => Err(self.malformed("an opcode needs a value on the stack")),
+            Some(value) => Ok(*value),
+        }
+    }
+
+    fn mark_position(&mut self) -> VmResult<usize> {
+        let mark = self
+            .marks
+            .pop()
+            .ok_or_else(|| self.malformed("an opcode needs a MARK but there is none"))?;
+        if mark > self.stack.len() {
+            return Err(self.malformed("MARK points past the top of the stack"));
+        }
+        Ok(mark)
+    }
+
+    fn build<T>(&self, result: Result<T, String>) -> VmResult<T> {
+        result.map_err(|problem| self.malformed(problem))
+    }
+
+    /// Stores the top of the stack in the memo. Real picklers number entries 0, 1, 2, …, which
+    /// go to a vector; any other id goes to a map, so no id can make the reader allocate more
+    /// than one entry per opcode.
+    fn memo_put(&mut self, index: u64) -> VmResult<()> {
+        let value = self.top()?;
+        if index < self.memo.len() as u64 {
+            if self.memo[index as usize] == Value::Mark {
+                self.memo_count += 1;
+            }
+            self.memo[index as usize] = value;
+        } else if index == self.memo.len() as u64 {
+            self.memo.push(value);
+            self.memo_count += 1;
+        } else {
+            if self.memo_far.insert(index, value).is_none() {
+                self.memo_count += 1;
+            }
+            if self.memo_far.len() > self.max_stack {
+                return Err(self.malformed("too many sparse memo entries"));
+            }
+        }
+        Ok(())
+    }
+
+    fn memo_get(&mut self, index: u64) -> VmResult<()> {
+        let value = match self.memo.get(index as usize) {
+            Some(value) if *value != Value::Mark => Some(*value),
+            _ => self.memo_far.get(&index).copied(),
+        };
+        match value {
+            Some(value) => self.push(value),
+            None => Err(self.malformed(format!("memo entry {index} is read before it is set"))),
+        }
+    }
+
+    fn code(&self, what: String) -> VmError {
+        VmError::Code {
+            offset: self.offset,
+            what,
+        }
+    }
+}
+
+/// Decodes a pickle into `builder` and returns the root value and the protocol (0 if the pickle
+/// has no `PROTO` opcode).
+pub(super) fn decode(
+    mut input: Input<'_>,
+    builder: &mut Builder,
+    progress: &dyn Fn(f32) -> bool,
+) -> VmResult<(Value, u8)> {
+    let total_len = input.total_len;
+    let mut vm = Machine {
+        builder,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Vec::new(),
+        memo_far: HashMap::new(),
+        memo_count: 0,
+        // Real snapshots keep at most one batch of items per nesting level on the stack, except
+        // TorchScript's writer, which pushes a whole list before APPENDS.
+        max_stack: usize::try_from(total_len / 4)
+            .unwrap_or(usize::MAX)
+            .max(1 << 20),
+        offset: 0,
+    };
+    let mut protocol = 0u8;
+    let mut next_progress = PROGRESS_STEP_BYTES as u64;
+    loop {
+        let position = input.position();
+        if position >= next_progress {
+            next_progress = position + PROGRESS_STEP_BYTES as u64;
+            if !progress(position as f32 / total_len.max(1) as f32) {
+                return Err(VmError::Cancelled);
+            }
+        }
+        vm.offset = position;
+        let Some(op) = input.opcode()? else {
+            return Err(VmError::Truncated {
+                offset: position,
+                problem: "the file ends before the pickle's STOP opcode".to_owned(),
+            });
+        };
+        match op {
+            // PROTO
+            0x80 => {
+                protocol = input.u8("PROTO")?;
+                if protocol > 5 {
+                    return Err(vm.malformed(format!("unsupported pickle protocol {protocol}")));
+                }
+            }
+            // FRAME: only framing; the content follows inline.
+            0x95 => {
+                input.u64("FRAME")?;
+            }
+            // STOP
+            b'.' => {
+                let root = vm.pop()?;
+                return Ok((root, protocol));
+            }
+            // MARK
+            b'(' => {
+                if vm.marks.len() >= vm.max_stack {
+                    return Err(vm.malformed("too many MARKs"));
+                }
+                vm.marks.push(vm.stack.len());
+                vm.push(Value::Mark)?;
+            }
+            // POP
+            b'0' => {
+                if vm.stack.last() == Some(&Value::Mark) {
+                    vm.stack.pop();
+                    vm.marks.pop();
+                } else {
+                    vm.pop()?;
+                }
+            }
+            // POP_MARK
+            b'1' => {
+                let mark = vm.mark_position()?;
+                vm.stack.truncate(mark);
+            }
+            // DUP
+            b'2' => {
+                let top = vm.top()?;
+                vm.push(top)?;
+            }
+            // NONE, NEWTRUE, NEWFALSE
+            b'N' => vm.push(Value::None)?,
+            0x88 => vm.push(Value::Bool(true))?,
+            0x89 => vm.push(Value::Bool(false))?,
+            // BININT, BININT1, BININT2
+            b'J' => {
+                let v = i32::from_le_bytes(input.array("BININT")?);
+                vm.push(Value::Int(i64::from(v)))?;
+            }
+            b'K' => {
+                let v = input.u8("BININT1")?;
+                vm.push(Value::Int(i64::from(v)))?;
+            }
+            b'M' => {
+                let v = u16::from_le_bytes(input.array("BININT2")?);
+                vm.push(Value::Int(i64::from(v)))?;
+            }
+            // LONG1, LONG4
+            0x8a => {
+                let n = input.u8("LONG1")? as usize;
+                let bytes = input.take(n, "LONG1")?;
+                vm.push(long_value(bytes))?;
+            }
+            0x8b => {
+                let n = input.u32("LONG4")?;
+                let n = input.length(u64::from(n), "LONG4")?;
+                let bytes = input.take(n, "LONG4")?;
+                vm.push(long_value(bytes))?;
+            }
+            // INT, LONG (text)
+            b'I' | b'L' => {
+                let line = input.line("INT")?;
+                let value =
+                    text_int(line).ok_or_else(|| vm.malformed("INT/LONG is not a number"))?;
+                vm.push(value)?;
+            }
+            // BINFLOAT (big-endian), FLOAT (text)
+            b'G' => {
+                let v = f64::from_be_bytes(input.array("BINFLOAT")?);
+                vm.push(Value::Float(v))?;
+            }
+            b'F' => {
+                let line = input.line("FLOAT")?;
+                let v = std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<f64>().ok())
+                    .ok_or_else(|| vm.malformed("FLOAT is not a number"))?;
+                vm.push(Value::Float(v))?;
+            }
+            // SHORT_BINUNICODE, BINUNICODE, BINUNICODE8
+            0x8c => {
+                let n = input.u8("SHORT_BINUNICODE")? as usize;
+                let bytes = input.take(n, "SHORT_BINUNICODE")?;
+                let v = vm.builder.string(bytes);
+                vm.push(v)?;
+            }
+            b'X' => {
+                let n = input.u32("BINUNICODE")? as usize;
+                let bytes = input.take(n, "BINUNICODE")?;
+                let v = vm.builder.string(bytes);
+                vm.push(v)?;
+            }
+            0x8d => {
+                let n = input.u64("BINUNICODE8")?;
+                let n = input.length(n, "BINUNICODE8")?;
+                let bytes = input.take(n, "BINUNICODE8")?;
+                let v = vm.builder.string(bytes);
+                vm.push(v)?;
+            }
+            // UNICODE (text, raw-unicode-escape)
+            b'V' => {
+                let line = input.line("UNICODE")?;
+                let text = raw_unicode_unescape(line);
+                let v = vm.builder.string(text.as_bytes());
+                vm.push(v)?;
+            }
+            // STRING (text), BINSTRING, SHORT_BINSTRING: Python 2 str, read as text.
+            b'S' => {
+                let line = input.line("STRING")?;
+                let inner = line
+                    .strip_prefix(b"'")
+                    .and_then(|l| l.strip_suffix(b"'"))
+                    .or_else(|| line.strip_prefix(b"\"").and_then(|l| l.strip_suffix(b"\"")))
+                    .ok_or_else(|| vm.malformed("STRING is not quoted"))?;
+                let v = vm.builder.string(inner);
+                vm.push(v)?;
+            }
+            b'T' => {
+                let n = input.u32("BINSTRING")? as usize;
+                let bytes = input.take(n, "BINSTRING")?;
+                let v = vm.builder.string(bytes);
+                vm.push(v)?;
+            }
+            b'U' => {
+                let n = input.u8("SHORT_BINSTRING")? as usize;
+                let bytes = input.take(n, "SHORT_BINSTRING")?;
+                let v = vm.builder.string(bytes);
+                vm.push(v)?;
+            }
+            // SHORT_BINBYTES, BINBYTES, BINBYTES8, BYTEARRAY8
+            b'C' => {
+                let n = input.u8("SHORT_BINBYTES")?;
+                input.skip(u64::from(n), "SHORT_BINBYTES")?;
+                vm.push(Value::Bytes)?;
+            }
+            b'B' => {
+                let n = input.u32("BINBYTES")?;
+                input.skip(u64::from(n), "BINBYTES")?;
+                vm.push(Value::Bytes)?;
+            }
+            0x8e | 0x96 => {
+                let n = input.u64("BINBYTES8")?;
+                input.skip(n, "BINBYTES8")?;
+                vm.push(Value::Bytes)?;
+            }
+            // NEXT_BUFFER, READONLY_BUFFER: out-of-band buffers never appear in snapshots.
+            0x97 | 0x98 => {
+                return Err(vm.malformed("the pickle uses out-of-band buffers (protocol 5)"));
+            }
+            // EMPTY_DICT, EMPTY_LIST, EMPTY_SET
+            b'}' => {
+                let result = vm.builder.new_dict();
+                let v = vm.build(result)?;
+                vm.push(v)?;
+            }
+            b']' | 0x8f => {
+                let result = vm.builder.new_list();
+                let v = vm.build(result)?;
+                vm.push(v)?;
+            }
+            // EMPTY_TUPLE, TUPLE1, TUPLE2, TUPLE3, TUPLE
+            b')' => {
+                let result = vm.builder.new_tuple(&[]);
+                let v = vm.build(result)?;
+                vm.push(v)?;
+            }
+            0x85..=0x87 => {
+                let n = (op - 0x84) as usize;
+                if vm.stack.len() < n || vm.stack[vm.stack.len() - n..].contains(&Value::Mark) {
+                    return Err(vm.malformed("TUPLE needs more values than the stack holds"));
+                }
+                let start = vm.stack.len() - n;
+                let result = vm.builder.new_tuple(&vm.stack[start..]);
+                let v = vm.build(result)?;
+                vm.stack.truncate(start);
+                vm.push(v)?;
+            }
+            b't' => {
+                let mark = vm.mark_position()?;
+                let result = vm.builder.new_tuple(&vm.stack[mark + 1..]);
+                let v = vm.build(result)?;
+                vm.stack.truncate(mark);
+                vm.push(v)?;
+            }
+            // LIST, FROZENSET (from MARK)
+            b'l' | 0x91 => {
+                let mark = vm.mark_position()?;
+                let result = vm.builder.new_list();
+                let list = vm.build(result)?;
+                let result = vm.builder.list_append(list, &vm.stack[mark + 1..]);
+                vm.build(result)?;
+                vm.stack.truncate(mark);
+                vm.push(list)?;
+            }
+            // DICT (from MARK)
+            b'd' => {
+                let mark = vm.mark_position()?;
+                let result = vm.builder.new_dict();
+                let dict = vm.build(result)?;
+                let result = vm.builder.dict_set(dict, &vm.stack[mark + 1..]);
+                vm.build(result)?;
+                vm.stack.truncate(mark);
+                vm.push(dict)?;
+            }
+            // APPEND
+            b'a' => {
+                let item = vm.pop()?;
+                let list = vm.top()?;
+                let result = vm.builder.list_append(list, &[item]);
+                vm.build(result)?;
+            }
+            // APPENDS, ADDITEMS
+            b'e' | 0x90 => {
+                let mark = vm.mark_position()?;
+                if mark == 0 {
+                    return Err(vm.malformed("APPENDS without a list below the MARK"));
+                }
+                let list = vm.stack[mark - 1];
+                let result = vm.builder.list_append(list, &vm.stack[mark + 1..]);
+                vm.build(result)?;
+                vm.stack.truncate(mark);
+            }
+            // SETITEM
+            b's' => {
+                let value = vm.pop()?;
+                let key = vm.pop()?;
+                let dict = vm.top()?;
+                let result = vm.builder.dict_set(dict, &[key, value]);
+                vm.build(result)?;
+            }
+            // SETITEMS
+            b'u' => {
+                let mark = vm.mark_position()?;
+                if mark == 0 {
+                    return Err(vm.malformed("SETITEMS without a dict below the MARK"));
+                }
+                let dict = vm.stack[mark - 1];
+                let result = vm.builder.dict_set(dict, &vm.stack[mark + 1..]);
+                vm.build(result)?;
+                vm.stack.truncate(mark);
+            }
+            // BINGET, LONG_BINGET, GET
+            b'h' => {
+                let index = input.u8("BINGET")?;
+                vm.memo_get(u64::from(index))?;
+            }
+            b'j' => {
+                let index = input.u32("LONG_BINGET")?;
+                vm.memo_get(u64::from(index))?;
+            }
+            b'g' => {
+                let line = input.line("GET")?;
+                let index = text_index(line).ok_or_else(|| vm.malformed("GET index"))?;
+                vm.memo_get(index)?;
+            }
+            // BINPUT, LONG_BINPUT, PUT, MEMOIZE
+            b'q' => {
+                let index = input.u8("BINPUT")?;
+                vm.memo_put(u64::from(index))?;
+            }
+            b'r' => {
+                let index = input.u32("LONG_BINPUT")?;
+                vm.memo_put(u64::from(index))?;
+            }
+            b'p' => {
+                let line = input.line("PUT")?;
+                let index = text_index(line).ok_or_else(|| vm.malformed("PUT index"))?;
+                vm.memo_put(index)?;
+            }
+            0x94 => {
+                let index = vm.memo_count;
+                vm.memo_put(index)?;
+            }
+            // GLOBAL, INST: module and name as text lines.
+            b'c' | b'i' => {
+                let module = String::from_utf8_lossy(input.line("GLOBAL")?).into_owned();
+                let name = String::from_utf8_lossy(input.line("GLOBAL")?).into_owned();
+                return Err(vm.code(format!("Python class {module}.{name}")));
+            }
+            // STACK_GLOBAL: module and name from the stack.
+            0x93 => {
+                let name = vm
+                    .pop()
+                    .ok()
+                    .and_then(|v| vm.builder.text(v).map(str::to_owned));
+                let module = vm
+                    .pop()
+                    .ok()
+                    .and_then(|v| vm.builder.text(v).map(str::to_owned));
+                let what = match (module, name) {
+                    (Some(module), Some(name)) => format!("Python class {module}.{name}"),
+                    _ => "a Python class (STACK_GLOBAL)".to_owned(),
+                };
+                return Err(vm.code(what));
+            }
+            b'R' | b'b' | b'o' | 0x81 | 0x92 | b'P' | b'Q' | 0x82..=0x84 => {
+                return Err(vm.code(format!(
+                    "Python objects or code ({} opcode)",
+                    forbidden_name(op)
+                )));
+            }
+            other => {
+                return Err(vm.malformed(format!(
+                    "unknown pickle opcode 0x{other:02x}; this is not a pickle or it is damaged"
+                )));
+            }
+        }
+    }
+}
+
+fn forbidden_name(op: u8) -> &'static str {
+    match op {
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        b'o' => "OBJ",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        _ => "EXT",
+    }
+}
+
+/// Decodes a little-endian two's-complement integer of any length (LONG1/LONG4).
+fn long_value(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Int(0);
+    }
+    let negative = bytes[bytes.len() - 1] & 0x80 != 0;
+    let fill = if negative { 0xff } else { 0x00 };
+    // Strip redundant sign bytes.
+    let mut len = bytes.len();
+    while len > 1 && bytes[len - 1] == fill && (bytes[len - 2] & 0x80 != 0) == negative {
+        len -= 1;
+    }
+    if len <= 8 {
+        let mut buf = [fill; 8];
+        buf[..len].copy_from_slice(&bytes[..len]);
+        return Value::Int(i64::from_le_bytes(buf));
+    }
+    if len == 9 && !negative && bytes[8] == 0 {
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(&bytes[..8]);
+        return Value::U64(u64::from_le_bytes(buf));
+    }
+    Value::BigInt
+}
+
+fn text_int(line: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(line).ok()?.trim();
+    match text {
+        "00" => return Some(Value::Bool(false)),
+        "01" => return Some(Value::Bool(true)),
+        _ => {}
+    }
+    let text = text.strip_suffix('L').unwrap_or(text);
+    if let Ok(v) = text.parse::<i64>() {
+        return Some(Value::Int(v));
+    }
+    if let Ok(v) = text.parse::<u64>() {
+        return Some(Value::U64(v));
+    }
+    if !text.is_empty()
+        && text
+            .trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    {
+        return Some(Value::BigInt);
+    }
+    None
+}
+
+fn text_index(line: &[u8]) -> Option<u64> {
+    std::str::from_utf8(line).ok()?.trim().parse().ok()
+}
+
+/// Python's raw-unicode-escape: `\uXXXX` and `\UXXXXXXXX` escapes, other bytes Latin-1.
+fn raw_unicode_unescape(line: &[u8]) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        if b == b'\\' && i + 1 < line.len() && (line[i + 1] == b'u' || line[i + 1] == b'U') {
+            let digits = if line[i + 1] == b'u' { 4 } else { 8 };
+            let code = line
+                .get(i + 2..i + 2 + digits)
+                .and_then(|hex| std::str::from_utf8(hex).ok())
+                .and_then(|hex| u32::from_str_radix(hex, 16).ok());
+            if let Some(code) = code {
+                out.push(char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER));
+                i += 2 + digits;
+                continue;
+            }
+        }
+        out.push(char::from(b));
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_cover_signed_unsigned_and_huge() {
+        assert_eq!(long_value(&[]), Value::Int(0));
+        assert_eq!(long_value(&[0xff]), Value::Int(-1));
+        assert_eq!(long_value(&[0x00, 0x80, 0x00]), Value::Int(0x8000));
+        assert_eq!(
+            long_value(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00]),
+            Value::U64(u64::MAX)
+        );
+        assert_eq!(long_value(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 1]), Value::BigInt);
+        assert_eq!(
+            long_value(&[0x00, 0x10, 0x32, 0x54, 0xc6, 0x7f]),
+            Value::Int(0x7fc6_5432_1000)
+        );
+    }
+
+    #[test]
+    fn text_numbers_and_escapes() {
+        assert_eq!(text_int(b"01"), Some(Value::Bool(true)));
+        assert_eq!(text_int(b"-42"), Some(Value::Int(-42)));
+        assert_eq!(text_int(b"123L"), Some(Value::Int(123)));
+        assert_eq!(text_int(b"x"), None);
+        assert_eq!(raw_unicode_unescape(b"a\\u00e9b"), "a\u{e9}b");
+    }
+}
