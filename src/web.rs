@@ -37,9 +37,9 @@ pub fn start() {
         if let Some(loading) = document.get_element_by_id("loading_text") {
             match result {
                 Ok(()) => loading.remove(),
-                Err(err) => loading.set_inner_html(&format!(
+                Err(err) => loading.set_text_content(Some(&format!(
                     "vramscope could not start in this browser: {err:?}"
-                )),
+                ))),
             }
         }
     });
