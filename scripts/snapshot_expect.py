@@ -35,6 +35,8 @@ def facts(snapshot):
         note(s.get("frames", []))
         for b in s["blocks"]:
             note(b.get("frames", []))
+            for h in b.get("history", []):
+                note(h.get("frames", []))
     for t in traces:
         for e in t:
             note(e.get("frames", []))
@@ -60,7 +62,7 @@ def facts(snapshot):
 
 
 for path in sys.argv[1:]:
-    base = path.rsplit(".", 1)[0]
+    base = path[: -len(".snapshot.json")] if path.endswith(".snapshot.json") else path.rsplit(".", 1)[0]
     with open(base + ".expect.json", "w") as f:
         json.dump(facts(load(path)), f, indent=1, sort_keys=True)
         f.write("\n")

@@ -8,6 +8,8 @@
 pub mod analysis;
 #[cfg(feature = "native")]
 pub mod cli;
+#[cfg(feature = "native")]
+pub mod cuda;
 pub mod diagnose;
 pub mod formats;
 pub mod model;

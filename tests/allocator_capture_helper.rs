@@ -96,6 +96,18 @@ fn watcher_picks_up_each_complete_snapshot_the_helper_writes() {
     std::thread::sleep(vramscope::ui::allocator::watcher::SETTLE + Duration::from_millis(100));
     assert!(watcher.poll().is_empty());
 
+    // A writer that writes in place (no rename) is reported once it closes the file (or, where
+    // the OS does not say so, once the file has settled).
+    let direct = folder.path().join("copied-by-hand.pickle");
+    std::fs::copy(&seen[0], &direct).unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut later = Vec::new();
+    while later.is_empty() && Instant::now() < deadline {
+        later = watcher.poll();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(later, vec![direct]);
+
     // Every reported file is complete: the reader opens it.
     for path in &seen {
         let snapshot = pytorch::read_file(path, &|_| true).unwrap_or_else(|e| panic!("{e}"));

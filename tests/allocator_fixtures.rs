@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use std::path::PathBuf;
 
 use support::synthetic_allocator::Rng;
@@ -32,8 +34,10 @@ fn truth(name: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// A `memory_stats()` value: under `memory_stats` in the fixtures' truth files, at the top level
+/// in the diagnosis corpus.
 fn stat(truth: &serde_json::Value, key: &str) -> u64 {
-    truth["memory_stats"][key]
+    truth.get("memory_stats").unwrap_or(truth)[key]
         .as_u64()
         .unwrap_or_else(|| panic!("truth has no memory_stats[{key}]"))
 }
@@ -42,7 +46,7 @@ fn stat(truth: &serde_json::Value, key: &str) -> u64 {
 fn time_travel_replays_every_fixture_exactly() {
     for name in ["frag_oom", "train"] {
         let snapshot = read(name);
-        let travel = TimeTravel::new(&snapshot, 0);
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
         let check = travel.check();
         assert!(check.matches_final_state, "{name}: {check:?}");
         assert_eq!(
@@ -69,7 +73,7 @@ fn fragmentation_totals_equal_memory_stats() {
     for name in ["frag_oom", "train"] {
         let snapshot = read(name);
         let truth = truth(name);
-        let travel = TimeTravel::new(&snapshot, 0);
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
         let report = fragmentation::analyze(&travel.state_at(travel.len()));
         let device = &report.device;
         assert_eq!(
@@ -137,7 +141,7 @@ fn frag_oom_fragmentation_numbers_checked_by_hand() {
     // From the pickle (python3 -c 'import pickle; ...'): 54 inactive blocks, 382 MiB in total,
     // all in split segments; the largest is 12 MiB; no segment is entirely free.
     let snapshot = read("frag_oom");
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     let report = fragmentation::analyze(&travel.state_at(travel.len()));
     let d = &report.device;
     assert_eq!(d.free_bytes, 382 * MIB);
@@ -171,7 +175,7 @@ fn pytorch_format_size(bytes: u64) -> String {
 fn frag_oom_explanation_agrees_with_pytorchs_message() {
     let snapshot = read("frag_oom");
     let message = std::fs::read_to_string(fixture_path("frag_oom.oom.txt")).unwrap_or_default();
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     let explanations = oom::explain_all(&travel);
     assert_eq!(explanations.len(), 1);
     let e = &explanations[0];
@@ -231,7 +235,7 @@ fn frag_oom_explanation_agrees_with_pytorchs_message() {
 #[test]
 fn train_has_no_oom_and_mostly_releasable_cache() {
     let snapshot = read("train");
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     assert!(oom::explain_all(&travel).is_empty());
     let report = fragmentation::analyze(&travel.state_at(travel.len()));
     // After training, 3 small tensors remain; the 114 segments are cached: all but 4 split
@@ -246,4 +250,113 @@ fn train_has_no_oom_and_mostly_releasable_cache() {
         "{}",
         report.summary
     );
+}
+
+/// The H200 diagnosis corpus (`tests/fixtures/cases`): six jobs with one cause each.
+const CASES: [&str; 7] = [
+    "other_process",
+    "batch_too_large",
+    "fragmentation",
+    "memory_cap",
+    "leak",
+    "leak_step10",
+    "healthy",
+];
+
+fn read_case(name: &str) -> (AllocatorSnapshot, serde_json::Value) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
+    let snapshot = pytorch::read_file(&dir.join(format!("{name}.pickle")), &|_| true)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.join(format!("{name}.truth.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let truth = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (snapshot, truth)
+}
+
+#[test]
+fn corpus_time_travel_is_exact_and_totals_equal_memory_stats() {
+    for name in CASES {
+        let (snapshot, truth) = read_case(name);
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
+        let check = travel.check();
+        assert!(check.matches_final_state, "{name}: {check:?}");
+        let mut rng = Rng::new(0xcafe);
+        for _ in 0..10 {
+            let position = rng.below(travel.len() as u64 + 1) as usize;
+            assert_eq!(
+                travel.state_at(position),
+                travel.replay_forward(position),
+                "{name} @ {position}"
+            );
+        }
+        let d = fragmentation::analyze(&travel.state_at(travel.len())).device;
+        assert_eq!(
+            d.reserved_bytes,
+            stat(&truth, "reserved_bytes.all.current"),
+            "{name}"
+        );
+        assert_eq!(
+            d.allocated_bytes,
+            stat(&truth, "allocated_bytes.all.current"),
+            "{name}"
+        );
+        assert_eq!(
+            d.inactive_split_bytes,
+            stat(&truth, "inactive_split_bytes.all.current"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn corpus_oom_explanations_agree_with_pytorchs_messages() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
+    for (name, verdict, process_limit) in [
+        ("other_process", OomVerdict::Capacity, false),
+        ("batch_too_large", OomVerdict::Capacity, false),
+        ("fragmentation", OomVerdict::Fragmentation, false),
+        ("memory_cap", OomVerdict::Capacity, true),
+    ] {
+        let (snapshot, _) = read_case(name);
+        let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+        let message = log
+            .lines()
+            .find(|l| l.contains("OutOfMemoryError: CUDA out of memory"))
+            .unwrap_or_else(|| panic!("{name}.log has no OOM message"));
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
+        // The last OOM is the one that was raised (earlier ones were caught by the job).
+        let explanations = oom::explain_all(&travel);
+        let e = explanations
+            .last()
+            .unwrap_or_else(|| panic!("{name}: no oom event"));
+        let expect = |fragment: String| {
+            assert!(
+                message.contains(&fragment),
+                "{name}: message lacks {fragment:?}:\n{message}"
+            );
+        };
+        expect(format!(
+            "Tried to allocate {}.",
+            pytorch_format_size(e.segment_request_bytes)
+        ));
+        expect(format!(
+            "of which {} is free",
+            pytorch_format_size(e.device_free_bytes.unwrap_or(0))
+        ));
+        expect(format!(
+            "{} is allocated by PyTorch",
+            pytorch_format_size(e.allocated_bytes)
+        ));
+        expect(format!(
+            "{} is reserved by PyTorch but unallocated",
+            pytorch_format_size(e.reserved_unallocated_bytes)
+        ));
+        assert_eq!(e.verdict, verdict, "{name}: {}", e.verdict_text);
+        assert_eq!(
+            e.verdict_text.contains("per-process limit"),
+            process_limit,
+            "{name}: {}",
+            e.verdict_text
+        );
+    }
 }

@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use std::collections::HashMap;
 
 use support::synthetic_allocator::{Rng, Simulation, StateShape};
@@ -50,7 +52,7 @@ fn simulate(seed: u64, events: usize, samples: usize) -> (Simulation, HashMap<us
 fn state_at_any_event_equals_the_simulated_truth_and_a_forward_replay() {
     let (simulation, truth) = simulate(7, 20_000, 60);
     let snapshot = simulation.snapshot();
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     assert_eq!(travel.len(), simulation.trace.len());
     let check = travel.check();
     assert!(check.matches_final_state, "{check:?}");
@@ -101,7 +103,7 @@ fn start_state_of_a_truncated_trace_keeps_blocks_from_before_it() {
     trace.stacks.drain(..cut);
     trace.user_metadata.drain(..cut);
     trace.compile_context.drain(..cut);
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     assert_eq!(travel.check().undo_mismatches, 0, "{:?}", travel.check());
     let mut compared = 0;
     for (&position, expected) in &truth {
@@ -130,8 +132,65 @@ fn a_snapshot_without_trace_has_only_its_final_state() {
     let mut snapshot = simulation.snapshot();
     snapshot.traces.clear();
     snapshot.devices[0].trace = None;
-    let travel = TimeTravel::new(&snapshot, 0);
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
     assert!(travel.is_empty());
     assert_eq!(shape(&travel.state_at(0)), simulation.shape());
     assert_eq!(travel.allocated_series().len(), 1);
+}
+
+#[test]
+fn moving_step_by_step_equals_jumping_from_checkpoints() {
+    let (simulation, _) = simulate(19, 12_000, 10);
+    let travel = TimeTravel::new(Arc::new(simulation.snapshot()), 0);
+    let mut rng = Rng::new(23);
+    let mut position = travel.len();
+    let mut state = travel.state_at(position);
+    for _ in 0..200 {
+        // Mostly small scrubbing steps both ways, sometimes a long jump.
+        let target = if rng.below(10) == 0 {
+            rng.below(travel.len() as u64 + 1) as usize
+        } else {
+            let step = rng.below(300) as usize;
+            if rng.below(2) == 0 {
+                position.saturating_sub(step)
+            } else {
+                (position + step).min(travel.len())
+            }
+        };
+        travel.move_state(&mut state, position, target);
+        position = target;
+        assert_eq!(
+            state,
+            travel.state_at(position),
+            "after moving to {position}"
+        );
+    }
+}
+
+#[test]
+fn series_extremes_match_a_scan_of_the_series() {
+    let (simulation, _) = simulate(29, 5_000, 10);
+    let travel = TimeTravel::new(Arc::new(simulation.snapshot()), 0);
+    let allocated = travel.allocated_series();
+    let reserved = travel.reserved_series();
+    let mut rng = Rng::new(31);
+    for _ in 0..300 {
+        let a = rng.below(allocated.len() as u64) as usize;
+        let b = rng.below(allocated.len() as u64) as usize;
+        let (first, last) = (a.min(b), a.max(b));
+        let extremes = travel.series_extremes(first, last);
+        let range = first..=last;
+        assert_eq!(
+            extremes.allocated_min_bytes,
+            allocated[range.clone()].iter().copied().min().unwrap_or(0)
+        );
+        assert_eq!(
+            extremes.allocated_max_bytes,
+            allocated[range.clone()].iter().copied().max().unwrap_or(0)
+        );
+        assert_eq!(
+            extremes.reserved_max_bytes,
+            reserved[range].iter().copied().max().unwrap_or(0)
+        );
+    }
 }

@@ -285,9 +285,17 @@ fn hand_built_capture_round_trips_exactly() {
     // a track whose kind changed, a recovery note from an earlier damaged file.
     let mut capture = live_capture(8);
     capture.series.reverse();
+    // Free memory that does not add up (older drivers, odd devices) must survive as well.
+    let mut odd = device_sample(-1, 77, 1);
+    odd.memory = Some(MemoryReading {
+        used_bytes: 5,
+        reserved_bytes: u64::MAX,
+        free_bytes: 3,
+        total_bytes: 1,
+    });
     capture.series.push(vramscope::model::DeviceSeries {
         device_index: 77,
-        samples: vec![device_sample(-1, 77, 1)],
+        samples: vec![odd],
     });
     capture
         .processes

@@ -335,6 +335,16 @@ fn eight_gpus_do_not_move_in_lockstep() {
         .map(|d| d.uuid)
         .collect();
     assert_eq!(uuids.len(), 8);
+
+    let absurd = DemoConfig {
+        device_count: 100_000,
+        ..Default::default()
+    };
+    let devices = DemoSource::with_config(START_MS, absurd)
+        .describe()
+        .devices
+        .len();
+    assert_eq!(devices, vramscope::source::demo::MAX_DEMO_DEVICES as usize);
 }
 
 #[test]

@@ -17,7 +17,7 @@ fn cases_dir() -> PathBuf {
 fn snapshot_facts(path: &Path) -> Vec<SnapshotFacts> {
     let snapshot =
         vramscope::formats::pytorch::read_file(path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
-    vramscope::diagnose::snapshot::facts(&snapshot)
+    vramscope::diagnose::snapshot::facts(&std::sync::Arc::new(snapshot))
 }
 
 /// (category, first recommendation id or "none") of the primary finding.

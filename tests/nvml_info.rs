@@ -48,7 +48,8 @@ fn info_demo_text_describes_the_simulated_gpus() {
     assert!(text.contains("GPU 1: "), "{text}");
     assert!(text.to_lowercase().contains("simulated"), "{text}");
     assert!(text.contains("  memory    used "), "{text}");
-    assert!(text.contains("  health    "), "{text}");
+    assert!(text.contains("  ECC       "), "{text}");
+    assert!(text.contains("  repair    remapped rows "), "{text}");
 }
 
 #[test]

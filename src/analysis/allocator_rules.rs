@@ -208,8 +208,10 @@ mod tests {
 
     #[test]
     fn power2_divisions_round_to_the_next_step() {
-        let mut rules = AllocatorRules::default();
-        rules.roundup_power2_divisions = [4; ROUNDUP_INTERVALS];
+        let rules = AllocatorRules {
+            roundup_power2_divisions: [4; ROUNDUP_INTERVALS],
+            ..AllocatorRules::default()
+        };
         // PyTorch only uses divisions when size > 512 * divisions: 1200 is not above 2048, so
         // plain 512-byte rounding applies.
         assert_eq!(rules.round_size(1200), 1536);

@@ -152,7 +152,7 @@ pub fn analyze(state: &AllocatorState) -> FragmentationReport {
     let segments: Vec<FragmentationMetrics> = state
         .segments
         .iter()
-        .map(FragmentationMetrics::of_segment)
+        .map(|segment| FragmentationMetrics::of_segment(segment))
         .collect();
     let mut device = FragmentationMetrics::default();
     let mut pools: Vec<(PoolKey, FragmentationMetrics)> = Vec::new();
@@ -284,8 +284,13 @@ mod tests {
         }
     }
 
-    fn segment(address: u64, stream: u64, pool: PoolKind, blocks: Vec<StateBlock>) -> StateSegment {
-        StateSegment {
+    fn segment(
+        address: u64,
+        stream: u64,
+        pool: PoolKind,
+        blocks: Vec<StateBlock>,
+    ) -> Box<StateSegment> {
+        Box::new(StateSegment {
             address,
             size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
             stream,
@@ -293,7 +298,7 @@ mod tests {
             pool_id: PoolId::default(),
             expandable: false,
             blocks,
-        }
+        })
     }
 
     /// Two large segments on stream 0 (one split: 16 MiB used of which 1 MiB rounding, 4 MiB

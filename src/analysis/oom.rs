@@ -108,7 +108,8 @@ pub struct OomExplanation {
     pub reserved_bytes: u64,
     /// "… and Y is reserved by PyTorch but unallocated".
     pub reserved_unallocated_bytes: u64,
-    /// Cached free bytes in the request's pool and stream, and the largest such block.
+    /// Cached free bytes the request could use (its pool and stream, not excluded by the
+    /// `max_split_size` rules), and the largest such block.
     pub usable_free_bytes: u64,
     pub usable_largest_free_bytes: u64,
     pub too_small: FailureTally,
@@ -212,35 +213,29 @@ fn classify_free_blocks(
             segment_free += block.size_bytes;
             let same_pool = segment.pool == out.pool && segment.pool_id == out.pool_id;
             let same_stream = segment.stream == out.stream;
-            if same_pool && same_stream {
-                out.usable_free_bytes += block.size_bytes;
-                out.usable_largest_free_bytes = out.usable_largest_free_bytes.max(block.size_bytes);
-            }
-            let failure = if block.size_bytes < out.rounded_request_bytes {
-                if same_pool && same_stream {
-                    out.too_small.add(block.size_bytes);
-                    FitFailure::TooSmall
-                } else if !same_pool {
-                    out.wrong_pool.add(block.size_bytes);
-                    FitFailure::WrongPool
-                } else {
-                    out.wrong_stream.add(block.size_bytes);
-                    FitFailure::WrongStream
-                }
-            } else if !same_pool {
-                out.wrong_pool.add(block.size_bytes);
+            let size = block.size_bytes;
+            let failure = if !same_pool {
+                out.wrong_pool.add(size);
                 FitFailure::WrongPool
             } else if !same_stream {
-                out.wrong_stream.add(block.size_bytes);
+                out.wrong_stream.add(size);
                 FitFailure::WrongStream
             } else if let Some(rejection) =
-                rules.oversize_rejection(out.rounded_request_bytes, block.size_bytes)
+                rules.oversize_rejection(out.rounded_request_bytes, size)
             {
-                out.oversize.add(block.size_bytes);
+                out.oversize.add(size);
                 FitFailure::Oversize(rejection)
             } else {
-                fits += 1;
-                FitFailure::WouldFit
+                // A block the best-fit search could use, had it been big enough.
+                out.usable_free_bytes += size;
+                out.usable_largest_free_bytes = out.usable_largest_free_bytes.max(size);
+                if size < out.rounded_request_bytes {
+                    out.too_small.add(size);
+                    FitFailure::TooSmall
+                } else {
+                    fits += 1;
+                    FitFailure::WouldFit
+                }
             };
             listed.push(FreeBlockFit {
                 address: block.address,
@@ -296,6 +291,13 @@ fn verdict_text(e: &OomExplanation) -> String {
             format_bytes(elsewhere)
         ));
     }
+    if e.oversize.blocks > 0 {
+        text.push_str(&format!(
+            " {} oversize free block(s) ({}) were excluded by max_split_size.",
+            e.oversize.blocks,
+            format_bytes(e.oversize.bytes)
+        ));
+    }
     if let Some(device_free) = e.device_free_bytes {
         if device_free >= e.segment_request_bytes {
             text.push_str(&format!(
@@ -325,4 +327,209 @@ fn verdict_text(e: &OomExplanation) -> String {
         ));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::allocator::{
+        AllocatorSettings, AllocatorSnapshot, Block, BlockState, DeviceAllocState, DeviceTrace,
+        Segment, StackId, StringId, TIME_UNKNOWN_US,
+    };
+
+    const MIB: u64 = 1 << 20;
+
+    type SegmentSpec<'a> = (u64, PoolKind, &'a [(u64, BlockState)]);
+
+    /// A snapshot of device 0 whose trace is one `oom` event.
+    fn snapshot_with_oom(
+        segments: &[SegmentSpec],
+        settings: Option<AllocatorSettings>,
+        request_bytes: u64,
+        device_free_bytes: u64,
+    ) -> Arc<AllocatorSnapshot> {
+        let mut snapshot = AllocatorSnapshot {
+            settings,
+            ..Default::default()
+        };
+        let mut address = 0x7f00_0000_0000;
+        for &(stream, pool, blocks) in segments {
+            let first_block = snapshot.blocks.len() as u32;
+            let segment_address = address;
+            for &(size_bytes, state) in blocks {
+                snapshot.blocks.push(Block {
+                    address,
+                    size_bytes,
+                    requested_bytes: Some(size_bytes),
+                    state,
+                    stack: StackId::EMPTY,
+                });
+                address += size_bytes;
+            }
+            let total_bytes = address - segment_address;
+            snapshot.segments.push(Segment {
+                device: 0,
+                address: segment_address,
+                total_bytes,
+                allocated_bytes: 0,
+                active_bytes: 0,
+                requested_bytes: None,
+                stream,
+                pool,
+                pool_id: PoolId::default(),
+                is_expandable: false,
+                first_block,
+                block_count: blocks.len() as u32,
+                stack: StackId::EMPTY,
+            });
+            address += 64 * MIB;
+        }
+        snapshot.traces.push(DeviceTrace {
+            device: 0,
+            actions: vec![TraceAction::Oom],
+            addresses: vec![0],
+            sizes_bytes: vec![request_bytes],
+            streams: vec![0],
+            times_us: vec![TIME_UNKNOWN_US],
+            stacks: vec![StackId::EMPTY],
+            user_metadata: vec![StringId(0)],
+            compile_context: vec![StringId(0)],
+            device_free_bytes: vec![(0, device_free_bytes)],
+            pool_ids: Vec::new(),
+        });
+        snapshot.devices.push(DeviceAllocState {
+            device: 0,
+            segments: 0..snapshot.segments.len(),
+            trace: Some(0),
+        });
+        Arc::new(snapshot)
+    }
+
+    fn explain_only(snapshot: Arc<AllocatorSnapshot>) -> OomExplanation {
+        let travel = TimeTravel::new(snapshot, 0);
+        let mut all = explain_all(&travel);
+        assert_eq!(all.len(), 1);
+        all.remove(0)
+    }
+
+    #[test]
+    fn live_tensors_filling_the_gpu_is_capacity() {
+        let e = explain_only(snapshot_with_oom(
+            &[(
+                0,
+                PoolKind::Large,
+                &[
+                    (60 * MIB, BlockState::ActiveAllocated),
+                    (4 * MIB, BlockState::Inactive),
+                ],
+            )],
+            None,
+            40 * MIB,
+            10 * MIB,
+        ));
+        assert_eq!(e.verdict, OomVerdict::Capacity);
+        assert_eq!(e.usable_free_bytes, 4 * MIB);
+        assert_eq!(e.too_small.blocks, 1);
+        assert_eq!(e.allocated_bytes, 60 * MIB);
+        assert!(
+            e.verdict_text
+                .starts_with("Capacity: only 4.00 MiB cached free"),
+            "{}",
+            e.verdict_text
+        );
+        assert!(
+            e.verdict_text
+                .contains("The GPU had only 10.0 MiB free for the 40.0 MiB segment"),
+            "{}",
+            e.verdict_text
+        );
+    }
+
+    #[test]
+    fn a_fitting_block_on_another_stream_is_named() {
+        let e = explain_only(snapshot_with_oom(
+            &[
+                (
+                    0,
+                    PoolKind::Large,
+                    &[(20 * MIB, BlockState::ActiveAllocated)],
+                ),
+                (7, PoolKind::Large, &[(100 * MIB, BlockState::Inactive)]),
+            ],
+            None,
+            40 * MIB,
+            MIB,
+        ));
+        assert_eq!(e.verdict, OomVerdict::Capacity);
+        assert_eq!(e.wrong_stream.blocks, 1);
+        assert_eq!(e.largest_free_blocks[0].failure, FitFailure::WrongStream);
+        assert_eq!(e.releasable_bytes, 100 * MIB);
+        assert!(
+            e.verdict_text
+                .contains("A 100 MiB block was free on another stream."),
+            "{}",
+            e.verdict_text
+        );
+        assert!(
+            e.verdict_text
+                .contains("Releasing cached blocks could still return 100 MiB."),
+            "{}",
+            e.verdict_text
+        );
+    }
+
+    #[test]
+    fn oversize_blocks_are_excluded_by_max_split_size() {
+        let settings = AllocatorSettings {
+            max_split_size_bytes: Some(50 * MIB),
+            ..Default::default()
+        };
+        let e = explain_only(snapshot_with_oom(
+            &[(
+                0,
+                PoolKind::Large,
+                &[
+                    (200 * MIB, BlockState::Inactive),
+                    (10 * MIB, BlockState::ActiveAllocated),
+                ],
+            )],
+            Some(settings),
+            40 * MIB,
+            MIB,
+        ));
+        assert_eq!(e.oversize.blocks, 1);
+        assert_eq!(
+            e.largest_free_blocks[0].failure,
+            FitFailure::Oversize(OversizeRejection::OversizeBlockForNormalRequest)
+        );
+        assert_eq!(e.usable_free_bytes, 0);
+        assert_eq!(e.verdict, OomVerdict::Capacity);
+        assert!(
+            e.verdict_text
+                .contains("1 oversize free block(s) (200 MiB) were excluded"),
+            "{}",
+            e.verdict_text
+        );
+    }
+
+    #[test]
+    fn a_block_that_fits_makes_the_oom_unexplained() {
+        let e = explain_only(snapshot_with_oom(
+            &[(
+                0,
+                PoolKind::Large,
+                &[
+                    (100 * MIB, BlockState::Inactive),
+                    (10 * MIB, BlockState::ActiveAllocated),
+                ],
+            )],
+            None,
+            40 * MIB,
+            MIB,
+        ));
+        assert_eq!(e.verdict, OomVerdict::Unexplained);
+        assert_eq!(e.largest_free_blocks[0].failure, FitFailure::WouldFit);
+    }
 }

@@ -15,6 +15,7 @@
 //! and [`ReplayCheck::matches_final_state`] says so.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::allocator_rules::AllocatorRules;
 use crate::model::allocator::{
@@ -130,8 +131,10 @@ impl StateSegment {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatorState {
     pub device: u32,
-    /// Segments in address order.
-    pub segments: Vec<StateSegment>,
+    /// Segments in address order. Boxed so that inserting or removing a segment (every
+    /// segment_alloc/free while scrubbing) moves pointers, not whole segments.
+    #[allow(clippy::vec_box)]
+    pub segments: Vec<Box<StateSegment>>,
     /// Sum of the sizes of allocated blocks (PyTorch's `allocated_bytes`).
     pub allocated_bytes: u64,
     /// Sum of segment sizes (PyTorch's `reserved_bytes`).
@@ -246,7 +249,7 @@ impl AllocatorState {
         let at = self
             .segments
             .partition_point(|s| s.address < segment.address);
-        self.segments.insert(at, segment);
+        self.segments.insert(at, Box::new(segment));
     }
 
     fn set_status(&mut self, segment: usize, block: usize, status: BlockStatus) {
@@ -348,7 +351,7 @@ impl AllocatorState {
             segment.pool_id = previous.pool_id;
             previous.size_bytes += segment.size_bytes;
             previous.blocks.append(&mut segment.blocks);
-            segment = previous;
+            segment = *previous;
             insert_at = at - 1;
         }
         if insert_at < self.segments.len()
@@ -389,7 +392,7 @@ impl AllocatorState {
         if end > block.end_address() || size_bytes == 0 {
             return Err(Mismatch::BlockTooSmall);
         }
-        let segment = self.segments.remove(segment_index);
+        let segment = *self.segments.remove(segment_index);
         self.reserved_bytes -= segment.size_bytes;
         self.allocated_bytes -= allocated_in(&segment);
         let mut before = Vec::new();
@@ -502,7 +505,12 @@ const NO_EVENT: u32 = u32::MAX;
 pub struct TimeTravel {
     device: u32,
     rules: AllocatorRules,
-    trace: DeviceTrace,
+    /// The snapshot whose trace this walks (shared, not copied: traces reach millions of
+    /// events).
+    snapshot: Arc<AllocatorSnapshot>,
+    /// Index of the device's trace in `snapshot.traces`; `None` walks `empty_trace`.
+    trace_index: Option<usize>,
+    empty_trace: DeviceTrace,
     /// For each free event, the alloc event of the same block (or [`NO_EVENT`]).
     paired_alloc: Vec<u32>,
     /// For each `free_completed` event, the size of the freed block if known exactly (0: not).
@@ -516,7 +524,29 @@ pub struct TimeTravel {
     allocated_series: Vec<u64>,
     /// Reserved bytes after `i` events, for `i` in `0..=len`.
     reserved_series: Vec<u64>,
+    /// Extremes of the series per [`SERIES_CHUNK`] positions.
+    series_chunks: Vec<SeriesExtremes>,
+    times_monotonic: bool,
     check: ReplayCheck,
+}
+
+/// Positions summarised per entry of the series' chunk summaries.
+pub const SERIES_CHUNK: usize = 256;
+
+/// Extremes of the allocated/reserved series over a range of positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeriesExtremes {
+    pub allocated_min_bytes: u64,
+    pub allocated_max_bytes: u64,
+    pub reserved_max_bytes: u64,
+}
+
+impl SeriesExtremes {
+    fn merge(&mut self, other: &SeriesExtremes) {
+        self.allocated_min_bytes = self.allocated_min_bytes.min(other.allocated_min_bytes);
+        self.allocated_max_bytes = self.allocated_max_bytes.max(other.allocated_max_bytes);
+        self.reserved_max_bytes = self.reserved_max_bytes.max(other.reserved_max_bytes);
+    }
 }
 
 impl TimeTravel {
@@ -525,32 +555,36 @@ impl TimeTravel {
     /// A device without a trace gets a time travel of zero events whose only state is the final
     /// one. Never fails: events that contradict the snapshot are skipped and counted in
     /// [`TimeTravel::check`].
-    pub fn new(snapshot: &AllocatorSnapshot, device: u32) -> Self {
-        let trace = snapshot
-            .trace_of(device)
-            .cloned()
-            .unwrap_or_else(|| DeviceTrace {
-                device,
-                ..Default::default()
-            });
+    pub fn new(snapshot: Arc<AllocatorSnapshot>, device: u32) -> Self {
+        let trace_index = snapshot.traces.iter().position(|t| t.device == device);
+        let empty_trace = DeviceTrace {
+            device,
+            ..Default::default()
+        };
+        let trace = trace_index.map_or(&empty_trace, |i| &snapshot.traces[i]);
         let rules = AllocatorRules::from_settings(snapshot.settings.as_ref());
-        let (paired_alloc, live_allocs) = pair_events(&trace);
-        let final_state = AllocatorState::from_snapshot(snapshot, device, &live_allocs);
+        let (paired_alloc, live_allocs) = pair_events(trace);
+        let final_state = AllocatorState::from_snapshot(&snapshot, device, &live_allocs);
         let final_segment_pools = final_state
             .segments
             .iter()
             .map(|s| (s.address, (s.pool, s.pool_id)))
             .collect();
+        let len = trace.len();
         let mut travel = TimeTravel {
             device,
             rules,
+            snapshot,
+            trace_index,
+            empty_trace,
             final_segment_pools,
-            freed_block_bytes: vec![0; trace.len()],
-            trace,
+            freed_block_bytes: vec![0; len],
             paired_alloc,
             checkpoints: Vec::new(),
             allocated_series: Vec::new(),
             reserved_series: Vec::new(),
+            series_chunks: Vec::new(),
+            times_monotonic: false,
             check: ReplayCheck::default(),
         };
         // Pass 1: undo with estimated sizes of freed blocks, to find the starting state.
@@ -559,30 +593,30 @@ impl TimeTravel {
         let mut replay_mismatches = 0;
         let mut first_problem = None;
         let mut state = start;
-        let mut alloc_bytes: HashMap<u32, u64> = HashMap::new();
-        for index in 0..travel.trace.len() {
+        // Block sizes handed out by each alloc event, stored at the alloc's index.
+        let mut block_bytes = vec![0; len];
+        for (index, bytes) in block_bytes.iter_mut().enumerate() {
             match travel.apply(&mut state, index) {
-                Ok(Some(bytes)) => {
-                    alloc_bytes.insert(index as u32, bytes);
-                }
+                Ok(Some(handed_out)) => *bytes = handed_out,
                 Ok(None) => {}
                 Err(mismatch) => {
                     replay_mismatches += 1;
                     first_problem.get_or_insert_with(|| {
-                        describe_mismatch("replaying", index, &travel.trace, mismatch)
+                        describe_mismatch("replaying", index, travel.trace(), mismatch)
                     });
                 }
             }
         }
         let matches_final_state = replay_mismatches == 0 && state == final_state;
         if matches_final_state {
-            for (index, paired) in travel.paired_alloc.iter().enumerate() {
-                if travel.trace.actions[index] == TraceAction::FreeCompleted
-                    && let Some(bytes) = alloc_bytes.get(paired)
-                {
-                    travel.freed_block_bytes[index] = *bytes;
+            let mut freed = std::mem::take(&mut travel.freed_block_bytes);
+            let actions = &travel.trace().actions;
+            for (index, &paired) in travel.paired_alloc.iter().enumerate() {
+                if actions[index] == TraceAction::FreeCompleted && paired != NO_EVENT {
+                    freed[index] = block_bytes[paired as usize];
                 }
             }
+            travel.freed_block_bytes = freed;
         } else if first_problem.is_none() {
             first_problem = Some(
                 "replaying the trace forwards did not reproduce the snapshot's final state; \
@@ -592,6 +626,22 @@ impl TimeTravel {
         }
         // Pass 3: undo again with the exact sizes, keeping checkpoints and the series.
         let (_, undo_mismatches) = travel.undo_all(final_state, true);
+        travel.series_chunks = travel
+            .allocated_series
+            .chunks(SERIES_CHUNK)
+            .zip(travel.reserved_series.chunks(SERIES_CHUNK))
+            .map(|(allocated, reserved)| SeriesExtremes {
+                allocated_min_bytes: allocated.iter().copied().min().unwrap_or(0),
+                allocated_max_bytes: allocated.iter().copied().max().unwrap_or(0),
+                reserved_max_bytes: reserved.iter().copied().max().unwrap_or(0),
+            })
+            .collect();
+        let times = &travel.trace().times_us;
+        travel.times_monotonic = times.len() == len
+            && times
+                .iter()
+                .all(|&t| t != crate::model::allocator::TIME_UNKNOWN_US)
+            && times.windows(2).all(|w| w[0] <= w[1]);
         travel.check = ReplayCheck {
             matches_final_state,
             undo_mismatches,
@@ -608,17 +658,24 @@ impl TimeTravel {
 
     /// Number of trace events; states exist for `0..=len()` events applied.
     pub fn len(&self) -> usize {
-        self.trace.len()
+        self.trace().len()
     }
 
     /// True when the device has no trace events.
     pub fn is_empty(&self) -> bool {
-        self.trace.is_empty()
+        self.trace().is_empty()
     }
 
     /// The trace this time travel walks.
     pub fn trace(&self) -> &DeviceTrace {
-        &self.trace
+        self.trace_index
+            .and_then(|i| self.snapshot.traces.get(i))
+            .unwrap_or(&self.empty_trace)
+    }
+
+    /// The snapshot this time travel walks.
+    pub fn snapshot(&self) -> &Arc<AllocatorSnapshot> {
+        &self.snapshot
     }
 
     /// The sizing rules used.
@@ -670,6 +727,71 @@ impl TimeTravel {
         state
     }
 
+    /// Moves `state`, the state after `from` events, to the state after `to` events: directly
+    /// (undoing backwards, or replaying forwards when the replay is exact) when that is fewer
+    /// events than starting from a checkpoint. Small scrubbing steps then cost only the events
+    /// stepped over.
+    pub fn move_state(&self, state: &mut AllocatorState, from: usize, to: usize) {
+        let (from, to) = (from.min(self.len()), to.min(self.len()));
+        let at = self
+            .checkpoints
+            .partition_point(|(position, _)| *position < to);
+        let via_checkpoint = self.checkpoints.get(at).map_or(usize::MAX, |(p, _)| p - to);
+        if to <= from && from - to <= via_checkpoint {
+            for index in (to..from).rev() {
+                let _ = self.undo(state, index);
+            }
+        } else if to > from && self.check.matches_final_state && to - from <= via_checkpoint {
+            for index in from..to {
+                let _ = self.apply(state, index);
+            }
+        } else {
+            *state = self.state_at(to);
+        }
+    }
+
+    /// Extremes of the series over positions `first..=last` (clamped): smallest and largest
+    /// allocated bytes and largest reserved bytes. Uses per-chunk summaries, so a timeline
+    /// column over a million events costs a few thousand steps.
+    pub fn series_extremes(&self, first: usize, last: usize) -> SeriesExtremes {
+        let end = self.allocated_series.len();
+        let (first, last) = (
+            first.min(end.saturating_sub(1)),
+            last.min(end.saturating_sub(1)),
+        );
+        let mut extremes = SeriesExtremes {
+            allocated_min_bytes: u64::MAX,
+            allocated_max_bytes: 0,
+            reserved_max_bytes: 0,
+        };
+        let mut position = first;
+        while position <= last && end > 0 {
+            let chunk = position / SERIES_CHUNK;
+            let chunk_end = (chunk + 1) * SERIES_CHUNK - 1;
+            if position % SERIES_CHUNK == 0 && chunk_end <= last {
+                extremes.merge(&self.series_chunks[chunk]);
+                position = chunk_end + 1;
+            } else {
+                extremes.merge(&SeriesExtremes {
+                    allocated_min_bytes: self.allocated_series[position],
+                    allocated_max_bytes: self.allocated_series[position],
+                    reserved_max_bytes: self.reserved_series[position],
+                });
+                position += 1;
+            }
+        }
+        if extremes.allocated_min_bytes == u64::MAX {
+            extremes.allocated_min_bytes = 0;
+        }
+        extremes
+    }
+
+    /// True when every event has a time and times never go backwards (timelines can then use
+    /// trace time as their x axis).
+    pub fn times_are_monotonic(&self) -> bool {
+        self.times_monotonic
+    }
+
     /// The state after the first `applied` events, computed forwards from the reconstructed
     /// start with the allocator's rules (independent of the backward checkpoints; used to check
     /// them).
@@ -684,7 +806,7 @@ impl TimeTravel {
     /// Undoes every event from the end; returns the start state and the number of mismatches.
     /// With `record`, keeps checkpoints and the allocated/reserved series.
     fn undo_all(&mut self, mut state: AllocatorState, record: bool) -> (AllocatorState, u32) {
-        let len = self.trace.len();
+        let len = self.trace().len();
         let interval = if record {
             let per_state = state.heap_bytes().max(1);
             let budget_interval = len.saturating_mul(per_state) / CHECKPOINT_BUDGET_BYTES + 1;
@@ -719,7 +841,7 @@ impl TimeTravel {
 
     /// Applies event `index` forwards. Returns the size of the block an `alloc` handed out.
     fn apply(&self, state: &mut AllocatorState, index: usize) -> Result<Option<u64>, Mismatch> {
-        let op = op_at(&self.trace, index);
+        let op = op_at(self.trace(), index);
         match op.action {
             TraceAction::Alloc => {
                 let (segment, block) = state.block_starting_at(op.address)?;
@@ -790,7 +912,7 @@ impl TimeTravel {
                     op.size_bytes,
                     op.stream,
                     expandable_pool_guess(op.size_bytes),
-                    self.trace.pool_id(index),
+                    self.trace().pool_id(index),
                 );
                 Ok(None)
             }
@@ -803,7 +925,7 @@ impl TimeTravel {
 
     /// Undoes event `index`: turns the state after it into the state before it.
     fn undo(&self, state: &mut AllocatorState, index: usize) -> Result<(), Mismatch> {
-        let op = op_at(&self.trace, index);
+        let op = op_at(self.trace(), index);
         match op.action {
             TraceAction::Alloc => state.release_block(op.address),
             TraceAction::FreeRequested => {
@@ -862,7 +984,7 @@ impl TimeTravel {
                     op.size_bytes,
                     op.stream,
                     expandable_pool_guess(op.size_bytes),
-                    self.trace.pool_id(index),
+                    self.trace().pool_id(index),
                 );
                 Ok(())
             }
@@ -872,7 +994,7 @@ impl TimeTravel {
 
     /// Pool of a segment created or re-created by event `index`.
     fn segment_pool(&self, index: usize, op: &TraceOp) -> (PoolKind, PoolId) {
-        let from_trace = self.trace.pool_id(index);
+        let from_trace = self.trace().pool_id(index);
         match self.final_segment_pools.get(&op.address) {
             Some(&(pool, pool_id)) if from_trace.is_default() => (pool, pool_id),
             _ => (AllocatorRules::pool_of_segment(op.size_bytes), from_trace),
@@ -910,7 +1032,7 @@ impl TimeTravel {
 
 /// Expandable segments map 2 MiB pages for the small pool and 20 MiB pages for the large one.
 fn expandable_pool_guess(size_bytes: u64) -> PoolKind {
-    if size_bytes % super::allocator_rules::LARGE_BUFFER_BYTES == 0 {
+    if size_bytes.is_multiple_of(super::allocator_rules::LARGE_BUFFER_BYTES) {
         PoolKind::Large
     } else {
         PoolKind::Small
@@ -922,17 +1044,17 @@ fn expandable_pool_guess(size_bytes: u64) -> PoolKind {
 fn pair_events(trace: &DeviceTrace) -> (Vec<u32>, HashMap<u64, u32>) {
     let mut paired = vec![NO_EVENT; trace.len()];
     let mut open: HashMap<u64, u32> = HashMap::new();
-    for index in 0..trace.len() {
+    for (index, pair) in paired.iter_mut().enumerate() {
         let address = trace.addresses.get(index).copied().unwrap_or(0);
         match trace.actions[index] {
             TraceAction::Alloc => {
                 open.insert(address, index as u32);
             }
             TraceAction::FreeRequested => {
-                paired[index] = open.get(&address).copied().unwrap_or(NO_EVENT);
+                *pair = open.get(&address).copied().unwrap_or(NO_EVENT);
             }
             TraceAction::FreeCompleted => {
-                paired[index] = open.remove(&address).unwrap_or(NO_EVENT);
+                *pair = open.remove(&address).unwrap_or(NO_EVENT);
             }
             _ => {}
         }

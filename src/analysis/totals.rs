@@ -24,8 +24,11 @@ pub struct PoolTotals {
     pub requested_bytes: u64,
     /// `reserved_bytes`: memory held from CUDA (sum of segment sizes).
     pub reserved_bytes: u64,
-    /// `segment`: number of segments (expandable segments count one per mapped range here).
+    /// `segment`: number of cudaMalloc'ed segments. Like PyTorch, expandable segments are not
+    /// counted here (mapping pages changes reserved bytes, not the segment count).
     pub segment_count: u64,
+    /// Contiguous mapped ranges of expandable segments (each is one snapshot segment).
+    pub expandable_range_count: u64,
     /// `inactive_split_bytes`: free blocks inside split, non-expandable segments — cached memory
     /// that `empty_cache()` cannot return ("non-releasable").
     pub inactive_split_bytes: u64,
@@ -64,6 +67,7 @@ impl PoolTotals {
         self.requested_bytes += other.requested_bytes;
         self.reserved_bytes += other.reserved_bytes;
         self.segment_count += other.segment_count;
+        self.expandable_range_count += other.expandable_range_count;
         self.inactive_split_bytes += other.inactive_split_bytes;
         self.inactive_split_count += other.inactive_split_count;
         self.oversize_allocation_count += other.oversize_allocation_count;
@@ -140,7 +144,8 @@ pub fn segment_totals(
     let blocks = snapshot.segment_blocks(segment);
     let mut totals = PoolTotals {
         reserved_bytes: segment.total_bytes,
-        segment_count: 1,
+        segment_count: u64::from(!segment.is_expandable),
+        expandable_range_count: u64::from(segment.is_expandable),
         ..Default::default()
     };
     let is_split = blocks.len() > 1;

@@ -218,8 +218,9 @@ mod snapshots {
     pub fn facts(paths: &[PathBuf]) -> Result<Vec<SnapshotFacts>, String> {
         let mut facts = Vec::new();
         for path in paths {
-            let snapshot =
-                crate::formats::pytorch::read_file(path, &|_| true).map_err(|e| e.to_string())?;
+            let snapshot = std::sync::Arc::new(
+                crate::formats::pytorch::read_file(path, &|_| true).map_err(|e| e.to_string())?,
+            );
             facts.extend(crate::diagnose::snapshot::facts(&snapshot));
         }
         Ok(facts)

@@ -378,7 +378,9 @@ pub fn render_text(report: &InfoReport) -> String {
             device.sm_clock_mhz.map_or_else(na, |c| format!("{c} MHz")),
             device.mem_clock_mhz.map_or_else(na, |c| format!("{c} MHz")),
         );
-        let _ = writeln!(out, "  health    {}", health_line(&device.health));
+        for (label, line) in health_lines(&device.health) {
+            let _ = writeln!(out, "  {label:<9} {line}");
+        }
         for field in &device.unavailable {
             let why = if field.reason.is_empty() {
                 "not supported on this GPU"
@@ -392,7 +394,7 @@ pub fn render_text(report: &InfoReport) -> String {
         } else {
             let _ = writeln!(
                 out,
-                "  processes {:>8}  {:<20} {:<17} {:>10}",
+                "  processes {:>8}  {:<28} {:<17} {:>10}",
                 "PID", "NAME", "KIND", "MEMORY"
             );
             for p in &device.processes {
@@ -407,7 +409,7 @@ pub fn render_text(report: &InfoReport) -> String {
                     .unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "            {:>8}  {:<20} {:<17} {:>10}{mig}",
+                    "            {:>8}  {:<28} {:<17} {:>10}{mig}",
                     p.pid,
                     name,
                     p.kind,
@@ -416,17 +418,26 @@ pub fn render_text(report: &InfoReport) -> String {
             }
         }
     }
+    if report.devices.iter().any(|d| !d.processes.is_empty()) {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Process memory is what the driver charges the process: its allocator's reserved \
+             memory plus its CUDA context, not its live tensors."
+        );
+    }
     out
 }
 
-fn health_line(h: &HealthInfo) -> String {
+/// The health section as (label, text) lines: ECC, memory repair, and the rest.
+fn health_lines(h: &HealthInfo) -> [(&'static str, String); 3] {
     let na = || "n/a".to_owned();
     let count = |v: Option<u64>| v.map_or_else(na, |v| v.to_string());
     let yes_no = |v: Option<bool>| v.map_or_else(na, |v| if v { "yes" } else { "no" }.to_owned());
     let ecc = match h.ecc_enabled {
-        Some(false) => "ECC off".to_owned(),
+        Some(false) => "off".to_owned(),
         enabled => format!(
-            "ECC {}: corrected {} volatile / {} aggregate, uncorrected {} / {}",
+            "{}: corrected {} volatile / {} aggregate, uncorrected {} volatile / {} aggregate",
             if enabled == Some(true) { "on" } else { "?" },
             count(h.ecc_corrected_volatile),
             count(h.ecc_corrected_aggregate),
@@ -434,14 +445,9 @@ fn health_line(h: &HealthInfo) -> String {
             count(h.ecc_uncorrected_aggregate),
         ),
     };
-    let bar1 = match (h.bar1_used_bytes, h.bar1_total_bytes) {
-        (Some(used), Some(total)) => format!("{} / {}", format_bytes(used), format_bytes(total)),
-        (None, Some(total)) => format!("? / {}", format_bytes(total)),
-        _ => na(),
-    };
-    format!(
-        "{ecc}; remapped rows {} correctable, {} uncorrectable, pending {}, failure {}; \
-         retired pages {} SBE, {} DBE, pending {}; persistence {}; BAR1 {bar1}; PCIe replays {}",
+    let repair = format!(
+        "remapped rows {} correctable, {} uncorrectable, pending {}, failure {}; \
+         retired pages {} SBE, {} DBE, pending {}",
         count(h.remapped_rows_correctable),
         count(h.remapped_rows_uncorrectable),
         yes_no(h.remapped_rows_pending),
@@ -449,10 +455,19 @@ fn health_line(h: &HealthInfo) -> String {
         count(h.retired_pages_sbe),
         count(h.retired_pages_dbe),
         yes_no(h.retired_pages_pending),
+    );
+    let bar1 = match (h.bar1_used_bytes, h.bar1_total_bytes) {
+        (Some(used), Some(total)) => format!("{} / {}", format_bytes(used), format_bytes(total)),
+        (None, Some(total)) => format!("? / {}", format_bytes(total)),
+        _ => na(),
+    };
+    let other = format!(
+        "persistence {}; BAR1 {bar1}; PCIe replays {}",
         h.persistence_mode
             .map_or_else(na, |on| if on { "on" } else { "off" }.to_owned()),
         count(h.pcie_replay_count),
-    )
+    );
+    [("ECC", ecc), ("repair", repair), ("other", other)]
 }
 
 #[cfg(test)]
@@ -630,7 +645,20 @@ mod tests {
             text.contains("throttle gpu_idle, sw_power_cap (0x5)"),
             "{text}"
         );
+        assert!(
+            text.contains("  ECC       on: corrected 0 volatile"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  repair    remapped rows 0 correctable"),
+            "{text}"
+        );
         assert!(text.contains("retired pages n/a SBE, n/a DBE"), "{text}");
+        assert!(
+            text.contains("  other     persistence on; BAR1 2.00 MiB / 256 GiB; PCIe replays 0"),
+            "{text}"
+        );
+        assert!(text.contains("not its live tensors"), "{text}");
         assert!(
             text.contains("n/a       retired_pages: not supported on this GPU"),
             "{text}"

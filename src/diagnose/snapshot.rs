@@ -4,6 +4,7 @@
 //! allocated bytes per user call site (for "what grew" between two snapshots).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::leak::{SnapshotFacts, SnapshotOom};
 use crate::analysis::timetravel::TimeTravel;
@@ -14,12 +15,12 @@ use crate::model::allocator::{AllocatorSnapshot, BlockState, StackId};
 const MAX_CALL_SITES: usize = 50;
 
 /// One [`SnapshotFacts`] per device of the snapshot.
-pub fn facts(snapshot: &AllocatorSnapshot) -> Vec<SnapshotFacts> {
+pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
     snapshot
         .devices
         .iter()
         .map(|device| {
-            let travel = TimeTravel::new(snapshot, device.device);
+            let travel = TimeTravel::new(Arc::clone(snapshot), device.device);
             let state = travel.state_at(travel.len());
             let report = fragmentation::analyze(&state);
             let oom = oom::explain_all(&travel)

@@ -443,7 +443,7 @@ pub struct Annotation {
 /// How the snapshot was stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SnapshotContainer {
-    /// A pickle; `protocol` from its `PROTO` opcode (0 if it had none).
+    /// A pickle; `protocol` from its `PROTO` opcode (0 if it had none: protocols 0 and 1).
     Pickle { protocol: u8 },
     /// JSON text.
     Json,

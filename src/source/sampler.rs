@@ -81,6 +81,8 @@ struct State {
     /// Bumped by every `set_config`, so the thread notices a change while it waits.
     config_generation: u64,
     stop: bool,
+    /// Set when the sampling thread has ended, normally or by a panic in the source.
+    finished: bool,
     queue: VecDeque<SampleBatch>,
     dropped_batches: u64,
 }
@@ -119,6 +121,7 @@ impl Sampler {
                 config,
                 config_generation: 0,
                 stop: false,
+                finished: false,
                 queue: VecDeque::new(),
                 dropped_batches: 0,
             }),
@@ -128,7 +131,10 @@ impl Sampler {
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("vramscope-sampler".to_owned())
-            .spawn(move || run(source, &thread_shared, on_batch));
+            .spawn(move || {
+                let _finished = FinishedGuard(&thread_shared);
+                run(source, &thread_shared, on_batch);
+            });
         let thread = match thread {
             Ok(handle) => Some(handle),
             Err(err) => {
@@ -155,18 +161,24 @@ impl Sampler {
     }
 
     /// The oldest queued batch, waiting up to `timeout` for one (for the headless recorder).
+    /// A timeout too large to represent (`Duration::MAX`) waits until a batch comes.
     pub fn recv_timeout(&self, timeout: Duration) -> Option<SampleBatch> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now().checked_add(timeout);
         let mut state = self.shared.lock();
         loop {
             if let Some(batch) = state.queue.pop_front() {
                 return Some(batch);
             }
             let now = Instant::now();
-            if now >= deadline || state.stop || self.thread.is_none() {
+            let remaining = match deadline {
+                Some(deadline) if now >= deadline => return None,
+                Some(deadline) => deadline - now,
+                None => Duration::from_secs(3_600),
+            };
+            if state.finished || self.thread.is_none() {
                 return None;
             }
-            state = match self.shared.batch_queued.wait_timeout(state, deadline - now) {
+            state = match self.shared.batch_queued.wait_timeout(state, remaining) {
                 Ok((guard, _)) => guard,
                 Err(poisoned) => poisoned.into_inner().0,
             };
@@ -207,6 +219,17 @@ impl Sampler {
 impl Drop for Sampler {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Marks the thread finished when dropped, which also happens when the source panics, so that a
+/// consumer waiting in [`Sampler::recv_timeout`] is woken instead of waiting forever.
+struct FinishedGuard<'a>(&'a Shared);
+
+impl Drop for FinishedGuard<'_> {
+    fn drop(&mut self) {
+        self.0.lock().finished = true;
+        self.0.batch_queued.notify_all();
     }
 }
 

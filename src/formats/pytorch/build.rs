@@ -66,6 +66,7 @@ impl RowKind {
 
 const NO_BUFFER: u32 = u32::MAX;
 
+/// What a container is; 12 bytes, since a big snapshot has millions of them.
 #[derive(Clone, Copy, Debug)]
 enum Slot {
     /// A dict being filled; pairs in `pair_bufs[buffer]` (or none yet).
@@ -76,8 +77,8 @@ enum Slot {
     OpenRows(RowKind, u32, u32),
     /// A list with other items, in `item_bufs[buffer]`.
     OpenItems(u32),
-    /// A tuple of two integers (pool ids).
-    IntPair(i64, i64),
+    /// A tuple of two integers (pool ids), in `int_pairs`.
+    IntPair(u32),
     /// Any other tuple; items in `item_bufs[buffer]`.
     Tuple(u32),
     Row(RowKind, u32),
@@ -230,6 +231,7 @@ pub(super) struct Builder {
     info: Vec<StrInfo>,
     frames: FrameTable,
     slots: Vec<Slot>,
+    int_pairs: Vec<(i64, i64)>,
     pair_bufs: Vec<Vec<(Value, Value)>>,
     item_bufs: Vec<Vec<Value>>,
     free_pair_bufs: Vec<u32>,
@@ -258,6 +260,7 @@ impl Builder {
             info: Vec::new(),
             frames: FrameTable::default(),
             slots: Vec::new(),
+            int_pairs: Vec::new(),
             pair_bufs: Vec::new(),
             item_bufs: Vec::new(),
             free_pair_bufs: Vec::new(),
@@ -328,7 +331,10 @@ impl Builder {
         if let [a, b] = items
             && let (Some(a), Some(b)) = (self.int_of(*a), self.int_of(*b))
         {
-            return self.new_slot(Slot::IntPair(a, b));
+            let index = u32::try_from(self.int_pairs.len())
+                .map_err(|_| "more than 4 billion tuples".to_owned())?;
+            self.int_pairs.push((a, b));
+            return self.new_slot(Slot::IntPair(index));
         }
         let buf = self.take_item_buf();
         for &item in items {
@@ -538,7 +544,10 @@ impl Builder {
     fn pair_of(&self, value: Value) -> Option<PoolId> {
         let Value::Slot(id) = value else { return None };
         match self.slots.get(id as usize)? {
-            Slot::IntPair(a, b) => Some(PoolId(*a, *b)),
+            Slot::IntPair(index) => {
+                let (a, b) = *self.int_pairs.get(*index as usize)?;
+                Some(PoolId(a, b))
+            }
             Slot::GenericList(buf) | Slot::Tuple(buf) => match self.item_bufs[*buf as usize][..] {
                 [a, b] => Some(PoolId(self.int_of(a)?, self.int_of(b)?)),
                 _ => None,
@@ -1280,4 +1289,16 @@ fn gather_trace(staging: &DeviceTrace, rows: &[u32], device: u32) -> DeviceTrace
     trace.device_free_bytes.sort_unstable_by_key(|&(i, _)| i);
     trace.pool_ids.sort_unstable_by_key(|&(i, _)| i);
     trace
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_container_state_stays_small() {
+        // Millions of containers: slots and values dominate the reader's memory.
+        assert!(std::mem::size_of::<Slot>() <= 12);
+        assert!(std::mem::size_of::<Value>() <= 16);
+    }
 }

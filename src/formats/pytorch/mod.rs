@@ -13,6 +13,7 @@ mod build;
 mod json;
 mod pickle;
 
+use std::io::Read;
 use std::path::Path;
 
 use thiserror::Error;
@@ -63,13 +64,11 @@ pub fn looks_like_snapshot(bytes_prefix: &[u8]) -> bool {
         || mentions(b"device_traces")
         || mentions(b"total_size")
         || mentions(b"blocks");
-    match window.first() {
+    match window.iter().find(|b| !b.is_ascii_whitespace()) {
+        // PROTO 2..5, protocol 0/1 pickles (MARK, EMPTY_DICT, EMPTY_LIST) and JSON.
         Some(0x80) => matches!(window.get(1), Some(2..=5)) && snapshot_words,
-        Some(_) => {
-            let text = window.iter().skip_while(|b| b.is_ascii_whitespace());
-            matches!(text.clone().next(), Some(b'{') | Some(b'[')) && snapshot_words
-        }
-        None => false,
+        Some(b'(' | b'}' | b']' | b'{' | b'[') => snapshot_words,
+        _ => false,
     }
 }
 
@@ -80,29 +79,155 @@ pub fn read_bytes(
     name: &str,
     progress: &dyn Fn(f32) -> bool,
 ) -> Result<AllocatorSnapshot, SnapshotError> {
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    let mut builder = Builder::new(bytes.len());
-    let (root, container) = match (bytes.first(), first) {
-        (Some(0x80), _) | (_, Some(b'}')) | (_, Some(b']')) | (_, Some(b'(')) => {
-            pickle_root(bytes, name, &mut builder, progress)?
+    match Encoding::sniff(bytes) {
+        Encoding::Pickle => {
+            let mut reader = bytes;
+            let input = pickle::Input::new(&mut reader, bytes.len() as u64);
+            read_pickle(input, name, progress)
         }
-        (_, Some(b'{')) | (_, Some(b'[')) => {
-            let root = json::decode(bytes, &mut builder).map_err(|e| json_error(name, e))?;
-            (root, SnapshotContainer::Json)
-        }
-        (None, _) | (_, None) => {
-            return Err(SnapshotError::NotASnapshot {
-                name: name.to_owned(),
-                reason: "the file is empty".to_owned(),
-            });
+        Encoding::Json => read_json(bytes, name, progress),
+        Encoding::Empty => Err(SnapshotError::NotASnapshot {
+            name: name.to_owned(),
+            reason: "the file is empty".to_owned(),
+        }),
+        Encoding::Other => Err(SnapshotError::NotASnapshot {
+            name: name.to_owned(),
+            reason: "it is neither a pickle nor JSON".to_owned(),
+        }),
+    }
+}
+
+/// Reads a snapshot file (see [`read_bytes`]). Pickles are streamed: the file is never held in
+/// memory whole.
+pub fn read_file(
+    path: &Path,
+    progress: &dyn Fn(f32) -> bool,
+) -> Result<AllocatorSnapshot, SnapshotError> {
+    let name = path.display().to_string();
+    let io_error = |source| SnapshotError::Io {
+        name: name.clone(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io_error)?;
+    let total_len = file.metadata().map_err(io_error)?.len();
+    let mut head = Vec::with_capacity(64);
+    (&mut file)
+        .take(64)
+        .read_to_end(&mut head)
+        .map_err(io_error)?;
+    match Encoding::sniff(&head) {
+        Encoding::Pickle => {
+            let mut reader = std::io::Cursor::new(head).chain(file);
+            let input = pickle::Input::new(&mut reader, total_len);
+            read_pickle(input, &name, progress)
         }
         _ => {
+            let mut bytes = head;
+            file.read_to_end(&mut bytes).map_err(io_error)?;
+            read_bytes(&bytes, &name, progress)
+        }
+    }
+}
+
+/// What the first bytes say the data is.
+enum Encoding {
+    Pickle,
+    Json,
+    Empty,
+    Other,
+}
+
+impl Encoding {
+    fn sniff(bytes: &[u8]) -> Encoding {
+        match (
+            bytes.first(),
+            bytes.iter().find(|b| !b.is_ascii_whitespace()),
+        ) {
+            (None, _) => Encoding::Empty,
+            // PROTO, or a protocol 0/1 pickle's first container.
+            (Some(0x80 | b'(' | b'}' | b']'), _) => Encoding::Pickle,
+            (_, Some(b'{' | b'[')) => Encoding::Json,
+            _ => Encoding::Other,
+        }
+    }
+}
+
+fn read_pickle(
+    input: pickle::Input<'_>,
+    name: &str,
+    progress: &dyn Fn(f32) -> bool,
+) -> Result<AllocatorSnapshot, SnapshotError> {
+    let total_len = input.total_len();
+    let mut builder = Builder::new(usize::try_from(total_len).unwrap_or(usize::MAX));
+    let owned = || name.to_owned();
+    let (root, protocol) = match pickle::decode(input, &mut builder, progress) {
+        Ok(decoded) => decoded,
+        Err(VmError::Cancelled) => return Err(SnapshotError::Cancelled { name: owned() }),
+        Err(VmError::Io(source)) => {
+            return Err(SnapshotError::Io {
+                name: owned(),
+                source,
+            });
+        }
+        Err(VmError::Truncated { offset, problem }) => {
+            return Err(SnapshotError::Truncated {
+                name: owned(),
+                offset,
+                problem,
+            });
+        }
+        Err(VmError::Malformed { offset, problem }) => {
+            return Err(SnapshotError::Malformed {
+                name: owned(),
+                offset,
+                problem,
+            });
+        }
+        Err(VmError::Code { offset, what }) => {
             return Err(SnapshotError::NotASnapshot {
-                name: name.to_owned(),
-                reason: "it is neither a pickle nor JSON".to_owned(),
+                name: owned(),
+                reason: format!(
+                    "the pickle references {what} at byte {offset}; memory snapshots hold only \
+                     plain data, and vramscope never runs code from a file"
+                ),
             });
         }
     };
+    finish(
+        builder,
+        root,
+        name,
+        SnapshotContainer::Pickle { protocol },
+        total_len,
+        progress,
+    )
+}
+
+fn read_json(
+    bytes: &[u8],
+    name: &str,
+    progress: &dyn Fn(f32) -> bool,
+) -> Result<AllocatorSnapshot, SnapshotError> {
+    let mut builder = Builder::new(bytes.len());
+    let root = json::decode(bytes, &mut builder).map_err(|e| json_error(name, bytes, e))?;
+    finish(
+        builder,
+        root,
+        name,
+        SnapshotContainer::Json,
+        bytes.len() as u64,
+        progress,
+    )
+}
+
+fn finish(
+    builder: Builder,
+    root: build::Value,
+    name: &str,
+    container: SnapshotContainer,
+    total_len: u64,
+    progress: &dyn Fn(f32) -> bool,
+) -> Result<AllocatorSnapshot, SnapshotError> {
     if !progress(1.0) {
         return Err(SnapshotError::Cancelled {
             name: name.to_owned(),
@@ -117,43 +242,28 @@ pub fn read_bytes(
             },
             NotSnapshot::Malformed(problem) => SnapshotError::Malformed {
                 name: name.to_owned(),
-                offset: bytes.len() as u64,
+                offset: total_len,
                 problem,
             },
         })
 }
 
-fn pickle_root(
-    bytes: &[u8],
-    name: &str,
-    builder: &mut Builder,
-    progress: &dyn Fn(f32) -> bool,
-) -> Result<(build::Value, SnapshotContainer), SnapshotError> {
-    let name = name.to_owned();
-    match pickle::decode(bytes, builder, progress) {
-        Ok((root, protocol)) => Ok((root, SnapshotContainer::Pickle { protocol })),
-        Err(VmError::Cancelled) => Err(SnapshotError::Cancelled { name }),
-        Err(VmError::Truncated { offset, problem }) => Err(SnapshotError::Truncated {
-            name,
-            offset,
-            problem,
-        }),
-        Err(VmError::Malformed { offset, problem }) => Err(SnapshotError::Malformed {
-            name,
-            offset,
-            problem,
-        }),
-        Err(VmError::Code { offset, what }) => Err(SnapshotError::NotASnapshot {
-            name,
-            reason: format!(
-                "the pickle references {what} at byte {offset}; memory snapshots hold only \
-                 plain data, and vramscope never runs code from a file"
-            ),
-        }),
-    }
+/// Byte offset of a 1-based line and column, for messages.
+fn json_offset(bytes: &[u8], line: usize, column: usize) -> u64 {
+    let line_start = if line <= 1 {
+        0
+    } else {
+        bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .nth(line - 2)
+            .map_or(bytes.len(), |(i, _)| i + 1)
+    };
+    (line_start + column.saturating_sub(1)).min(bytes.len()) as u64
 }
 
-fn json_error(name: &str, error: json::JsonError) -> SnapshotError {
+fn json_error(name: &str, bytes: &[u8], error: json::JsonError) -> SnapshotError {
     match error {
         json::JsonError::Syntax {
             line,
@@ -162,7 +272,7 @@ fn json_error(name: &str, error: json::JsonError) -> SnapshotError {
             eof,
         } if eof => SnapshotError::Truncated {
             name: name.to_owned(),
-            offset: 0,
+            offset: json_offset(bytes, line, column),
             problem: format!("JSON ends early at line {line}, column {column}: {problem}"),
         },
         json::JsonError::Syntax {
@@ -172,26 +282,12 @@ fn json_error(name: &str, error: json::JsonError) -> SnapshotError {
             ..
         } => SnapshotError::Malformed {
             name: name.to_owned(),
-            offset: 0,
+            offset: json_offset(bytes, line, column),
             problem: format!("bad JSON at line {line}, column {column}: {problem}"),
         },
-        json::JsonError::Build(problem) => SnapshotError::Malformed {
+        json::JsonError::Build(problem) => SnapshotError::NotASnapshot {
             name: name.to_owned(),
-            offset: 0,
-            problem,
+            reason: problem,
         },
     }
-}
-
-/// Reads a snapshot file (see [`read_bytes`]).
-pub fn read_file(
-    path: &Path,
-    progress: &dyn Fn(f32) -> bool,
-) -> Result<AllocatorSnapshot, SnapshotError> {
-    let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| SnapshotError::Io {
-        name: name.clone(),
-        source,
-    })?;
-    read_bytes(&bytes, &name, progress)
 }

@@ -8,6 +8,7 @@
 //! size, and nothing recurses, so hostile input ends in an error, not a crash or a hang.
 
 use std::collections::HashMap;
+use std::io::Read;
 
 use super::build::{Builder, Value};
 
@@ -22,6 +23,8 @@ pub(super) enum VmError {
     Code { offset: u64, what: String },
     /// The progress callback asked to stop.
     Cancelled,
+    /// Reading the file failed.
+    Io(std::io::Error),
 }
 
 type VmResult<T> = Result<T, VmError>;
@@ -29,29 +32,125 @@ type VmResult<T> = Result<T, VmError>;
 /// How often (in input bytes) progress is reported and cancellation checked.
 const PROGRESS_STEP_BYTES: usize = 1 << 20;
 
-struct Input<'a> {
-    data: &'a [u8],
-    pos: usize,
+/// Bytes are read in chunks of this size; the whole file is never held.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Longest text line (protocol 0 opcodes) accepted.
+const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// The pickle's bytes, streamed from a reader through a buffer that holds the current chunk (or
+/// one item larger than a chunk).
+pub(super) struct Input<'r> {
+    reader: &'r mut dyn Read,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// File offset of `buf[0]`.
+    base: u64,
+    total_len: u64,
 }
 
-impl<'a> Input<'a> {
-    fn take(&mut self, n: usize, what: &str) -> VmResult<&'a [u8]> {
-        let left = self.data.len() - self.pos;
-        if n > left {
-            return Err(VmError::Truncated {
-                offset: self.pos as u64,
-                problem: format!("{what} needs {n} bytes but the file ends after {left}"),
-            });
+impl<'r> Input<'r> {
+    /// Streams `total_len` bytes from `reader`.
+    pub(super) fn new(reader: &'r mut dyn Read, total_len: u64) -> Input<'r> {
+        Input {
+            reader,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            base: 0,
+            total_len,
         }
-        let slice = &self.data[self.pos..self.pos + n];
-        self.pos += n;
+    }
+
+    /// Length of the whole input in bytes.
+    pub(super) fn total_len(&self) -> u64 {
+        self.total_len
+    }
+
+    fn position(&self) -> u64 {
+        self.base + self.start as u64
+    }
+
+    fn truncated(&self, what: &str, n: u64) -> VmError {
+        let left = self.total_len.saturating_sub(self.position());
+        VmError::Truncated {
+            offset: self.position(),
+            problem: format!("{what} needs {n} bytes but the file ends after {left}"),
+        }
+    }
+
+    /// Makes at least `n` bytes available at `buf[start..]`.
+    fn ensure(&mut self, n: usize, what: &str) -> VmResult<()> {
+        if self.end - self.start >= n {
+            return Ok(());
+        }
+        if n as u64 > self.total_len.saturating_sub(self.position()) {
+            return Err(self.truncated(what, n as u64));
+        }
+        self.buf.copy_within(self.start..self.end, 0);
+        self.base += self.start as u64;
+        self.end -= self.start;
+        self.start = 0;
+        let wanted = n.max(CHUNK_BYTES);
+        if self.buf.len() < wanted {
+            self.buf.resize(wanted, 0);
+        }
+        while self.end < n {
+            let read = loop {
+                match self.reader.read(&mut self.buf[self.end..]) {
+                    Ok(read) => break read,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(VmError::Io(e)),
+                }
+            };
+            if read == 0 {
+                return Err(self.truncated(what, n as u64));
+            }
+            self.end += read;
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> VmResult<&[u8]> {
+        self.ensure(n, what)?;
+        let slice = &self.buf[self.start..self.start + n];
+        self.start += n;
         Ok(slice)
+    }
+
+    /// Skips `n` bytes without holding them (payloads no snapshot needs).
+    fn skip(&mut self, n: u64, what: &str) -> VmResult<()> {
+        if n > self.total_len.saturating_sub(self.position()) {
+            return Err(self.truncated(what, n));
+        }
+        let mut left = n;
+        while left > 0 {
+            let step = left.min(CHUNK_BYTES as u64) as usize;
+            self.take(step, what)?;
+            left -= step as u64;
+        }
+        Ok(())
     }
 
     fn array<const N: usize>(&mut self, what: &str) -> VmResult<[u8; N]> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N, what)?);
         Ok(out)
+    }
+
+    /// The next opcode, or `None` at the end of the input.
+    fn opcode(&mut self) -> VmResult<Option<u8>> {
+        if self.start < self.end {
+            let op = self.buf[self.start];
+            self.start += 1;
+            return Ok(Some(op));
+        }
+        if self.position() >= self.total_len {
+            return Ok(None);
+        }
+        self.ensure(1, "opcode")?;
+        Ok(self.take(1, "opcode")?.first().copied())
     }
 
     fn u8(&mut self, what: &str) -> VmResult<u8> {
@@ -67,25 +166,30 @@ impl<'a> Input<'a> {
     }
 
     /// A text line of a protocol-0 opcode, without its newline.
-    fn line(&mut self, what: &str) -> VmResult<&'a [u8]> {
-        let rest = &self.data[self.pos..];
-        match rest.iter().position(|&b| b == b'\n') {
-            Some(n) => {
-                self.pos += n + 1;
-                Ok(&rest[..n])
+    fn line(&mut self, what: &str) -> VmResult<&[u8]> {
+        let mut searched = 0;
+        loop {
+            let window = &self.buf[self.start + searched..self.end];
+            if let Some(n) = window.iter().position(|&b| b == b'\n') {
+                let line_end = self.start + searched + n;
+                let line = &self.buf[self.start..line_end];
+                self.start = line_end + 1;
+                return Ok(line);
             }
-            None => Err(VmError::Truncated {
-                offset: self.pos as u64,
-                problem: format!("{what}: the file ends inside a text line"),
-            }),
+            searched = self.end - self.start;
+            let left = self.total_len.saturating_sub(self.position()) as usize;
+            if searched >= left || searched >= MAX_LINE_BYTES {
+                return Err(VmError::Truncated {
+                    offset: self.position(),
+                    problem: format!("{what}: the file ends inside a text line"),
+                });
+            }
+            self.ensure((searched * 2).clamp(searched + 1, left), what)?;
         }
     }
 
-    fn length(&mut self, n: u64, what: &str) -> VmResult<usize> {
-        usize::try_from(n).map_err(|_| VmError::Truncated {
-            offset: self.pos as u64,
-            problem: format!("{what} claims {n} bytes, more than the file holds"),
-        })
+    fn length(&self, n: u64, what: &str) -> VmResult<usize> {
+        usize::try_from(n).map_err(|_| self.truncated(what, n))
     }
 }
 
@@ -97,14 +201,13 @@ struct Machine<'b> {
     memo_far: HashMap<u64, Value>,
     memo_count: u64,
     max_stack: usize,
-    max_memo_index: u64,
-    offset: usize,
+    offset: u64,
 }
 
 impl Machine<'_> {
     fn malformed(&self, problem: impl Into<String>) -> VmError {
         VmError::Malformed {
-            offset: self.offset as u64,
+            offset: self.offset,
             problem: problem.into(),
         }
     }
@@ -150,6 +253,9 @@ impl Machine<'_> {
         result.map_err(|problem| self.malformed(problem))
     }
 
+    /// Stores the top of the stack in the memo. Real picklers number entries 0, 1, 2, …, which
+    /// go to a vector; any other id goes to a map, so no id can make the reader allocate more
+    /// than one entry per opcode.
     fn memo_put(&mut self, index: u64) -> VmResult<()> {
         let value = self.top()?;
         if index < self.memo.len() as u64 {
@@ -157,8 +263,7 @@ impl Machine<'_> {
                 self.memo_count += 1;
             }
             self.memo[index as usize] = value;
-        } else if index <= self.max_memo_index {
-            self.memo.resize(index as usize, Value::Mark);
+        } else if index == self.memo.len() as u64 {
             self.memo.push(value);
             self.memo_count += 1;
         } else {
@@ -185,7 +290,7 @@ impl Machine<'_> {
 
     fn code(&self, what: String) -> VmError {
         VmError::Code {
-            offset: self.offset as u64,
+            offset: self.offset,
             what,
         }
     }
@@ -194,11 +299,11 @@ impl Machine<'_> {
 /// Decodes a pickle into `builder` and returns the root value and the protocol (0 if the pickle
 /// has no `PROTO` opcode).
 pub(super) fn decode(
-    data: &[u8],
+    mut input: Input<'_>,
     builder: &mut Builder,
     progress: &dyn Fn(f32) -> bool,
 ) -> VmResult<(Value, u8)> {
-    let mut input = Input { data, pos: 0 };
+    let total_len = input.total_len;
     let mut vm = Machine {
         builder,
         stack: Vec::new(),
@@ -208,28 +313,28 @@ pub(super) fn decode(
         memo_count: 0,
         // Real snapshots keep at most one batch of items per nesting level on the stack, except
         // TorchScript's writer, which pushes a whole list before APPENDS.
-        max_stack: (data.len() / 4).max(1 << 20),
-        max_memo_index: data.len() as u64 + 256,
+        max_stack: usize::try_from(total_len / 4)
+            .unwrap_or(usize::MAX)
+            .max(1 << 20),
         offset: 0,
     };
     let mut protocol = 0u8;
-    let mut next_progress = PROGRESS_STEP_BYTES;
+    let mut next_progress = PROGRESS_STEP_BYTES as u64;
     loop {
-        if input.pos >= next_progress {
-            next_progress = input.pos + PROGRESS_STEP_BYTES;
-            if !progress(input.pos as f32 / data.len().max(1) as f32) {
+        let position = input.position();
+        if position >= next_progress {
+            next_progress = position + PROGRESS_STEP_BYTES as u64;
+            if !progress(position as f32 / total_len.max(1) as f32) {
                 return Err(VmError::Cancelled);
             }
         }
-        vm.offset = input.pos;
-        if input.pos >= data.len() {
+        vm.offset = position;
+        let Some(op) = input.opcode()? else {
             return Err(VmError::Truncated {
-                offset: input.pos as u64,
+                offset: position,
                 problem: "the file ends before the pickle's STOP opcode".to_owned(),
             });
-        }
-        let op = data[input.pos];
-        input.pos += 1;
+        };
         match op {
             // PROTO
             0x80 => {
@@ -375,19 +480,18 @@ pub(super) fn decode(
             }
             // SHORT_BINBYTES, BINBYTES, BINBYTES8, BYTEARRAY8
             b'C' => {
-                let n = input.u8("SHORT_BINBYTES")? as usize;
-                input.take(n, "SHORT_BINBYTES")?;
+                let n = input.u8("SHORT_BINBYTES")?;
+                input.skip(u64::from(n), "SHORT_BINBYTES")?;
                 vm.push(Value::Bytes)?;
             }
             b'B' => {
-                let n = input.u32("BINBYTES")? as usize;
-                input.take(n, "BINBYTES")?;
+                let n = input.u32("BINBYTES")?;
+                input.skip(u64::from(n), "BINBYTES")?;
                 vm.push(Value::Bytes)?;
             }
             0x8e | 0x96 => {
                 let n = input.u64("BINBYTES8")?;
-                let n = input.length(n, "BINBYTES8")?;
-                input.take(n, "BINBYTES8")?;
+                input.skip(n, "BINBYTES8")?;
                 vm.push(Value::Bytes)?;
             }
             // NEXT_BUFFER, READONLY_BUFFER: out-of-band buffers never appear in snapshots.

@@ -139,7 +139,12 @@ impl SampleCoder {
         }
         put_signed(out, sample.t_ms.wrapping_sub(base.t_ms));
         for_each_present_slot(presence, |slot| {
-            put_delta(out, slots[slot], base.slots[slot])
+            let reference = if slot == FREE_SLOT {
+                predicted_free(&slots)
+            } else {
+                base.slots[slot]
+            };
+            put_delta(out, slots[slot], reference);
         });
         base.t_ms = sample.t_ms;
         base.presence = presence;
@@ -165,7 +170,13 @@ impl SampleCoder {
         let mut result = Ok(());
         for_each_present_slot(base.presence, |slot| {
             if result.is_ok() {
-                match reader.delta(base.slots[slot]) {
+                // Used, reserved and total of this sample are already decoded when free comes.
+                let reference = if slot == FREE_SLOT {
+                    predicted_free(&base.slots)
+                } else {
+                    base.slots[slot]
+                };
+                match reader.delta(reference) {
                     Ok(v) => base.slots[slot] = v,
                     Err(e) => result = Err(e),
                 }
@@ -206,9 +217,19 @@ impl SampleCoder {
     }
 }
 
+/// Slot of `free_bytes`: coded last among the memory slots, against `total - reserved - used`
+/// rather than its previous value, because NVML v2 readings satisfy `used + reserved + free ==
+/// total` and the delta is then 0 (one byte instead of four).
+const FREE_SLOT: usize = 2;
+
+fn predicted_free(slots: &[u64; SAMPLE_SLOTS]) -> u64 {
+    slots[3].wrapping_sub(slots[1]).wrapping_sub(slots[0])
+}
+
+/// Visits present slots in coding order: used, reserved, total, free, then the other fields.
 fn for_each_present_slot(presence: u64, mut f: impl FnMut(usize)) {
     if presence & 1 != 0 {
-        (0..4).for_each(&mut f);
+        [0, 1, 3, FREE_SLOT].into_iter().for_each(&mut f);
     }
     for bit in 1..SAMPLE_FIELD_BITS {
         if presence & (1 << bit) != 0 {
@@ -313,14 +334,16 @@ impl ProcessCoder {
             self.last_used_bytes.push(0);
             self.identities.len() - 1
         } else {
-            let id = (reference - 1) as usize;
-            if id >= self.identities.len() {
-                return Err(DecodeError::new(format!(
-                    "process reference {id} points past the {} processes defined so far",
-                    self.identities.len()
-                )));
+            let id = reference - 1;
+            match usize::try_from(id) {
+                Ok(id) if id < self.identities.len() => id,
+                _ => {
+                    return Err(DecodeError::new(format!(
+                        "process reference {id} points past the {} processes defined so far",
+                        self.identities.len()
+                    )));
+                }
             }
-            id
         };
         self.last_t_ms = self.last_t_ms.wrapping_add(reader.signed()?);
         let used_bytes = if has_used {

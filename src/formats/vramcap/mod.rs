@@ -101,7 +101,8 @@ pub fn write_bytes(capture: &Capture) -> Vec<u8> {
     out
 }
 
-/// Decodes a capture. `file_name` only labels errors and recovery notes.
+/// Decodes a capture. `file_name` labels errors; damage after the header is not an error but a
+/// [`Recovery`] in the returned capture (shown next to the file name by the UI and `inspect`).
 pub fn read_bytes(bytes: &[u8], file_name: &str) -> Result<Capture, VramcapError> {
     let (meta, devices, header_len) = read_header(bytes, file_name)?;
     let mut capture = Capture::new(meta, devices);

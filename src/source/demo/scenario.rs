@@ -4,16 +4,16 @@
 //! (15 minutes of wall time) that repeats forever. Even-numbered GPUs run a training job, odd ones
 //! an inference server:
 //!
-//! | time in cycle | training GPU (0, 2, ...)                       | serving GPU (1, 3, ...)                      |
-//! |---------------|------------------------------------------------|----------------------------------------------|
-//! | 0:00–0:20     | `train.py` loads its model to ~58 GiB          | `serve.py` loads ~20 GiB                      |
-//! | 0:20–5:00     | training steps every 3.2 s, peaks ~82 GiB      | serving; leaks ~88 MiB/s                      |
-//! | 5:00–7:59     | peaks grow (longer sequences), cross 90%       |                                              |
-//! | 7:59          | OOM: asks for 14 GiB, frees, exits             |                                              |
+//! | time in cycle | training GPU (0, 2, ...)                        | serving GPU (1, 3, ...)                      |
+//! |---------------|-------------------------------------------------|----------------------------------------------|
+//! | 0:00–0:20     | `train.py` loads its model to ~58 GiB           | `serve.py` loads ~20 GiB                     |
+//! | 0:20–5:00     | training steps every 3.2 s, peaks ~82 GiB       | serving; leaks ~88 MiB/s                     |
+//! | 5:00–7:59     | peaks grow (longer sequences), cross 90%        |                                              |
+//! | 7:59          | OOM: asks for 14 GiB, frees, exits              |                                              |
 //! | 8:14–14:45    | restarted (new pid): load, train, smaller batch |                                              |
-//! | 9:50–10:01    |                                                | `kernel_test.py` faults: Xid 31 (GPU 1 only)  |
-//! | 11:40         |                                                | 3 correctable ECC errors (GPU 1 only)         |
-//! | 14:45 / 14:50 | job done, GPU idle                             | watchdog restarts the leaking server          |
+//! | 9:50–10:01    |                                                 | `kernel_test.py` faults: Xid 31 (GPU 1 only) |
+//! | 11:40         |                                                 | 3 correctable ECC errors (GPU 1 only)        |
+//! | 14:45 / 14:50 | job done, GPU idle                              | watchdog restarts the leaking server         |
 //!
 //! Every function here is pure: the state depends only on the device, the cycle number and the time
 //! within the cycle. Noise comes from a hash of those, never from a random generator with state.
@@ -97,7 +97,9 @@ const MEM_CLOCK_MHZ: u32 = 3_201;
 /// What a simulated GPU runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// Loads a model, trains with periodic peaks, runs out of memory once per cycle.
     Training,
+    /// An inference server that slowly leaks memory until a watchdog restarts it.
     Serving,
 }
 
@@ -116,7 +118,9 @@ impl Role {
 /// negative before it) and the time within that cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScenarioTime {
+    /// Repetition number, 0 for the cycle that begins at the source's start.
     pub cycle: i64,
+    /// Milliseconds into the cycle, in `0..SCENARIO_CYCLE_MS`.
     pub at_ms: i64,
 }
 
@@ -139,8 +143,11 @@ pub fn device_shift_ms(device_index: u32) -> i64 {
 /// One simulated process on a GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessState {
+    /// Simulated pid, new for every (re)start.
     pub pid: u32,
+    /// Command line, always ending in "(simulated)".
     pub name: &'static str,
+    /// What NVML would list for it: allocator reservations plus context.
     pub used_bytes: u64,
 }
 
@@ -168,8 +175,11 @@ impl DeviceState {
 /// A scheduled moment in the script that produces an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScriptedEvent {
+    /// The training job's failed allocation.
     OutOfMemory,
+    /// Xid 31 from the faulting kernel test.
     Xid,
+    /// Correctable ECC errors appear.
     EccBump,
 }
 

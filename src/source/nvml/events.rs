@@ -48,7 +48,7 @@ pub const WANTED_EVENTS: u64 = bits::XID_CRITICAL_ERROR
     | bits::GPU_RECOVERY_ACTION;
 
 /// How long one wait may block; also the longest a stop request waits for the thread.
-const WAIT_TIMEOUT_MS: u32 = 200;
+const WAIT_TIMEOUT_MS: u32 = 500;
 /// Events queued between two polls before new ones are dropped (and counted).
 const QUEUE_CAPACITY: usize = 4096;
 /// NVML's "not attributable to a MIG instance" id.

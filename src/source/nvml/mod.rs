@@ -27,7 +27,7 @@ use nvml_wrapper::error::NvmlError;
 use self::events::EventWatcher;
 use self::fields::{FieldTracker, ecc_increase, field_state_for, is_device_lost, name};
 use self::processes::{ListedProcess, ProcessNames, merge_process_lists};
-use self::raw::RawDevice;
+use self::raw::{ProcessBuffer, ProcessList, RawDevice};
 use super::{Source, SourceDescription, Tiers};
 use crate::model::{
     CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, FieldState, FieldStatus,
@@ -86,6 +86,8 @@ struct TrackedDevice {
     lost: bool,
     /// Last volatile (corrected, uncorrected) ECC counts, to turn increases into events.
     last_ecc_volatile: Option<(u64, u64)>,
+    /// Kept between ticks so that reading a process list is one driver call, no allocation.
+    process_buffer: ProcessBuffer,
 }
 
 /// Real GPUs through NVML.
@@ -117,6 +119,7 @@ impl NvmlSource {
                         handle: RawDevice::of(&device),
                         lost: false,
                         last_ecc_volatile: None,
+                        process_buffer: ProcessBuffer::new(),
                     });
                 }
                 Err(err) => {
@@ -293,16 +296,14 @@ fn read_fast(
         ecc_corrected_volatile: ecc.map(|(c, _)| c),
         ecc_uncorrected_volatile: ecc.map(|(_, u)| u),
     };
-    let listed = |list: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>| {
-        list.iter().map(ListedProcess::from).collect::<Vec<_>>()
-    };
+    let buffer = &mut device.process_buffer;
+    let compute = raw::running_processes(nvml, device.handle, ProcessList::Compute, buffer);
     let compute = reader
-        .read(name::COMPUTE_PROCESSES, gpu.running_compute_processes())
-        .map(listed)
+        .read(name::COMPUTE_PROCESSES, compute)
         .unwrap_or_default();
+    let graphics = raw::running_processes(nvml, device.handle, ProcessList::Graphics, buffer);
     let graphics = reader
-        .read(name::GRAPHICS_PROCESSES, gpu.running_graphics_processes())
-        .map(listed)
+        .read(name::GRAPHICS_PROCESSES, graphics)
         .unwrap_or_default();
     (sample, compute, graphics, ecc_event)
 }

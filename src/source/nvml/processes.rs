@@ -8,9 +8,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use nvml_wrapper::enums::device::UsedGpuMemory;
-use nvml_wrapper::struct_wrappers::device::ProcessInfo;
-
 use crate::model::ProcessKind;
 
 /// One entry of an NVML process list, without NVML types.
@@ -23,15 +20,22 @@ pub struct ListedProcess {
     pub mig_instance: Option<(u32, u32)>,
 }
 
-impl From<&ProcessInfo> for ListedProcess {
-    fn from(info: &ProcessInfo) -> Self {
+impl ListedProcess {
+    /// From the fields of an `nvmlProcessInfo_t`, whose sentinels mean "not available"
+    /// (`NVML_VALUE_NOT_AVAILABLE` memory) and "no MIG instance" (`0xFFFFFFFF` ids).
+    pub fn from_nvml(
+        pid: u32,
+        used_gpu_memory: u64,
+        gpu_instance_id: u32,
+        compute_instance_id: u32,
+    ) -> Self {
+        const NOT_AVAILABLE: u64 = u64::MAX;
+        const NO_INSTANCE: u32 = u32::MAX;
         ListedProcess {
-            pid: info.pid,
-            used_bytes: match info.used_gpu_memory {
-                UsedGpuMemory::Used(bytes) => Some(bytes),
-                UsedGpuMemory::Unavailable => None,
-            },
-            mig_instance: info.gpu_instance_id.zip(info.compute_instance_id),
+            pid,
+            used_bytes: (used_gpu_memory != NOT_AVAILABLE).then_some(used_gpu_memory),
+            mig_instance: (gpu_instance_id != NO_INSTANCE && compute_instance_id != NO_INSTANCE)
+                .then_some((gpu_instance_id, compute_instance_id)),
         }
     }
 }
@@ -155,18 +159,20 @@ mod tests {
     }
 
     #[test]
-    fn converts_nvml_process_info() {
-        let info = ProcessInfo {
-            pid: 42,
-            used_gpu_memory: UsedGpuMemory::Unavailable,
-            gpu_instance_id: Some(3),
-            compute_instance_id: Some(1),
-        };
+    fn converts_nvml_process_info_sentinels() {
         assert_eq!(
-            ListedProcess::from(&info),
+            ListedProcess::from_nvml(42, u64::MAX, u32::MAX, u32::MAX),
             ListedProcess {
                 pid: 42,
                 used_bytes: None,
+                mig_instance: None
+            }
+        );
+        assert_eq!(
+            ListedProcess::from_nvml(7, 1 << 30, 3, 1),
+            ListedProcess {
+                pid: 7,
+                used_bytes: Some(1 << 30),
                 mig_instance: Some((3, 1))
             }
         );

@@ -9,7 +9,11 @@ use std::mem::MaybeUninit;
 
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, EventSet, Nvml};
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventData_t};
+use nvml_wrapper_sys::bindings::{
+    nvmlDevice_t, nvmlEventData_t, nvmlProcessInfo_t, nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
+};
+
+use super::processes::ListedProcess;
 
 /// A cached NVML device handle that can be sent to the event thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +87,71 @@ pub fn clocks_event_reasons(nvml: &Nvml, device: RawDevice) -> Result<u64, NvmlE
     // SAFETY: valid device handle and out-pointer.
     nvml_try(unsafe { sym(device.0, &mut reasons) })?;
     Ok(reasons)
+}
+
+/// Which of NVML's per-device process lists to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessList {
+    Compute,
+    Graphics,
+}
+
+/// Reusable storage for [`running_processes`].
+pub type ProcessBuffer = Vec<nvmlProcessInfo_t>;
+
+/// Entries a process-list buffer starts with; it grows when a GPU has more processes.
+const PROCESS_BUFFER_START: usize = 16;
+
+/// Reads one process list in a single NVML call, into a buffer kept between ticks.
+/// (`Device::running_compute_processes` asks for the count first and allocates every time: two
+/// driver calls per list per tick.) A buffer too small is grown and the call retried once.
+pub fn running_processes(
+    nvml: &Nvml,
+    device: RawDevice,
+    list: ProcessList,
+    buffer: &mut ProcessBuffer,
+) -> Result<Vec<ListedProcess>, NvmlError> {
+    let lib = nvml.lib();
+    let sym = match list {
+        ProcessList::Compute => nvml_sym(lib.nvmlDeviceGetComputeRunningProcesses_v3.as_ref())?,
+        ProcessList::Graphics => nvml_sym(lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref())?,
+    };
+    if buffer.len() < PROCESS_BUFFER_START {
+        // SAFETY: `nvmlProcessInfo_t` is plain integers; all-zero is a valid value.
+        buffer.resize(PROCESS_BUFFER_START, unsafe { std::mem::zeroed() });
+    }
+    let mut attempts = 0;
+    loop {
+        let mut count = u32::try_from(buffer.len()).unwrap_or(u32::MAX);
+        // SAFETY: valid device handle; `buffer` holds `count` writable entries.
+        let code = unsafe { sym(device.0, &mut count, buffer.as_mut_ptr()) };
+        if code == nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE && attempts == 0 {
+            attempts += 1;
+            // More processes than entries: NVML put the number needed in `count`. Leave
+            // headroom for processes starting in between.
+            let needed = usize::try_from(count)
+                .unwrap_or(usize::MAX)
+                .saturating_add(8);
+            // SAFETY: as above.
+            buffer.resize(needed.max(buffer.len() * 2), unsafe { std::mem::zeroed() });
+            continue;
+        }
+        nvml_try(code)?;
+        let filled = usize::try_from(count)
+            .unwrap_or(usize::MAX)
+            .min(buffer.len());
+        return Ok(buffer[..filled]
+            .iter()
+            .map(|p| {
+                ListedProcess::from_nvml(
+                    p.pid,
+                    p.usedGpuMemory,
+                    p.gpuInstanceId,
+                    p.computeInstanceId,
+                )
+            })
+            .collect());
+    }
 }
 
 /// The event-type bits this device can deliver, unfiltered (nvml-wrapper truncates unknown bits

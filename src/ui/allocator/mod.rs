@@ -12,6 +12,7 @@ pub mod timeline;
 #[cfg(feature = "native")]
 pub mod watcher;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use egui::{Color32, Key, Rect, RichText, Sense, Stroke, StrokeKind, Ui, pos2, vec2};
@@ -21,7 +22,7 @@ use self::timeline::TimelineColumns;
 use crate::analysis::fragmentation::{self, FragmentationReport};
 use crate::analysis::oom::{self, OomExplanation};
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
-use crate::model::allocator::AllocatorSnapshot;
+use crate::model::allocator::{AllocatorSnapshot, StackId};
 #[cfg(feature = "native")]
 pub use watcher::SnapshotWatcher;
 
@@ -36,7 +37,7 @@ struct DeviceAnalysis {
     ooms: Vec<OomExplanation>,
 }
 
-fn analyze_snapshot(snapshot: &AllocatorSnapshot) -> Vec<DeviceAnalysis> {
+fn analyze_snapshot(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceAnalysis> {
     let mut devices: Vec<u32> = snapshot.devices.iter().map(|d| d.device).collect();
     devices.extend(snapshot.traces.iter().map(|t| t.device));
     devices.sort_unstable();
@@ -44,7 +45,7 @@ fn analyze_snapshot(snapshot: &AllocatorSnapshot) -> Vec<DeviceAnalysis> {
     devices
         .into_iter()
         .map(|device| {
-            let travel = TimeTravel::new(snapshot, device);
+            let travel = TimeTravel::new(Arc::clone(snapshot), device);
             let ooms = oom::explain_all(&travel);
             DeviceAnalysis { travel, ooms }
         })
@@ -54,7 +55,7 @@ fn analyze_snapshot(snapshot: &AllocatorSnapshot) -> Vec<DeviceAnalysis> {
 fn device_views(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceView> {
     analyze_snapshot(snapshot)
         .into_iter()
-        .map(|d| DeviceView::new(Arc::clone(snapshot), d))
+        .map(DeviceView::new)
         .collect()
 }
 
@@ -69,7 +70,6 @@ enum SideTab {
 
 /// Everything the view shows for one device.
 struct DeviceView {
-    snapshot: Arc<AllocatorSnapshot>,
     travel: TimeTravel,
     ooms: Vec<OomExplanation>,
     /// Events applied: the state shown is the one after `position` events.
@@ -84,6 +84,9 @@ struct DeviceView {
     search_message: String,
     /// Addresses of blocks that match the search.
     search_matches: Vec<u64>,
+    /// Whether each stack matched the frame query `.0`: scrubbing re-runs the search on every
+    /// state, and the same stacks come back again and again.
+    stack_matches: (String, HashMap<StackId, bool>),
     timeline_cache: Option<TimelineColumns>,
     rects: Vec<PaintedRect>,
     map_rect: Rect,
@@ -94,13 +97,12 @@ struct DeviceView {
 }
 
 impl DeviceView {
-    fn new(snapshot: Arc<AllocatorSnapshot>, analysis: DeviceAnalysis) -> Self {
+    fn new(analysis: DeviceAnalysis) -> Self {
         let position = analysis.travel.len();
         let state = analysis.travel.state_at(position);
         let layout = BlockMapLayout::new(&state);
         let report = fragmentation::analyze(&state);
         DeviceView {
-            snapshot,
             travel: analysis.travel,
             ooms: analysis.ooms,
             position,
@@ -112,6 +114,7 @@ impl DeviceView {
             search_text: String::new(),
             search_message: String::new(),
             search_matches: Vec::new(),
+            stack_matches: (String::new(), HashMap::new()),
             timeline_cache: None,
             rects: Vec::new(),
             map_rect: Rect::NOTHING,
@@ -126,8 +129,9 @@ impl DeviceView {
         if position == self.position {
             return;
         }
+        self.travel
+            .move_state(&mut self.state, self.position, position);
         self.position = position;
-        self.state = self.travel.state_at(position);
         self.layout = BlockMapLayout::new(&self.state);
         self.report = fragmentation::analyze(&self.state);
         self.scroll_events = true;
@@ -161,13 +165,22 @@ impl DeviceView {
             }
         } else {
             let needle = query.to_lowercase();
+            if self.stack_matches.0 != needle {
+                self.stack_matches = (needle.clone(), HashMap::new());
+            }
             for segment in &self.state.segments {
                 for block in &segment.blocks {
                     if block.status == BlockStatus::Free {
                         continue;
                     }
-                    let (stack, _) = panels::block_stack(&self.snapshot, &self.travel, block);
-                    if frames::stack_mentions(&self.snapshot, stack, &needle) {
+                    let snapshot = self.travel.snapshot();
+                    let (stack, _) = panels::block_stack(snapshot, &self.travel, block);
+                    let matches = *self
+                        .stack_matches
+                        .1
+                        .entry(stack)
+                        .or_insert_with(|| frames::stack_mentions(snapshot, stack, &needle));
+                    if matches {
                         self.search_matches.push(block.address);
                     }
                 }
@@ -331,10 +344,7 @@ impl AllocatorView {
             }
             match receiver.try_recv() {
                 Ok(devices) => {
-                    self.devices = devices
-                        .into_iter()
-                        .map(|d| DeviceView::new(Arc::clone(&self.snapshot), d))
-                        .collect();
+                    self.devices = devices.into_iter().map(DeviceView::new).collect();
                     self.analysis = Analysis::Ready;
                 }
                 Err(std::sync::mpsc::TryRecvError::Empty) => {}

@@ -230,6 +230,8 @@ pub fn event_list_ui(
             .vertical_scroll_offset((row as f32 * (EVENT_ROW_HEIGHT + spacing) - 100.0).max(0.0));
     }
     area.show_rows(ui, EVENT_ROW_HEIGHT, travel.len(), |ui, rows| {
+        // One line per event: the virtualised list needs rows of equal height.
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Truncate);
         for index in rows {
             // Position `index + 1` is the state right after this event.
             let selected = position == index + 1;

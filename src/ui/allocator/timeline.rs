@@ -23,9 +23,9 @@ pub struct Column {
     /// Events `first_event..end_event` fall in this column (positions `first..=end`).
     pub first_event: usize,
     pub end_event: usize,
-    pub allocated_min: u64,
-    pub allocated_max: u64,
-    pub reserved_max: u64,
+    pub allocated_min_bytes: u64,
+    pub allocated_max_bytes: u64,
+    pub reserved_max_bytes: u64,
 }
 
 /// The timeline reduced to `columns` columns of equal trace time (or of equal event counts when
@@ -44,14 +44,9 @@ impl TimelineColumns {
     pub fn new(travel: &TimeTravel, width: usize) -> Self {
         let events = travel.len();
         let width = width.max(1);
-        let allocated = travel.allocated_series();
-        let reserved = travel.reserved_series();
         let times = &travel.trace().times_us;
-        let first_time = (0..events).find_map(|i| travel.trace().time_us(i));
-        let last_time = (0..events).rev().find_map(|i| travel.trace().time_us(i));
-        let monotonic = times.windows(2).all(|w| w[0] <= w[1]);
-        let span = match (first_time, last_time) {
-            (Some(a), Some(b)) if b > a && monotonic && times.len() == events => Some((a, b)),
+        let span = match (times.first(), times.last()) {
+            (Some(&t0), Some(&t1)) if t1 > t0 && travel.times_are_monotonic() => Some((t0, t1)),
             _ => None,
         };
         let mut columns = Vec::with_capacity(width);
@@ -71,24 +66,18 @@ impl TimelineColumns {
             };
             // Positions start..=end: the state before the column's first event through the state
             // after its last one.
-            let range = start..=end.min(allocated.len().saturating_sub(1));
-            let (mut lo, mut hi, mut top) = (u64::MAX, 0, 0);
-            for position in range {
-                lo = lo.min(allocated[position]);
-                hi = hi.max(allocated[position]);
-                top = top.max(reserved[position]);
-            }
+            let extremes = travel.series_extremes(start, end);
             columns.push(Column {
                 first_event: start,
                 end_event: end,
-                allocated_min: if lo == u64::MAX { 0 } else { lo },
-                allocated_max: hi,
-                reserved_max: top,
+                allocated_min_bytes: extremes.allocated_min_bytes,
+                allocated_max_bytes: extremes.allocated_max_bytes,
+                reserved_max_bytes: extremes.reserved_max_bytes,
             });
             start = end;
         }
         TimelineColumns {
-            peak_bytes: reserved.iter().copied().max().unwrap_or(0),
+            peak_bytes: travel.series_extremes(0, events).reserved_max_bytes,
             columns,
             by_time: span.is_some(),
         }
@@ -130,9 +119,7 @@ pub fn timeline_ui(
     if cache.as_ref().is_none_or(|c| c.columns.len() != columns) {
         *cache = Some(TimelineColumns::new(travel, columns));
     }
-    let Some(data) = cache.as_ref() else {
-        return None;
-    };
+    let data = cache.as_ref()?;
     painter.rect_filled(rect, 2.0, ui.visuals().extreme_bg_color);
     let peak = data.peak_bytes.max(1) as f32;
     let y_of = |bytes: u64| rect.bottom() - 4.0 - (rect.height() - 18.0) * bytes as f32 / peak;
@@ -142,18 +129,18 @@ pub fn timeline_ui(
         painter.line_segment(
             [
                 pos2(x, rect.bottom() - 4.0),
-                pos2(x, y_of(column.allocated_max)),
+                pos2(x, y_of(column.allocated_max_bytes)),
             ],
             Stroke::new(1.0, ALLOCATED_COLOR.gamma_multiply(0.55)),
         );
         painter.line_segment(
             [
-                pos2(x, y_of(column.allocated_min)),
-                pos2(x, y_of(column.allocated_max)),
+                pos2(x, y_of(column.allocated_min_bytes)),
+                pos2(x, y_of(column.allocated_max_bytes)),
             ],
             Stroke::new(1.0, ALLOCATED_COLOR),
         );
-        reserved_line.push(pos2(x, y_of(column.reserved_max)));
+        reserved_line.push(pos2(x, y_of(column.reserved_max_bytes)));
     }
     painter.add(egui::Shape::line(
         reserved_line,

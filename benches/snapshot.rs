@@ -1,0 +1,186 @@
+//! Opening a big PyTorch allocator snapshot: vramscope (read + exact totals) against CPython's
+//! `pickle.load` of the same file, side by side in one run, each in its own process so that peak
+//! memory (VmHWM) is measured the same way for both.
+//!
+//! `cargo bench --bench snapshot [-- PATH]`. Without PATH it builds `target/bench/big_snapshot.pickle`
+//! (≥ 250 MB, a real H200 trace repeated with shifted times) with `scripts/make_big_snapshot.py`.
+//! Under `cargo test` (no `--bench` argument) it only opens a small fixture once, as a smoke test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use vramscope::analysis::totals::device_totals;
+use vramscope::formats::pytorch::read_file;
+
+const CHILD_ENV: &str = "VRAMSCOPE_BENCH_SNAPSHOT_CHILD";
+const RUNS: usize = 3;
+
+const PYTHON_LOAD: &str = "import pickle, sys, time
+t = time.perf_counter()
+with open(sys.argv[1], 'rb') as f:
+    data = pickle.load(f)
+seconds = time.perf_counter() - t
+hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]
+print(f'seconds={seconds} peak_rss_kib={hwm}')";
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Opens the snapshot, computes the totals, prints what the parent parses.
+fn child(path: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    let snapshot = read_file(path, &|_| true).map_err(|e| e.to_string())?;
+    let totals = device_totals(&snapshot);
+    let seconds = started.elapsed().as_secs_f64();
+    let reserved: u64 = totals.iter().map(|t| t.all.reserved_bytes).sum();
+    println!(
+        "seconds={seconds} peak_rss_kib={} events={} reserved_bytes={reserved}",
+        peak_rss_kib(),
+        snapshot.event_count()
+    );
+    Ok(())
+}
+
+struct Measure {
+    seconds: f64,
+    peak_rss_kib: u64,
+    line: String,
+}
+
+fn run_measured(command: &mut Command) -> Result<Measure, String> {
+    let output = command.output().map_err(|e| format!("cannot run: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        return Err(format!(
+            "failed: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("seconds="))
+        .ok_or_else(|| format!("no measurement in {stdout:?}"))?
+        .to_owned();
+    let field = |key: &str| -> Option<String> {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key).map(str::to_owned))
+    };
+    Ok(Measure {
+        seconds: field("seconds=")
+            .and_then(|v| v.parse().ok())
+            .ok_or("bad seconds")?,
+        peak_rss_kib: field("peak_rss_kib=")
+            .and_then(|v| v.parse().ok())
+            .ok_or("bad rss")?,
+        line,
+    })
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn bench(path: &Path) -> Result<(), String> {
+    let size_mb = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len() as f64
+        / 1e6;
+    println!("snapshot: {} ({size_mb:.1} MB)", path.display());
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut ours = Vec::new();
+    let mut python = Vec::new();
+    for run in 0..RUNS {
+        let measure = run_measured(Command::new(&exe).env(CHILD_ENV, path))?;
+        println!("  run {run} vramscope read+totals: {}", measure.line);
+        ours.push(measure);
+        let measure = run_measured(Command::new("python3").args(["-c", PYTHON_LOAD]).arg(path))?;
+        println!("  run {run} CPython pickle.load:     {}", measure.line);
+        python.push(measure);
+    }
+    let our_s = median(ours.iter().map(|m| m.seconds).collect());
+    let py_s = median(python.iter().map(|m| m.seconds).collect());
+    let our_mb = median(
+        ours.iter()
+            .map(|m| m.peak_rss_kib as f64 / 1024.0)
+            .collect(),
+    );
+    let py_mb = median(
+        python
+            .iter()
+            .map(|m| m.peak_rss_kib as f64 / 1024.0)
+            .collect(),
+    );
+    println!("median of {RUNS} runs:");
+    println!("  vramscope open + totals: {our_s:.2} s, peak RSS {our_mb:.0} MiB");
+    println!("  CPython pickle.load:     {py_s:.2} s, peak RSS {py_mb:.0} MiB");
+    let speedup = py_s / our_s;
+    let memory_ratio = our_mb / py_mb;
+    println!(
+        "  speed-up {speedup:.1}x (target >= 5x): {}",
+        if speedup >= 5.0 { "PASS" } else { "FAIL" }
+    );
+    println!(
+        "  peak memory {:.0}% of CPython's (target <= 50%): {}",
+        memory_ratio * 100.0,
+        if memory_ratio <= 0.5 { "PASS" } else { "FAIL" }
+    );
+    Ok(())
+}
+
+fn default_big_snapshot() -> Result<PathBuf, String> {
+    let path = manifest_dir().join("target/bench/big_snapshot.pickle");
+    if path.exists() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
+    println!("building {} ...", path.display());
+    let status = Command::new("python3")
+        .arg(manifest_dir().join("scripts/make_big_snapshot.py"))
+        .arg(manifest_dir().join("tests/fixtures/pytorch/train.pickle"))
+        .arg(&path)
+        .arg("260")
+        .status()
+        .map_err(|e| format!("python3: {e}"))?;
+    if !status.success() {
+        return Err("make_big_snapshot.py failed".to_owned());
+    }
+    Ok(path)
+}
+
+fn main() {
+    let result = if let Some(path) = std::env::var_os(CHILD_ENV) {
+        child(Path::new(&path))
+    } else {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        if args.iter().any(|a| a == "--bench") {
+            let explicit = args.iter().find(|a| !a.starts_with('-')).map(PathBuf::from);
+            explicit
+                .map(Ok)
+                .unwrap_or_else(default_big_snapshot)
+                .and_then(|path| bench(&path))
+        } else {
+            // `cargo test --all-targets`: a quick smoke run on a fixture.
+            child(&manifest_dir().join("tests/fixtures/pytorch/frag_oom.pickle"))
+        }
+    };
+    if let Err(message) = result {
+        eprintln!("snapshot bench: {message}");
+        std::process::exit(1);
+    }
+}

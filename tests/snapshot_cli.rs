@@ -1,0 +1,118 @@
+//! `vramscope analyze` end to end: the binary on real fixtures, JSON numbers equal to
+//! `torch.cuda.memory_stats()`, text for people, exit code 1 on unreadable input.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pytorch")
+        .join(name)
+}
+
+fn analyze(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .arg("analyze")
+        .args(args)
+        .output()
+        .expect("run vramscope");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn json_totals_match_memory_stats() {
+    let files = ["oom.pickle", "maxsplit.pickle", "expandable.pickle"];
+    let paths: Vec<PathBuf> = files.iter().map(|f| fixture(f)).collect();
+    let mut args: Vec<&std::ffi::OsStr> = paths.iter().map(|p| p.as_os_str()).collect();
+    args.push("--json".as_ref());
+    let (code, stdout, stderr) = analyze(&args);
+    assert_eq!(code, 0, "{stderr}");
+    let reports: serde_json::Value = serde_json::from_str(&stdout).expect("JSON output");
+    let reports = reports.as_array().expect("array");
+    assert_eq!(reports.len(), files.len());
+    for (report, file) in reports.iter().zip(files) {
+        let truth_path = fixture(&file.replace(".pickle", ".truth.json"));
+        let truth: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(truth_path).expect("truth"))
+                .expect("truth JSON");
+        let stats = &truth["memory_stats"];
+        let totals = &report["devices"][0]["totals"];
+        for (ours, key) in [
+            ("all.reserved_bytes", "reserved_bytes.all.current"),
+            ("all.allocated_bytes", "allocated_bytes.all.current"),
+            ("large_pool.active_bytes", "active_bytes.large_pool.current"),
+            (
+                "small_pool.requested_bytes",
+                "requested_bytes.small_pool.current",
+            ),
+            (
+                "all.inactive_split_bytes",
+                "inactive_split_bytes.all.current",
+            ),
+            ("all.segment_count", "segment.all.current"),
+            ("all.oversize_segment_count", "oversize_segments.current"),
+        ] {
+            let (pool, field) = ours.split_once('.').expect("key");
+            assert_eq!(totals[pool][field], stats[key], "{file}: {key}");
+        }
+        assert!(report["file"].as_str().unwrap_or("").ends_with(file));
+        assert_eq!(report["format"], "pickle protocol 4");
+    }
+    assert_eq!(reports[0]["devices"][0]["oom_event_count"], 1);
+    assert_eq!(reports[2]["expandable_segments"], true);
+}
+
+#[test]
+fn text_report_reads_like_a_table() {
+    let path = fixture("graphs.pickle");
+    let (code, stdout, stderr) = analyze(&[path.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("12 segments, 22 blocks, 60 trace events"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("non-releasable"), "{stdout}");
+    for pool in ["small", "large", "all"] {
+        assert!(
+            stdout.lines().any(|l| l.trim_start().starts_with(pool)),
+            "{pool} row missing: {stdout}"
+        );
+    }
+    let path = fixture("expandable.pickle");
+    let (_, stdout, _) = analyze(&[path.as_os_str()]);
+    assert!(
+        stdout.contains("expandable segments: 2 mapped ranges"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn unreadable_input_exits_1_and_still_reports_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("evil.pickle");
+    std::fs::write(&bad, b"\x80\x02cos\nsystem\n.").expect("write");
+    let missing = dir.path().join("missing.pickle");
+    let good = fixture("leak.pickle");
+    let (code, stdout, stderr) = analyze(&[bad.as_os_str(), good.as_os_str(), missing.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("evil.pickle: not a memory snapshot"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("os.system"), "{stderr}");
+    assert!(
+        stderr.contains("missing.pickle: cannot read the file"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("leak.pickle"), "{stdout}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .arg("analyze")
+        .output()
+        .expect("run vramscope");
+    assert_eq!(output.status.code(), Some(2), "usage error without files");
+}
