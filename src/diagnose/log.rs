@@ -599,7 +599,7 @@ fn scan_step_memory(
         return;
     };
     state.step_lines += 1;
-    if state.step_lines % state.step_stride != 0 {
+    if !state.step_lines.is_multiple_of(state.step_stride) {
         return;
     }
     for caps in STEP_MEMORY.captures_iter(line) {
