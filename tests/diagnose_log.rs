@@ -363,3 +363,31 @@ fn nvidia_smi_q_uncorrectable_counts_and_remap_flags_are_recognised() {
         LineKind::RowRemap { failed: true }
     ));
 }
+
+#[test]
+fn per_step_figures_stay_bounded_and_cover_the_whole_log() {
+    use vramscope::diagnose::log::MAX_STEP_POINTS;
+    let steps = MAX_STEP_POINTS as u64 + 100_000;
+    let mut text = String::new();
+    for step in 0..steps {
+        text.push_str(&format!(
+            "step {step} allocated {} MiB\n",
+            1000 + step / 100
+        ));
+    }
+    let log = analyze_text(&text, "long.log");
+    let series = &log.step_series;
+    assert_eq!(series.len(), 1);
+    let points = &series[0].points;
+    assert!(
+        points.len() <= MAX_STEP_POINTS && points.len() >= MAX_STEP_POINTS / 4,
+        "{}",
+        points.len()
+    );
+    assert_eq!(points[0].step, 0);
+    assert!(
+        points.last().is_some_and(|p| p.step >= steps - 10),
+        "sampled to the end"
+    );
+    assert!(points.windows(2).all(|w| w[1].step > w[0].step));
+}

@@ -153,7 +153,7 @@ pub struct StepPoint {
     pub line: usize,
 }
 
-/// Most step figures kept per log (over all series).
+/// Most step figures kept per log (over all series); longer logs are sampled evenly.
 pub const MAX_STEP_POINTS: usize = 200_000;
 
 /// Everything the analyzer found in one log.
@@ -318,7 +318,6 @@ fn strip_ansi(line: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Context carried from one line to the next (multi-line messages).
-#[derive(Default)]
 struct ScanState {
     /// Index into `matches` of a `cudaMallocAsync` OOM whose detail lines follow, and how many
     /// more lines may belong to it.
@@ -329,6 +328,22 @@ struct ScanState {
     cuda_error_on_previous_line: Option<usize>,
     /// The current top-level section of `nvidia-smi -q` output (e.g. "Remapped Rows").
     smi_section: String,
+    /// Lines with a step number seen so far, and every how many of them a point is kept.
+    step_lines: u64,
+    step_stride: u64,
+}
+
+impl Default for ScanState {
+    fn default() -> Self {
+        ScanState {
+            async_oom: None,
+            expect_async_limit: false,
+            cuda_error_on_previous_line: None,
+            smi_section: String::new(),
+            step_lines: 0,
+            step_stride: 1,
+        }
+    }
 }
 
 macro_rules! re {
@@ -415,6 +430,11 @@ re!(
 re!(
     STEP_MEMORY,
     r"(?i)\b(?P<label>max[_ ]allocated|max[_ ]reserved|allocated|reserved|gpu[_ ]mem(?:ory)?|mem(?:ory)?(?:[_ ]used)?)\b[\s:=]*(?P<size>\d+(?:\.\d+)?\s?(?:[KMGT]i?B|bytes)\b)"
+);
+// Words every recognised line contains at least one of: lines without them skip the patterns.
+re!(
+    MAY_MATTER,
+    r"(?i)memory|cuda|oom|xid|nvrm|fallen off|ecc|cudnn|cublas|exhausted|assert|illegal|launch|misaligned|kernel image|device|driver|dbe|error|failure|ptx|stub library|mps|nvlink|contained|program counter|address space|not permitted|not supported|not yet initialized|initialization|shutting down|resources requested|cooperative|compatib|configuration"
 );
 re!(ANSI, r"\x1b\[[0-9;?]*[A-Za-z]");
 re!(FELL_OFF_BUS, r"(?i)has fallen off the bus");
@@ -503,7 +523,7 @@ fn push(analysis: &mut LogAnalysis, m: LineMatch) -> Option<usize> {
 
 fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usize, line: &str) {
     scan_versions(analysis, line_number, line);
-    scan_step_memory(analysis, line_number, line);
+    scan_step_memory(analysis, state, line_number, line);
     if continue_async_oom(analysis, state, line) {
         return;
     }
@@ -513,7 +533,18 @@ fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usi
         attach_cuda_name(analysis, previous, &caps["name"]);
         return;
     }
-    let classified = classify(line).or_else(|| classify_smi(state, line));
+    let classified = if line.starts_with("    ") {
+        classify_smi(state, line)
+    } else {
+        None
+    }
+    .or_else(|| {
+        if MAY_MATTER.is_match(line) {
+            classify(line)
+        } else {
+            None
+        }
+    });
     let Some((kind, meaning, category, wizard)) = classified else {
         return;
     };
@@ -547,21 +578,34 @@ fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usi
 }
 
 /// Records `step N ... allocated X GiB`-style figures.
-fn scan_step_memory(analysis: &mut LogAnalysis, line_number: usize, line: &str) {
+fn scan_step_memory(
+    analysis: &mut LogAnalysis,
+    state: &mut ScanState,
+    line_number: usize,
+    line: &str,
+) {
+    if !(line.contains("step")
+        || line.contains("Step")
+        || line.contains("STEP")
+        || line.contains("iter")
+        || line.contains("Iter"))
+    {
+        return;
+    }
     let Some(step) = STEP
         .captures(line)
         .and_then(|c| c["step"].parse::<u64>().ok())
     else {
         return;
     };
+    state.step_lines += 1;
+    if !state.step_lines.is_multiple_of(state.step_stride) {
+        return;
+    }
     for caps in STEP_MEMORY.captures_iter(line) {
         let Some(bytes) = parse_size(&caps["size"]) else {
             continue;
         };
-        let total: usize = analysis.step_series.iter().map(|s| s.points.len()).sum();
-        if total >= MAX_STEP_POINTS {
-            return;
-        }
         let label = caps["label"].to_ascii_lowercase().replace(' ', "_");
         let point = StepPoint {
             step,
@@ -576,9 +620,27 @@ fn scan_step_memory(analysis: &mut LogAnalysis, line_number: usize, line: &str) 
             }),
         }
     }
+    // Bounded memory over any length of log: when full, keep every other point and sample
+    // half as often from now on.
+    let total: usize = analysis.step_series.iter().map(|s| s.points.len()).sum();
+    if total >= MAX_STEP_POINTS {
+        for series in &mut analysis.step_series {
+            let kept: Vec<StepPoint> = series.points.iter().copied().step_by(2).collect();
+            series.points = kept;
+        }
+        state.step_stride = state.step_stride.saturating_mul(2);
+    }
 }
 
 fn scan_versions(analysis: &mut LogAnalysis, line_number: usize, line: &str) {
+    let versions = &analysis.versions;
+    if (versions.driver_version.is_some()
+        && versions.driver_cuda.is_some()
+        && versions.framework_cuda.is_some())
+        || !(line.contains("ersion") || line.contains("+cu") || line.contains("NVRM"))
+    {
+        return;
+    }
     if analysis.versions.driver_version.is_none()
         && let Some(caps) = DRIVER_VERSION.captures(line)
         && let Some(v) = caps.name("v").or_else(|| caps.name("v2"))
@@ -1222,6 +1284,8 @@ mod tests {
             &DRIVER_CUDA,
             &FRAMEWORK_CUDA,
             &CUDA_MESSAGES,
+            &MAY_MATTER,
+            &ANSI,
         ] {
             assert!(!re.as_str().is_empty());
             assert!(
@@ -1229,6 +1293,19 @@ mod tests {
                 "{} matches a plain line",
                 re.as_str()
             );
+        }
+    }
+
+    #[test]
+    fn the_prefilter_lets_every_known_cuda_message_through() {
+        for e in cuda_errors::CUDA_ERRORS {
+            // Shorter messages are only recognised after "CUDA error: ", which passes anyway.
+            let message = if e.message.len() >= 24 { e.message } else { "" };
+            for text in [message, e.driver_name, e.runtime_name] {
+                if !text.is_empty() {
+                    assert!(MAY_MATTER.is_match(text), "prefilter drops '{text}'");
+                }
+            }
         }
     }
 
