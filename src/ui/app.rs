@@ -1,5 +1,9 @@
-//! The eframe app: top bar and menus, device list, timeline, process table, notices; opening
-//! files (dialog, drag and drop, command line), recording, annotations and settings.
+//! The eframe app: top bar and menus, view tabs (timeline, allocator, diagnose, hardware checks),
+//! device list, timeline, process table, notices; opening captures, PyTorch snapshots and logs
+//! (dialog, drag and drop, command line, a watched folder), recording, annotations and settings.
+//!
+//! Every opened file is also evidence for the diagnosis wizards: captures, snapshot facts and
+//! logs go to the [`WizardView`], and so does the live session's capture when Diagnose is opened.
 //!
 //! The app holds one [`Session`] per source being shown (the live machine and any opened files)
 //! and shows one at a time. Everything slow happens elsewhere: sampling on the sampler thread,
@@ -7,19 +11,24 @@
 //! repainted when one of those delivers something, never in a loop, so an idle app costs nothing.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText, Ui};
 
+use crate::diagnose::NamedCapture;
 use crate::model::{Capture, UnixMs};
 
+use super::allocator::AllocatorView;
 use super::devices::device_list_ui;
 use super::dialogs::FileDialogs;
-use super::jobs::{JobResult, Jobs};
+use super::jobs::{JobResult, Jobs, OpenOutcome, OpenedSnapshot};
 use super::notices::{NoticeLevel, Notices};
 use super::processes::{ProcessTableState, process_table_ui};
 use super::session::{PreparedCapture, Session, SessionOrigin};
 use super::settings::{SAMPLING_INTERVAL_RANGE_MS, Settings};
 use super::timeline::{TimelineInput, TimelineState, timeline_ui};
+use super::views::{View, view_tabs_ui};
+use super::wizard::WizardView;
 
 /// Ctrl+O (Cmd+O on macOS): open a file.
 pub const OPEN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::O);
@@ -71,6 +80,20 @@ pub struct VramscopeApp {
     quit_requested: bool,
     /// Settings last applied to the sampler and the theme.
     applied: Option<Settings>,
+    /// The view the central area shows.
+    view: View,
+    /// One allocator view per opened snapshot, oldest first.
+    allocators: Vec<AllocatorView>,
+    /// Index into `allocators` of the one shown.
+    active_allocator: usize,
+    /// The diagnosis wizards, fed with every opened file.
+    wizard: WizardView,
+    /// The hardware checks panel, made when its tab is first shown.
+    #[cfg(feature = "native")]
+    hardware: Option<super::hardware::HardwarePanel>,
+    /// File › Watch folder…: new snapshots in this folder are opened as they are written.
+    #[cfg(feature = "native")]
+    watcher: Option<super::allocator::SnapshotWatcher>,
 }
 
 impl VramscopeApp {
@@ -96,6 +119,14 @@ impl VramscopeApp {
             sent_title: String::new(),
             quit_requested: false,
             applied: None,
+            view: View::Timeline,
+            allocators: Vec::new(),
+            active_allocator: 0,
+            wizard: WizardView::new(),
+            #[cfg(feature = "native")]
+            hardware: None,
+            #[cfg(feature = "native")]
+            watcher: None,
         };
         #[cfg(feature = "native")]
         if let Some(live) = options.live {
@@ -139,6 +170,100 @@ impl VramscopeApp {
     /// Number of background jobs (file reads and writes) still running.
     pub fn jobs_running(&self) -> usize {
         self.jobs.running()
+    }
+
+    /// File reads in progress, with their progress and cancel flag.
+    pub fn reads(&self) -> &[super::jobs::ReadStatus] {
+        self.jobs.reads()
+    }
+
+    /// The view the central area shows.
+    pub fn view(&self) -> View {
+        self.view
+    }
+
+    /// Shows `view` (the tabs and Ctrl+1..4 do this). Opening Diagnose offers the live
+    /// session's capture so far to the wizards.
+    pub fn set_view(&mut self, view: View) {
+        if view == View::Diagnose && self.view != View::Diagnose {
+            self.offer_live_capture();
+        }
+        self.view = view;
+    }
+
+    /// The allocator views of the opened snapshots, oldest first.
+    pub fn allocator_views(&self) -> &[AllocatorView] {
+        &self.allocators
+    }
+
+    /// The allocator view shown in the Allocator tab.
+    pub fn active_allocator_view(&self) -> Option<&AllocatorView> {
+        self.allocators.get(self.active_allocator)
+    }
+
+    /// The diagnosis wizards.
+    pub fn wizard(&self) -> &WizardView {
+        &self.wizard
+    }
+
+    /// The folder being watched for new snapshots.
+    #[cfg(feature = "native")]
+    pub fn watched_folder(&self) -> Option<&std::path::Path> {
+        self.watcher.as_ref().map(|w| w.folder())
+    }
+
+    /// Starts watching `folder`: every snapshot completed there from now on is opened and shown;
+    /// the newest one already there is opened now.
+    #[cfg(feature = "native")]
+    pub fn watch_folder(&mut self, folder: PathBuf) {
+        let ctx = self.jobs.ctx().clone();
+        match super::allocator::SnapshotWatcher::new(&folder, move || ctx.request_repaint()) {
+            Ok(mut watcher) => {
+                match watcher.existing() {
+                    Ok(existing) => {
+                        if let Some(newest) = existing.into_iter().last() {
+                            self.jobs.open_path(newest);
+                        }
+                    }
+                    Err(err) => self.notices.push(NoticeLevel::Warning, err.to_string()),
+                }
+                self.watcher = Some(watcher);
+            }
+            Err(err) => self.notices.push(NoticeLevel::Error, err.to_string()),
+        }
+    }
+
+    /// Stops watching the folder.
+    #[cfg(feature = "native")]
+    pub fn stop_watching(&mut self) {
+        self.watcher = None;
+    }
+
+    /// File › Watch folder…: asks for a folder and watches it.
+    pub fn watch_folder_with_dialog(&mut self) {
+        #[cfg(feature = "native")]
+        if let Some(folder) = self.dialogs.pick_folder() {
+            self.watch_folder(folder);
+        }
+        #[cfg(not(feature = "native"))]
+        self.notices.push(
+            NoticeLevel::Warning,
+            "Watching a folder needs the desktop app.",
+        );
+    }
+
+    /// Gives the live session's capture so far to the wizards (replacing the one given before).
+    fn offer_live_capture(&mut self) {
+        let live = self
+            .sessions
+            .iter()
+            .find(|s| s.is_live() && s.capture.sample_count() > 0);
+        if let Some(session) = live {
+            self.wizard.set_capture(NamedCapture {
+                name: session.label(),
+                capture: session.capture.clone(),
+            });
+        }
     }
 
     /// The window title: the source, and "(simulated)" whenever the data is simulated.
@@ -187,6 +312,61 @@ impl VramscopeApp {
         }
     }
 
+    /// Takes in a finished read: a capture becomes a session, a snapshot an allocator view, and
+    /// all of them evidence for the wizards.
+    fn open_finished(&mut self, file_name: String, outcome: OpenOutcome) {
+        match outcome {
+            OpenOutcome::Capture { prepared, evidence } => {
+                self.wizard.add_capture(*evidence);
+                self.opened(file_name, Ok(prepared));
+            }
+            OpenOutcome::Snapshot(opened) => self.snapshot_opened(file_name, *opened),
+            OpenOutcome::Log(log) => {
+                let recognised = log.matches.len() + log.dropped_matches;
+                let lines_read = log.lines_read;
+                self.wizard.add_log(*log);
+                self.notices.push(
+                    NoticeLevel::Info,
+                    format!(
+                        "Read the log {file_name}: {recognised} recognised line(s) of {lines_read}, \
+                         added to Diagnose."
+                    ),
+                );
+                self.set_view(View::Diagnose);
+            }
+            OpenOutcome::Cancelled => self
+                .notices
+                .push(NoticeLevel::Info, format!("Cancelled opening {file_name}.")),
+            OpenOutcome::Failed(message) => self.opened(file_name, Err(message)),
+        }
+    }
+
+    /// Shows a snapshot that is already in memory (tests and screenshots; files normally arrive
+    /// through [`Self::open_path`]). Its facts go to the wizards too.
+    pub fn show_snapshot(
+        &mut self,
+        file_name: &str,
+        snapshot: crate::model::allocator::AllocatorSnapshot,
+    ) {
+        let snapshot = Arc::new(snapshot);
+        let facts = crate::diagnose::snapshot::facts(&snapshot);
+        self.snapshot_opened(file_name.to_owned(), OpenedSnapshot { snapshot, facts });
+    }
+
+    fn snapshot_opened(&mut self, file_name: String, opened: OpenedSnapshot) {
+        if opened.snapshot.devices.is_empty() {
+            self.notices.push(
+                NoticeLevel::Warning,
+                format!("{file_name} holds no allocator segments and no trace."),
+            );
+        }
+        self.wizard.add_snapshot_facts(opened.facts);
+        self.allocators
+            .push(AllocatorView::new(opened.snapshot, file_name));
+        self.active_allocator = self.allocators.len() - 1;
+        self.view = View::Allocator;
+    }
+
     fn opened(&mut self, file_name: String, result: Result<Box<PreparedCapture>, String>) {
         match result {
             Ok(prepared) => {
@@ -208,6 +388,7 @@ impl VramscopeApp {
                 }
                 let session = Session::from_prepared(SessionOrigin::File { file_name }, *prepared);
                 self.add_session(session);
+                self.view = View::Timeline;
             }
             Err(message) => {
                 self.notices
@@ -220,7 +401,9 @@ impl VramscopeApp {
     fn poll_background(&mut self) {
         for result in self.jobs.poll() {
             match result {
-                JobResult::Opened { file_name, result } => self.opened(file_name, result),
+                JobResult::Opened { file_name, outcome } => {
+                    self.open_finished(file_name, outcome);
+                }
                 JobResult::Saved { path, result } => match result {
                     Ok(()) => self
                         .notices
@@ -233,6 +416,18 @@ impl VramscopeApp {
         }
         for session in &mut self.sessions {
             session.poll();
+        }
+        #[cfg(feature = "native")]
+        if let Some(watcher) = &mut self.watcher {
+            let complete = watcher.poll();
+            if watcher.is_settling() {
+                self.jobs
+                    .ctx()
+                    .request_repaint_after(super::allocator::watcher::SETTLE);
+            }
+            for path in complete {
+                self.jobs.open_path(path);
+            }
         }
     }
 
@@ -361,14 +556,20 @@ impl VramscopeApp {
     }
 
     fn handle_shortcuts(&mut self, ctx: &egui::Context) {
-        let (open, save, record, quit) = ctx.input_mut(|input| {
+        let (open, save, record, quit, view) = ctx.input_mut(|input| {
             (
                 input.consume_shortcut(&OPEN_SHORTCUT),
                 input.consume_shortcut(&SAVE_AS_SHORTCUT),
                 input.consume_shortcut(&RECORD_SHORTCUT),
                 input.consume_shortcut(&QUIT_SHORTCUT),
+                View::ALL
+                    .into_iter()
+                    .find(|view| input.consume_shortcut(&view.shortcut())),
             )
         });
+        if let Some(view) = view {
+            self.set_view(view);
+        }
         if open {
             self.open_with_dialog();
         }
@@ -430,6 +631,22 @@ impl VramscopeApp {
                 {
                     self.open_with_dialog();
                 }
+                #[cfg(feature = "native")]
+                {
+                    if self.watcher.is_some() {
+                        if ui.button("Stop watching folder").clicked() {
+                            self.stop_watching();
+                        }
+                    } else if ui
+                        .button("Watch folder…")
+                        .on_hover_text(
+                            "Open every new PyTorch snapshot written to a folder, as it appears",
+                        )
+                        .clicked()
+                    {
+                        self.watch_folder_with_dialog();
+                    }
+                }
                 if ui
                     .add(
                         egui::Button::new("Save recording as…")
@@ -483,9 +700,158 @@ impl VramscopeApp {
                     self.add_annotation();
                 }
             }
-            if self.jobs.running() > 0 {
+            let saving = self.jobs.running().saturating_sub(self.jobs.reads().len());
+            if saving > 0 {
                 ui.separator();
-                ui.label(format!("opening/saving {} file(s)…", self.jobs.running()));
+                ui.label(format!("saving {saving} file(s)…"));
+            }
+        });
+    }
+
+    /// Reads in progress (a bar and Cancel each) and the watched folder (with Stop).
+    fn status_ui(&mut self, ui: &mut Ui) {
+        for read in self.jobs.reads() {
+            ui.horizontal(|ui| {
+                ui.label(format!("Opening {}", read.file_name()));
+                if read.is_cancelled() {
+                    ui.spinner();
+                    ui.label("cancelling…");
+                    return;
+                }
+                match read.fraction() {
+                    Some(fraction) => {
+                        ui.add(
+                            egui::ProgressBar::new(fraction)
+                                .desired_width(240.0)
+                                .show_percentage(),
+                        );
+                    }
+                    None => {
+                        ui.spinner();
+                    }
+                }
+                if ui.button("Cancel").clicked() {
+                    read.cancel();
+                }
+            });
+        }
+        #[cfg(feature = "native")]
+        if let Some(folder) = self.watched_folder().map(|f| f.display().to_string()) {
+            ui.horizontal(|ui| {
+                ui.label(format!("Watching {folder} for new snapshots"));
+                if ui.button("Stop").clicked() {
+                    self.stop_watching();
+                }
+            });
+        }
+    }
+
+    fn has_status(&self) -> bool {
+        #[cfg(feature = "native")]
+        if self.watcher.is_some() {
+            return true;
+        }
+        !self.jobs.reads().is_empty()
+    }
+
+    /// The Timeline view: devices, plots and processes of the active session.
+    fn timeline_view_ui(&mut self, ui: &mut Ui) {
+        let Some(session) = self.active.and_then(|i| self.sessions.get(i)) else {
+            egui::CentralPanel::default().show(ui, |ui| {
+                ui.centered_and_justified(|ui| {
+                    let text = if self.jobs.running() > 0 {
+                        "Opening…"
+                    } else {
+                        "Open a .vramcap capture, a PyTorch snapshot or a log with File › Open… \
+                         (Ctrl+O) or drop it on this window."
+                    };
+                    ui.label(RichText::new(text).size(18.0));
+                });
+            });
+            return;
+        };
+        egui::Panel::left("devices")
+            .resizable(true)
+            .default_size(250.0)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical().show(ui, |ui| device_list_ui(ui, &session.capture));
+            });
+        egui::Panel::bottom("processes")
+            .resizable(true)
+            .default_size(190.0)
+            .show(ui, |ui| {
+                process_table_ui(
+                    ui,
+                    &session.capture,
+                    &session.timeline,
+                    &mut self.process_table,
+                );
+            });
+        egui::CentralPanel::default().show(ui, |ui| {
+            let input = TimelineInput {
+                capture: &session.capture,
+                data: &session.timeline,
+                live: session.is_live(),
+            };
+            timeline_ui(ui, &input, &mut self.settings, &mut self.timeline);
+        });
+    }
+
+    /// The Allocator view: the chosen snapshot (a picker when several are open).
+    fn allocator_view_ui(&mut self, ui: &mut Ui) {
+        if self.allocators.is_empty() {
+            egui::CentralPanel::default().show(ui, |ui| {
+                ui.centered_and_justified(|ui| {
+                    ui.label(
+                        RichText::new(
+                            "Open a PyTorch memory snapshot (.pickle, from \
+                             torch.cuda.memory._dump_snapshot) with File › Open… (Ctrl+O) or drop \
+                             it here. File › Watch folder… opens new ones as they are written.",
+                        )
+                        .size(18.0),
+                    );
+                });
+            });
+            return;
+        }
+        if self.allocators.len() > 1 {
+            egui::Panel::top("snapshot_picker").show(ui, |ui| {
+                ui.horizontal(|ui| {
+                    ui.label("Snapshot");
+                    let active = self.active_allocator.min(self.allocators.len() - 1);
+                    let mut selected = active;
+                    egui::ComboBox::from_id_salt("snapshot_picker")
+                        .selected_text(self.allocators[active].name())
+                        .show_ui(ui, |ui| {
+                            for (i, view) in self.allocators.iter().enumerate() {
+                                ui.selectable_value(&mut selected, i, view.name());
+                            }
+                        });
+                    self.active_allocator = selected;
+                });
+            });
+        }
+        egui::CentralPanel::default().show(ui, |ui| {
+            if let Some(view) = self.allocators.get_mut(self.active_allocator) {
+                view.ui(ui);
+            }
+        });
+    }
+
+    /// The Hardware checks view (desktop only).
+    fn hardware_view_ui(&mut self, ui: &mut Ui) {
+        egui::CentralPanel::default().show(ui, |ui| {
+            #[cfg(feature = "native")]
+            self.hardware
+                .get_or_insert_with(super::hardware::HardwarePanel::new)
+                .ui(ui);
+            #[cfg(not(feature = "native"))]
+            {
+                ui.heading("Hardware checks");
+                ui.label(
+                    "Checking GPUs needs the desktop app: the web viewer cannot reach the driver. \
+                     Run vramscope on the GPU machine (or vramscope check in a terminal).",
+                );
             }
         });
     }
@@ -697,50 +1063,25 @@ impl eframe::App for VramscopeApp {
         self.update_title(&ctx);
 
         egui::Panel::top("top_bar").show(ui, |ui| self.top_bar_ui(ui));
+        egui::Panel::top("view_tabs").show(ui, |ui| {
+            if let Some(view) = view_tabs_ui(ui, self.view) {
+                self.set_view(view);
+            }
+        });
+        if self.has_status() {
+            egui::Panel::top("status").show(ui, |ui| self.status_ui(ui));
+        }
         if !self.notices.is_empty() {
             egui::Panel::top("notices").show(ui, |ui| self.notices.ui(ui));
         }
-        let Some(active) = self.active else {
-            egui::CentralPanel::default().show(ui, |ui| {
-                ui.centered_and_justified(|ui| {
-                    let text = if self.jobs.running() > 0 {
-                        "Opening…"
-                    } else {
-                        "Open a .vramcap capture with File › Open… (Ctrl+O) or drop it on this window."
-                    };
-                    ui.label(RichText::new(text).size(18.0));
-                });
-            });
-            self.settings_window(&ctx);
-            self.drop_preview(&ctx);
-            return;
-        };
-        let session = &self.sessions[active];
-        egui::Panel::left("devices")
-            .resizable(true)
-            .default_size(250.0)
-            .show(ui, |ui| {
-                egui::ScrollArea::vertical().show(ui, |ui| device_list_ui(ui, &session.capture));
-            });
-        egui::Panel::bottom("processes")
-            .resizable(true)
-            .default_size(190.0)
-            .show(ui, |ui| {
-                process_table_ui(
-                    ui,
-                    &session.capture,
-                    &session.timeline,
-                    &mut self.process_table,
-                );
-            });
-        egui::CentralPanel::default().show(ui, |ui| {
-            let input = TimelineInput {
-                capture: &session.capture,
-                data: &session.timeline,
-                live: session.is_live(),
-            };
-            timeline_ui(ui, &input, &mut self.settings, &mut self.timeline);
-        });
+        match self.view {
+            View::Timeline => self.timeline_view_ui(ui),
+            View::Allocator => self.allocator_view_ui(ui),
+            View::Diagnose => {
+                egui::CentralPanel::default().show(ui, |ui| self.wizard.ui(ui));
+            }
+            View::HardwareChecks => self.hardware_view_ui(ui),
+        }
         self.settings_window(&ctx);
         self.drop_preview(&ctx);
     }

@@ -10,6 +10,11 @@ pub trait FileDialogs {
     fn pick_file_to_open(&mut self) -> Option<PathBuf>;
     /// Where to save the current recording; `None` if the user cancelled.
     fn pick_save_path(&mut self, suggested_name: &str) -> Option<PathBuf>;
+    /// A folder to watch for new allocator snapshots; `None` if the user cancelled. Builds with no
+    /// folder dialog (the web viewer) keep this default.
+    fn pick_folder(&mut self) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// Native dialogs through `rfd` (xdg-desktop-portal on Linux, falling back to zenity).
@@ -21,8 +26,14 @@ pub struct NativeDialogs;
 impl FileDialogs for NativeDialogs {
     fn pick_file_to_open(&mut self) -> Option<PathBuf> {
         rfd::FileDialog::new()
-            .set_title("Open a capture")
+            .set_title("Open a capture, snapshot or log")
+            .add_filter(
+                "Captures, snapshots and logs",
+                &["vramcap", "pickle", "pkl", "json", "log", "txt"],
+            )
             .add_filter("vramscope capture", &["vramcap"])
+            .add_filter("PyTorch memory snapshot", &["pickle", "pkl", "json"])
+            .add_filter("Log", &["log", "txt"])
             .add_filter("All files", &["*"])
             .pick_file()
     }
@@ -33,6 +44,12 @@ impl FileDialogs for NativeDialogs {
             .add_filter("vramscope capture", &["vramcap"])
             .set_file_name(suggested_name)
             .save_file()
+    }
+
+    fn pick_folder(&mut self) -> Option<PathBuf> {
+        rfd::FileDialog::new()
+            .set_title("Watch a folder for new snapshots")
+            .pick_folder()
     }
 }
 

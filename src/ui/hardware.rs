@@ -19,10 +19,16 @@ pub struct HardwarePanel {
     device: usize,
     run_memtest: bool,
     memtest_percent: u32,
-    state: PanelState,
+    runner: CheckRunner,
 }
 
-enum PanelState {
+/// One run of [`run_checks`] on a worker thread, with its progress, a cancel flag and the outcome.
+/// Shared by this panel and the "Hardware and driver" wizard, so both run the checks the same way.
+pub struct CheckRunner {
+    state: RunState,
+}
+
+enum RunState {
     Idle,
     Running(RunningCheck),
     Finished(Box<Result<CheckReport, CudaError>>),
@@ -42,93 +48,98 @@ enum WorkerMessage {
     Done(Box<Result<CheckReport, CudaError>>),
 }
 
-impl Default for HardwarePanel {
+impl Default for CheckRunner {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl HardwarePanel {
-    /// A panel that has not run anything yet. Looks for the driver library (a `dlopen`, no
-    /// CUDA call) so that a machine without one is told so before anything is clicked.
+impl CheckRunner {
+    /// Nothing run yet.
     pub fn new() -> Self {
         Self {
-            driver_present: driver_library_present(),
-            device: 0,
-            run_memtest: false,
-            memtest_percent: 50,
-            state: PanelState::Idle,
+            state: RunState::Idle,
         }
     }
 
-    /// True while a check runs on the background thread.
+    /// True while the checks run on the background thread.
     pub fn is_running(&self) -> bool {
-        matches!(self.state, PanelState::Running(_))
+        matches!(self.state, RunState::Running(_))
     }
 
-    /// Draws the panel and collects what the worker thread sent since the last frame.
-    pub fn ui(&mut self, ui: &mut egui::Ui) {
-        self.receive();
-        ui.heading("Hardware checks");
-        if !self.driver_present {
-            ui.colored_label(
-                ui.visuals().warn_fg_color,
-                "No NVIDIA driver found on this machine: the CUDA driver library (libcuda.so.1) \
-                 cannot be loaded, so there is no GPU to check. Captures and snapshots can still \
-                 be viewed.",
-            );
-            if ui.button("Look for the driver again").clicked() {
-                self.driver_present = driver_library_present();
-            }
-        }
-        self.options_ui(ui);
-        ui.separator();
+    /// The last run's outcome, once it has finished (call [`CheckRunner::poll`] first).
+    pub fn outcome(&self) -> Option<&Result<CheckReport, CudaError>> {
         match &self.state {
-            PanelState::Idle => {
-                ui.label("Reads driver and device facts, compares them with NVML, finds the largest block the driver will allocate and, if chosen, tests GPU memory.");
-            }
-            PanelState::Running(running) => {
-                Self::progress_ui(ui, running);
-                if ui.button("Cancel").clicked() {
-                    running.cancel.store(true, Ordering::Relaxed);
-                }
-            }
-            PanelState::Finished(outcome) => match outcome.as_ref() {
-                Ok(report) => {
-                    egui::ScrollArea::vertical()
-                        .auto_shrink([false, true])
-                        .show(ui, |ui| report_ui(ui, report));
-                }
-                Err(CudaError::Cancelled) => {
-                    ui.label("Cancelled.");
-                }
-                Err(error) => {
-                    ui.colored_label(ui.visuals().error_fg_color, error.to_string());
-                }
-            },
+            RunState::Finished(outcome) => Some(outcome.as_ref()),
+            _ => None,
         }
     }
 
-    fn options_ui(&mut self, ui: &mut egui::Ui) {
-        let running = self.is_running();
-        ui.add_enabled_ui(!running, |ui| {
-            ui.horizontal(|ui| {
-                ui.label("Device");
-                ui.add(egui::DragValue::new(&mut self.device).range(0..=63))
-                    .on_hover_text("CUDA ordinal of the device to probe and test");
-                ui.checkbox(&mut self.run_memtest, "Test memory");
-                ui.add_enabled(
-                    self.run_memtest,
-                    egui::Slider::new(&mut self.memtest_percent, 1..=100).text("% of free memory"),
-                );
+    /// Starts the checks on a worker thread; progress and the result arrive through a channel
+    /// and wake `ctx`.
+    pub fn start(&mut self, options: CheckOptions, ctx: egui::Context) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (sender, messages) = mpsc::channel();
+        let worker_cancel = Arc::clone(&cancel);
+        let spawned = std::thread::Builder::new()
+            .name("vramscope-hardware-check".into())
+            .spawn(move || {
+                let progress_sender = sender.clone();
+                let progress_ctx = ctx.clone();
+                let outcome = run_checks(&options, &worker_cancel, &mut |step| {
+                    // The runner may be gone; then nobody needs the progress.
+                    let _ = progress_sender.send(WorkerMessage::Progress(step));
+                    progress_ctx.request_repaint();
+                });
+                let _ = sender.send(WorkerMessage::Done(Box::new(outcome)));
+                ctx.request_repaint();
             });
-            if ui.button("Run checks").clicked() {
-                self.start(ui.ctx().clone());
-            }
-        });
+        self.state = match spawned {
+            Ok(_) => RunState::Running(RunningCheck {
+                cancel,
+                messages,
+                stage: "starting".into(),
+                memtest: None,
+                started: Instant::now(),
+            }),
+            Err(error) => RunState::Finished(Box::new(Err(CudaError::InvalidOption(format!(
+                "cannot start the check thread: {error}"
+            ))))),
+        };
     }
 
-    fn progress_ui(ui: &mut egui::Ui, running: &RunningCheck) {
+    /// Drains the worker's messages; returns true when the run finished in this call.
+    pub fn poll(&mut self) -> bool {
+        let RunState::Running(running) = &mut self.state else {
+            return false;
+        };
+        loop {
+            match running.messages.try_recv() {
+                Ok(WorkerMessage::Progress(CheckProgress::Stage(stage))) => running.stage = stage,
+                Ok(WorkerMessage::Progress(CheckProgress::Memtest(progress))) => {
+                    running.memtest = Some(progress);
+                }
+                Ok(WorkerMessage::Done(outcome)) => {
+                    self.state = RunState::Finished(outcome);
+                    return true;
+                }
+                Err(TryRecvError::Empty) => return false,
+                Err(TryRecvError::Disconnected) => {
+                    self.state = RunState::Finished(Box::new(Err(CudaError::Panicked {
+                        call: "hardware check thread".into(),
+                        message: "the check thread ended without a result".into(),
+                    })));
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// While running: the stage or memory-test progress and a Cancel button.
+    pub fn progress_ui(&self, ui: &mut egui::Ui) {
+        let RunState::Running(running) = &self.state else {
+            return;
+        };
         let elapsed = running.started.elapsed().as_secs_f32();
         match &running.memtest {
             Some(progress) => {
@@ -152,73 +163,103 @@ impl HardwarePanel {
                 });
             }
         }
+        if ui.button("Cancel").clicked() {
+            running.cancel.store(true, Ordering::Relaxed);
+        }
     }
 
-    /// Starts the checks on a worker thread; results arrive through a channel and wake the UI.
-    fn start(&mut self, ctx: egui::Context) {
-        let options = CheckOptions {
-            device: self.device,
-            memtest: self.run_memtest.then(|| MemtestConfig {
-                share_of_free_percent: self.memtest_percent,
-                ..MemtestConfig::default()
-            }),
-            ..CheckOptions::default()
-        };
-        let cancel = Arc::new(AtomicBool::new(false));
-        let (sender, messages) = mpsc::channel();
-        let worker_cancel = Arc::clone(&cancel);
-        let spawned = std::thread::Builder::new()
-            .name("vramscope-hardware-check".into())
-            .spawn(move || {
-                let progress_sender = sender.clone();
-                let progress_ctx = ctx.clone();
-                let outcome = run_checks(&options, &worker_cancel, &mut |step| {
-                    // The panel may be gone; then nobody needs the progress.
-                    let _ = progress_sender.send(WorkerMessage::Progress(step));
-                    progress_ctx.request_repaint();
-                });
-                let _ = sender.send(WorkerMessage::Done(Box::new(outcome)));
-                ctx.request_repaint();
-            });
-        self.state = match spawned {
-            Ok(_) => PanelState::Running(RunningCheck {
-                cancel,
-                messages,
-                stage: "starting".into(),
-                memtest: None,
-                started: Instant::now(),
-            }),
-            Err(error) => PanelState::Finished(Box::new(Err(CudaError::InvalidOption(format!(
-                "cannot start the check thread: {error}"
-            ))))),
-        };
+    /// The finished run: the report, "Cancelled." or the error.
+    pub fn outcome_ui(&self, ui: &mut egui::Ui) {
+        match self.outcome() {
+            Some(Ok(report)) => report_ui(ui, report),
+            Some(Err(CudaError::Cancelled)) => {
+                ui.label("Cancelled.");
+            }
+            Some(Err(error)) => {
+                ui.colored_label(ui.visuals().error_fg_color, error.to_string());
+            }
+            None => {}
+        }
+    }
+}
+
+impl Default for HardwarePanel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HardwarePanel {
+    /// A panel that has not run anything yet. Looks for the driver library (a `dlopen`, no
+    /// CUDA call) so that a machine without one is told so before anything is clicked.
+    pub fn new() -> Self {
+        Self {
+            driver_present: driver_library_present(),
+            device: 0,
+            run_memtest: false,
+            memtest_percent: 50,
+            runner: CheckRunner::new(),
+        }
     }
 
-    /// Drains the worker's messages.
-    fn receive(&mut self) {
-        let PanelState::Running(running) = &mut self.state else {
-            return;
-        };
-        loop {
-            match running.messages.try_recv() {
-                Ok(WorkerMessage::Progress(CheckProgress::Stage(stage))) => running.stage = stage,
-                Ok(WorkerMessage::Progress(CheckProgress::Memtest(progress))) => {
-                    running.memtest = Some(progress);
-                }
-                Ok(WorkerMessage::Done(outcome)) => {
-                    self.state = PanelState::Finished(outcome);
-                    return;
-                }
-                Err(TryRecvError::Empty) => return,
-                Err(TryRecvError::Disconnected) => {
-                    self.state = PanelState::Finished(Box::new(Err(CudaError::Panicked {
-                        call: "hardware check thread".into(),
-                        message: "the check thread ended without a result".into(),
-                    })));
-                    return;
-                }
+    /// True while a check runs on the background thread.
+    pub fn is_running(&self) -> bool {
+        self.runner.is_running()
+    }
+
+    /// Draws the panel and collects what the worker thread sent since the last frame.
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        self.runner.poll();
+        ui.heading("Hardware checks");
+        if !self.driver_present {
+            ui.colored_label(
+                ui.visuals().warn_fg_color,
+                "No NVIDIA driver found on this machine: the CUDA driver library (libcuda.so.1) \
+                 cannot be loaded, so there is no GPU to check. Captures and snapshots can still \
+                 be viewed.",
+            );
+            if ui.button("Look for the driver again").clicked() {
+                self.driver_present = driver_library_present();
             }
         }
+        self.options_ui(ui);
+        ui.separator();
+        if self.runner.is_running() {
+            self.runner.progress_ui(ui);
+        } else if self.runner.outcome().is_some() {
+            egui::ScrollArea::vertical()
+                .auto_shrink([false, true])
+                .show(ui, |ui| self.runner.outcome_ui(ui));
+        } else {
+            ui.label("Reads driver and device facts, compares them with NVML, finds the largest block the driver will allocate and, if chosen, tests GPU memory.");
+        }
+    }
+
+    fn options_ui(&mut self, ui: &mut egui::Ui) {
+        let running = self.is_running();
+        ui.add_enabled_ui(!running, |ui| {
+            ui.horizontal(|ui| {
+                ui.label("Device");
+                ui.add(egui::DragValue::new(&mut self.device).range(0..=63))
+                    .on_hover_text("CUDA ordinal of the device to probe and test");
+                ui.checkbox(&mut self.run_memtest, "Test memory");
+                ui.add_enabled(
+                    self.run_memtest,
+                    egui::Slider::new(&mut self.memtest_percent, 1..=100).text("% of free memory"),
+                );
+            });
+            if ui.button("Run checks").clicked() {
+                let options = CheckOptions {
+                    device: self.device,
+                    memtest: self.run_memtest.then(|| MemtestConfig {
+                        share_of_free_percent: self.memtest_percent,
+                        ..MemtestConfig::default()
+                    }),
+                    ..CheckOptions::default()
+                };
+                self.runner.start(options, ui.ctx().clone());
+            }
+        });
     }
 }
 

@@ -1,19 +1,100 @@
-//! Work that takes longer than a frame (reading and preparing a capture, writing one) runs here,
-//! off the UI thread; results come back through a channel and wake the UI with a repaint.
+//! Work that takes longer than a frame (reading and preparing a capture, a PyTorch allocator
+//! snapshot or a log; writing a capture) runs here, off the UI thread; results come back through a
+//! channel and wake the UI with a repaint.
+//!
+//! Files are routed by content, not only by name ([`classify`]): the `.vramcap` magic, then the
+//! start of a snapshot, then the extension, then "is it text?" (a log). Every read shows up in
+//! [`Jobs::reads`] with its progress and a cancel flag until its result is collected.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 
-use crate::formats::vramcap;
+use crate::diagnose::NamedCapture;
+use crate::diagnose::leak::SnapshotFacts;
+use crate::diagnose::log::{LogAnalysis, analyze_text};
+use crate::formats::{pytorch, vramcap};
+use crate::model::allocator::AllocatorSnapshot;
 
 use super::session::PreparedCapture;
 
+/// Bytes looked at to decide what a file holds.
+pub const SNIFF_BYTES: usize = 512;
+
+/// What a file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A `.vramcap` capture.
+    Capture,
+    /// A PyTorch allocator snapshot (pickle or JSON).
+    Snapshot,
+    /// Text: training output, `dmesg`, a journal.
+    Log,
+}
+
+/// Decides what `name` holds from its first bytes (`head`, up to [`SNIFF_BYTES`]; may be empty
+/// when they cannot be looked at in advance): the capture magic and the start of a snapshot win
+/// over the extension, so a misnamed file still opens. Binary files of unknown type go to the
+/// capture reader, whose error says what the file is not.
+pub fn classify(name: &str, head: &[u8]) -> FileKind {
+    if head.starts_with(&vramcap::MAGIC) {
+        return FileKind::Capture;
+    }
+    if pytorch::looks_like_snapshot(head) {
+        return FileKind::Snapshot;
+    }
+    let extension = Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match extension.as_deref() {
+        Some("vramcap") => FileKind::Capture,
+        Some("pickle" | "pkl" | "json") => FileKind::Snapshot,
+        Some("log" | "txt") => FileKind::Log,
+        _ if looks_like_text(head) => FileKind::Log,
+        _ => FileKind::Capture,
+    }
+}
+
+/// UTF-8 without NUL bytes (a character cut at the end of `head` is fine).
+fn looks_like_text(head: &[u8]) -> bool {
+    !head.is_empty()
+        && !head.contains(&0)
+        && match std::str::from_utf8(head) {
+            Ok(_) => true,
+            Err(err) => err.error_len().is_none(),
+        }
+}
+
+/// A snapshot read off the UI thread, with the facts the doctor needs (computed there too,
+/// because they replay the allocator trace).
+pub struct OpenedSnapshot {
+    pub snapshot: Arc<AllocatorSnapshot>,
+    pub facts: Vec<SnapshotFacts>,
+}
+
+/// What reading a file gave.
+pub enum OpenOutcome {
+    /// A capture, prepared for the timeline, and a copy for the doctor.
+    Capture {
+        prepared: Box<PreparedCapture>,
+        evidence: Box<NamedCapture>,
+    },
+    Snapshot(Box<OpenedSnapshot>),
+    Log(Box<LogAnalysis>),
+    /// The user cancelled the read.
+    Cancelled,
+    /// The file could not be read; the message names the file and the problem.
+    Failed(String),
+}
+
 /// A finished background job.
 pub enum JobResult {
-    /// A file was read (or failed to be). Errors name the file and the problem.
+    /// A file was read (or failed to be, or the read was cancelled).
     Opened {
         file_name: String,
-        result: Result<Box<PreparedCapture>, String>,
+        outcome: OpenOutcome,
     },
     /// A capture was written to `path` (or failed to be).
     Saved {
@@ -22,11 +103,65 @@ pub enum JobResult {
     },
 }
 
+/// A read in progress: its file, how far it got and a flag that asks it to stop.
+pub struct ReadStatus {
+    id: u64,
+    file_name: String,
+    progress: Arc<ReadProgress>,
+}
+
+impl ReadStatus {
+    /// The file being read.
+    pub fn file_name(&self) -> &str {
+        &self.file_name
+    }
+
+    /// Fraction read (0 to 1), when the reader reports it (snapshots do).
+    pub fn fraction(&self) -> Option<f32> {
+        let fraction = f32::from_bits(self.progress.fraction_bits.load(Ordering::Relaxed));
+        fraction.is_finite().then_some(fraction)
+    }
+
+    /// Asks the read to stop; its result then comes back as [`OpenOutcome::Cancelled`].
+    pub fn cancel(&self) {
+        self.progress.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether cancel was asked for.
+    pub fn is_cancelled(&self) -> bool {
+        self.progress.cancelled.load(Ordering::Relaxed)
+    }
+}
+
+/// Shared between a read's thread (which writes the fraction and looks at the flag) and the UI.
+struct ReadProgress {
+    fraction_bits: AtomicU32,
+    cancelled: AtomicBool,
+    ctx: egui::Context,
+}
+
+impl ReadProgress {
+    /// The snapshot reader's progress callback: records the fraction, wakes the UI, and says
+    /// whether to go on.
+    fn report(&self, fraction: f32) -> bool {
+        self.fraction_bits
+            .store(fraction.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
+        self.ctx.request_repaint();
+        !self.is_cancelled()
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+}
+
 /// Runs background jobs and collects their results.
 pub struct Jobs {
-    sender: Sender<JobResult>,
-    receiver: Receiver<JobResult>,
+    sender: Sender<(Option<u64>, JobResult)>,
+    receiver: Receiver<(Option<u64>, JobResult)>,
     running: usize,
+    reads: Vec<ReadStatus>,
+    next_read_id: Arc<AtomicU64>,
     ctx: egui::Context,
 }
 
@@ -38,6 +173,8 @@ impl Jobs {
             sender,
             receiver,
             running: 0,
+            reads: Vec::new(),
+            next_read_id: Arc::new(AtomicU64::new(0)),
             ctx,
         }
     }
@@ -47,15 +184,40 @@ impl Jobs {
         self.running
     }
 
-    /// Reads and prepares the capture at `path`.
+    /// The UI's context, which results wake.
+    pub fn ctx(&self) -> &egui::Context {
+        &self.ctx
+    }
+
+    /// Reads in progress, oldest first.
+    pub fn reads(&self) -> &[ReadStatus] {
+        &self.reads
+    }
+
+    /// Starts tracking a read of `file_name`.
+    fn new_read(&mut self, file_name: &str) -> (u64, Arc<ReadProgress>) {
+        let id = self.next_read_id.fetch_add(1, Ordering::Relaxed);
+        let progress = Arc::new(ReadProgress {
+            fraction_bits: AtomicU32::new(f32::NAN.to_bits()),
+            cancelled: AtomicBool::new(false),
+            ctx: self.ctx.clone(),
+        });
+        self.reads.push(ReadStatus {
+            id,
+            file_name: file_name.to_owned(),
+            progress: Arc::clone(&progress),
+        });
+        (id, progress)
+    }
+
+    /// Reads and prepares the capture, snapshot or log at `path` (routed by [`classify`]).
     #[cfg(feature = "native")]
     pub fn open_path(&mut self, path: PathBuf) {
         let file_name = display_name(&path);
-        self.spawn(move || JobResult::Opened {
-            file_name,
-            result: vramcap::read_file(&path)
-                .map(|capture| Box::new(PreparedCapture::new(capture)))
-                .map_err(|err| err.to_string()),
+        let (id, progress) = self.new_read(&file_name);
+        self.spawn(Some(id), move || {
+            let outcome = read_path(&path, &file_name, &progress);
+            JobResult::Opened { file_name, outcome }
         });
     }
 
@@ -68,18 +230,17 @@ impl Jobs {
             return;
         }
         let file_name = display_name(&path);
+        let (id, progress) = self.new_read(&file_name);
         #[cfg(not(target_arch = "wasm32"))]
         {
-            self.spawn(move || {
-                let result = file
-                    .bytes()
-                    .map_err(|err| format!("{file_name}: cannot read the dropped file: {err}"))
-                    .and_then(|bytes| {
-                        vramcap::read_bytes(&bytes, &file_name)
-                            .map(|capture| Box::new(PreparedCapture::new(capture)))
-                            .map_err(|err| err.to_string())
-                    });
-                JobResult::Opened { file_name, result }
+            self.spawn(Some(id), move || {
+                let outcome = match file.bytes() {
+                    Ok(bytes) => read_bytes(&bytes, &file_name, &progress),
+                    Err(err) => OpenOutcome::Failed(format!(
+                        "{file_name}: cannot read the dropped file: {err}"
+                    )),
+                };
+                JobResult::Opened { file_name, outcome }
             });
         }
         #[cfg(target_arch = "wasm32")]
@@ -88,14 +249,14 @@ impl Jobs {
             let ctx = self.ctx.clone();
             self.running += 1;
             wasm_bindgen_futures::spawn_local(async move {
-                let result = match file.bytes_async().await {
-                    Ok(bytes) => vramcap::read_bytes(&bytes, &file_name)
-                        .map(|capture| Box::new(PreparedCapture::new(capture)))
-                        .map_err(|err| err.to_string()),
-                    Err(err) => Err(format!("{file_name}: cannot read the dropped file: {err}")),
+                let outcome = match file.bytes_async().await {
+                    Ok(bytes) => read_bytes(&bytes, &file_name, &progress),
+                    Err(err) => OpenOutcome::Failed(format!(
+                        "{file_name}: cannot read the dropped file: {err}"
+                    )),
                 };
                 // The receiver lives as long as the app; if it is gone there is nobody to tell.
-                let _ = sender.send(JobResult::Opened { file_name, result });
+                let _ = sender.send((Some(id), JobResult::Opened { file_name, outcome }));
                 ctx.request_repaint();
             });
         }
@@ -104,7 +265,7 @@ impl Jobs {
     /// Writes `capture` to `path` as a `.vramcap` file.
     #[cfg(feature = "native")]
     pub fn save(&mut self, path: PathBuf, capture: crate::model::Capture) {
-        self.spawn(move || {
+        self.spawn(None, move || {
             let result = vramcap::write_file(&path, &capture).map_err(|err| err.to_string());
             JobResult::Saved { path, result }
         });
@@ -112,19 +273,26 @@ impl Jobs {
 
     /// Finished jobs since the last call. Never blocks.
     pub fn poll(&mut self) -> Vec<JobResult> {
-        let results: Vec<JobResult> = self.receiver.try_iter().collect();
-        self.running = self.running.saturating_sub(results.len());
+        let finished: Vec<(Option<u64>, JobResult)> = self.receiver.try_iter().collect();
+        self.running = self.running.saturating_sub(finished.len());
+        let mut results = Vec::with_capacity(finished.len());
+        for (read_id, result) in finished {
+            if let Some(id) = read_id {
+                self.reads.retain(|read| read.id != id);
+            }
+            results.push(result);
+        }
         results
     }
 
     /// Runs `job` on a thread (inline on the web, which has no threads) and reports its result.
-    fn spawn(&mut self, job: impl FnOnce() -> JobResult + Send + 'static) {
+    fn spawn(&mut self, read_id: Option<u64>, job: impl FnOnce() -> JobResult + Send + 'static) {
         self.running += 1;
         let sender = self.sender.clone();
         let ctx = self.ctx.clone();
         let deliver = move |result: JobResult| {
             // The receiver lives as long as the app; if it is gone there is nobody to tell.
-            let _ = sender.send(result);
+            let _ = sender.send((read_id, result));
             ctx.request_repaint();
         };
         #[cfg(not(target_arch = "wasm32"))]
@@ -135,6 +303,9 @@ impl Jobs {
             if let Err(err) = spawned {
                 log::error!("could not start a background thread: {err}");
                 self.running -= 1;
+                if let Some(id) = read_id {
+                    self.reads.retain(|read| read.id != id);
+                }
             }
         }
         #[cfg(target_arch = "wasm32")]
@@ -142,9 +313,155 @@ impl Jobs {
     }
 }
 
+/// Reads a file from disk. Regular files are sniffed first; anything else (a pipe) is routed by
+/// its name, since its first bytes can be read only once.
+#[cfg(feature = "native")]
+fn read_path(path: &Path, file_name: &str, progress: &ReadProgress) -> OpenOutcome {
+    let kind = if path.is_file() {
+        match read_head(path) {
+            Ok(head) => classify(file_name, &head),
+            Err(err) => {
+                return OpenOutcome::Failed(format!("{file_name}: cannot read the file: {err}"));
+            }
+        }
+    } else {
+        classify(file_name, &[])
+    };
+    match kind {
+        FileKind::Capture => capture_outcome(
+            vramcap::read_file(path).map_err(|err| err.to_string()),
+            file_name,
+            progress,
+        ),
+        FileKind::Snapshot => snapshot_outcome(
+            pytorch::read_file(path, &|fraction| progress.report(fraction)),
+            file_name,
+            progress,
+        ),
+        FileKind::Log => {
+            let analysis = std::fs::File::open(path).and_then(|file| {
+                crate::diagnose::log::analyze_reader(std::io::BufReader::new(file), file_name)
+            });
+            match analysis {
+                Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
+                Ok(log) => OpenOutcome::Log(Box::new(log)),
+                Err(err) => OpenOutcome::Failed(format!("{file_name}: cannot read the log: {err}")),
+            }
+        }
+    }
+}
+
+/// The first [`SNIFF_BYTES`] of a file.
+#[cfg(feature = "native")]
+fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(SNIFF_BYTES);
+    std::fs::File::open(path)?
+        .take(SNIFF_BYTES as u64)
+        .read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// Reads a file handed over as bytes (dropped on the window or the web page).
+fn read_bytes(bytes: &[u8], file_name: &str, progress: &ReadProgress) -> OpenOutcome {
+    match classify(file_name, &bytes[..bytes.len().min(SNIFF_BYTES)]) {
+        FileKind::Capture => capture_outcome(
+            vramcap::read_bytes(bytes, file_name).map_err(|err| err.to_string()),
+            file_name,
+            progress,
+        ),
+        FileKind::Snapshot => snapshot_outcome(
+            pytorch::read_bytes(bytes, file_name, &|fraction| progress.report(fraction)),
+            file_name,
+            progress,
+        ),
+        FileKind::Log => {
+            let log = analyze_text(&String::from_utf8_lossy(bytes), file_name);
+            if progress.is_cancelled() {
+                OpenOutcome::Cancelled
+            } else {
+                OpenOutcome::Log(Box::new(log))
+            }
+        }
+    }
+}
+
+fn capture_outcome(
+    read: Result<crate::model::Capture, String>,
+    file_name: &str,
+    progress: &ReadProgress,
+) -> OpenOutcome {
+    match read {
+        Err(message) => OpenOutcome::Failed(message),
+        Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
+        Ok(capture) => {
+            let evidence = NamedCapture {
+                name: file_name.to_owned(),
+                capture: capture.clone(),
+            };
+            OpenOutcome::Capture {
+                prepared: Box::new(PreparedCapture::new(capture)),
+                evidence: Box::new(evidence),
+            }
+        }
+    }
+}
+
+fn snapshot_outcome(
+    read: Result<AllocatorSnapshot, pytorch::SnapshotError>,
+    file_name: &str,
+    progress: &ReadProgress,
+) -> OpenOutcome {
+    match read {
+        Err(pytorch::SnapshotError::Cancelled { .. }) => OpenOutcome::Cancelled,
+        Err(err) => OpenOutcome::Failed(format!("{file_name}: {err}")),
+        Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
+        Ok(snapshot) => {
+            let snapshot = Arc::new(snapshot);
+            let mut facts = crate::diagnose::snapshot::facts(&snapshot);
+            for fact in &mut facts {
+                file_name.clone_into(&mut fact.name);
+            }
+            if progress.is_cancelled() {
+                return OpenOutcome::Cancelled;
+            }
+            OpenOutcome::Snapshot(Box::new(OpenedSnapshot { snapshot, facts }))
+        }
+    }
+}
+
 /// The file name part of a path, for messages and the top bar.
-fn display_name(path: &std::path::Path) -> String {
+fn display_name(path: &Path) -> String {
     path.file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_routed_by_content_before_their_name() {
+        let capture = vramcap::write_bytes(&crate::model::Capture::new(
+            crate::model::CaptureMeta::default(),
+            Vec::new(),
+        ));
+        assert_eq!(classify("misnamed.log", &capture), FileKind::Capture);
+        let snapshot_json = br#"{"segments": [], "device_traces": []}"#;
+        assert_eq!(classify("dump.txt", snapshot_json), FileKind::Snapshot);
+        assert_eq!(classify("dump.pkl", b""), FileKind::Snapshot);
+        assert_eq!(classify("run.VRAMCAP", b""), FileKind::Capture);
+        assert_eq!(
+            classify("train.out", b"step 1 loss 0.3\nCUDA out of memory"),
+            FileKind::Log
+        );
+        assert_eq!(classify("kern.log", b"\x00\x01"), FileKind::Log);
+        assert_eq!(
+            classify("holiday.png", b"\x89PNG\r\n\x1a\n"),
+            FileKind::Capture
+        );
+        // A multi-byte character cut by the sniff window is still text.
+        assert_eq!(classify("notes", &"été".as_bytes()[..1]), FileKind::Log);
+    }
 }

@@ -3,7 +3,9 @@
 //! [`app::VramscopeApp`] is the eframe app; [`session::Session`] holds what it shows (a live source
 //! or an opened file) apart from any drawing, so that logic is testable without a window. Panels:
 //! [`devices`] (GPU list and health badges), [`timeline`] (memory plots with min/max level of
-//! detail), [`processes`] (sortable process table), [`notices`] (errors and warnings).
+//! detail), [`processes`] (sortable process table), [`notices`] (errors and warnings). The central
+//! area switches between the [`views`]: the timeline, the [`allocator`] view of PyTorch snapshots,
+//! the diagnosis [`wizard`]s and the [`hardware`] checks.
 
 pub mod allocator;
 pub mod app;
@@ -18,6 +20,7 @@ pub mod processes;
 pub mod session;
 pub mod settings;
 pub mod timeline;
+pub mod views;
 
 pub use app::{AppOptions, VramscopeApp};
 pub mod wizard;

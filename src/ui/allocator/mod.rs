@@ -288,6 +288,11 @@ impl AllocatorView {
         matches!(self.analysis, Analysis::Ready)
     }
 
+    /// The title shown, usually the file name (the app's snapshot picker lists it).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The snapshot shown.
     pub fn snapshot(&self) -> &Arc<AllocatorSnapshot> {
         &self.snapshot

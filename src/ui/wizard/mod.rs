@@ -10,8 +10,10 @@
 //! a thread on native builds.
 
 mod findings;
+#[cfg(feature = "native")]
+pub mod gpu_checks;
 
-use crate::diagnose::finding::{Category, Diagnosis, Wizard};
+use crate::diagnose::finding::{Category, Diagnosis, Finding, InputSummary, Severity, Wizard};
 use crate::diagnose::leak::SnapshotFacts;
 use crate::diagnose::log::{LogAnalysis, analyze_text};
 use crate::diagnose::{DiagnosisInput, NamedCapture, OomComposition, diagnose, oom_composition};
@@ -152,6 +154,13 @@ pub struct WizardView {
     cuda_error: Option<String>,
     report_path: String,
     report_write: ReportWrite,
+    /// What the GPU checks found (the "Hardware and driver" wizard runs them), added to every
+    /// diagnosis.
+    check_evidence: Option<(InputSummary, Vec<Finding>)>,
+    #[cfg(feature = "native")]
+    checks: crate::ui::hardware::CheckRunner,
+    #[cfg(feature = "native")]
+    memtest_in_checks: bool,
 }
 
 impl Default for WizardView {
@@ -175,6 +184,11 @@ impl WizardView {
             cuda_error: None,
             report_path: "vramscope-report.html".to_owned(),
             report_write: ReportWrite::Idle,
+            check_evidence: None,
+            #[cfg(feature = "native")]
+            checks: crate::ui::hardware::CheckRunner::new(),
+            #[cfg(feature = "native")]
+            memtest_in_checks: false,
         };
         view.rediagnose();
         view
@@ -213,6 +227,63 @@ impl WizardView {
         self.rediagnose();
     }
 
+    /// Adds a capture, or replaces the one of the same name (the live session's capture, offered
+    /// again as it grows).
+    pub fn set_capture(&mut self, capture: NamedCapture) {
+        match self
+            .input
+            .captures
+            .iter_mut()
+            .find(|c| c.name == capture.name)
+        {
+            Some(existing) => *existing = capture,
+            None => self.input.captures.push(capture),
+        }
+        self.rediagnose();
+    }
+
+    /// Starts the wizard `kind` at its evidence step, keeping the evidence given so far.
+    pub fn choose(&mut self, kind: WizardKind) {
+        self.kind = kind;
+        self.step = Step::Evidence;
+    }
+
+    /// Starts the GPU checks (facts, CUDA vs NVML, largest block; the memory test if chosen) on
+    /// a background thread; their findings join the diagnosis when they finish.
+    #[cfg(feature = "native")]
+    pub fn run_gpu_checks(&mut self, ctx: egui::Context) {
+        let options = crate::cuda::CheckOptions {
+            memtest: self
+                .memtest_in_checks
+                .then(crate::cuda::MemtestConfig::default),
+            ..crate::cuda::CheckOptions::default()
+        };
+        self.checks.start(options, ctx);
+    }
+
+    /// True while the GPU checks run.
+    pub fn is_checking(&self) -> bool {
+        #[cfg(feature = "native")]
+        {
+            self.checks.is_running()
+        }
+        #[cfg(not(feature = "native"))]
+        {
+            false
+        }
+    }
+
+    /// Collects the GPU checks' result when they finish.
+    fn poll_checks(&mut self) {
+        #[cfg(feature = "native")]
+        if self.checks.poll()
+            && let Some(outcome) = self.checks.outcome()
+        {
+            self.check_evidence = Some(gpu_checks::check_findings(outcome));
+            self.rediagnose();
+        }
+    }
+
     /// Adds snapshot facts (`crate::diagnose::snapshot::facts`, computed by the app off the UI
     /// thread because it replays the allocator trace).
     pub fn add_snapshot_facts(&mut self, facts: Vec<SnapshotFacts>) {
@@ -236,6 +307,17 @@ impl WizardView {
 
     fn rediagnose(&mut self) {
         self.diagnosis = diagnose(&self.input);
+        if let Some((summary, findings)) = &self.check_evidence {
+            self.diagnosis.inputs.push(summary.clone());
+            if findings.iter().any(|f| f.severity != Severity::Info) {
+                self.diagnosis
+                    .findings
+                    .retain(|f| f.category != Category::Healthy);
+            }
+            self.diagnosis.findings.extend(findings.iter().cloned());
+            // Stable: within a severity, the rules' order, then the checks.
+            self.diagnosis.findings.sort_by_key(|f| f.severity);
+        }
         self.composition = oom_composition(&self.input);
     }
 
@@ -273,6 +355,7 @@ impl WizardView {
     /// Draws the wizard.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         self.poll_report_write();
+        self.poll_checks();
         ui.horizontal(|ui| {
             ui.heading(format!("Wizard: {}", self.kind.label()));
             if self.diagnosis.simulated {
@@ -372,11 +455,40 @@ impl WizardView {
             if let Some(err) = &self.cuda_error {
                 ui.colored_label(egui::Color32::RED, err);
             }
+            ui.add_space(8.0);
+            self.gpu_checks_ui(ui);
         }
         if let Some(target) = findings::recognised_lines_ui(ui, &self.input.logs, self.kind) {
             self.kind = WizardKind::from_wizard(target);
             self.step = Step::Findings;
         }
+    }
+
+    /// The GPU checks of this machine, as evidence for the "Hardware and driver" wizard.
+    fn gpu_checks_ui(&mut self, ui: &mut egui::Ui) {
+        ui.label(egui::RichText::new("GPU checks on this machine").strong());
+        #[cfg(feature = "native")]
+        {
+            if self.checks.is_running() {
+                self.checks.progress_ui(ui);
+                return;
+            }
+            ui.horizontal(|ui| {
+                if ui.button("Run GPU checks").clicked() {
+                    self.run_gpu_checks(ui.ctx().clone());
+                }
+                ui.checkbox(&mut self.memtest_in_checks, "Test memory too")
+                    .on_hover_text("Writes and reads back patterns over part of the free memory");
+            });
+            if let Some((summary, _)) = &self.check_evidence {
+                ui.label(format!("Last run: {}", summary.summary));
+            }
+            egui::CollapsingHeader::new("Check details")
+                .default_open(false)
+                .show(ui, |ui| self.checks.outcome_ui(ui));
+        }
+        #[cfg(not(feature = "native"))]
+        ui.label("Running GPU checks needs the desktop app (vramscope check).");
     }
 
     fn findings_ui(&mut self, ui: &mut egui::Ui) {
