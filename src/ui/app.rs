@@ -680,10 +680,14 @@ impl VramscopeApp {
                     self.show_settings = true;
                 }
             });
-            ui.separator();
-            self.source_ui(ui);
-            ui.separator();
-            self.recording_ui(ui);
+            if self.active.is_some() || self.view == View::Timeline {
+                ui.separator();
+                self.source_ui(ui);
+            }
+            if self.active_session().is_some_and(Session::is_live) {
+                ui.separator();
+                self.recording_ui(ui);
+            }
             if let Some(session) = self.active_session() {
                 let hint = if session.is_live() {
                     "note at the current time"
@@ -861,7 +865,9 @@ impl VramscopeApp {
 
     fn source_ui(&mut self, ui: &mut Ui) {
         let Some(active) = self.active else {
-            ui.label("No source: open a capture (Ctrl+O) or drop one here");
+            if self.view == View::Timeline {
+                ui.label("No source: open a capture (Ctrl+O) or drop one here");
+            }
             return;
         };
         let labels: Vec<String> = self.sessions.iter().map(Session::label).collect();

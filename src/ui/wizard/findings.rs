@@ -235,29 +235,26 @@ pub fn recognised_lines_ui(
             ))
             .strong(),
         );
-        egui::Grid::new(("lines", &log.name))
-            .striped(true)
-            .show(ui, |ui| {
-                for m in &log.matches {
-                    ui.label(format!("line {}", m.line));
-                    ui.vertical(|ui| {
-                        ui.label(&m.meaning);
-                        ui.label(RichText::new(&m.text).monospace().weak());
-                    });
-                    if WizardKind::from_wizard(m.wizard) != current
-                        && ui
-                            .button(format!(
-                                "Continue in {} (line {})",
-                                m.wizard.label(),
-                                m.line
-                            ))
-                            .clicked()
-                    {
-                        chosen = Some(m.wizard);
-                    }
-                    ui.end_row();
+        // One block per line, full width: a grid squeezes the wrapped meaning into a sliver.
+        for m in &log.matches {
+            ui.horizontal(|ui| {
+                ui.label(RichText::new(format!("line {}", m.line)).strong());
+                if WizardKind::from_wizard(m.wizard) != current
+                    && ui
+                        .button(format!(
+                            "Continue in {} (line {})",
+                            m.wizard.label(),
+                            m.line
+                        ))
+                        .clicked()
+                {
+                    chosen = Some(m.wizard);
                 }
             });
+            ui.label(&m.meaning);
+            ui.label(RichText::new(&m.text).monospace().weak());
+            ui.add_space(4.0);
+        }
     }
     chosen
 }
