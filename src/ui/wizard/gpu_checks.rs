@@ -250,4 +250,104 @@ mod tests {
         assert!(summary.summary.contains("cancelled"));
         assert!(findings.is_empty());
     }
+
+    fn report_with_problems() -> CheckReport {
+        use crate::cuda::{
+            Comparison, CudaDeviceFacts, DeviceCheck, LargestBlock, MemoryMismatch, MemtestConfig,
+            MemtestKind, MemtestReport, MemtestTestResult, NvmlSystemFacts,
+        };
+        let comparison = |field: &str, agrees: bool| Comparison {
+            field: field.to_owned(),
+            cuda: "13.0".to_owned(),
+            nvml: if agrees { "13.0" } else { "12.8" }.to_owned(),
+            agrees,
+            note: "driver library and kernel module differ".to_owned(),
+        };
+        CheckReport {
+            schema: String::new(),
+            cuda_driver_version: "13.0".to_owned(),
+            cuda_driver_version_raw: 13000,
+            device_count: 1,
+            nvml: NvmlSystemFacts::default(),
+            driver_comparisons: vec![comparison("CUDA version", false)],
+            devices: vec![DeviceCheck {
+                cuda: CudaDeviceFacts::default(),
+                nvml: None,
+                nvml_error: None,
+                comparisons: vec![comparison("total memory", true)],
+            }],
+            tested_device: 0,
+            largest_block: LargestBlock {
+                free_bytes: 1 << 30,
+                largest_bytes: 1 << 29,
+                smallest_failed_bytes: 1 << 30,
+                attempts: 3,
+                elapsed_ms: 1,
+                converged: true,
+                ratio_of_free: 0.5,
+                explanation: String::new(),
+            },
+            memtest: Some(MemtestReport {
+                config: MemtestConfig::default(),
+                free_bytes_before: 1 << 30,
+                tested_bytes: 1 << 29,
+                chunk_count: 1,
+                tests: vec![MemtestTestResult {
+                    kind: MemtestKind::OwnAddress,
+                    label: "own address".to_owned(),
+                    phases_done: 1,
+                    phases_total: 1,
+                    bytes_moved: 1 << 29,
+                    elapsed_ms: 1.0,
+                    throughput_gb_per_s: 1.0,
+                    error_count: 2,
+                    errors: vec![MemoryMismatch {
+                        address: 0x7f00_0000_1000,
+                        expected: 1,
+                        actual: 3,
+                        second_read: 3,
+                        flipped_bits: 1,
+                    }],
+                }],
+                total_errors: 2,
+                cancelled: false,
+                stopped_by: None,
+                planted_fault_addresses: Vec::new(),
+                elapsed_ms: 1.0,
+                throughput_gb_per_s: 1.0,
+                copy_bandwidth_gb_per_s: None,
+                health_before: None,
+                health_after: None,
+                health_changes: vec!["remapped rows pending 0 -> 1".to_owned()],
+            }),
+            disagreement_count: 1,
+        }
+    }
+
+    #[test]
+    fn memtest_errors_counter_changes_and_disagreements_become_findings() {
+        let (summary, findings) = check_findings(&Ok(report_with_problems()));
+        assert!(summary.summary.contains("1 disagreement(s)"), "{summary:?}");
+        assert!(summary.summary.contains("2 mismatch(es)"), "{summary:?}");
+        let categories: Vec<(Category, Severity)> =
+            findings.iter().map(|f| (f.category, f.severity)).collect();
+        assert_eq!(
+            categories,
+            vec![
+                (Category::Ecc, Severity::Critical),
+                (Category::RowRemap, Severity::Critical),
+                (Category::DriverMismatch, Severity::Warning),
+            ]
+        );
+        assert!(findings[0].title.contains("2 mismatch(es) on GPU 0"));
+        assert!(
+            findings[0]
+                .evidence
+                .iter()
+                .any(|e| e.label == "own address at 0x7f0000001000")
+        );
+        // Only the disagreeing comparison is cited.
+        assert_eq!(findings[2].evidence.len(), 1);
+        assert!(findings[2].evidence[0].display.contains("NVML 12.8"));
+    }
 }
