@@ -176,7 +176,7 @@ fn slow_snapshot_bytes(pairs: usize) -> Vec<u8> {
 }
 
 #[test]
-fn a_slow_snapshot_read_shows_progress_and_can_be_cancelled() {
+fn a_slow_snapshot_read_can_be_cancelled() {
     let dir = tempfile::tempdir().expect("temp dir");
     let slow = dir.path().join("slow.pickle");
     std::fs::write(&slow, slow_snapshot_bytes(48 << 20)).expect("written");
@@ -388,4 +388,67 @@ fn ctrl_1_to_4_switch_views_and_tabs_are_clickable() {
             .query_by_label_contains("Open a PyTorch memory snapshot")
             .is_some()
     );
+}
+
+#[test]
+fn at_most_a_few_allocator_views_stay_open() {
+    use vramscope::ui::app::MAX_ALLOCATOR_VIEWS;
+    let path = case("fragmentation.pickle");
+    let dialogs = ScriptedDialogs::default();
+    let mut harness = harness(&dialogs, Vec::new());
+    harness.run_steps(1);
+    for i in 0..=MAX_ALLOCATOR_VIEWS {
+        let snapshot =
+            vramscope::formats::pytorch::read_file(&path, &|_| true).expect("fixture reads");
+        harness
+            .state_mut()
+            .show_snapshot(&format!("step-{i}.pickle"), snapshot);
+    }
+    let app = harness.state();
+    assert_eq!(app.allocator_views().len(), MAX_ALLOCATOR_VIEWS);
+    assert_eq!(app.allocator_views()[0].name(), "step-1.pickle");
+    assert_eq!(
+        app.active_allocator_view().map(|v| v.name()),
+        Some(format!("step-{MAX_ALLOCATOR_VIEWS}.pickle").as_str())
+    );
+    assert!(
+        notice_texts(&harness, NoticeLevel::Info)
+            .iter()
+            .any(|n| n.contains("Closed the allocator view of step-0.pickle"))
+    );
+}
+
+#[test]
+fn the_live_capture_is_offered_to_diagnose() {
+    use vramscope::source::demo::DemoSource;
+    use vramscope::ui::app::LiveStart;
+    let options = AppOptions {
+        files: Vec::new(),
+        live: Some(LiveStart {
+            source: Box::new(DemoSource::new(1_000_000)),
+            demo_notice: Some("test: the demo machine".to_owned()),
+        }),
+        dialogs: Box::new(ScriptedDialogs::default()),
+        recordings_dir: None,
+    };
+    let mut harness = Harness::builder()
+        .with_size(Vec2::new(1200.0, 800.0))
+        .wgpu()
+        .build_eframe(move |cc| VramscopeApp::new(cc, options));
+    step_until(&mut harness, "live samples", |app| {
+        app.active_session()
+            .is_some_and(|s| s.capture.sample_count() > 0)
+    });
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Num3);
+    harness.run_steps(2);
+    let diagnosis = harness.state().wizard().diagnosis();
+    assert!(
+        diagnosis
+            .inputs
+            .iter()
+            .any(|i| i.kind == "capture" && i.name == "demo machine"),
+        "{:?}",
+        diagnosis.inputs
+    );
+    assert!(diagnosis.simulated, "the demo machine's data is marked");
 }

@@ -39,6 +39,9 @@ pub const RECORD_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::C
 /// Ctrl+Q: quit.
 pub const QUIT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Q);
 
+/// Allocator views kept open at most (each holds a whole snapshot); the oldest is closed first.
+pub const MAX_ALLOCATOR_VIEWS: usize = 8;
+
 /// A live source to start with: the source and, for the demo machine, why it is shown.
 #[cfg(feature = "native")]
 pub struct LiveStart {
@@ -364,6 +367,17 @@ impl VramscopeApp {
             );
         }
         self.wizard.add_snapshot_facts(opened.facts);
+        if self.allocators.len() >= MAX_ALLOCATOR_VIEWS {
+            // A watched folder gets a new snapshot every few minutes for as long as a job runs.
+            let closed = self.allocators.remove(0);
+            self.notices.push(
+                NoticeLevel::Info,
+                format!(
+                    "Closed the allocator view of {} to keep at most {MAX_ALLOCATOR_VIEWS} open.",
+                    closed.name()
+                ),
+            );
+        }
         self.allocators
             .push(AllocatorView::new(opened.snapshot, file_name));
         self.active_allocator = self.allocators.len() - 1;
