@@ -30,12 +30,13 @@ fn case(name: &str) -> PathBuf {
 /// Dialogs that answer from a script.
 #[derive(Clone, Default)]
 struct ScriptedDialogs {
+    open_answers: Arc<Mutex<Vec<PathBuf>>>,
     folder_answers: Arc<Mutex<Vec<PathBuf>>>,
 }
 
 impl FileDialogs for ScriptedDialogs {
     fn pick_file_to_open(&mut self) -> Option<PathBuf> {
-        None
+        self.open_answers.lock().ok()?.pop()
     }
     fn pick_save_path(&mut self, _suggested_name: &str) -> Option<PathBuf> {
         None
@@ -451,4 +452,37 @@ fn the_live_capture_is_offered_to_diagnose() {
         diagnosis.inputs
     );
     assert!(diagnosis.simulated, "the demo machine's data is marked");
+}
+
+#[test]
+fn the_wizard_opens_a_log_as_evidence() {
+    let dialogs = ScriptedDialogs::default();
+    dialogs
+        .open_answers
+        .lock()
+        .expect("lock")
+        .push(case("fragmentation.log"));
+    let mut harness = harness(&dialogs, Vec::new());
+    harness.run_steps(1);
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Num3);
+    harness.run_steps(1);
+    harness.get_by_label("Log analyzer").click();
+    harness.run_steps(2);
+    harness.get_by_label("Next").click();
+    harness.run_steps(2);
+    harness
+        .get_by_label("Open a capture, snapshot or log…")
+        .click();
+    wait_until_idle(&mut harness);
+    assert_eq!(
+        harness.state().view(),
+        View::Diagnose,
+        "stays in the wizard"
+    );
+    assert!(
+        harness
+            .query_all_by_label_contains("log fragmentation.log")
+            .next()
+            .is_some()
+    );
 }

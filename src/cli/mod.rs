@@ -21,7 +21,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "vramscope", version, about, long_about = None)]
 pub struct Cli {
-    /// Files to open in the GUI (.vramcap captures, PyTorch snapshots).
+    /// Files to open in the GUI (.vramcap captures, PyTorch snapshots, logs).
     pub files: Vec<PathBuf>,
     /// Use the built-in simulated machine instead of real GPUs.
     #[arg(long)]

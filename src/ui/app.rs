@@ -1102,6 +1102,9 @@ impl eframe::App for VramscopeApp {
             View::Allocator => self.allocator_view_ui(ui),
             View::Diagnose => {
                 egui::CentralPanel::default().show(ui, |ui| self.wizard.ui(ui));
+                if self.wizard.take_open_request() {
+                    self.open_with_dialog();
+                }
             }
             View::HardwareChecks => self.hardware_view_ui(ui),
         }

@@ -157,6 +157,8 @@ pub struct WizardView {
     /// What the GPU checks found (the "Hardware and driver" wizard runs them), added to every
     /// diagnosis.
     check_evidence: Option<(InputSummary, Vec<Finding>)>,
+    /// "Open a file…" was clicked; the app opens the dialog (see [`WizardView::take_open_request`]).
+    open_requested: bool,
     #[cfg(feature = "native")]
     checks: crate::ui::hardware::CheckRunner,
     #[cfg(feature = "native")]
@@ -185,6 +187,7 @@ impl WizardView {
             report_path: "vramscope-report.html".to_owned(),
             report_write: ReportWrite::Idle,
             check_evidence: None,
+            open_requested: false,
             #[cfg(feature = "native")]
             checks: crate::ui::hardware::CheckRunner::new(),
             #[cfg(feature = "native")]
@@ -240,6 +243,12 @@ impl WizardView {
             None => self.input.captures.push(capture),
         }
         self.rediagnose();
+    }
+
+    /// True once after the user asked to open a file as evidence; the app then shows its open
+    /// dialog, and what it opens comes back through the `add_*` methods.
+    pub fn take_open_request(&mut self) -> bool {
+        std::mem::take(&mut self.open_requested)
     }
 
     /// Starts the wizard `kind` at its evidence step, keeping the evidence given so far.
@@ -421,13 +430,22 @@ impl WizardView {
     fn evidence_ui(&mut self, ui: &mut egui::Ui) {
         ui.label(egui::RichText::new("Evidence so far").strong());
         if self.diagnosis.inputs.is_empty() {
-            ui.label("None yet. Paste a log below, or open a capture, snapshot or log in the app.");
+            ui.label("None yet. Paste a log below, or open a capture, snapshot or log.");
         }
         for input in &self.diagnosis.inputs {
             ui.label(format!(
                 "• {} {}: {}",
                 input.kind, input.name, input.summary
             ));
+        }
+        if ui
+            .button("Open a capture, snapshot or log…")
+            .on_hover_text(
+                "Files can also be dropped on the window; every opened file is added here",
+            )
+            .clicked()
+        {
+            self.open_requested = true;
         }
         ui.add_space(8.0);
         let label = ui.label("Paste a log (training output, dmesg, journalctl -k):");
