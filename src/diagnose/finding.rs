@@ -74,6 +74,7 @@ pub enum Severity {
 }
 
 impl Severity {
+    /// The lower-case name used in JSON reports and CLI output.
     pub fn as_str(self) -> &'static str {
         match self {
             Severity::Critical => "critical",
@@ -240,6 +241,7 @@ pub enum Wizard {
 }
 
 impl Wizard {
+    /// The wizard's title as the UI and reports show it.
     pub fn label(self) -> &'static str {
         match self {
             Wizard::OutOfMemory => "Out of memory",
