@@ -9,8 +9,8 @@ use crate::diagnose::finding::{Finding, Severity};
 use crate::model::format_bytes;
 
 /// Chart size in pixels.
-const CHART_WIDTH: u32 = 900;
-const CHART_HEIGHT: u32 = 260;
+const CHART_WIDTH_PX: u32 = 900;
+const CHART_HEIGHT_PX: u32 = 260;
 
 const CSS: &str = "body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#1d1d1f;line-height:1.45}\
 h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2rem}h3{font-size:1.05rem;margin:0 0 .4rem}\
@@ -120,11 +120,11 @@ pub fn render(report: &Report) -> String {
 
 fn timeline_section(out: &mut String, timeline: &super::Timeline) {
     out.push_str("<h2>Memory timeline</h2>\n");
-    match chart::render_png(timeline, CHART_WIDTH, CHART_HEIGHT) {
+    match chart::render_png(timeline, CHART_WIDTH_PX, CHART_HEIGHT_PX) {
         Ok(png) => {
             let _ = writeln!(
                 out,
-                "<img class=\"chart\" width=\"{CHART_WIDTH}\" height=\"{CHART_HEIGHT}\" alt=\"Memory over time: {}\" src=\"data:image/png;base64,{}\"/>",
+                "<img class=\"chart\" width=\"{CHART_WIDTH_PX}\" height=\"{CHART_HEIGHT_PX}\" alt=\"Memory over time: {}\" src=\"data:image/png;base64,{}\"/>",
                 escape(&timeline.caption),
                 base64(&png)
             );
