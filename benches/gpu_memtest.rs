@@ -53,7 +53,7 @@ fn main() -> ExitCode {
         .unwrap_or_default();
     println!(
         "gpu_memtest: {device}, {:.2} GiB tested ({share_of_free_percent} % of free) in {} chunks, {} errors",
-        memtest.tested_bytes as f64 / (1u64 << 30) as f64,
+        memtest.tested_bytes as f64 / vramscope::model::GIB as f64,
         memtest.chunk_count,
         memtest.total_errors
     );

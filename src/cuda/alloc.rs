@@ -200,7 +200,7 @@ fn search_largest(
 
 /// Plain-language reading of the probe.
 fn explain(free_bytes: u64, largest_bytes: u64) -> String {
-    let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+    let gib = |bytes: u64| bytes as f64 / crate::model::GIB as f64;
     let gap = free_bytes.saturating_sub(largest_bytes);
     if free_bytes == 0 {
         return "No memory is free on this GPU: every allocation will fail until other processes release memory.".to_owned();
@@ -234,7 +234,7 @@ fn explain(free_bytes: u64, largest_bytes: u64) -> String {
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
+    use crate::model::MIB;
 
     /// Runs the search against a fake device on which `limit` bytes allocate.
     fn search(free: u64, limit: u64) -> (SearchBounds, Vec<u64>) {
