@@ -92,10 +92,6 @@ pub mod throttle {
     }
 }
 
-/// Xids that DCGM's health watches treat as failures ("devastating" plus row-remap failure);
-/// used for codes the Xid table does not know.
-pub const FAILURE_XIDS: &[u32] = &[48, 64, 74, 79, 95, 119, 120, 140];
-
 #[cfg(test)]
 mod tests {
     use super::throttle;
