@@ -941,7 +941,6 @@ impl TimeTravel {
         }
     }
 
-    /// Pool of a segment created or re-created by event `index`.
     /// Maps a range of an expandable segment where trace event `index` says one appears: a
     /// `segment_map` replayed forward, or a `segment_unmap` undone backward.
     fn map_new_range(
@@ -950,9 +949,7 @@ impl TimeTravel {
         index: usize,
         op: &TraceOp,
     ) -> Result<(), Mismatch> {
-        if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
-            return Err(Mismatch::SegmentInUse);
-        }
+        ensure_room_for_segment(state, op)?;
         state.map_range(
             op.address,
             op.size_bytes,
@@ -971,9 +968,7 @@ impl TimeTravel {
         index: usize,
         op: &TraceOp,
     ) -> Result<(), Mismatch> {
-        if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
-            return Err(Mismatch::SegmentInUse);
-        }
+        ensure_room_for_segment(state, op)?;
         let (pool, pool_id) = self.segment_pool(index, op);
         state.insert_segment(StateSegment {
             address: op.address,
@@ -987,6 +982,7 @@ impl TimeTravel {
         Ok(())
     }
 
+    /// Pool of a segment created or re-created by event `index`.
     fn segment_pool(&self, index: usize, op: &TraceOp) -> (PoolKind, PoolId) {
         let from_trace = self.trace().pool_id(index);
         match self.final_segment_pools.get(&op.address) {
@@ -1022,6 +1018,14 @@ impl TimeTravel {
             Ok(room)
         }
     }
+}
+
+/// A segment (or mapped range) can appear at `op.address` only where none is, and only with a size.
+fn ensure_room_for_segment(state: &AllocatorState, op: &TraceOp) -> Result<(), Mismatch> {
+    if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
+        return Err(Mismatch::SegmentInUse);
+    }
+    Ok(())
 }
 
 /// Expandable segments map 2 MiB pages for the small pool and 20 MiB pages for the large one.
