@@ -89,6 +89,7 @@ pub struct ProcessTrack {
     pub pid: u32,
     pub name: String,
     pub kind: ProcessKind,
+    /// MIG (GPU instance, compute instance) the process runs in, when MIG is on.
     pub mig_instance: Option<(u32, u32)>,
     /// Tick times at which the process was listed.
     pub t_ms: Vec<UnixMs>,

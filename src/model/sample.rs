@@ -9,9 +9,13 @@ use super::{Event, FieldStatus, UnixMs};
 /// into `used`, which is why they disagree; we keep all four.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryReading {
+    /// Memory held by processes' allocations and contexts (v2: without the driver's reserve).
     pub used_bytes: u64,
+    /// Memory the driver and firmware keep for themselves.
     pub reserved_bytes: u64,
+    /// Memory still available to allocations.
     pub free_bytes: u64,
+    /// Installed memory as NVML reports it.
     pub total_bytes: u64,
 }
 
