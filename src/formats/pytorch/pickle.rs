@@ -221,16 +221,22 @@ impl Machine<'_> {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, value: Value) -> VmResult<()> {
         if self.stack.len() >= self.max_stack {
-            return Err(self.malformed(format!(
-                "the pickle stack grew past {} items; a memory snapshot never needs that many",
-                self.max_stack
-            )));
+            return Err(self.stack_overflow());
         }
         self.stack.push(value);
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn stack_overflow(&self) -> Box<VmError> {
+        self.malformed(format!(
+            "the pickle stack grew past {} items; a memory snapshot never needs that many",
+            self.max_stack
+        ))
     }
 
     fn pop(&mut self) -> VmResult<Value> {
@@ -287,13 +293,21 @@ impl Machine<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn memo_get(&mut self, index: u64) -> VmResult<()> {
-        let value = match self.memo.get(index as usize) {
-            Some(value) if *value != Value::Mark => Some(*value),
-            _ => self.memo_far.get(&index).copied(),
-        };
-        match value {
+        match self.memo.get(index as usize) {
+            Some(value) if !matches!(value, Value::Mark) => {
+                let value = *value;
+                self.push(value)
+            }
+            _ => self.memo_get_far(index),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn memo_get_far(&mut self, index: u64) -> VmResult<()> {
+        match self.memo_far.get(&index).copied() {
             Some(value) => self.push(value),
             None => Err(self.malformed(format!("memo entry {index} is read before it is set"))),
         }
