@@ -8,8 +8,12 @@
 pub mod analysis;
 #[cfg(feature = "native")]
 pub mod cli;
+#[cfg(feature = "native")]
+pub mod cuda;
+pub mod diagnose;
 pub mod formats;
 pub mod model;
+pub mod report;
 pub mod source;
 pub mod ui;
 #[cfg(target_arch = "wasm32")]

@@ -1,6 +1,11 @@
 //! Pure functions over the model: level-of-detail pyramids for timelines, threshold crossings,
-//! allocator snapshot totals.
+//! allocator snapshot totals, and the allocator analyses (time travel, fragmentation, OOM
+//! explanations).
 
+pub mod allocator_rules;
+pub mod fragmentation;
 pub mod lod;
+pub mod oom;
 pub mod threshold;
+pub mod timetravel;
 pub mod totals;

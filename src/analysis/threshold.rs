@@ -1,1 +1,150 @@
 //! Threshold crossings derived from samples (the threshold is a view setting, not data).
+//!
+//! Occupied memory (used + reserved, what `nvidia-smi` shows) is compared with a fraction of the
+//! total. A crossing upwards happens when occupancy reaches the threshold; the way back down only
+//! counts once occupancy falls a further [`HYSTERESIS_FRACTION`] below it, so that a series
+//! hovering at the line (noise, a training step's ripple) does not mark a storm of crossings.
+
+use crate::model::{DeviceSample, UnixMs};
+
+/// How far below the threshold occupancy must fall before it counts as having dropped back:
+/// one percentage point.
+pub const HYSTERESIS_FRACTION: f64 = 0.01;
+
+/// Occupancy went over (or back under) the threshold at `t_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crossing {
+    /// Time of the first sample on the new side of the threshold.
+    pub t_ms: UnixMs,
+    /// `true` when occupancy rose to the threshold, `false` when it fell back below it.
+    pub rising: bool,
+}
+
+/// Crossings of `threshold_fraction` (e.g. 0.9) by the occupied fraction of `samples` (one
+/// device, in time order). Samples without a memory reading are skipped. A series that starts above
+/// the threshold does not produce a crossing at its first sample: only changes are reported.
+pub fn crossings(samples: &[DeviceSample], threshold_fraction: f64) -> Vec<Crossing> {
+    let mut result = Vec::new();
+    let mut above: Option<bool> = None;
+    for sample in samples {
+        let Some(memory) = sample.memory else {
+            continue;
+        };
+        let fraction = memory.occupied_fraction();
+        match above {
+            None => above = Some(fraction >= threshold_fraction),
+            Some(false) if fraction >= threshold_fraction => {
+                above = Some(true);
+                result.push(Crossing {
+                    t_ms: sample.t_ms,
+                    rising: true,
+                });
+            }
+            Some(true) if fraction < threshold_fraction - HYSTERESIS_FRACTION => {
+                above = Some(false);
+                result.push(Crossing {
+                    t_ms: sample.t_ms,
+                    rising: false,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::MemoryReading;
+
+    /// A sample whose occupied memory is `per_mille` thousandths of a 1000-byte device.
+    fn at_per_mille(t_ms: UnixMs, per_mille: u64) -> DeviceSample {
+        DeviceSample {
+            t_ms,
+            memory: Some(MemoryReading {
+                used_bytes: per_mille - 10,
+                reserved_bytes: 10,
+                free_bytes: 1000 - per_mille,
+                total_bytes: 1000,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn series(per_mille: &[u64]) -> Vec<DeviceSample> {
+        per_mille
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| at_per_mille(i as i64 * 100, p))
+            .collect()
+    }
+
+    #[test]
+    fn rising_and_falling_crossings_are_found_at_the_first_sample_past_the_line() {
+        let found = crossings(&series(&[500, 899, 900, 950, 700, 910]), 0.9);
+        assert_eq!(
+            found,
+            vec![
+                Crossing {
+                    t_ms: 200,
+                    rising: true
+                },
+                Crossing {
+                    t_ms: 400,
+                    rising: false
+                },
+                Crossing {
+                    t_ms: 500,
+                    rising: true
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn noise_around_the_line_does_not_produce_a_storm() {
+        // Hovers between 89.1% and 90.5%: one rise, and never 1 point below, so no fall.
+        let found = crossings(&series(&[850, 905, 891, 903, 895, 901, 892, 904]), 0.9);
+        assert_eq!(
+            found,
+            vec![Crossing {
+                t_ms: 100,
+                rising: true
+            }]
+        );
+        // Falling 1 point below does count.
+        let found = crossings(&series(&[905, 889]), 0.9);
+        assert_eq!(
+            found,
+            vec![Crossing {
+                t_ms: 100,
+                rising: false
+            }]
+        );
+    }
+
+    #[test]
+    fn starting_above_is_not_a_crossing_and_missing_readings_are_skipped() {
+        let mut samples = series(&[950, 960, 500]);
+        samples.insert(
+            1,
+            DeviceSample {
+                t_ms: 50,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            crossings(&samples, 0.9),
+            vec![Crossing {
+                t_ms: 200,
+                rising: false
+            }]
+        );
+        assert!(crossings(&[], 0.9).is_empty());
+        assert!(
+            crossings(&series(&[500, 990]), f64::NAN).is_empty(),
+            "a NaN threshold crosses nothing"
+        );
+    }
+}

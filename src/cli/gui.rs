@@ -1,8 +1,56 @@
-//! Starting the GUI from the command line.
+//! Starting the GUI from the command line: `vramscope [FILES…] [--demo]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-pub fn run(_files: Vec<PathBuf>, _demo: bool) -> ExitCode {
-    super::fail("the GUI is not built yet")
+use crate::ui::app::LiveStart;
+use crate::ui::{AppOptions, VramscopeApp, dialogs};
+
+/// Opens the window. With files, shows them (read in the background); without, samples the live
+/// GPUs through NVML, or the simulated demo machine (with a visible notice saying why) when
+/// `demo` is set or no NVIDIA driver can be loaded.
+pub fn run(files: Vec<PathBuf>, demo: bool) -> ExitCode {
+    let live = if files.is_empty() || demo {
+        let (source, demo_notice) = crate::source::open_default(demo);
+        Some(LiveStart {
+            source,
+            demo_notice,
+        })
+    } else {
+        None
+    };
+    let title = match &live {
+        Some(LiveStart {
+            demo_notice: Some(_),
+            ..
+        }) => "vramscope — demo machine (simulated)",
+        _ => "vramscope",
+    };
+    let native_options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_title(title)
+            .with_app_id("vramscope")
+            .with_inner_size([1400.0, 900.0])
+            .with_min_inner_size([640.0, 420.0])
+            .with_drag_and_drop(true),
+        persist_window: true,
+        ..Default::default()
+    };
+    let options = AppOptions {
+        files,
+        live,
+        dialogs: dialogs::default_dialogs(),
+        recordings_dir: None,
+    };
+    let result = eframe::run_native(
+        "vramscope",
+        native_options,
+        Box::new(|cc| Ok(Box::new(VramscopeApp::new(cc, options)))),
+    );
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => super::fail(format!(
+            "could not open the window: {err} (is a display available? for headless machines use `vramscope record`)"
+        )),
+    }
 }

@@ -1,9 +1,12 @@
 //! Command line: `vramscope [FILES…] [--demo]` starts the GUI; subcommands run headless.
 //!
 //! Exit codes: 0 success, 1 the command failed (bad file, no GPU, ...), 2 usage error (clap),
-//! 130 interrupted before anything useful was done.
+//! 3 a check ran and found a problem (`vramscope check`), 130 interrupted before anything useful
+//! was done.
 
 mod analyze;
+mod check;
+mod diagnose;
 mod gui;
 mod info;
 mod inspect;
@@ -35,8 +38,12 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Show devices, driver and CUDA versions, current memory and health.
     Info(info::InfoArgs),
+    /// Check the GPU: driver facts, CUDA vs NVML, largest allocatable block, optional memory test.
+    Check(check::CheckArgs),
     /// Summarize PyTorch allocator snapshots: totals per device and pool.
     Analyze(analyze::AnalyzeArgs),
+    /// Find out why memory ran out or a GPU misbehaves, from logs, captures, snapshots or the live GPUs.
+    Diagnose(diagnose::DiagnoseArgs),
 }
 
 /// Entry point of the binary.
@@ -47,7 +54,9 @@ pub fn main() -> ExitCode {
         Some(Command::Record(args)) => record::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Info(args)) => info::run(args),
+        Some(Command::Check(args)) => check::run(args),
         Some(Command::Analyze(args)) => analyze::run(args),
+        Some(Command::Diagnose(args)) => diagnose::run(args),
     }
 }
 

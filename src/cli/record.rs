@@ -1,10 +1,206 @@
-//! `vramscope record`.
+//! `vramscope record`: headless recording to a `.vramcap` file, for servers without a display.
+//!
+//! The sampler polls on its own thread, this thread moves batches to the [`Recorder`] (which
+//! writes on a third), and prints progress. Ctrl+C, SIGTERM and `--duration` all end the
+//! recording the same way: the last batches are written and the file is closed cleanly.
 
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::formats::vramcap::{Recorder, RecorderStatus};
+use crate::model::format_bytes;
+use crate::source::open_default;
+use crate::source::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
 
 #[derive(Debug, clap::Args)]
-pub struct RecordArgs {}
+pub struct RecordArgs {
+    /// Capture file to write (conventionally *.vramcap).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: PathBuf,
+    /// Fast-tier sampling interval in milliseconds (20 to 60000).
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = SamplerConfig::default().fast_interval_ms,
+        value_parser = clap::value_parser!(u32).range(i64::from(MIN_FAST_INTERVAL_MS)..=i64::from(MAX_FAST_INTERVAL_MS)),
+    )]
+    pub interval_ms: u32,
+    /// Stop by itself after this many seconds (fractions allowed); default: until Ctrl+C or SIGTERM.
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Record the built-in simulated machine instead of real GPUs.
+    #[arg(long)]
+    pub demo: bool,
+    /// Replace FILE if it already exists.
+    #[arg(long)]
+    pub force: bool,
+}
 
-pub fn run(_args: RecordArgs) -> ExitCode {
-    super::fail("record: not built yet")
+/// Longest `--duration` accepted: a year, far beyond any real recording, small enough that
+/// `Instant` arithmetic cannot overflow.
+const MAX_DURATION_SECS: f64 = 366.0 * 24.0 * 3600.0;
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !(secs > 0.0 && secs <= MAX_DURATION_SECS) {
+        return Err(format!(
+            "must be more than 0 and at most {MAX_DURATION_SECS} seconds"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// How often the progress line is redrawn on a terminal, and printed when output is a file or pipe.
+const PROGRESS_TTY: Duration = Duration::from_millis(250);
+const PROGRESS_PLAIN: Duration = Duration::from_secs(5);
+
+pub fn run(args: RecordArgs) -> ExitCode {
+    if args.out.exists() && !args.force {
+        return super::fail(format!(
+            "{} already exists; pass --force to replace it",
+            args.out.display()
+        ));
+    }
+    let stop_requested = Arc::new(AtomicBool::new(false));
+    let handler_flag = Arc::clone(&stop_requested);
+    if let Err(err) = ctrlc::set_handler(move || handler_flag.store(true, Ordering::SeqCst)) {
+        return super::fail(format!("cannot install the Ctrl+C/SIGTERM handler: {err}"));
+    }
+
+    let (source, demo_reason) = open_default(args.demo);
+    let config = SamplerConfig {
+        fast_interval_ms: args.interval_ms,
+        ..SamplerConfig::default()
+    };
+    let sampler = Sampler::spawn(source, config, Box::new(|| {}));
+    let mut meta = sampler.description().meta.clone();
+    if meta.writer.is_empty() {
+        meta.writer = format!("vramscope {}", env!("CARGO_PKG_VERSION"));
+    }
+    let devices = sampler.description().devices.clone();
+    let recorder = match Recorder::create(&args.out, &meta, &devices) {
+        Ok(recorder) => recorder,
+        Err(err) => return super::fail(err),
+    };
+    if let Some(reason) = &demo_reason {
+        eprintln!("vramscope: recording a SIMULATED machine, not real GPUs: {reason}");
+    }
+    eprintln!(
+        "vramscope: recording {} GPU(s) every {} ms to {}{}; press Ctrl+C to stop",
+        devices.len(),
+        args.interval_ms,
+        args.out.display(),
+        args.duration
+            .map(|d| format!(" for {:.1} s", d.as_secs_f64()))
+            .unwrap_or_default()
+    );
+
+    let started = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let progress_every = if tty { PROGRESS_TTY } else { PROGRESS_PLAIN };
+    let mut last_progress = Instant::now();
+    let reached_duration = || args.duration.is_some_and(|d| started.elapsed() >= d);
+    let mut write_error = None;
+    while !stop_requested.load(Ordering::SeqCst) && !reached_duration() {
+        let wait = Duration::from_millis(100);
+        if let Some(batch) = sampler.recv_timeout(wait) {
+            recorder.push(&batch);
+        }
+        if last_progress.elapsed() >= progress_every {
+            last_progress = Instant::now();
+            let status = recorder.status();
+            print_progress(&status, started.elapsed(), tty);
+            if let Some(problem) = status.last_error {
+                write_error = Some(problem);
+                break;
+            }
+        }
+    }
+    let remaining = sampler.drain();
+    let dropped_by_sampler = sampler.dropped_batches();
+    sampler.stop();
+    for batch in &remaining {
+        recorder.push(batch);
+    }
+    if tty {
+        eprintln!();
+    }
+    let elapsed = started.elapsed();
+    let status = match (recorder.finish(), write_error) {
+        (Ok(status), None) => status,
+        (Err(err), _) => return super::fail(err),
+        (Ok(_), Some(problem)) => return super::fail(problem),
+    };
+    if status.batches_dropped + dropped_by_sampler > 0 {
+        eprintln!(
+            "vramscope: warning: {} batches were dropped because writing fell behind",
+            status.batches_dropped + dropped_by_sampler
+        );
+    }
+    println!(
+        "recorded {} samples of {} GPU(s) over {} to {} ({}){}",
+        status.samples_written,
+        devices.len(),
+        format_elapsed(elapsed),
+        args.out.display(),
+        format_bytes(status.bytes_written),
+        if demo_reason.is_some() {
+            " — simulated data"
+        } else {
+            ""
+        }
+    );
+    ExitCode::SUCCESS
+}
+
+fn print_progress(status: &RecorderStatus, elapsed: Duration, tty: bool) {
+    let line = format!(
+        "recording: {} samples, {}, {} written",
+        status.samples_written,
+        format_elapsed(elapsed),
+        format_bytes(status.bytes_written)
+    );
+    let mut err = std::io::stderr().lock();
+    // Progress is best effort: a closed stderr must not stop the recording.
+    let _ = if tty {
+        write!(err, "\r\x1b[2K{line}").and_then(|()| err.flush())
+    } else {
+        writeln!(err, "{line}")
+    };
+}
+
+/// `h:mm:ss` for progress lines.
+fn format_elapsed(elapsed: Duration) -> String {
+    let secs = elapsed.as_secs();
+    format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_validated() {
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration(" 2 "), Ok(Duration::from_secs(2)));
+        for bad in ["0", "-1", "NaN", "inf", "1e30", "soon", ""] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn elapsed_is_hours_minutes_seconds() {
+        assert_eq!(
+            format_elapsed(Duration::from_secs(3 * 3600 + 62)),
+            "3:01:02"
+        );
+        assert_eq!(format_elapsed(Duration::from_millis(999)), "0:00:00");
+    }
 }

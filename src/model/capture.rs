@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DeviceFacts, DeviceSample, Event, FieldStatus, HealthSample, ProcessKind, ProcessSample, SampleBatch, UnixMs};
+use super::{
+    DeviceFacts, DeviceSample, Event, FieldStatus, HealthSample, ProcessKind, ProcessSample,
+    SampleBatch, UnixMs,
+};
 
 /// Where the data came from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,7 +225,9 @@ impl Capture {
     }
 
     fn series_mut(&mut self, device_index: u32) -> Option<&mut DeviceSeries> {
-        self.series.iter_mut().find(|s| s.device_index == device_index)
+        self.series
+            .iter_mut()
+            .find(|s| s.device_index == device_index)
     }
 
     /// Number of fast-tier device samples over all devices.
@@ -232,8 +237,18 @@ impl Capture {
 
     /// First and last timestamp of any device sample.
     pub fn time_span_ms(&self) -> Option<(UnixMs, UnixMs)> {
-        let first = self.series.iter().filter_map(|s| s.samples.first()).map(|s| s.t_ms).min()?;
-        let last = self.series.iter().filter_map(|s| s.samples.last()).map(|s| s.t_ms).max()?;
+        let first = self
+            .series
+            .iter()
+            .filter_map(|s| s.samples.first())
+            .map(|s| s.t_ms)
+            .min()?;
+        let last = self
+            .series
+            .iter()
+            .filter_map(|s| s.samples.last())
+            .map(|s| s.t_ms)
+            .max()?;
         Some((first, last))
     }
 }
@@ -260,8 +275,14 @@ mod tests {
     #[test]
     fn ingest_folds_processes_into_tracks_and_finds_peaks() {
         let devices = vec![
-            DeviceFacts { index: 0, ..Default::default() },
-            DeviceFacts { index: 1, ..Default::default() },
+            DeviceFacts {
+                index: 0,
+                ..Default::default()
+            },
+            DeviceFacts {
+                index: 1,
+                ..Default::default()
+            },
         ];
         let mut capture = Capture::new(CaptureMeta::default(), devices);
         for (t, used) in [(0, 100), (250, 400), (500, 300)] {
@@ -279,13 +300,19 @@ mod tests {
             });
         }
         assert_eq!(capture.sample_count(), 6, "unknown device 7 is dropped");
-        assert_eq!(capture.series(0).and_then(|s| s.peak_used()), Some((250, 400)));
+        assert_eq!(
+            capture.series(0).and_then(|s| s.peak_used()),
+            Some((250, 400))
+        );
         assert_eq!(capture.time_span_ms(), Some((0, 500)));
         assert_eq!(capture.processes.len(), 1);
         let track = &capture.processes[0];
         assert_eq!(track.peak_used_bytes(), Some(400));
         assert_eq!(track.latest_used_bytes(), Some(300));
-        assert_eq!((track.first_seen_ms(), track.last_seen_ms()), (Some(0), Some(500)));
+        assert_eq!(
+            (track.first_seen_ms(), track.last_seen_ms()),
+            (Some(0), Some(500))
+        );
         assert_eq!(capture.process_poll_ms, vec![0, 250, 500]);
     }
 }

@@ -61,7 +61,9 @@ pub fn open_default(force_demo: bool) -> (Box<dyn Source>, Option<String>) {
         Ok(source) => (Box::new(source), None),
         Err(err) => (
             Box::new(demo::DemoSource::new(start_ms)),
-            Some(format!("no NVIDIA GPU could be opened ({err}): showing a simulated machine")),
+            Some(format!(
+                "no NVIDIA GPU could be opened ({err}): showing a simulated machine"
+            )),
         ),
     }
 }

@@ -1,1 +1,776 @@
-//! The eframe app.
+//! The eframe app: top bar and menus, device list, timeline, process table, notices; opening
+//! files (dialog, drag and drop, command line), recording, annotations and settings.
+//!
+//! The app holds one [`Session`] per source being shown (the live machine and any opened files)
+//! and shows one at a time. Everything slow happens elsewhere: sampling on the sampler thread,
+//! reading and writing files in [`Jobs`], recording on the recorder's writer thread. The UI is
+//! repainted when one of those delivers something, never in a loop, so an idle app costs nothing.
+
+use std::path::PathBuf;
+
+use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText, Ui};
+
+use crate::model::{Capture, UnixMs};
+
+use super::devices::device_list_ui;
+use super::dialogs::FileDialogs;
+use super::jobs::{JobResult, Jobs};
+use super::notices::{NoticeLevel, Notices};
+use super::processes::{ProcessTableState, process_table_ui};
+use super::session::{PreparedCapture, Session, SessionOrigin};
+use super::settings::{SAMPLING_INTERVAL_RANGE_MS, Settings};
+use super::timeline::{TimelineInput, TimelineState, timeline_ui};
+
+/// Ctrl+O (Cmd+O on macOS): open a file.
+pub const OPEN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::O);
+/// Ctrl+S: save the shown capture as a file.
+pub const SAVE_AS_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::S);
+/// Ctrl+R: start or stop recording the live source.
+pub const RECORD_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::R);
+/// Ctrl+Q: quit.
+pub const QUIT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Q);
+
+/// A live source to start with: the source and, for the demo machine, why it is shown.
+#[cfg(feature = "native")]
+pub struct LiveStart {
+    pub source: Box<dyn crate::source::Source>,
+    pub demo_notice: Option<String>,
+}
+
+/// How the app starts.
+pub struct AppOptions {
+    /// Files to open (read in the background).
+    pub files: Vec<PathBuf>,
+    /// The live source to sample, if any.
+    #[cfg(feature = "native")]
+    pub live: Option<LiveStart>,
+    /// Where "Open…" and "Save as…" get their paths.
+    pub dialogs: Box<dyn FileDialogs>,
+    /// Directory for new recordings (`None`: the app's data directory).
+    #[cfg(feature = "native")]
+    pub recordings_dir: Option<PathBuf>,
+}
+
+/// The app.
+pub struct VramscopeApp {
+    pub settings: Settings,
+    sessions: Vec<Session>,
+    active: Option<usize>,
+    timeline: TimelineState,
+    process_table: ProcessTableState,
+    jobs: Jobs,
+    pub notices: Notices,
+    dialogs: Box<dyn FileDialogs>,
+    #[cfg(feature = "native")]
+    recordings_dir: Option<PathBuf>,
+    annotation_draft: String,
+    show_settings: bool,
+    /// Title last sent to the window, so it is only sent when it changes.
+    sent_title: String,
+    /// Quit was asked for (File › Quit, Ctrl+Q); the window closes at the end of the frame.
+    quit_requested: bool,
+    /// Settings last applied to the sampler and the theme.
+    applied: Option<Settings>,
+}
+
+impl VramscopeApp {
+    /// Restores the settings, starts the live source (if any) and begins opening `files`.
+    pub fn new(cc: &eframe::CreationContext<'_>, options: AppOptions) -> Self {
+        let settings: Settings = cc
+            .storage
+            .and_then(|storage| eframe::get_value(storage, eframe::APP_KEY))
+            .unwrap_or_default();
+        let mut app = VramscopeApp {
+            settings: settings.sanitized(),
+            sessions: Vec::new(),
+            active: None,
+            timeline: TimelineState::default(),
+            process_table: ProcessTableState::default(),
+            jobs: Jobs::new(cc.egui_ctx.clone()),
+            notices: Notices::default(),
+            dialogs: options.dialogs,
+            #[cfg(feature = "native")]
+            recordings_dir: options.recordings_dir,
+            annotation_draft: String::new(),
+            show_settings: false,
+            sent_title: String::new(),
+            quit_requested: false,
+            applied: None,
+        };
+        #[cfg(feature = "native")]
+        if let Some(live) = options.live {
+            let ctx = cc.egui_ctx.clone();
+            let session = Session::live(
+                live.source,
+                live.demo_notice.clone(),
+                app.settings.sampling_interval_ms,
+                Box::new(move || ctx.request_repaint()),
+            );
+            if let Some(notice) = live.demo_notice {
+                app.notices.push(NoticeLevel::Warning, notice);
+            }
+            app.add_session(session);
+        }
+        for path in options.files {
+            app.open_path(path);
+        }
+        app
+    }
+
+    /// The session being shown.
+    pub fn active_session(&self) -> Option<&Session> {
+        self.active.and_then(|i| self.sessions.get(i))
+    }
+
+    fn active_session_mut(&mut self) -> Option<&mut Session> {
+        self.active.and_then(|i| self.sessions.get_mut(i))
+    }
+
+    /// All sessions (live and opened files).
+    pub fn sessions(&self) -> &[Session] {
+        &self.sessions
+    }
+
+    /// The timeline's view state (hover, follow-live).
+    pub fn timeline_state(&self) -> &TimelineState {
+        &self.timeline
+    }
+
+    /// Number of background jobs (file reads and writes) still running.
+    pub fn jobs_running(&self) -> usize {
+        self.jobs.running()
+    }
+
+    /// The window title: the source, and "(simulated)" whenever the data is simulated.
+    pub fn window_title(&self) -> String {
+        match self.active_session() {
+            None => "vramscope".to_owned(),
+            Some(session) if session.is_simulated() => {
+                format!("vramscope — {} (simulated)", session.label())
+            }
+            Some(session) => format!("vramscope — {}", session.label()),
+        }
+    }
+
+    /// Shows a capture that is already in memory (used for tests, benchmarks and screenshots;
+    /// files normally arrive through [`Self::open_path`]).
+    pub fn show_capture(&mut self, file_name: &str, capture: Capture) {
+        self.opened(
+            file_name.to_owned(),
+            Ok(Box::new(PreparedCapture::new(capture))),
+        );
+    }
+
+    /// Starts reading a file in the background.
+    pub fn open_path(&mut self, path: PathBuf) {
+        #[cfg(feature = "native")]
+        self.jobs.open_path(path);
+        #[cfg(not(feature = "native"))]
+        self.notices.push(
+            NoticeLevel::Error,
+            format!(
+                "{}: files can only be opened by dropping them on the page",
+                path.display()
+            ),
+        );
+    }
+
+    fn add_session(&mut self, session: Session) {
+        self.sessions.push(session);
+        self.select_session(self.sessions.len() - 1);
+    }
+
+    fn select_session(&mut self, index: usize) {
+        if self.active != Some(index) {
+            self.active = Some(index);
+            self.timeline.new_capture();
+        }
+    }
+
+    fn opened(&mut self, file_name: String, result: Result<Box<PreparedCapture>, String>) {
+        match result {
+            Ok(prepared) => {
+                if let Some(recovery) = &prepared.capture.recovery {
+                    self.notices.push(
+                        NoticeLevel::Warning,
+                        format!(
+                            "{file_name} was damaged and only partly opened: {}. Recovered {} chunk(s); \
+                             ignored the last {} byte(s).",
+                            recovery.problem, recovery.chunks_recovered, recovery.bytes_discarded
+                        ),
+                    );
+                }
+                if prepared.capture.sample_count() == 0 {
+                    self.notices.push(
+                        NoticeLevel::Warning,
+                        format!("{file_name} holds no samples."),
+                    );
+                }
+                let session = Session::from_prepared(SessionOrigin::File { file_name }, *prepared);
+                self.add_session(session);
+            }
+            Err(message) => {
+                self.notices
+                    .push(NoticeLevel::Error, format!("Could not open {message}"));
+            }
+        }
+    }
+
+    /// Collects finished background jobs and new live samples.
+    fn poll_background(&mut self) {
+        for result in self.jobs.poll() {
+            match result {
+                JobResult::Opened { file_name, result } => self.opened(file_name, result),
+                JobResult::Saved { path, result } => match result {
+                    Ok(()) => self
+                        .notices
+                        .push(NoticeLevel::Info, format!("Saved {}", path.display())),
+                    Err(message) => self
+                        .notices
+                        .push(NoticeLevel::Error, format!("Could not save: {message}")),
+                },
+            }
+        }
+        for session in &mut self.sessions {
+            session.poll();
+        }
+    }
+
+    /// Whether Quit was asked for.
+    pub fn quit_requested(&self) -> bool {
+        self.quit_requested
+    }
+
+    /// File › Quit and Ctrl+Q: closes the window (sessions stop in `on_exit`).
+    fn quit(&mut self, ctx: &egui::Context) {
+        self.quit_requested = true;
+        ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+    }
+
+    /// File › Open… and Ctrl+O.
+    pub fn open_with_dialog(&mut self) {
+        if let Some(path) = self.dialogs.pick_file_to_open() {
+            self.open_path(path);
+        }
+    }
+
+    /// File › Save as… and Ctrl+S: writes the shown capture in the background.
+    pub fn save_with_dialog(&mut self) {
+        let Some(session) = self.active_session() else {
+            self.notices.push(
+                NoticeLevel::Warning,
+                "Nothing to save yet: open a file or start a live source.",
+            );
+            return;
+        };
+        let suggested = match &session.origin {
+            SessionOrigin::File { file_name } => file_name.clone(),
+            SessionOrigin::Live { .. } => {
+                default_recording_name(session.capture.meta.started_ms, session.is_simulated())
+            }
+        };
+        let capture = session.capture.clone();
+        if let Some(path) = self.dialogs.pick_save_path(&suggested) {
+            #[cfg(feature = "native")]
+            self.jobs.save(path, capture);
+            #[cfg(not(feature = "native"))]
+            {
+                let _ = capture;
+                self.notices.push(
+                    NoticeLevel::Error,
+                    format!(
+                        "{}: saving is not available in the web viewer",
+                        path.display()
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Record button and Ctrl+R: starts recording the live source to a new file in the recordings
+    /// directory, or stops the running recording.
+    pub fn toggle_recording(&mut self) {
+        #[cfg(feature = "native")]
+        {
+            let recordings_dir = self.recordings_dir.clone().or_else(default_recordings_dir);
+            let Some(session) = self.active_session_mut() else {
+                return;
+            };
+            if let Some((path, result)) = session.stop_recording() {
+                match result {
+                    Ok(status) => self.notices.push(
+                        NoticeLevel::Info,
+                        format!(
+                            "Recorded {} samples to {} ({})",
+                            status.samples_written,
+                            path.display(),
+                            crate::model::format_bytes(status.bytes_written)
+                        ),
+                    ),
+                    Err(message) => self.notices.push(NoticeLevel::Error, message),
+                }
+                return;
+            }
+            if !session.is_live() {
+                self.notices.push(
+                    NoticeLevel::Warning,
+                    "Only a live source can be recorded. Use File › Save as… to write this capture to a new file.",
+                );
+                return;
+            }
+            let Some(dir) = recordings_dir else {
+                self.notices.push(
+                    NoticeLevel::Error,
+                    "Cannot record: no directory for recordings was found.",
+                );
+                return;
+            };
+            if let Err(err) = std::fs::create_dir_all(&dir) {
+                self.notices.push(
+                    NoticeLevel::Error,
+                    format!("{}: cannot create the directory: {err}", dir.display()),
+                );
+                return;
+            }
+            let name = default_recording_name(crate::source::now_unix_ms(), session.is_simulated());
+            let path = dir.join(name);
+            if let Err(message) = session.start_recording(&path) {
+                self.notices.push(NoticeLevel::Error, message);
+            }
+        }
+        #[cfg(not(feature = "native"))]
+        self.notices
+            .push(NoticeLevel::Warning, "Recording needs the desktop app.");
+    }
+
+    /// Adds the note being typed at "now": the current time for a live source; for a file, the
+    /// last hovered moment, or else the end of the capture.
+    pub fn add_annotation(&mut self) {
+        let text = std::mem::take(&mut self.annotation_draft);
+        let hovered_t = self.timeline.last_hovered_t_ms;
+        let Some(session) = self.active_session_mut() else {
+            return;
+        };
+        let t_ms = annotation_time(session, hovered_t);
+        session.add_annotation(&text, t_ms);
+    }
+
+    /// Sets the text of the note to add (the note field in the top bar).
+    pub fn set_annotation_draft(&mut self, text: &str) {
+        text.clone_into(&mut self.annotation_draft);
+    }
+
+    fn handle_shortcuts(&mut self, ctx: &egui::Context) {
+        let (open, save, record, quit) = ctx.input_mut(|input| {
+            (
+                input.consume_shortcut(&OPEN_SHORTCUT),
+                input.consume_shortcut(&SAVE_AS_SHORTCUT),
+                input.consume_shortcut(&RECORD_SHORTCUT),
+                input.consume_shortcut(&QUIT_SHORTCUT),
+            )
+        });
+        if open {
+            self.open_with_dialog();
+        }
+        if save {
+            self.save_with_dialog();
+        }
+        if record {
+            self.toggle_recording();
+        }
+        if quit {
+            self.quit(ctx);
+        }
+    }
+
+    fn handle_dropped_files(&mut self, ctx: &egui::Context) {
+        let dropped = ctx.input_mut(|input| std::mem::take(&mut input.raw.dropped_files));
+        for file in dropped {
+            self.jobs.open_dropped(file);
+        }
+    }
+
+    /// Applies changed settings to the theme and the sampler.
+    fn apply_settings(&mut self, ctx: &egui::Context) {
+        if self.applied.as_ref() == Some(&self.settings) {
+            return;
+        }
+        let previous = self.applied.replace(self.settings.clone());
+        if previous.as_ref().map(|p| p.theme) != Some(self.settings.theme) {
+            ctx.set_theme(self.settings.theme.preference());
+        }
+        #[cfg(feature = "native")]
+        if previous.as_ref().map(|p| p.sampling_interval_ms)
+            != Some(self.settings.sampling_interval_ms)
+        {
+            for session in &self.sessions {
+                session.set_sampling_interval(self.settings.sampling_interval_ms);
+            }
+        }
+    }
+
+    fn update_title(&mut self, ctx: &egui::Context) {
+        let title = self.window_title();
+        if title != self.sent_title {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
+            self.sent_title = title;
+        }
+    }
+
+    fn top_bar_ui(&mut self, ui: &mut Ui) {
+        egui::MenuBar::new().ui(ui, |ui| {
+            ui.menu_button("File", |ui| {
+                let ctx = ui.ctx().clone();
+                if ui
+                    .add(
+                        egui::Button::new("Open…")
+                            .shortcut_text(ctx.format_shortcut(&OPEN_SHORTCUT)),
+                    )
+                    .clicked()
+                {
+                    self.open_with_dialog();
+                }
+                if ui
+                    .add(
+                        egui::Button::new("Save recording as…")
+                            .shortcut_text(ctx.format_shortcut(&SAVE_AS_SHORTCUT)),
+                    )
+                    .clicked()
+                {
+                    self.save_with_dialog();
+                }
+                ui.separator();
+                if ui
+                    .add(
+                        egui::Button::new("Quit")
+                            .shortcut_text(ctx.format_shortcut(&QUIT_SHORTCUT)),
+                    )
+                    .clicked()
+                {
+                    self.quit(&ctx);
+                }
+            });
+            ui.menu_button("View", |ui| {
+                ui.checkbox(&mut self.settings.stacked_processes, "Stacked processes");
+                ui.checkbox(&mut self.settings.show_reserved, "Reserved memory");
+                ui.checkbox(&mut self.settings.show_total, "Total memory");
+                ui.checkbox(&mut self.settings.show_events, "Event markers");
+                ui.separator();
+                if ui.button("Settings…").clicked() {
+                    self.show_settings = true;
+                }
+            });
+            ui.separator();
+            self.source_ui(ui);
+            ui.separator();
+            self.recording_ui(ui);
+            if let Some(session) = self.active_session() {
+                let hint = if session.is_live() {
+                    "note at the current time"
+                } else {
+                    "note at the last hovered time"
+                };
+                ui.separator();
+                let field = ui.add(
+                    egui::TextEdit::singleline(&mut self.annotation_draft)
+                        .hint_text(hint)
+                        .desired_width(180.0),
+                );
+                let entered = field.lost_focus() && ui.input(|i| i.key_pressed(Key::Enter));
+                if (ui.button("Add note").clicked() || entered)
+                    && !self.annotation_draft.trim().is_empty()
+                {
+                    self.add_annotation();
+                }
+            }
+            if self.jobs.running() > 0 {
+                ui.separator();
+                ui.label(format!("opening/saving {} file(s)…", self.jobs.running()));
+            }
+        });
+    }
+
+    fn source_ui(&mut self, ui: &mut Ui) {
+        let Some(active) = self.active else {
+            ui.label("No source: open a capture (Ctrl+O) or drop one here");
+            return;
+        };
+        let labels: Vec<String> = self.sessions.iter().map(Session::label).collect();
+        if labels.len() > 1 {
+            let mut selected = active;
+            egui::ComboBox::from_id_salt("source")
+                .selected_text(&labels[active])
+                .show_ui(ui, |ui| {
+                    for (i, label) in labels.iter().enumerate() {
+                        ui.selectable_value(&mut selected, i, label);
+                    }
+                });
+            self.select_session(selected);
+        } else {
+            ui.label(RichText::new(&labels[active]).strong());
+        }
+        if let Some(session) = self.active_session() {
+            if session.is_simulated() {
+                let badge = egui::Frame::new()
+                    .fill(Color32::from_rgb(0xc0, 0x50, 0x10))
+                    .corner_radius(3.0)
+                    .inner_margin(egui::Margin::symmetric(6, 1))
+                    .show(ui, |ui| {
+                        ui.label(RichText::new("SIMULATED").strong().color(Color32::WHITE));
+                    });
+                badge.response.on_hover_text(
+                    "This is the built-in demo machine (or a capture of it): simulated GPUs, not real \
+                     measurements.",
+                );
+            }
+            if session.is_live() {
+                ui.label(
+                    RichText::new("LIVE")
+                        .strong()
+                        .color(Color32::from_rgb(0x4a, 0xb0, 0x5a)),
+                );
+            }
+        }
+    }
+
+    fn recording_ui(&mut self, ui: &mut Ui) {
+        #[cfg(feature = "native")]
+        {
+            let Some(session) = self.active_session() else {
+                return;
+            };
+            if !session.is_live() {
+                return;
+            }
+            let shortcut = ui.ctx().format_shortcut(&RECORD_SHORTCUT);
+            let status = session
+                .recording_status()
+                .map(|(path, status)| (path.to_owned(), status));
+            match status {
+                Some((path, status)) => {
+                    let button = ui
+                        .button(
+                            RichText::new("Stop recording")
+                                .color(Color32::from_rgb(0xe0, 0x4a, 0x4a)),
+                        )
+                        .on_hover_text(format!("Recording to {} ({shortcut})", path.display()));
+                    ui.label(format!(
+                        "REC {} · {} samples",
+                        crate::model::format_bytes(status.bytes_written),
+                        status.samples_written
+                    ));
+                    if let Some(error) = status.last_error {
+                        ui.label(
+                            RichText::new(format!("write error: {error}"))
+                                .color(Color32::from_rgb(0xe0, 0x4a, 0x4a)),
+                        );
+                    }
+                    if button.clicked() {
+                        self.toggle_recording();
+                    }
+                }
+                None => {
+                    if ui
+                        .button("Record")
+                        .on_hover_text(format!(
+                            "Start recording to a new .vramcap file ({shortcut})"
+                        ))
+                        .clicked()
+                    {
+                        self.toggle_recording();
+                    }
+                }
+            }
+        }
+        #[cfg(not(feature = "native"))]
+        let _ = ui;
+    }
+
+    fn settings_window(&mut self, ctx: &egui::Context) {
+        let mut open = self.show_settings;
+        egui::Window::new("Settings")
+            .open(&mut open)
+            .resizable(false)
+            .collapsible(false)
+            .show(ctx, |ui| {
+                egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
+                    ui.label("Threshold");
+                    ui.add(
+                        egui::Slider::new(
+                            &mut self.settings.threshold_pct,
+                            super::settings::THRESHOLD_RANGE_PCT,
+                        )
+                        .suffix(" %"),
+                    );
+                    ui.end_row();
+                    ui.label("Sampling interval");
+                    ui.add(
+                        egui::Slider::new(
+                            &mut self.settings.sampling_interval_ms,
+                            SAMPLING_INTERVAL_RANGE_MS,
+                        )
+                        .logarithmic(true)
+                        .suffix(" ms"),
+                    );
+                    ui.end_row();
+                    ui.label("Follow-live window");
+                    ui.add(
+                        egui::Slider::new(&mut self.settings.follow_window_secs, 10.0..=86_400.0)
+                            .logarithmic(true)
+                            .suffix(" s"),
+                    );
+                    ui.end_row();
+                    ui.label("Theme");
+                    ui.horizontal(|ui| {
+                        use super::settings::ThemeChoice;
+                        ui.selectable_value(
+                            &mut self.settings.theme,
+                            ThemeChoice::System,
+                            "System",
+                        );
+                        ui.selectable_value(&mut self.settings.theme, ThemeChoice::Dark, "Dark");
+                        ui.selectable_value(&mut self.settings.theme, ThemeChoice::Light, "Light");
+                    });
+                    ui.end_row();
+                });
+            });
+        self.show_settings = open;
+    }
+
+    fn drop_preview(&self, ctx: &egui::Context) {
+        let hovering = ctx.input(|i| !i.raw.hovered_files.is_empty());
+        if !hovering {
+            return;
+        }
+        let painter = ctx.layer_painter(egui::LayerId::new(
+            egui::Order::Foreground,
+            egui::Id::unique("file_drop_target"),
+        ));
+        let rect = ctx.content_rect();
+        painter.rect_filled(rect, 0.0, Color32::from_black_alpha(180));
+        painter.text(
+            rect.center(),
+            egui::Align2::CENTER_CENTER,
+            "Drop to open",
+            egui::FontId::proportional(28.0),
+            Color32::WHITE,
+        );
+    }
+}
+
+/// When a note added now lands: the current time for a live source; for a file, the last hovered
+/// moment if there is one, else the end of the capture.
+fn annotation_time(session: &Session, hovered_t_ms: Option<UnixMs>) -> UnixMs {
+    if session.is_live() {
+        return crate::source::now_unix_ms();
+    }
+    hovered_t_ms
+        .or_else(|| session.capture.time_span_ms().map(|(_, last)| last))
+        .unwrap_or(session.capture.meta.started_ms)
+}
+
+/// `vramscope-YYYYMMDD-HHMMSS[-simulated].vramcap` (UTC).
+fn default_recording_name(started_ms: UnixMs, simulated: bool) -> String {
+    let stamp: String = super::format::format_utc_ms(started_ms)
+        .chars()
+        .take(19)
+        .filter(char::is_ascii_digit)
+        .collect();
+    let (date, time) = stamp.split_at(stamp.len().min(8));
+    let suffix = if simulated { "-simulated" } else { "" };
+    format!("vramscope-{date}-{time}{suffix}.vramcap")
+}
+
+/// `<data dir>/vramscope/recordings` (on Linux `~/.local/share/vramscope/recordings`).
+#[cfg(feature = "native")]
+fn default_recordings_dir() -> Option<PathBuf> {
+    eframe::storage_dir("vramscope").map(|dir| dir.join("recordings"))
+}
+
+impl eframe::App for VramscopeApp {
+    fn ui(&mut self, ui: &mut Ui, _frame: &mut eframe::Frame) {
+        let ctx = ui.ctx().clone();
+        self.poll_background();
+        self.handle_shortcuts(&ctx);
+        self.handle_dropped_files(&ctx);
+        self.apply_settings(&ctx);
+        self.update_title(&ctx);
+
+        egui::Panel::top("top_bar").show(ui, |ui| self.top_bar_ui(ui));
+        if !self.notices.is_empty() {
+            egui::Panel::top("notices").show(ui, |ui| self.notices.ui(ui));
+        }
+        let Some(active) = self.active else {
+            egui::CentralPanel::default().show(ui, |ui| {
+                ui.centered_and_justified(|ui| {
+                    let text = if self.jobs.running() > 0 {
+                        "Opening…"
+                    } else {
+                        "Open a .vramcap capture with File › Open… (Ctrl+O) or drop it on this window."
+                    };
+                    ui.label(RichText::new(text).size(18.0));
+                });
+            });
+            self.settings_window(&ctx);
+            self.drop_preview(&ctx);
+            return;
+        };
+        let session = &self.sessions[active];
+        egui::Panel::left("devices")
+            .resizable(true)
+            .default_size(250.0)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical().show(ui, |ui| device_list_ui(ui, &session.capture));
+            });
+        egui::Panel::bottom("processes")
+            .resizable(true)
+            .default_size(190.0)
+            .show(ui, |ui| {
+                process_table_ui(
+                    ui,
+                    &session.capture,
+                    &session.timeline,
+                    &mut self.process_table,
+                );
+            });
+        egui::CentralPanel::default().show(ui, |ui| {
+            let input = TimelineInput {
+                capture: &session.capture,
+                data: &session.timeline,
+                live: session.is_live(),
+            };
+            timeline_ui(ui, &input, &mut self.settings, &mut self.timeline);
+        });
+        self.settings_window(&ctx);
+        self.drop_preview(&ctx);
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, eframe::APP_KEY, &self.settings);
+    }
+
+    fn on_exit(&mut self) {
+        for session in &mut self.sessions {
+            if let Some(problem) = session.shutdown() {
+                log::error!("{problem}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recording_names_carry_the_utc_time_and_say_simulated() {
+        assert_eq!(
+            default_recording_name(1_796_026_801_250, false),
+            "vramscope-20261130-082001.vramcap"
+        );
+        assert_eq!(
+            default_recording_name(0, true),
+            "vramscope-19700101-000000-simulated.vramcap"
+        );
+    }
+}

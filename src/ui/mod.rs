@@ -1,3 +1,23 @@
 //! Everything egui: the app, its panels and widgets.
+//!
+//! [`app::VramscopeApp`] is the eframe app; [`session::Session`] holds what it shows (a live source
+//! or an opened file) apart from any drawing, so that logic is testable without a window. Panels:
+//! [`devices`] (GPU list and health badges), [`timeline`] (memory plots with min/max level of
+//! detail), [`processes`] (sortable process table), [`notices`] (errors and warnings).
 
+pub mod allocator;
 pub mod app;
+pub mod devices;
+pub mod dialogs;
+pub mod format;
+#[cfg(feature = "native")]
+pub mod hardware;
+pub mod jobs;
+pub mod notices;
+pub mod processes;
+pub mod session;
+pub mod settings;
+pub mod timeline;
+
+pub use app::{AppOptions, VramscopeApp};
+pub mod wizard;

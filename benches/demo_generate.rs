@@ -1,0 +1,89 @@
+//! How fast the demo machine produces data: one poll of 8 GPUs, a full 24-hour capture of 8 GPUs at
+//! 250 ms (2.76 M device samples, the size the timeline and file benchmarks use), and threshold
+//! crossings over one GPU of it.
+//!
+//! Run: `cargo bench --bench demo_generate`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use vramscope::analysis::threshold::crossings;
+use vramscope::model::DeviceSample;
+use vramscope::source::demo::{DemoConfig, DemoSource, generate_capture};
+use vramscope::source::{Source, Tiers};
+
+const START_MS: i64 = 1_780_000_000_000;
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Median of `runs` timings of `f`.
+fn median_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
+    let mut times = Vec::with_capacity(runs);
+    let mut last = None;
+    for _ in 0..runs {
+        let started = Instant::now();
+        let value = f();
+        times.push(started.elapsed());
+        last = Some(value);
+    }
+    times.sort();
+    let value = last.expect("at least one run");
+    (times[times.len() / 2], value)
+}
+
+/// Peak resident memory of this process so far, from /proc (Linux only).
+fn peak_rss_mib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
+}
+
+fn main() {
+    let eight = DemoConfig {
+        device_count: 8,
+        ..Default::default()
+    };
+
+    let polls = 100_000;
+    let (elapsed, _) = median_of(5, || {
+        let mut source = DemoSource::with_config(START_MS, eight.clone());
+        for i in 0..polls {
+            black_box(source.poll(
+                START_MS + i * 250,
+                Tiers {
+                    fast: true,
+                    slow: i % 20 == 0,
+                },
+            ));
+        }
+    });
+    println!(
+        "poll, 8 GPUs (fast tier, slow every 20th): {:.2} µs per poll",
+        elapsed.as_secs_f64() * 1e6 / polls as f64
+    );
+
+    let (elapsed, capture) = median_of(3, || generate_capture(&eight, START_MS, DAY_MS, 250));
+    let samples = capture.sample_count();
+    let process_samples: usize = capture.processes.iter().map(|p| p.t_ms.len()).sum();
+    println!(
+        "generate_capture 24 h x 8 GPUs x 250 ms: {:.2} s for {samples} device samples, \
+         {process_samples} process samples, {} events ({:.0} ns per device sample)",
+        elapsed.as_secs_f64(),
+        capture.events.len(),
+        elapsed.as_secs_f64() * 1e9 / samples as f64
+    );
+    println!(
+        "  size_of::<DeviceSample>() = {} B; peak RSS so far {} MiB",
+        std::mem::size_of::<DeviceSample>(),
+        peak_rss_mib().map_or_else(|| "unknown".to_owned(), |m| m.to_string())
+    );
+
+    let gpu0 = &capture.series[0].samples;
+    let (elapsed, found) = median_of(5, || crossings(black_box(gpu0), 0.9));
+    println!(
+        "crossings over {} samples (one GPU, 24 h): {:.2} ms, {} crossings",
+        gpu0.len(),
+        elapsed.as_secs_f64() * 1e3,
+        found.len()
+    );
+}

@@ -1,0 +1,222 @@
+//! Timeline frame time for a 24-hour capture of 8 GPUs sampled every 250 ms (2.76 M device
+//! samples), the size the issue asks to stay smooth for.
+//!
+//! Builds the capture with the deterministic demo machine, times building the timeline's series
+//! and min/max pyramids, then times whole frames of the real timeline widget (`timeline_ui`: egui
+//! layout, egui_plot, our level-of-detail selection) plus tessellation, headless at 1600×900, for
+//! several zoom levels and both views. For comparison it also times one frame that hands every
+//! sample to egui_plot, which is what the pyramid avoids.
+//!
+//! Run: `cargo bench --bench timeline` (numbers and machine in `docs/benchmarks.md`).
+
+use std::time::{Duration, Instant};
+
+use egui::{Pos2, RawInput, Rect, vec2};
+use egui_plot::{Line, Plot, PlotPoint, PlotPoints};
+
+use vramscope::source::demo::{DemoConfig, generate_capture};
+use vramscope::ui::settings::Settings;
+use vramscope::ui::timeline::data::TimelineData;
+use vramscope::ui::timeline::{TimelineInput, TimelineState, timeline_ui};
+
+const START_MS: i64 = 1_796_000_400_000;
+const DAY_MS: u64 = 24 * 3600 * 1000;
+const MEASURED_FRAMES: usize = 30;
+
+fn raw_input(frame: usize) -> RawInput {
+    RawInput {
+        screen_rect: Some(Rect::from_min_size(Pos2::ZERO, vec2(1600.0, 900.0))),
+        time: Some(frame as f64 / 60.0),
+        ..Default::default()
+    }
+}
+
+/// CPU time of this thread. The build machine is shared with other builds, so wall time mostly
+/// measures waiting for a core; CPU time measures the work a frame does.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Per-frame CPU time (median, worst), wall time (median), and the last frame's vertex count.
+struct FrameStats {
+    cpu_median: Duration,
+    cpu_worst: Duration,
+    wall_median: Duration,
+    vertices: usize,
+}
+
+fn time_frames(frames: usize, mut frame: impl FnMut(usize) -> usize) -> FrameStats {
+    let mut cpu = Vec::with_capacity(frames);
+    let mut wall = Vec::with_capacity(frames);
+    let mut vertices = 0;
+    for i in 0..frames {
+        let (wall_start, cpu_start) = (Instant::now(), thread_cpu_time());
+        vertices = frame(i);
+        cpu.push(thread_cpu_time().saturating_sub(cpu_start));
+        wall.push(wall_start.elapsed());
+    }
+    cpu.sort();
+    wall.sort();
+    FrameStats {
+        cpu_median: cpu[cpu.len() / 2],
+        cpu_worst: cpu[cpu.len() - 1],
+        wall_median: wall[wall.len() / 2],
+        vertices,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn main() {
+    let started = Instant::now();
+    let config = DemoConfig {
+        device_count: 8,
+        ..Default::default()
+    };
+    let capture = generate_capture(&config, START_MS, DAY_MS, 250);
+    let generate_time = started.elapsed();
+    println!(
+        "capture: {} devices, {} device samples, {} process tracks (generated in {:.1} s)",
+        capture.devices.len(),
+        capture.sample_count(),
+        capture.processes.len(),
+        generate_time.as_secs_f64()
+    );
+
+    let started = Instant::now();
+    let data = TimelineData::build(&capture);
+    let build_time = started.elapsed();
+    println!(
+        "timeline series + pyramids built in {:.0} ms",
+        ms(build_time)
+    );
+
+    let ctx = egui::Context::default();
+    let input = TimelineInput {
+        capture: &capture,
+        data: &data,
+        live: false,
+    };
+    let day_secs = DAY_MS as f64 / 1000.0;
+    let scenarios: [(&str, bool, f64, f64); 6] = [
+        ("whole day, memory lines", false, 0.0, day_secs),
+        ("1 hour, memory lines", false, 12.0 * 3600.0, 13.0 * 3600.0),
+        (
+            "1 minute, memory lines",
+            false,
+            12.0 * 3600.0,
+            12.0 * 3600.0 + 60.0,
+        ),
+        ("whole day, stacked processes", true, 0.0, day_secs),
+        (
+            "1 hour, stacked processes",
+            true,
+            12.0 * 3600.0,
+            13.0 * 3600.0,
+        ),
+        (
+            "1 minute, stacked processes",
+            true,
+            12.0 * 3600.0,
+            12.0 * 3600.0 + 60.0,
+        ),
+    ];
+    println!(
+        "\n| view | CPU per frame, median | CPU per frame, worst | wall per frame, median | vertices |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let mut frame_number = 0;
+    for (name, stacked, x_min, x_max) in scenarios {
+        let mut settings = Settings {
+            stacked_processes: stacked,
+            ..Default::default()
+        };
+        let mut state = TimelineState::default();
+        state.request_x_range(x_min, x_max);
+        let mut run_frame = |_: usize| {
+            frame_number += 1;
+            let mut output = ctx.run_ui(raw_input(frame_number), |ui| {
+                egui::CentralPanel::default()
+                    .show(ui, |ui| timeline_ui(ui, &input, &mut settings, &mut state));
+            });
+            // A renderer would upload the font atlas here; this benchmark has none.
+            output.textures_delta.clear();
+            let meshes = ctx.tessellate(output.shapes, output.pixels_per_point);
+            meshes
+                .iter()
+                .map(|m| match &m.primitive {
+                    egui::epaint::Primitive::Mesh(mesh) => mesh.vertices.len(),
+                    egui::epaint::Primitive::Callback(_) => 0,
+                })
+                .sum()
+        };
+        // Warm-up: the first frames lay out fonts and settle the requested range.
+        time_frames(3, &mut run_frame);
+        let stats = time_frames(MEASURED_FRAMES, &mut run_frame);
+        println!(
+            "| {name} | {:.2} ms | {:.2} ms | {:.2} ms | {} |",
+            ms(stats.cpu_median),
+            ms(stats.cpu_worst),
+            ms(stats.wall_median),
+            stats.vertices
+        );
+    }
+
+    // Reference: every sample of every GPU handed to egui_plot (what the pyramid avoids).
+    let all_points: Vec<Vec<PlotPoint>> = data
+        .devices
+        .iter()
+        .map(|d| {
+            d.x_secs
+                .iter()
+                .zip(&d.used.values)
+                .map(|(&x, &y)| PlotPoint::new(x, y))
+                .collect()
+        })
+        .collect();
+    let stats = time_frames(5, |_| {
+        frame_number += 1;
+        let mut output = ctx.run_ui(raw_input(frame_number), |ui| {
+            egui::CentralPanel::default().show(ui, |ui| {
+                for (i, points) in all_points.iter().enumerate() {
+                    Plot::new(("naive", i))
+                        .height(100.0)
+                        .default_x_bounds(0.0, day_secs)
+                        .default_y_bounds(0.0, 150.0)
+                        .show(ui, |plot_ui| {
+                            plot_ui.line(Line::new("used", PlotPoints::Borrowed(points)));
+                        });
+                }
+            });
+        });
+        // A renderer would upload the font atlas here; this benchmark has none.
+        output.textures_delta.clear();
+        let meshes = ctx.tessellate(output.shapes, output.pixels_per_point);
+        meshes
+            .iter()
+            .map(|m| match &m.primitive {
+                egui::epaint::Primitive::Mesh(mesh) => mesh.vertices.len(),
+                egui::epaint::Primitive::Callback(_) => 0,
+            })
+            .sum()
+    });
+    println!(
+        "| reference: whole day, all {} samples handed to egui_plot (used line only) | {:.2} ms | {:.2} ms | {:.2} ms | {} |",
+        capture.sample_count(),
+        ms(stats.cpu_median),
+        ms(stats.cpu_worst),
+        ms(stats.wall_median),
+        stats.vertices
+    );
+}

@@ -1,0 +1,1081 @@
+//! Time travel: the allocator's state at any event of a snapshot's trace.
+//!
+//! A snapshot holds the final state (segments and blocks) and a trace ring buffer of the events
+//! that led there. As PyTorch's own viewer does, the state at event `i` is found by *undoing*
+//! events backwards from the final state: the trace may have lost its oldest events, so the end
+//! is the only state known for sure. To make scrubbing instant on millions of events, one
+//! backward pass stores checkpoints (at least every [`MIN_CHECKPOINT_INTERVAL`] events, fewer
+//! when states are big, within [`CHECKPOINT_BUDGET_BYTES`]); a query clones the nearest later
+//! checkpoint and undoes at most one interval of events.
+//!
+//! The trace records only the *requested* size of a freed block, not the rounded block size it
+//! had (reference §1.5), so undoing a free needs the block's real size. It is found by a forward
+//! replay with the allocator's split rules ([`AllocatorRules`]) from the reconstructed initial
+//! state; when that replay reproduces the snapshot's final state exactly, the sizes are exact
+//! and [`ReplayCheck::matches_final_state`] says so.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::allocator_rules::AllocatorRules;
+use crate::model::allocator::{
+    AllocatorSnapshot, BlockState, DeviceTrace, PoolId, PoolKind, TraceAction,
+};
+
+/// Checkpoints are at least this many events apart.
+pub const MIN_CHECKPOINT_INTERVAL: usize = 4096;
+/// Checkpoints together may use about this much memory; bigger states get sparser checkpoints.
+pub const CHECKPOINT_BUDGET_BYTES: usize = 128 << 20;
+
+/// What a block of a reconstructed state is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockStatus {
+    /// Handed out to a tensor.
+    Allocated,
+    /// Freed by Python but waiting for other streams (`record_stream`).
+    PendingFree,
+    /// Cached free memory.
+    Free,
+}
+
+/// Where a block's history (and so its allocation stack) comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockOrigin {
+    /// Allocated by trace event `index`.
+    AllocEvent(u32),
+    /// Allocated before the trace began; this is its index in the snapshot's blocks.
+    SnapshotBlock(u32),
+    /// Allocated before the trace began and freed by trace event `index` (only the free's stack
+    /// is known).
+    FreeEvent(u32),
+    /// Free memory, or a block the trace cannot account for.
+    Unknown,
+}
+
+/// One block of a reconstructed state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateBlock {
+    pub address: u64,
+    pub size_bytes: u64,
+    /// Size the caller asked for; 0 for free blocks.
+    pub requested_bytes: u64,
+    pub status: BlockStatus,
+    pub origin: BlockOrigin,
+}
+
+impl StateBlock {
+    /// First address past the block.
+    pub fn end_address(&self) -> u64 {
+        self.address.saturating_add(self.size_bytes)
+    }
+
+    fn free(address: u64, size_bytes: u64) -> Self {
+        StateBlock {
+            address,
+            size_bytes,
+            requested_bytes: 0,
+            status: BlockStatus::Free,
+            origin: BlockOrigin::Unknown,
+        }
+    }
+}
+
+/// One segment (cudaMalloc'ed range, or contiguous mapped range of an expandable segment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateSegment {
+    pub address: u64,
+    pub size_bytes: u64,
+    pub stream: u64,
+    pub pool: PoolKind,
+    pub pool_id: PoolId,
+    pub expandable: bool,
+    /// Contiguous blocks in address order; they exactly cover the segment.
+    pub blocks: Vec<StateBlock>,
+}
+
+impl StateSegment {
+    /// First address past the segment.
+    pub fn end_address(&self) -> u64 {
+        self.address.saturating_add(self.size_bytes)
+    }
+
+    /// Index of the block that contains `address`.
+    fn block_containing(&self, address: u64) -> Option<usize> {
+        let index = self
+            .blocks
+            .partition_point(|b| b.address <= address)
+            .checked_sub(1)?;
+        (address < self.blocks[index].end_address()).then_some(index)
+    }
+
+    /// Merges the free block at `index` with free neighbours; returns the merged block's index.
+    fn merge_free_around(&mut self, mut index: usize) -> usize {
+        if index + 1 < self.blocks.len() && self.blocks[index + 1].status == BlockStatus::Free {
+            let next = self.blocks.remove(index + 1);
+            self.blocks[index].size_bytes += next.size_bytes;
+        }
+        if index > 0 && self.blocks[index - 1].status == BlockStatus::Free {
+            let current = self.blocks.remove(index);
+            index -= 1;
+            self.blocks[index].size_bytes += current.size_bytes;
+        }
+        index
+    }
+
+    fn is_entirely_free(&self) -> bool {
+        self.blocks.iter().all(|b| b.status == BlockStatus::Free)
+    }
+}
+
+/// The allocator state of one device at one point of its trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorState {
+    pub device: u32,
+    /// Segments in address order. Boxed so that inserting or removing a segment (every
+    /// segment_alloc/free while scrubbing) moves pointers, not whole segments.
+    #[allow(clippy::vec_box)]
+    pub segments: Vec<Box<StateSegment>>,
+    /// Sum of the sizes of allocated blocks (PyTorch's `allocated_bytes`).
+    pub allocated_bytes: u64,
+    /// Sum of segment sizes (PyTorch's `reserved_bytes`).
+    pub reserved_bytes: u64,
+}
+
+impl AllocatorState {
+    /// The final state of `device` as the snapshot's segments describe it.
+    ///
+    /// `live_allocs` maps the address of each block still allocated at the end of the trace to
+    /// the event that allocated it, so that its origin names that event.
+    fn from_snapshot(
+        snapshot: &AllocatorSnapshot,
+        device: u32,
+        live_allocs: &HashMap<u64, u32>,
+    ) -> Self {
+        let mut state = AllocatorState {
+            device,
+            ..Default::default()
+        };
+        let segments = snapshot
+            .devices
+            .iter()
+            .filter(|d| d.device == device)
+            .flat_map(|d| snapshot.device_segments(d));
+        for segment in segments {
+            let mut blocks: Vec<StateBlock> = Vec::with_capacity(segment.block_count as usize);
+            for (offset, block) in snapshot.segment_blocks(segment).iter().enumerate() {
+                let status = match block.state {
+                    BlockState::Inactive => BlockStatus::Free,
+                    BlockState::ActivePendingFree => BlockStatus::PendingFree,
+                    // An unknown state is kept as in use: never claim memory is free when the
+                    // file does not say so.
+                    BlockState::ActiveAllocated | BlockState::Unknown(_) => BlockStatus::Allocated,
+                };
+                let state_block = if status == BlockStatus::Free {
+                    StateBlock::free(block.address, block.size_bytes)
+                } else {
+                    let snapshot_index = segment.first_block + offset as u32;
+                    StateBlock {
+                        address: block.address,
+                        size_bytes: block.size_bytes,
+                        requested_bytes: block.requested_bytes.unwrap_or(block.size_bytes),
+                        status,
+                        origin: live_allocs
+                            .get(&block.address)
+                            .map_or(BlockOrigin::SnapshotBlock(snapshot_index), |&event| {
+                                BlockOrigin::AllocEvent(event)
+                            }),
+                    }
+                };
+                // Keep the no-adjacent-free-blocks invariant even if a file breaks it.
+                match blocks.last_mut() {
+                    Some(last)
+                        if last.status == BlockStatus::Free
+                            && state_block.status == BlockStatus::Free =>
+                    {
+                        last.size_bytes += state_block.size_bytes;
+                    }
+                    _ => blocks.push(state_block),
+                }
+            }
+            let size_bytes = blocks.iter().map(|b| b.size_bytes).sum();
+            state.insert_segment(StateSegment {
+                address: segment.address,
+                size_bytes,
+                stream: segment.stream,
+                pool: segment.pool,
+                pool_id: segment.pool_id,
+                expandable: segment.is_expandable,
+                blocks,
+            });
+        }
+        state
+    }
+
+    /// Number of blocks over all segments.
+    pub fn block_count(&self) -> usize {
+        self.segments.iter().map(|s| s.blocks.len()).sum()
+    }
+
+    /// Bytes of memory this state occupies (for the checkpoint budget).
+    fn heap_bytes(&self) -> usize {
+        self.segments.len() * std::mem::size_of::<StateSegment>()
+            + self.block_count() * std::mem::size_of::<StateBlock>()
+    }
+
+    /// Index of the segment that contains `address`.
+    pub fn segment_containing(&self, address: u64) -> Option<usize> {
+        let index = self
+            .segments
+            .partition_point(|s| s.address <= address)
+            .checked_sub(1)?;
+        (address < self.segments[index].end_address()).then_some(index)
+    }
+
+    /// The segment and block that contain `address`.
+    pub fn block_containing(&self, address: u64) -> Option<(usize, usize)> {
+        let segment = self.segment_containing(address)?;
+        let block = self.segments[segment].block_containing(address)?;
+        Some((segment, block))
+    }
+
+    fn insert_segment(&mut self, segment: StateSegment) {
+        self.reserved_bytes += segment.size_bytes;
+        self.allocated_bytes += segment
+            .blocks
+            .iter()
+            .filter(|b| b.status == BlockStatus::Allocated)
+            .map(|b| b.size_bytes)
+            .sum::<u64>();
+        let at = self
+            .segments
+            .partition_point(|s| s.address < segment.address);
+        self.segments.insert(at, Box::new(segment));
+    }
+
+    fn set_status(&mut self, segment: usize, block: usize, status: BlockStatus) {
+        let target = &mut self.segments[segment].blocks[block];
+        if target.status == BlockStatus::Allocated {
+            self.allocated_bytes -= target.size_bytes;
+        }
+        if status == BlockStatus::Allocated {
+            self.allocated_bytes += target.size_bytes;
+        }
+        target.status = status;
+    }
+
+    /// Turns the block at `address` into free memory and merges it with free neighbours.
+    fn release_block(&mut self, address: u64) -> Result<(), Mismatch> {
+        let (segment, block) = self.block_starting_at(address)?;
+        if self.segments[segment].blocks[block].status == BlockStatus::Free {
+            return Err(Mismatch::BlockAlreadyFree);
+        }
+        self.set_status(segment, block, BlockStatus::Free);
+        let target = &mut self.segments[segment].blocks[block];
+        target.requested_bytes = 0;
+        target.origin = BlockOrigin::Unknown;
+        self.segments[segment].merge_free_around(block);
+        Ok(())
+    }
+
+    fn block_starting_at(&self, address: u64) -> Result<(usize, usize), Mismatch> {
+        let (segment, block) = self
+            .block_containing(address)
+            .ok_or(Mismatch::NoBlockAtAddress)?;
+        if self.segments[segment].blocks[block].address != address {
+            return Err(Mismatch::NoBlockAtAddress);
+        }
+        Ok((segment, block))
+    }
+
+    /// Carves `[address, address + size_bytes)` out of the free block containing it.
+    fn carve_block(
+        &mut self,
+        address: u64,
+        size_bytes: u64,
+        new_block: StateBlock,
+    ) -> Result<(), Mismatch> {
+        let (segment, block) = self
+            .block_containing(address)
+            .ok_or(Mismatch::NoBlockAtAddress)?;
+        let free = self.segments[segment].blocks[block].clone();
+        if free.status != BlockStatus::Free {
+            return Err(Mismatch::BlockNotFree);
+        }
+        let end = address.saturating_add(size_bytes);
+        if end > free.end_address() || size_bytes == 0 {
+            return Err(Mismatch::BlockTooSmall);
+        }
+        let mut pieces = Vec::with_capacity(3);
+        if address > free.address {
+            pieces.push(StateBlock::free(free.address, address - free.address));
+        }
+        if new_block.status == BlockStatus::Allocated {
+            self.allocated_bytes += size_bytes;
+        }
+        pieces.push(new_block);
+        if end < free.end_address() {
+            pieces.push(StateBlock::free(end, free.end_address() - end));
+        }
+        self.segments[segment].blocks.splice(block..=block, pieces);
+        Ok(())
+    }
+
+    /// Adds a free range `[address, address + size_bytes)` as a segment, joining contiguous
+    /// expandable segments of the same stream (PyTorch reports one segment per mapped range).
+    fn map_range(
+        &mut self,
+        address: u64,
+        size_bytes: u64,
+        stream: u64,
+        pool: PoolKind,
+        pool_id: PoolId,
+    ) {
+        let mut segment = StateSegment {
+            address,
+            size_bytes,
+            stream,
+            pool,
+            pool_id,
+            expandable: true,
+            blocks: vec![StateBlock::free(address, size_bytes)],
+        };
+        let at = self.segments.partition_point(|s| s.address < address);
+        let joins = |other: &StateSegment| other.expandable && other.stream == stream;
+        let mut insert_at = at;
+        if at > 0 && joins(&self.segments[at - 1]) && self.segments[at - 1].end_address() == address
+        {
+            let mut previous = self.segments.remove(at - 1);
+            self.reserved_bytes -= previous.size_bytes;
+            self.allocated_bytes -= allocated_in(&previous);
+            segment.pool = previous.pool;
+            segment.pool_id = previous.pool_id;
+            previous.size_bytes += segment.size_bytes;
+            previous.blocks.append(&mut segment.blocks);
+            segment = *previous;
+            insert_at = at - 1;
+        }
+        if insert_at < self.segments.len()
+            && joins(&self.segments[insert_at])
+            && self.segments[insert_at].address == segment.end_address()
+        {
+            let mut next = self.segments.remove(insert_at);
+            self.reserved_bytes -= next.size_bytes;
+            self.allocated_bytes -= allocated_in(&next);
+            segment.size_bytes += next.size_bytes;
+            segment.blocks.append(&mut next.blocks);
+        }
+        let mut index = 0;
+        while index + 1 < segment.blocks.len() {
+            if segment.blocks[index].status == BlockStatus::Free
+                && segment.blocks[index + 1].status == BlockStatus::Free
+            {
+                let next = segment.blocks.remove(index + 1);
+                segment.blocks[index].size_bytes += next.size_bytes;
+            } else {
+                index += 1;
+            }
+        }
+        self.insert_segment(segment);
+    }
+
+    /// Removes the free range `[address, address + size_bytes)` from the segment holding it,
+    /// splitting the segment when the range is in its middle.
+    fn unmap_range(&mut self, address: u64, size_bytes: u64) -> Result<(), Mismatch> {
+        let (segment_index, block_index) = self
+            .block_containing(address)
+            .ok_or(Mismatch::NoBlockAtAddress)?;
+        let end = address.saturating_add(size_bytes);
+        let block = &self.segments[segment_index].blocks[block_index];
+        if block.status != BlockStatus::Free {
+            return Err(Mismatch::BlockNotFree);
+        }
+        if end > block.end_address() || size_bytes == 0 {
+            return Err(Mismatch::BlockTooSmall);
+        }
+        let segment = *self.segments.remove(segment_index);
+        self.reserved_bytes -= segment.size_bytes;
+        self.allocated_bytes -= allocated_in(&segment);
+        let mut before = Vec::new();
+        let mut after = Vec::new();
+        for block in segment.blocks {
+            if block.end_address() <= address {
+                before.push(block);
+            } else if block.address >= end {
+                after.push(block);
+            } else {
+                // The free block that holds the unmapped range: keep what is left on each side.
+                if block.address < address {
+                    before.push(StateBlock::free(block.address, address - block.address));
+                }
+                if block.end_address() > end {
+                    after.push(StateBlock::free(end, block.end_address() - end));
+                }
+            }
+        }
+        for blocks in [before, after] {
+            if let Some(first) = blocks.first() {
+                let first_address = first.address;
+                self.insert_segment(StateSegment {
+                    address: first_address,
+                    size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
+                    stream: segment.stream,
+                    pool: segment.pool,
+                    pool_id: segment.pool_id,
+                    expandable: segment.expandable,
+                    blocks,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_free_segment(&mut self, address: u64) -> Result<(), Mismatch> {
+        let index = self
+            .segments
+            .binary_search_by_key(&address, |s| s.address)
+            .map_err(|_| Mismatch::NoSegmentAtAddress)?;
+        if !self.segments[index].is_entirely_free() {
+            return Err(Mismatch::SegmentInUse);
+        }
+        let removed = self.segments.remove(index);
+        self.reserved_bytes -= removed.size_bytes;
+        Ok(())
+    }
+}
+
+fn allocated_in(segment: &StateSegment) -> u64 {
+    segment
+        .blocks
+        .iter()
+        .filter(|b| b.status == BlockStatus::Allocated)
+        .map(|b| b.size_bytes)
+        .sum()
+}
+
+/// Why an event could not be applied to (or undone from) a state: the trace and the snapshot
+/// disagree, usually because the ring buffer lost older events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mismatch {
+    NoBlockAtAddress,
+    NoSegmentAtAddress,
+    BlockAlreadyFree,
+    BlockNotFree,
+    BlockNotPending,
+    BlockTooSmall,
+    SegmentInUse,
+}
+
+/// How far the reconstruction can be trusted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayCheck {
+    /// Replaying the whole trace forwards from the reconstructed start, with the allocator's
+    /// rules, gave exactly the snapshot's final state: every state in between is exact.
+    pub matches_final_state: bool,
+    /// Events that did not fit the state while undoing (skipped).
+    pub undo_mismatches: u32,
+    /// Events that did not fit the state while replaying forwards.
+    pub replay_mismatches: u32,
+    /// The first problem, in words, for the UI.
+    pub first_problem: Option<String>,
+}
+
+/// One event, decoded from the trace's columns.
+#[derive(Clone, Copy, Debug)]
+struct TraceOp {
+    action: TraceAction,
+    address: u64,
+    size_bytes: u64,
+    stream: u64,
+}
+
+fn op_at(trace: &DeviceTrace, index: usize) -> TraceOp {
+    TraceOp {
+        action: trace.actions[index],
+        address: trace.addresses.get(index).copied().unwrap_or(0),
+        size_bytes: trace.sizes_bytes.get(index).copied().unwrap_or(0),
+        stream: trace.streams.get(index).copied().unwrap_or(0),
+    }
+}
+
+/// Marks "no paired event" in `paired_alloc`.
+const NO_EVENT: u32 = u32::MAX;
+
+/// The state of one device at any event of its trace.
+#[derive(Clone, Debug)]
+pub struct TimeTravel {
+    device: u32,
+    rules: AllocatorRules,
+    /// The snapshot whose trace this walks (shared, not copied: traces reach millions of
+    /// events).
+    snapshot: Arc<AllocatorSnapshot>,
+    /// Index of the device's trace in `snapshot.traces`; `None` walks `empty_trace`.
+    trace_index: Option<usize>,
+    empty_trace: DeviceTrace,
+    /// For each free event, the alloc event of the same block (or [`NO_EVENT`]).
+    paired_alloc: Vec<u32>,
+    /// For each `free_completed` event, the size of the freed block if known exactly (0: not).
+    freed_block_bytes: Vec<u64>,
+    /// Pool of each segment of the final state by address: older traces carry no pool ids, and
+    /// a segment allocated during the trace keeps the pool the snapshot gives it.
+    final_segment_pools: HashMap<u64, (PoolKind, PoolId)>,
+    /// `(events applied, state)`, ascending; the first is the start, the last the final state.
+    checkpoints: Vec<(usize, AllocatorState)>,
+    /// Allocated bytes after `i` events, for `i` in `0..=len`.
+    allocated_series: Vec<u64>,
+    /// Reserved bytes after `i` events, for `i` in `0..=len`.
+    reserved_series: Vec<u64>,
+    /// Extremes of the series per [`SERIES_CHUNK`] positions.
+    series_chunks: Vec<SeriesExtremes>,
+    times_monotonic: bool,
+    check: ReplayCheck,
+}
+
+/// Positions summarised per entry of the series' chunk summaries.
+pub const SERIES_CHUNK: usize = 256;
+
+/// Extremes of the allocated/reserved series over a range of positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeriesExtremes {
+    pub allocated_min_bytes: u64,
+    pub allocated_max_bytes: u64,
+    pub reserved_max_bytes: u64,
+}
+
+impl SeriesExtremes {
+    fn merge(&mut self, other: &SeriesExtremes) {
+        self.allocated_min_bytes = self.allocated_min_bytes.min(other.allocated_min_bytes);
+        self.allocated_max_bytes = self.allocated_max_bytes.max(other.allocated_max_bytes);
+        self.reserved_max_bytes = self.reserved_max_bytes.max(other.reserved_max_bytes);
+    }
+}
+
+impl TimeTravel {
+    /// Reconstructs every state of `device`'s trace from `snapshot`.
+    ///
+    /// A device without a trace gets a time travel of zero events whose only state is the final
+    /// one. Never fails: events that contradict the snapshot are skipped and counted in
+    /// [`TimeTravel::check`].
+    pub fn new(snapshot: Arc<AllocatorSnapshot>, device: u32) -> Self {
+        let trace_index = snapshot.traces.iter().position(|t| t.device == device);
+        let empty_trace = DeviceTrace {
+            device,
+            ..Default::default()
+        };
+        let trace = trace_index.map_or(&empty_trace, |i| &snapshot.traces[i]);
+        let rules = AllocatorRules::from_settings(snapshot.settings.as_ref());
+        let (paired_alloc, live_allocs) = pair_events(trace);
+        let final_state = AllocatorState::from_snapshot(&snapshot, device, &live_allocs);
+        let final_segment_pools = final_state
+            .segments
+            .iter()
+            .map(|s| (s.address, (s.pool, s.pool_id)))
+            .collect();
+        let len = trace.len();
+        let mut travel = TimeTravel {
+            device,
+            rules,
+            snapshot,
+            trace_index,
+            empty_trace,
+            final_segment_pools,
+            freed_block_bytes: vec![0; len],
+            paired_alloc,
+            checkpoints: Vec::new(),
+            allocated_series: Vec::new(),
+            reserved_series: Vec::new(),
+            series_chunks: Vec::new(),
+            times_monotonic: false,
+            check: ReplayCheck::default(),
+        };
+        // Pass 1: undo with estimated sizes of freed blocks, to find the starting state.
+        let (start, _) = travel.undo_all(final_state.clone(), false);
+        // Pass 2: replay forwards with the allocator's rules; this knows every block's size.
+        let mut replay_mismatches = 0;
+        let mut first_problem = None;
+        let mut state = start;
+        // Block sizes handed out by each alloc event, stored at the alloc's index.
+        let mut block_bytes = vec![0; len];
+        for (index, bytes) in block_bytes.iter_mut().enumerate() {
+            match travel.apply(&mut state, index) {
+                Ok(Some(handed_out)) => *bytes = handed_out,
+                Ok(None) => {}
+                Err(mismatch) => {
+                    replay_mismatches += 1;
+                    first_problem.get_or_insert_with(|| {
+                        describe_mismatch("replaying", index, travel.trace(), mismatch)
+                    });
+                }
+            }
+        }
+        let matches_final_state = replay_mismatches == 0 && state == final_state;
+        if matches_final_state {
+            let mut freed = std::mem::take(&mut travel.freed_block_bytes);
+            let actions = &travel.trace().actions;
+            for (index, &paired) in travel.paired_alloc.iter().enumerate() {
+                if actions[index] == TraceAction::FreeCompleted && paired != NO_EVENT {
+                    freed[index] = block_bytes[paired as usize];
+                }
+            }
+            travel.freed_block_bytes = freed;
+        } else if first_problem.is_none() {
+            first_problem = Some(
+                "replaying the trace forwards did not reproduce the snapshot's final state; \
+                 sizes of blocks freed during the trace are estimates"
+                    .to_string(),
+            );
+        }
+        // Pass 3: undo again with the exact sizes, keeping checkpoints and the series.
+        let (_, undo_mismatches) = travel.undo_all(final_state, true);
+        travel.series_chunks = travel
+            .allocated_series
+            .chunks(SERIES_CHUNK)
+            .zip(travel.reserved_series.chunks(SERIES_CHUNK))
+            .map(|(allocated, reserved)| SeriesExtremes {
+                allocated_min_bytes: allocated.iter().copied().min().unwrap_or(0),
+                allocated_max_bytes: allocated.iter().copied().max().unwrap_or(0),
+                reserved_max_bytes: reserved.iter().copied().max().unwrap_or(0),
+            })
+            .collect();
+        let times = &travel.trace().times_us;
+        travel.times_monotonic = times.len() == len
+            && times
+                .iter()
+                .all(|&t| t != crate::model::allocator::TIME_UNKNOWN_US)
+            && times.windows(2).all(|w| w[0] <= w[1]);
+        travel.check = ReplayCheck {
+            matches_final_state,
+            undo_mismatches,
+            replay_mismatches,
+            first_problem,
+        };
+        travel
+    }
+
+    /// Device ordinal.
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// Number of trace events; states exist for `0..=len()` events applied.
+    pub fn len(&self) -> usize {
+        self.trace().len()
+    }
+
+    /// True when the device has no trace events.
+    pub fn is_empty(&self) -> bool {
+        self.trace().is_empty()
+    }
+
+    /// The trace this time travel walks.
+    pub fn trace(&self) -> &DeviceTrace {
+        self.trace_index
+            .and_then(|i| self.snapshot.traces.get(i))
+            .unwrap_or(&self.empty_trace)
+    }
+
+    /// The snapshot this time travel walks.
+    pub fn snapshot(&self) -> &Arc<AllocatorSnapshot> {
+        &self.snapshot
+    }
+
+    /// The sizing rules used.
+    pub fn rules(&self) -> &AllocatorRules {
+        &self.rules
+    }
+
+    /// How trustworthy the reconstruction is.
+    pub fn check(&self) -> &ReplayCheck {
+        &self.check
+    }
+
+    /// Allocated bytes after `i` events, for every `i` in `0..=len()`.
+    pub fn allocated_series(&self) -> &[u64] {
+        &self.allocated_series
+    }
+
+    /// Reserved bytes after `i` events, for every `i` in `0..=len()`.
+    pub fn reserved_series(&self) -> &[u64] {
+        &self.reserved_series
+    }
+
+    /// Number of events between checkpoints.
+    pub fn checkpoint_interval(&self) -> usize {
+        match self.checkpoints.as_slice() {
+            [(first, _), (second, _), ..] => second - first,
+            _ => self.len().max(1),
+        }
+    }
+
+    /// The state after the first `applied` events (clamped to `len()`): undoes events from the
+    /// nearest checkpoint at or after it.
+    pub fn state_at(&self, applied: usize) -> AllocatorState {
+        let applied = applied.min(self.len());
+        let at = self
+            .checkpoints
+            .partition_point(|(position, _)| *position < applied);
+        let Some((position, checkpoint)) = self.checkpoints.get(at) else {
+            return AllocatorState {
+                device: self.device,
+                ..Default::default()
+            };
+        };
+        let mut state = checkpoint.clone();
+        for index in (applied..*position).rev() {
+            // Mismatches were counted when the checkpoints were built.
+            let _ = self.undo(&mut state, index);
+        }
+        state
+    }
+
+    /// Moves `state`, the state after `from` events, to the state after `to` events: directly
+    /// (undoing backwards, or replaying forwards when the replay is exact) when that is fewer
+    /// events than starting from a checkpoint. Small scrubbing steps then cost only the events
+    /// stepped over.
+    pub fn move_state(&self, state: &mut AllocatorState, from: usize, to: usize) {
+        let (from, to) = (from.min(self.len()), to.min(self.len()));
+        let at = self
+            .checkpoints
+            .partition_point(|(position, _)| *position < to);
+        let via_checkpoint = self.checkpoints.get(at).map_or(usize::MAX, |(p, _)| p - to);
+        if to <= from && from - to <= via_checkpoint {
+            for index in (to..from).rev() {
+                let _ = self.undo(state, index);
+            }
+        } else if to > from && self.check.matches_final_state && to - from <= via_checkpoint {
+            for index in from..to {
+                let _ = self.apply(state, index);
+            }
+        } else {
+            *state = self.state_at(to);
+        }
+    }
+
+    /// Extremes of the series over positions `first..=last` (clamped): smallest and largest
+    /// allocated bytes and largest reserved bytes. Uses per-chunk summaries, so a timeline
+    /// column over a million events costs a few thousand steps.
+    pub fn series_extremes(&self, first: usize, last: usize) -> SeriesExtremes {
+        let end = self.allocated_series.len();
+        let (first, last) = (
+            first.min(end.saturating_sub(1)),
+            last.min(end.saturating_sub(1)),
+        );
+        let mut extremes = SeriesExtremes {
+            allocated_min_bytes: u64::MAX,
+            allocated_max_bytes: 0,
+            reserved_max_bytes: 0,
+        };
+        let mut position = first;
+        while position <= last && end > 0 {
+            let chunk = position / SERIES_CHUNK;
+            let chunk_end = (chunk + 1) * SERIES_CHUNK - 1;
+            if position % SERIES_CHUNK == 0 && chunk_end <= last {
+                extremes.merge(&self.series_chunks[chunk]);
+                position = chunk_end + 1;
+            } else {
+                extremes.merge(&SeriesExtremes {
+                    allocated_min_bytes: self.allocated_series[position],
+                    allocated_max_bytes: self.allocated_series[position],
+                    reserved_max_bytes: self.reserved_series[position],
+                });
+                position += 1;
+            }
+        }
+        if extremes.allocated_min_bytes == u64::MAX {
+            extremes.allocated_min_bytes = 0;
+        }
+        extremes
+    }
+
+    /// True when every event has a time and times never go backwards (timelines can then use
+    /// trace time as their x axis).
+    pub fn times_are_monotonic(&self) -> bool {
+        self.times_monotonic
+    }
+
+    /// The state after the first `applied` events, computed forwards from the reconstructed
+    /// start with the allocator's rules (independent of the backward checkpoints; used to check
+    /// them).
+    pub fn replay_forward(&self, applied: usize) -> AllocatorState {
+        let mut state = self.state_at(0);
+        for index in 0..applied.min(self.len()) {
+            let _ = self.apply(&mut state, index);
+        }
+        state
+    }
+
+    /// Undoes every event from the end; returns the start state and the number of mismatches.
+    /// With `record`, keeps checkpoints and the allocated/reserved series.
+    fn undo_all(&mut self, mut state: AllocatorState, record: bool) -> (AllocatorState, u32) {
+        let len = self.trace().len();
+        let interval = if record {
+            let per_state = state.heap_bytes().max(1);
+            let budget_interval = len.saturating_mul(per_state) / CHECKPOINT_BUDGET_BYTES + 1;
+            budget_interval.max(MIN_CHECKPOINT_INTERVAL)
+        } else {
+            usize::MAX
+        };
+        let mut checkpoints = Vec::new();
+        let mut allocated = vec![0; if record { len + 1 } else { 0 }];
+        let mut reserved = vec![0; if record { len + 1 } else { 0 }];
+        let mut mismatches = 0;
+        for position in (0..=len).rev() {
+            if record {
+                allocated[position] = state.allocated_bytes;
+                reserved[position] = state.reserved_bytes;
+                if position == len || position % interval == 0 {
+                    checkpoints.push((position, state.clone()));
+                }
+            }
+            if position > 0 && self.undo(&mut state, position - 1).is_err() {
+                mismatches += 1;
+            }
+        }
+        if record {
+            checkpoints.reverse();
+            self.checkpoints = checkpoints;
+            self.allocated_series = allocated;
+            self.reserved_series = reserved;
+        }
+        (state, mismatches)
+    }
+
+    /// Applies event `index` forwards. Returns the size of the block an `alloc` handed out.
+    fn apply(&self, state: &mut AllocatorState, index: usize) -> Result<Option<u64>, Mismatch> {
+        let op = op_at(self.trace(), index);
+        match op.action {
+            TraceAction::Alloc => {
+                let (segment, block) = state.block_starting_at(op.address)?;
+                let target = &state.segments[segment];
+                let free = &target.blocks[block];
+                if free.status != BlockStatus::Free {
+                    return Err(Mismatch::BlockNotFree);
+                }
+                let rounded = self.rules.round_size(op.size_bytes);
+                if rounded > free.size_bytes {
+                    return Err(Mismatch::BlockTooSmall);
+                }
+                let remaining = free.size_bytes - rounded;
+                let size_bytes =
+                    if self
+                        .rules
+                        .should_split(target.pool, target.expandable, rounded, remaining)
+                    {
+                        rounded
+                    } else {
+                        free.size_bytes
+                    };
+                state.carve_block(
+                    op.address,
+                    size_bytes,
+                    StateBlock {
+                        address: op.address,
+                        size_bytes,
+                        requested_bytes: op.size_bytes,
+                        status: BlockStatus::Allocated,
+                        origin: BlockOrigin::AllocEvent(index as u32),
+                    },
+                )?;
+                Ok(Some(size_bytes))
+            }
+            TraceAction::FreeRequested => {
+                let (segment, block) = state.block_starting_at(op.address)?;
+                if state.segments[segment].blocks[block].status != BlockStatus::Allocated {
+                    return Err(Mismatch::BlockNotFree);
+                }
+                state.set_status(segment, block, BlockStatus::PendingFree);
+                Ok(None)
+            }
+            TraceAction::FreeCompleted => state.release_block(op.address).map(|()| None),
+            TraceAction::SegmentAlloc => {
+                if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
+                    return Err(Mismatch::SegmentInUse);
+                }
+                let (pool, pool_id) = self.segment_pool(index, &op);
+                state.insert_segment(StateSegment {
+                    address: op.address,
+                    size_bytes: op.size_bytes,
+                    stream: op.stream,
+                    pool,
+                    pool_id,
+                    expandable: false,
+                    blocks: vec![StateBlock::free(op.address, op.size_bytes)],
+                });
+                Ok(None)
+            }
+            TraceAction::SegmentFree => state.remove_free_segment(op.address).map(|()| None),
+            TraceAction::SegmentMap => {
+                if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
+                    return Err(Mismatch::SegmentInUse);
+                }
+                state.map_range(
+                    op.address,
+                    op.size_bytes,
+                    op.stream,
+                    expandable_pool_guess(op.size_bytes),
+                    self.trace().pool_id(index),
+                );
+                Ok(None)
+            }
+            TraceAction::SegmentUnmap => {
+                state.unmap_range(op.address, op.size_bytes).map(|()| None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Undoes event `index`: turns the state after it into the state before it.
+    fn undo(&self, state: &mut AllocatorState, index: usize) -> Result<(), Mismatch> {
+        let op = op_at(self.trace(), index);
+        match op.action {
+            TraceAction::Alloc => state.release_block(op.address),
+            TraceAction::FreeRequested => {
+                let (segment, block) = state.block_starting_at(op.address)?;
+                if state.segments[segment].blocks[block].status != BlockStatus::PendingFree {
+                    return Err(Mismatch::BlockNotPending);
+                }
+                state.set_status(segment, block, BlockStatus::Allocated);
+                Ok(())
+            }
+            TraceAction::FreeCompleted => {
+                let size_bytes = match self.freed_block_bytes[index] {
+                    0 => self.estimate_freed_block_bytes(state, &op)?,
+                    known => known,
+                };
+                let origin = match self.paired_alloc[index] {
+                    NO_EVENT => BlockOrigin::FreeEvent(index as u32),
+                    alloc => BlockOrigin::AllocEvent(alloc),
+                };
+                state.carve_block(
+                    op.address,
+                    size_bytes,
+                    StateBlock {
+                        address: op.address,
+                        size_bytes,
+                        requested_bytes: op.size_bytes,
+                        status: BlockStatus::PendingFree,
+                        origin,
+                    },
+                )
+            }
+            TraceAction::SegmentAlloc => state.remove_free_segment(op.address),
+            TraceAction::SegmentFree => {
+                if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
+                    return Err(Mismatch::SegmentInUse);
+                }
+                let (pool, pool_id) = self.segment_pool(index, &op);
+                state.insert_segment(StateSegment {
+                    address: op.address,
+                    size_bytes: op.size_bytes,
+                    stream: op.stream,
+                    pool,
+                    pool_id,
+                    expandable: false,
+                    blocks: vec![StateBlock::free(op.address, op.size_bytes)],
+                });
+                Ok(())
+            }
+            TraceAction::SegmentMap => state.unmap_range(op.address, op.size_bytes),
+            TraceAction::SegmentUnmap => {
+                if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
+                    return Err(Mismatch::SegmentInUse);
+                }
+                state.map_range(
+                    op.address,
+                    op.size_bytes,
+                    op.stream,
+                    expandable_pool_guess(op.size_bytes),
+                    self.trace().pool_id(index),
+                );
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Pool of a segment created or re-created by event `index`.
+    fn segment_pool(&self, index: usize, op: &TraceOp) -> (PoolKind, PoolId) {
+        let from_trace = self.trace().pool_id(index);
+        match self.final_segment_pools.get(&op.address) {
+            Some(&(pool, pool_id)) if from_trace.is_default() => (pool, pool_id),
+            _ => (AllocatorRules::pool_of_segment(op.size_bytes), from_trace),
+        }
+    }
+
+    /// The size a freed block most likely had: its rounded request, or the whole free block it
+    /// merged into when the leftover would have been too small for the allocator to split off.
+    fn estimate_freed_block_bytes(
+        &self,
+        state: &AllocatorState,
+        op: &TraceOp,
+    ) -> Result<u64, Mismatch> {
+        let (segment, block) = state
+            .block_containing(op.address)
+            .ok_or(Mismatch::NoBlockAtAddress)?;
+        let segment = &state.segments[segment];
+        let free = &segment.blocks[block];
+        let room = free.end_address() - op.address;
+        let rounded = self.rules.round_size(op.size_bytes);
+        if rounded >= room {
+            return Ok(room);
+        }
+        let remaining = room - rounded;
+        if self
+            .rules
+            .should_split(segment.pool, segment.expandable, rounded, remaining)
+        {
+            Ok(rounded)
+        } else {
+            Ok(room)
+        }
+    }
+}
+
+/// Expandable segments map 2 MiB pages for the small pool and 20 MiB pages for the large one.
+fn expandable_pool_guess(size_bytes: u64) -> PoolKind {
+    if size_bytes.is_multiple_of(super::allocator_rules::LARGE_BUFFER_BYTES) {
+        PoolKind::Large
+    } else {
+        PoolKind::Small
+    }
+}
+
+/// Pairs each free event with the alloc of the same block; also returns the blocks still
+/// allocated at the end (address -> alloc event).
+fn pair_events(trace: &DeviceTrace) -> (Vec<u32>, HashMap<u64, u32>) {
+    let mut paired = vec![NO_EVENT; trace.len()];
+    let mut open: HashMap<u64, u32> = HashMap::new();
+    for (index, pair) in paired.iter_mut().enumerate() {
+        let address = trace.addresses.get(index).copied().unwrap_or(0);
+        match trace.actions[index] {
+            TraceAction::Alloc => {
+                open.insert(address, index as u32);
+            }
+            TraceAction::FreeRequested => {
+                *pair = open.get(&address).copied().unwrap_or(NO_EVENT);
+            }
+            TraceAction::FreeCompleted => {
+                *pair = open.remove(&address).unwrap_or(NO_EVENT);
+            }
+            _ => {}
+        }
+    }
+    (paired, open)
+}
+
+fn describe_mismatch(doing: &str, index: usize, trace: &DeviceTrace, mismatch: Mismatch) -> String {
+    let op = op_at(trace, index);
+    let action = op.action.name().unwrap_or("unknown");
+    let why = match mismatch {
+        Mismatch::NoBlockAtAddress => "no block starts at that address",
+        Mismatch::NoSegmentAtAddress => "no segment starts at that address",
+        Mismatch::BlockAlreadyFree => "the block is already free",
+        Mismatch::BlockNotFree => "the block is not in the expected state",
+        Mismatch::BlockNotPending => "the block is not waiting to be freed",
+        Mismatch::BlockTooSmall => "the free block there is too small",
+        Mismatch::SegmentInUse => "the segment is in use or overlaps another",
+    };
+    format!(
+        "{doing} event {index} ({action} at {:#x}, {} bytes): {why}",
+        op.address, op.size_bytes
+    )
+}

@@ -1,0 +1,228 @@
+//! `vramscope diagnose`: runs the diagnosis engine headlessly over logs, captures, snapshots and/or
+//! a live reading, prints the findings (text, or JSON with `--json`) and optionally writes a
+//! report. Exit code 0 when the diagnosis ran (whatever it found), 1 when an input could not be
+//! read or the report could not be written.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::diagnose::finding::Diagnosis;
+use crate::diagnose::{DiagnosisInput, NamedCapture, diagnose, log};
+use crate::model::Capture;
+use crate::report::{self, Report, ReportFormat, Timeline};
+use crate::source::{self, Tiers};
+
+#[derive(Debug, clap::Args)]
+pub struct DiagnoseArgs {
+    /// Read the GPUs now (memory, processes, ECC, remapped rows, throttling) through NVML.
+    #[arg(long)]
+    pub live: bool,
+    /// With --live: use the built-in simulated machine (a recorded simulated day) instead of NVML.
+    #[arg(long, requires = "live")]
+    pub demo: bool,
+    /// A .vramcap capture (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub capture: Vec<PathBuf>,
+    /// PyTorch allocator snapshots, oldest first (repeatable; several after one flag).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub snapshot: Vec<PathBuf>,
+    /// Logs: training output, dmesg, journalctl -k (repeatable; several after one flag).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub log: Vec<PathBuf>,
+    /// The CUDA version your framework was built for, e.g. 12.4 (`python -c "import torch; print(torch.version.cuda)"`).
+    #[arg(long, value_name = "MAJOR.MINOR", value_parser = parse_cuda_version)]
+    pub cuda: Option<(u32, u32)>,
+    /// Print the findings as JSON (schema vramscope.report/1, see docs/report-schema.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a report: OUT.html (self-contained page), OUT.md or OUT.json.
+    #[arg(long, value_name = "OUT")]
+    pub report: Option<PathBuf>,
+}
+
+fn parse_cuda_version(text: &str) -> Result<(u32, u32), String> {
+    let (major, minor) = text.trim().split_once('.').unwrap_or((text.trim(), "0"));
+    match (major.parse(), minor.parse()) {
+        (Ok(major), Ok(minor)) => Ok((major, minor)),
+        _ => Err(format!("'{text}' is not a CUDA version like 12.4")),
+    }
+}
+
+/// Seconds of the simulated day `--live --demo` records: past its OOM (at 7:59).
+const DEMO_DURATION_MS: u64 = 9 * 60 * 1000;
+
+pub fn run(args: DiagnoseArgs) -> ExitCode {
+    if !args.live && args.capture.is_empty() && args.snapshot.is_empty() && args.log.is_empty() {
+        return super::fail(
+            "diagnose: nothing to look at; give --log FILE, --capture FILE, --snapshot FILE or --live",
+        );
+    }
+    if let Some(path) = &args.report
+        && ReportFormat::from_path(path).is_none()
+    {
+        return super::fail(format!(
+            "cannot tell the report format of {}: use a name ending in .html, .md or .json",
+            path.display()
+        ));
+    }
+    let input = match gather(&args) {
+        Ok(input) => input,
+        Err(message) => return super::fail(message),
+    };
+    let diagnosis = diagnose(&input);
+    let timeline = input
+        .captures
+        .iter()
+        .find_map(|c| Timeline::from_capture(&c.name, &c.capture));
+    let report = Report {
+        title: "vramscope diagnosis".to_owned(),
+        generated_at_ms: source::now_unix_ms(),
+        diagnosis,
+        timeline,
+    };
+    if args.json {
+        println!("{}", report::json::render(&report));
+    } else {
+        print!("{}", text(&report.diagnosis));
+    }
+    if let Some(path) = &args.report {
+        if let Err(e) = report::write(&report, path) {
+            return super::fail(e);
+        }
+        eprintln!("vramscope: report written to {}", path.display());
+    }
+    ExitCode::SUCCESS
+}
+
+/// Reads every input; the first unreadable one is an error naming the file.
+fn gather(args: &DiagnoseArgs) -> Result<DiagnosisInput, String> {
+    let mut input = DiagnosisInput {
+        framework_cuda: args.cuda,
+        ..Default::default()
+    };
+    for path in &args.log {
+        input
+            .logs
+            .push(log::analyze_file(path).map_err(|e| e.to_string())?);
+    }
+    for path in &args.capture {
+        let capture = crate::formats::vramcap::read_file(path).map_err(|e| e.to_string())?;
+        if let Some(recovery) = &capture.recovery {
+            eprintln!(
+                "vramscope: warning: {} is damaged ({}); diagnosing the {} chunks before the damage",
+                path.display(),
+                recovery.problem,
+                recovery.chunks_recovered
+            );
+        }
+        input.captures.push(NamedCapture {
+            name: path.display().to_string(),
+            capture,
+        });
+    }
+    input.snapshots = snapshots::facts(&args.snapshot)?;
+    if args.live {
+        input.captures.push(live_capture(args.demo)?);
+    }
+    Ok(input)
+}
+
+/// One reading of every tier from NVML, or a recorded simulated day with `--demo`.
+fn live_capture(demo: bool) -> Result<NamedCapture, String> {
+    let start_ms = source::now_unix_ms();
+    if demo {
+        let capture = source::demo::generate_capture(
+            &source::demo::DemoConfig::default(),
+            start_ms,
+            DEMO_DURATION_MS,
+            1000,
+        );
+        return Ok(NamedCapture {
+            name: "demo (simulated)".to_owned(),
+            capture,
+        });
+    }
+    let (mut live, fallback_reason) = source::open_default(false);
+    if let Some(reason) = fallback_reason {
+        return Err(format!(
+            "--live: {reason}; add --demo to diagnose the simulated machine instead"
+        ));
+    }
+    let description = live.describe();
+    let mut capture = Capture::new(description.meta, description.devices);
+    capture.ingest(&live.poll(
+        source::now_unix_ms(),
+        Tiers {
+            fast: true,
+            slow: true,
+        },
+    ));
+    Ok(NamedCapture {
+        name: "live".to_owned(),
+        capture,
+    })
+}
+
+/// The findings as plain text for a terminal.
+fn text(d: &Diagnosis) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if d.simulated {
+        out.push_str(
+            "SIMULATED: some evidence comes from the built-in demo machine, not a real GPU.\n\n",
+        );
+    }
+    for (i, f) in d.findings.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{}. [{}] {}: {}",
+            i + 1,
+            f.severity.as_str().to_uppercase(),
+            f.category.as_str(),
+            f.title
+        );
+        let _ = writeln!(out, "   {}", f.explanation);
+        for e in &f.evidence {
+            let _ = writeln!(
+                out,
+                "   - {}: {}  ({})",
+                e.label,
+                e.display,
+                e.source.describe()
+            );
+        }
+        for (j, r) in f.recommendations.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "   {}) {} [{}]: {}",
+                j + 1,
+                r.title,
+                r.id,
+                r.expected_effect
+            );
+            for line in r.action.lines() {
+                let _ = writeln!(out, "        {line}");
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+mod snapshots {
+    use std::path::PathBuf;
+
+    use crate::diagnose::leak::SnapshotFacts;
+
+    /// Reads each PyTorch snapshot and extracts the facts the rules need, per device.
+    pub fn facts(paths: &[PathBuf]) -> Result<Vec<SnapshotFacts>, String> {
+        let mut facts = Vec::new();
+        for path in paths {
+            let snapshot = std::sync::Arc::new(
+                crate::formats::pytorch::read_file(path, &|_| true).map_err(|e| e.to_string())?,
+            );
+            facts.extend(crate::diagnose::snapshot::facts(&snapshot));
+        }
+        Ok(facts)
+    }
+}

@@ -1,0 +1,557 @@
+//! Runs every rule over whatever evidence was given (logs, captures or a live reading, snapshot
+//! facts, a CUDA version from the user) and orders the findings: primary cause first.
+//!
+//! Order: findings are sorted by severity, and within a severity by the order the rules ran —
+//! the out-of-memory rule first (it explains the failure the user came with), then the CUDA and
+//! hardware lines of logs, the capture's health, leaks, and the driver check. When nothing is
+//! wrong, a single `healthy` finding lists what was checked.
+
+use super::finding::{
+    Category, Diagnosis, Evidence, EvidenceSource, Finding, InputSummary, Severity, Unit, Wizard,
+};
+use super::leak::{self, SnapshotFacts};
+use super::log::{Framework, LogAnalysis, OomNumbers};
+use super::oom::{self, OomCase};
+use super::{compat, hardware};
+use crate::model::{Capture, EventKind, format_bytes};
+
+/// A capture (from a file, or a live reading) with the name evidence should cite.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedCapture {
+    pub name: String,
+    pub capture: Capture,
+}
+
+/// Everything the doctor can look at. Any part may be empty.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DiagnosisInput {
+    pub logs: Vec<LogAnalysis>,
+    pub captures: Vec<NamedCapture>,
+    pub snapshots: Vec<SnapshotFacts>,
+    /// The CUDA version a framework was built for, when the user gives it (e.g. from
+    /// `torch.version.cuda`); logs can also show it.
+    pub framework_cuda: Option<(u32, u32)>,
+}
+
+/// Runs all rules.
+pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
+    let mut findings = Vec::new();
+    if let Some(case) = oom_case(input) {
+        findings.extend(oom::findings(&case));
+    }
+    for log in &input.logs {
+        hardware::log_findings(log, &mut findings);
+        leak::log_findings(log, &mut findings);
+    }
+    for c in &input.captures {
+        hardware::capture_findings(&c.name, &c.capture, &mut findings);
+        leak::capture_findings(&c.name, &c.capture, &mut findings);
+    }
+    leak::snapshot_findings(&input.snapshots, &mut findings);
+    driver_check(input, &mut findings);
+
+    findings.sort_by_key(|f| f.severity);
+    promote_leak_behind_capacity_oom(&mut findings);
+    if !findings.iter().any(|f| f.severity != Severity::Info) {
+        findings.insert(0, healthy(input));
+    }
+    Diagnosis {
+        findings,
+        inputs: summarize_inputs(input),
+        simulated: input.captures.iter().any(|c| c.capture.is_simulated()),
+    }
+}
+
+/// A job that ran out of memory because its live tensors filled the card, while memory grew
+/// steadily step after step, died of the leak: the leak becomes the primary finding.
+fn promote_leak_behind_capacity_oom(findings: &mut Vec<Finding>) {
+    if findings.first().map(|f| f.category) != Some(Category::Capacity) {
+        return;
+    }
+    let oom_device = findings.first().and_then(finding_device);
+    let same_device = |f: &Finding| match (oom_device, finding_device(f)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
+    let Some(index) = findings
+        .iter()
+        .position(|f| f.category == Category::Leak && same_device(f))
+    else {
+        return;
+    };
+    let mut leak = findings.remove(index);
+    leak.severity = Severity::Critical;
+    leak.explanation
+        .push_str(" The growth ended in the out-of-memory error of the next finding.");
+    if let Some(oom) = findings.first_mut() {
+        oom.explanation.push_str(" Memory grew steadily before the failure: the leak above is the cause, a smaller batch only delays it.");
+    }
+    findings.insert(0, leak);
+}
+
+/// The device a finding's evidence names, if any.
+fn finding_device(f: &Finding) -> Option<u32> {
+    f.evidence.iter().find_map(|e| match &e.source {
+        EvidenceSource::Capture { device_index, .. }
+        | EvidenceSource::Snapshot { device_index, .. } => *device_index,
+        _ => None,
+    })
+}
+
+fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
+    let mut inputs = Vec::new();
+    for log in &input.logs {
+        inputs.push(InputSummary {
+            kind: "log".into(),
+            name: log.name.clone(),
+            summary: format!(
+                "{} recognised lines of {}",
+                log.matches.len() + log.dropped_matches,
+                log.lines_read
+            ),
+        });
+    }
+    for c in &input.captures {
+        let span = c
+            .capture
+            .time_span_ms()
+            .map(|(a, b)| (b - a) as f64 / 1000.0)
+            .unwrap_or(0.0);
+        inputs.push(InputSummary {
+            kind: "capture".into(),
+            name: c.name.clone(),
+            summary: format!(
+                "{} device(s), {} samples over {span:.0} s, {} process track(s), {} event(s){}",
+                c.capture.devices.len(),
+                c.capture.sample_count(),
+                c.capture.processes.len(),
+                c.capture.events.len(),
+                if c.capture.is_simulated() {
+                    ", SIMULATED"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    for s in &input.snapshots {
+        inputs.push(InputSummary {
+            kind: "snapshot".into(),
+            name: s.name.clone(),
+            summary: format!(
+                "GPU {}: {} reserved, {} allocated, largest free block {}",
+                s.device_index,
+                format_bytes(s.reserved_bytes),
+                format_bytes(s.allocated_bytes),
+                format_bytes(s.largest_free_block_bytes)
+            ),
+        });
+    }
+    inputs
+}
+
+/// Picks the most informative OOM among logs, snapshots and capture events, and enriches it with
+/// the other sources (largest free block from a snapshot, other processes from a capture).
+fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
+    let occurrences: usize = input.logs.iter().map(|l| l.ooms().count()).sum::<usize>()
+        + input
+            .captures
+            .iter()
+            .map(|c| {
+                c.capture
+                    .events
+                    .iter()
+                    .filter(|e| matches!(e.kind, EventKind::OutOfMemory { .. }))
+                    .count()
+            })
+            .sum::<usize>();
+
+    let mut case = input
+        .logs
+        .iter()
+        .filter_map(|log| {
+            let (m, numbers, framework) = log.best_oom()?;
+            Some(OomCase {
+                framework,
+                numbers: numbers.clone(),
+                source: EvidenceSource::LogLine {
+                    file: log.name.clone(),
+                    line: m.line,
+                },
+                occurrences: 0,
+                largest_free_block: None,
+                other_processes_from_capture: Vec::new(),
+                expandable_segments: None,
+            })
+        })
+        .max_by_key(|c| richness(&c.numbers))
+        .or_else(|| snapshot_oom(&input.snapshots))
+        .or_else(|| capture_oom(&input.captures))?;
+    case.occurrences = occurrences.max(1);
+
+    let device = case.numbers.device_index.unwrap_or(0);
+    if let Some(s) = input
+        .snapshots
+        .iter()
+        .rev()
+        .find(|s| s.device_index == device)
+    {
+        let source = EvidenceSource::Snapshot {
+            file: s.name.clone(),
+            device_index: Some(device),
+        };
+        if case.largest_free_block.is_none() {
+            // At the OOM when the snapshot recorded it, else at the snapshot's end.
+            let largest = s
+                .oom
+                .as_ref()
+                .map_or(s.largest_free_block_bytes, |o| o.largest_usable_free_bytes);
+            case.largest_free_block = Some((largest, source));
+        }
+        if case.expandable_segments.is_none() {
+            case.expandable_segments = s.expandable_segments;
+        }
+        if case.numbers.reserved_unallocated_bytes.is_none() {
+            let (allocated, reserved) = s
+                .oom
+                .as_ref()
+                .map_or((s.allocated_bytes, s.reserved_bytes), |o| {
+                    (o.allocated_bytes, o.reserved_bytes)
+                });
+            case.numbers.allocated_bytes = Some(allocated);
+            case.numbers.reserved_bytes = Some(reserved);
+            case.numbers.reserved_unallocated_bytes = Some(reserved.saturating_sub(allocated));
+        }
+    }
+    if case.numbers.other_processes.is_empty() {
+        case.other_processes_from_capture = capture_others_at_oom(&input.captures, device);
+    }
+    Some(case)
+}
+
+fn richness(n: &OomNumbers) -> usize {
+    [
+        n.requested_bytes,
+        n.total_bytes,
+        n.free_bytes,
+        n.allocated_bytes,
+        n.reserved_unallocated_bytes,
+        n.allowed_bytes,
+        n.this_process_bytes,
+    ]
+    .iter()
+    .filter(|v| v.is_some())
+    .count()
+}
+
+fn snapshot_oom(snapshots: &[SnapshotFacts]) -> Option<OomCase> {
+    let s = snapshots.iter().rev().find(|s| s.oom.is_some())?;
+    let oom = s.oom.as_ref()?;
+    let source = EvidenceSource::Snapshot {
+        file: s.name.clone(),
+        device_index: Some(s.device_index),
+    };
+    Some(OomCase {
+        framework: Framework::PyTorch,
+        numbers: OomNumbers {
+            device_index: Some(s.device_index),
+            requested_bytes: Some(oom.requested_bytes),
+            free_bytes: oom.device_free_bytes,
+            allocated_bytes: Some(oom.allocated_bytes),
+            reserved_bytes: Some(oom.reserved_bytes),
+            reserved_unallocated_bytes: Some(
+                oom.reserved_bytes.saturating_sub(oom.allocated_bytes),
+            ),
+            ..Default::default()
+        },
+        source: source.clone(),
+        occurrences: 1,
+        largest_free_block: Some((oom.largest_usable_free_bytes, source)),
+        other_processes_from_capture: Vec::new(),
+        expandable_segments: s.expandable_segments,
+    })
+}
+
+/// An OOM event in a capture, with the device's memory at that moment.
+fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
+    for c in captures {
+        for e in c.capture.events.iter().rev() {
+            let EventKind::OutOfMemory {
+                pid,
+                requested_bytes,
+                ..
+            } = &e.kind
+            else {
+                continue;
+            };
+            let device = e.device_index.unwrap_or(0);
+            // The failing peak usually falls between two samples: take the fullest reading of
+            // the few seconds before the failure.
+            let window_ms = i64::from(c.capture.meta.interval_ms.max(1000)) * 3;
+            let reading = c.capture.series(device).and_then(|s| {
+                s.samples
+                    .iter()
+                    .filter(|x| x.t_ms <= e.t_ms && x.t_ms >= e.t_ms - window_ms)
+                    .filter_map(|x| x.memory)
+                    .min_by_key(|m| m.free_bytes)
+            });
+            let this_process =
+                pid.and_then(|pid| process_bytes_at(&c.capture, device, pid, e.t_ms));
+            return Some(OomCase {
+                framework: Framework::Cuda,
+                numbers: OomNumbers {
+                    device_index: Some(device),
+                    requested_bytes: *requested_bytes,
+                    total_bytes: reading.map(|m| m.total_bytes),
+                    free_bytes: reading.map(|m| m.free_bytes),
+                    this_process_bytes: this_process,
+                    ..Default::default()
+                },
+                source: EvidenceSource::Capture {
+                    file: c.name.clone(),
+                    device_index: Some(device),
+                    t_ms: Some(e.t_ms),
+                },
+                occurrences: 1,
+                largest_free_block: None,
+                other_processes_from_capture: Vec::new(),
+                expandable_segments: None,
+            });
+        }
+    }
+    None
+}
+
+fn process_bytes_at(capture: &Capture, device: u32, pid: u32, t_ms: i64) -> Option<u64> {
+    let track = capture
+        .processes
+        .iter()
+        .find(|p| p.device_index == device && p.pid == pid)?;
+    track
+        .t_ms
+        .iter()
+        .zip(&track.used_bytes)
+        .rev()
+        .find(|(t, _)| **t <= t_ms)
+        .and_then(|(_, b)| *b)
+}
+
+/// Other processes on the device at the capture's OOM event (excluding the failing pid).
+fn capture_others_at_oom(
+    captures: &[NamedCapture],
+    device: u32,
+) -> Vec<(u32, String, u64, EvidenceSource)> {
+    for c in captures {
+        let Some((t_ms, failing_pid)) = c.capture.events.iter().rev().find_map(|e| match &e.kind {
+            EventKind::OutOfMemory { pid, .. } if e.device_index.unwrap_or(0) == device => {
+                Some((e.t_ms, *pid))
+            }
+            _ => None,
+        }) else {
+            continue;
+        };
+        return c
+            .capture
+            .processes
+            .iter()
+            .filter(|p| p.device_index == device && Some(p.pid) != failing_pid)
+            .filter_map(|p| {
+                let bytes = process_bytes_at(&c.capture, device, p.pid, t_ms)?;
+                // Only processes still listed at the failure.
+                let last_seen = p.t_ms.iter().rev().find(|t| **t <= t_ms)?;
+                (t_ms - last_seen <= 5_000).then(|| {
+                    (
+                        p.pid,
+                        p.name.clone(),
+                        bytes,
+                        EvidenceSource::Capture {
+                            file: c.name.clone(),
+                            device_index: Some(device),
+                            t_ms: Some(*last_seen),
+                        },
+                    )
+                })
+            })
+            .collect();
+    }
+    Vec::new()
+}
+
+fn driver_check(input: &DiagnosisInput, findings: &mut Vec<Finding>) {
+    let from_capture = input
+        .captures
+        .iter()
+        .find(|c| !c.capture.meta.driver_version.is_empty() && !c.capture.is_simulated());
+    let driver = from_capture
+        .map(|c| {
+            (
+                c.capture.meta.driver_version.clone(),
+                EvidenceSource::Capture {
+                    file: c.name.clone(),
+                    device_index: None,
+                    t_ms: None,
+                },
+            )
+        })
+        .or_else(|| {
+            input.logs.iter().find_map(|l| {
+                let (v, line) = l.versions.driver_version.clone()?;
+                Some((
+                    v,
+                    EvidenceSource::LogLine {
+                        file: l.name.clone(),
+                        line,
+                    },
+                ))
+            })
+        });
+    let driver_cuda = input
+        .captures
+        .iter()
+        .filter(|c| !c.capture.is_simulated())
+        .find_map(|c| {
+            let v = c.capture.meta.cuda_driver_version?;
+            Some((
+                compat::cuda_from_api_version(v),
+                EvidenceSource::Capture {
+                    file: c.name.clone(),
+                    device_index: None,
+                    t_ms: None,
+                },
+            ))
+        })
+        .or_else(|| {
+            input.logs.iter().find_map(|l| {
+                let (v, line) = l.versions.driver_cuda?;
+                Some((
+                    v,
+                    EvidenceSource::LogLine {
+                        file: l.name.clone(),
+                        line,
+                    },
+                ))
+            })
+        });
+    let framework_cuda = input
+        .framework_cuda
+        .map(|v| {
+            (
+                v,
+                EvidenceSource::User {
+                    what: "framework CUDA version".into(),
+                },
+            )
+        })
+        .or_else(|| {
+            input.logs.iter().find_map(|l| {
+                let (v, line) = l.versions.framework_cuda?;
+                Some((
+                    v,
+                    EvidenceSource::LogLine {
+                        file: l.name.clone(),
+                        line,
+                    },
+                ))
+            })
+        });
+    hardware::driver_findings(driver, framework_cuda, driver_cuda, findings);
+}
+
+/// The "nothing wrong" finding, listing what was checked.
+fn healthy(input: &DiagnosisInput) -> Finding {
+    let mut evidence = Vec::new();
+    for log in &input.logs {
+        evidence.push(Evidence::number(
+            "log lines read, none showing a failure",
+            log.lines_read as f64,
+            Unit::Count,
+            format!("{} lines", log.lines_read),
+            EvidenceSource::LogLine {
+                file: log.name.clone(),
+                line: log.lines_read.max(1),
+            },
+        ));
+    }
+    for c in &input.captures {
+        for s in &c.capture.series {
+            if let Some((t, peak)) = s.peak_used() {
+                let total = c
+                    .capture
+                    .devices
+                    .iter()
+                    .find(|d| d.index == s.device_index)
+                    .map(|d| d.memory_total_bytes)
+                    .unwrap_or(0);
+                evidence.push(Evidence::bytes(
+                    format!(
+                        "peak used on GPU {} (of {})",
+                        s.device_index,
+                        format_bytes(total)
+                    ),
+                    peak,
+                    EvidenceSource::Capture {
+                        file: c.name.clone(),
+                        device_index: Some(s.device_index),
+                        t_ms: Some(t),
+                    },
+                ));
+            }
+        }
+    }
+    let checked = if input.logs.is_empty()
+        && input.captures.is_empty()
+        && input.snapshots.is_empty()
+    {
+        "No evidence was given: add a log, a capture, a snapshot or a live reading.".to_owned()
+    } else {
+        "No out-of-memory error, CUDA error, Xid, uncorrectable ECC error, pending or failed row remap, throttling, leak or driver mismatch was found in the evidence.".to_owned()
+    };
+    Finding {
+        category: Category::Healthy,
+        severity: Severity::Info,
+        title: "No problem found".into(),
+        evidence,
+        explanation: checked,
+        recommendations: Vec::new(),
+        wizard: None::<Wizard>,
+    }
+}
+
+/// How the card was split up at the failure, for the out-of-memory wizard's bar. Every part is
+/// optional because each source gives a different subset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OomComposition {
+    pub device_index: Option<u32>,
+    pub total_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+    /// Other processes (listed, seen by a capture, or not accounted for).
+    pub other_processes_bytes: u64,
+    /// This process beyond what its allocator reserved: CUDA context, libraries.
+    pub non_framework_bytes: Option<u64>,
+    pub allocated_bytes: Option<u64>,
+    pub reserved_unallocated_bytes: Option<u64>,
+    /// Per-process cap ("allowed").
+    pub cap_bytes: Option<u64>,
+    pub requested_bytes: Option<u64>,
+}
+
+/// The composition of the card at the most informative OOM of the evidence, if any.
+pub fn oom_composition(input: &DiagnosisInput) -> Option<OomComposition> {
+    let case = oom_case(input)?;
+    let n = &case.numbers;
+    let others: u64 = oom::other_processes(&case).iter().map(|(_, b)| b).sum();
+    Some(OomComposition {
+        device_index: n.device_index,
+        total_bytes: n.total_bytes,
+        free_bytes: n.free_bytes,
+        other_processes_bytes: others,
+        non_framework_bytes: n
+            .this_process_bytes
+            .zip(n.reserved_bytes)
+            .map(|(p, r)| p.saturating_sub(r)),
+        allocated_bytes: n.allocated_bytes,
+        reserved_unallocated_bytes: n.reserved_unallocated_bytes,
+        cap_bytes: n.allowed_bytes,
+        requested_bytes: n.requested_bytes,
+    })
+}

@@ -1,0 +1,308 @@
+//! The findings model: what the doctor concluded, with the numbers behind it and what to do.
+//!
+//! A [`Diagnosis`] is an ordered list of [`Finding`]s (the first is the primary cause). Every
+//! number a finding relies on is an [`Evidence`] item that carries its unit and where it came from
+//! (a log line, a capture, a device, a snapshot), so a reader can check it. Everything here is
+//! plain data with serde, so reports and `--json` print the same structure.
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of problem (or non-problem) a finding is about. Serialized in kebab-case
+/// (`other-process`, `memory-cap`, ...), which is the stable vocabulary of the JSON report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Category {
+    /// Another process holds most of the memory the failing process needed.
+    OtherProcess,
+    /// A per-process memory fraction cap (`set_per_process_memory_fraction`, JAX/TF fractions).
+    MemoryCap,
+    /// The work simply needs more memory than the device has.
+    Capacity,
+    /// Enough memory is cached by the allocator but not in a block large enough.
+    Fragmentation,
+    /// Memory grows steadily over time or steps.
+    Leak,
+    /// The driver is too old for the CUDA toolkit in use (or the combination is unsupported).
+    DriverMismatch,
+    /// ECC errors (uncorrectable or a high rate of corrected ones).
+    Ecc,
+    /// Row remapping pending or failed (Ampere and newer), retired pages (older GPUs).
+    RowRemap,
+    /// An Xid error from the driver.
+    Xid,
+    /// Thermal or power throttling, or temperatures near the limit.
+    Thermal,
+    /// A CUDA error that is not one of the above (illegal address, device assert, launch failure).
+    CudaError,
+    /// cuDNN / cuBLAS failures.
+    Library,
+    /// Nothing wrong was found in the evidence given.
+    Healthy,
+}
+
+impl Category {
+    /// The kebab-case name used in JSON and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::OtherProcess => "other-process",
+            Category::MemoryCap => "memory-cap",
+            Category::Capacity => "capacity",
+            Category::Fragmentation => "fragmentation",
+            Category::Leak => "leak",
+            Category::DriverMismatch => "driver-mismatch",
+            Category::Ecc => "ecc",
+            Category::RowRemap => "row-remap",
+            Category::Xid => "xid",
+            Category::Thermal => "thermal",
+            Category::CudaError => "cuda-error",
+            Category::Library => "library",
+            Category::Healthy => "healthy",
+        }
+    }
+}
+
+/// How bad a finding is. Ordered so that `Critical` sorts first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Severity {
+    /// The job failed or the hardware needs attention now.
+    Critical,
+    /// Likely to cause trouble; worth acting on.
+    Warning,
+    /// For information (including "healthy").
+    Info,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
+/// Where a piece of evidence came from, precisely enough to find it again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum EvidenceSource {
+    /// A line of a log file (1-based line number).
+    LogLine { file: String, line: usize },
+    /// A `.vramcap` capture (or the live session), on one device, at one time when relevant.
+    Capture {
+        file: String,
+        device_index: Option<u32>,
+        t_ms: Option<i64>,
+    },
+    /// A PyTorch allocator snapshot.
+    Snapshot {
+        file: String,
+        device_index: Option<u32>,
+    },
+    /// Something the user told us (e.g. the CUDA version a framework was built for).
+    User { what: String },
+    /// Computed from other evidence items of the same finding.
+    Derived,
+}
+
+impl EvidenceSource {
+    /// One-line human description, e.g. `train.log line 42`.
+    pub fn describe(&self) -> String {
+        match self {
+            EvidenceSource::LogLine { file, line } => format!("{file} line {line}"),
+            EvidenceSource::Capture {
+                file,
+                device_index,
+                t_ms,
+            } => {
+                let mut s = file.clone();
+                if let Some(d) = device_index {
+                    s.push_str(&format!(", GPU {d}"));
+                }
+                if let Some(t) = t_ms {
+                    s.push_str(&format!(", {}", format_utc_ms(*t)));
+                }
+                s
+            }
+            EvidenceSource::Snapshot { file, device_index } => match device_index {
+                Some(d) => format!("{file}, GPU {d}"),
+                None => file.clone(),
+            },
+            EvidenceSource::User { what } => format!("given by the user ({what})"),
+            EvidenceSource::Derived => "computed from the evidence above".to_owned(),
+        }
+    }
+}
+
+/// Formats Unix milliseconds as an ISO-8601 UTC timestamp (`2026-11-30T08:30:00Z`).
+pub fn format_utc_ms(t_ms: i64) -> String {
+    let secs = t_ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// The unit of an evidence value; serialized in kebab-case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Unit {
+    Bytes,
+    BytesPerSecond,
+    Seconds,
+    Percent,
+    Celsius,
+    Count,
+    /// A code or a version (Xid number, CUDA error code, driver version as a number).
+    Code,
+    /// No number; the evidence is the text itself.
+    Text,
+}
+
+/// One fact a finding relies on: a named value with its unit and its origin.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// What the value is, e.g. "requested", "free on the device", "other process 1234".
+    pub label: String,
+    /// The number in the unit below (`None` for text-only evidence).
+    pub value: Option<f64>,
+    pub unit: Unit,
+    /// The value formatted for people, e.g. `27.86 GiB` or `Xid 79`.
+    pub display: String,
+    pub source: EvidenceSource,
+}
+
+impl Evidence {
+    /// A byte count, shown in binary units.
+    pub fn bytes(label: impl Into<String>, bytes: u64, source: EvidenceSource) -> Self {
+        Evidence {
+            label: label.into(),
+            value: Some(bytes as f64),
+            unit: Unit::Bytes,
+            display: crate::model::format_bytes(bytes),
+            source,
+        }
+    }
+
+    /// A number with a unit and a caller-made display string.
+    pub fn number(
+        label: impl Into<String>,
+        value: f64,
+        unit: Unit,
+        display: impl Into<String>,
+        source: EvidenceSource,
+    ) -> Self {
+        Evidence {
+            label: label.into(),
+            value: Some(value),
+            unit,
+            display: display.into(),
+            source,
+        }
+    }
+
+    /// Text evidence (a quoted log line, a driver version string).
+    pub fn text(label: impl Into<String>, text: impl Into<String>, source: EvidenceSource) -> Self {
+        Evidence {
+            label: label.into(),
+            value: None,
+            unit: Unit::Text,
+            display: text.into(),
+            source,
+        }
+    }
+}
+
+/// One thing to do about a finding.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recommendation {
+    /// Stable identifier (e.g. `reduce-batch-size`, `expandable-segments`) for scripts and tests.
+    pub id: String,
+    /// Short imperative, e.g. "Halve the batch size".
+    pub title: String,
+    /// What it should change, with an estimate when the data allows ("frees about 12 GiB").
+    pub expected_effect: String,
+    /// The exact code, command or configuration to apply (may be several lines).
+    pub action: String,
+    /// Estimated bytes this saves or makes available, when it can be computed.
+    pub estimated_saving_bytes: Option<u64>,
+}
+
+/// Which guided wizard continues the investigation of a finding or a log line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Wizard {
+    OutOfMemory,
+    Fragmentation,
+    Leak,
+    HardwareAndDriver,
+}
+
+impl Wizard {
+    pub fn label(self) -> &'static str {
+        match self {
+            Wizard::OutOfMemory => "Out of memory",
+            Wizard::Fragmentation => "Fragmentation",
+            Wizard::Leak => "Leak",
+            Wizard::HardwareAndDriver => "Hardware and driver",
+        }
+    }
+}
+
+/// One conclusion of the doctor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub category: Category,
+    pub severity: Severity,
+    /// One line, with the key number in it.
+    pub title: String,
+    pub evidence: Vec<Evidence>,
+    /// Why the evidence leads to this conclusion, in a few sentences.
+    pub explanation: String,
+    /// Ranked: the first is the one to try first.
+    pub recommendations: Vec<Recommendation>,
+    /// The wizard that digs deeper into this kind of problem.
+    pub wizard: Option<Wizard>,
+}
+
+/// A short description of one piece of input the diagnosis looked at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputSummary {
+    /// `log`, `capture`, `snapshot` or `live`.
+    pub kind: String,
+    /// File name (or `live`).
+    pub name: String,
+    /// What was found in it, e.g. "3 recognised lines of 1200".
+    pub summary: String,
+}
+
+/// The result of running every rule over the evidence: ordered findings, primary cause first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub findings: Vec<Finding>,
+    pub inputs: Vec<InputSummary>,
+    /// True when any input came from the simulated demo machine.
+    pub simulated: bool,
+}
+
+impl Diagnosis {
+    /// The primary finding (the first), if any.
+    pub fn primary(&self) -> Option<&Finding> {
+        self.findings.first()
+    }
+}

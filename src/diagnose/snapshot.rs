@@ -1,0 +1,92 @@
+//! Snapshot facts for the rules, taken from a PyTorch allocator snapshot with the allocator
+//! analysis (`analysis::timetravel`, `fragmentation`, `oom`): per device, what was reserved and
+//! allocated, the largest cached free block, the last OOM with the numbers at that moment, and the
+//! allocated bytes per user call site (for "what grew" between two snapshots).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::leak::{SnapshotFacts, SnapshotOom};
+use crate::analysis::timetravel::TimeTravel;
+use crate::analysis::{fragmentation, oom};
+use crate::model::allocator::{AllocatorSnapshot, BlockState, StackId};
+
+/// Call sites listed per snapshot, largest first.
+const MAX_CALL_SITES: usize = 50;
+
+/// One [`SnapshotFacts`] per device of the snapshot.
+pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
+    snapshot
+        .devices
+        .iter()
+        .map(|device| {
+            let travel = TimeTravel::new(Arc::clone(snapshot), device.device);
+            let state = travel.state_at(travel.len());
+            let report = fragmentation::analyze(&state);
+            let oom = oom::explain_all(&travel)
+                .into_iter()
+                .last()
+                .map(|e| SnapshotOom {
+                    requested_bytes: e.segment_request_bytes.max(e.rounded_request_bytes),
+                    device_free_bytes: e.device_free_bytes,
+                    allocated_bytes: e.allocated_bytes,
+                    reserved_bytes: e.reserved_bytes,
+                    largest_usable_free_bytes: e.usable_largest_free_bytes,
+                });
+            let mut by_site: HashMap<String, u64> = HashMap::new();
+            for segment in snapshot.device_segments(device) {
+                for block in snapshot.segment_blocks(segment) {
+                    if block.state == BlockState::ActiveAllocated {
+                        *by_site.entry(call_site(snapshot, block.stack)).or_default() +=
+                            block.size_bytes;
+                    }
+                }
+            }
+            let mut allocated_by_call_site: Vec<(String, u64)> = by_site.into_iter().collect();
+            allocated_by_call_site.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            allocated_by_call_site.truncate(MAX_CALL_SITES);
+            SnapshotFacts {
+                name: snapshot.name.clone(),
+                device_index: device.device,
+                reserved_bytes: report.device.reserved_bytes,
+                allocated_bytes: report.device.allocated_bytes,
+                largest_free_block_bytes: report.device.largest_free_bytes,
+                oom,
+                expandable_segments: snapshot
+                    .settings
+                    .as_ref()
+                    .and_then(|s| s.expandable_segments),
+                allocated_by_call_site,
+            }
+        })
+        .collect()
+}
+
+/// The innermost frame of user code (a `.py` file outside torch and site-packages), as
+/// `file.py:line name`; the innermost Python frame when all are library code.
+fn call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
+    let frames: Vec<_> = snapshot
+        .frames
+        .stack(stack)
+        .iter()
+        .filter_map(|&id| snapshot.frames.frame(id))
+        .filter(|f| snapshot.string(f.filename).ends_with(".py"))
+        .collect();
+    let is_library = |filename: &str| {
+        filename.contains("/torch/")
+            || filename.contains("site-packages")
+            || filename.starts_with('<')
+    };
+    let chosen = frames
+        .iter()
+        .find(|f| !is_library(snapshot.string(f.filename)))
+        .or_else(|| frames.first());
+    match chosen {
+        Some(f) => {
+            let file = snapshot.string(f.filename);
+            let base = file.rsplit('/').next().unwrap_or(file);
+            format!("{base}:{} {}", f.line, snapshot.string(f.name))
+        }
+        None => "(no stack recorded)".to_owned(),
+    }
+}

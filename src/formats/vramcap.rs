@@ -1,1 +1,0 @@
-//! The `.vramcap` capture format: versioned header, append-only checksummed chunks.

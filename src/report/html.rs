@@ -1,0 +1,249 @@
+//! The HTML report: one self-contained page (inline CSS, the timeline as a `data:` PNG, no
+//! scripts, no external resources), written as well-formed XHTML-compatible markup so that it
+//! opens offline in any browser and parses as XML. Every text is HTML-escaped.
+
+use std::fmt::Write as _;
+
+use super::{Report, chart, iso8601_utc};
+use crate::diagnose::finding::{Finding, Severity};
+use crate::model::format_bytes;
+
+/// Chart size in pixels.
+const CHART_WIDTH: u32 = 900;
+const CHART_HEIGHT: u32 = 260;
+
+const CSS: &str = "body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#1d1d1f;line-height:1.45}\
+h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2rem}h3{font-size:1.05rem;margin:0 0 .4rem}\
+.finding{border:1px solid #d0d0d5;border-left-width:6px;border-radius:6px;padding:.8rem 1rem;margin:1rem 0}\
+.critical{border-left-color:#c62828}.warning{border-left-color:#ef8f00}.info{border-left-color:#2e7d32}\
+.badge{display:inline-block;font-size:.75rem;font-weight:600;padding:.05rem .45rem;border-radius:4px;color:#fff;margin-right:.4rem}\
+.badge.critical{background:#c62828}.badge.warning{background:#ef8f00}.badge.info{background:#2e7d32}.cat{color:#555;font-family:monospace}\
+table{border-collapse:collapse;width:100%;font-size:.9rem;margin:.5rem 0}td,th{border:1px solid #e0e0e5;padding:.25rem .45rem;text-align:left;vertical-align:top}\
+th{background:#f5f5f7}pre{background:#f5f5f7;padding:.6rem;border-radius:4px;overflow-x:auto;font-size:.85rem}\
+.simulated{background:#fff3cd;border:1px solid #e0c060;padding:.6rem 1rem;border-radius:6px;font-weight:600}\
+.legend span{display:inline-block;margin-right:1rem;font-size:.85rem}.swatch{display:inline-block;width:.9rem;height:.9rem;vertical-align:middle;margin-right:.3rem;border-radius:2px}\
+img.chart{max-width:100%;border:1px solid #e0e0e5}.muted{color:#666;font-size:.85rem}";
+
+/// Escapes `& < > " '` so that text can go into element content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // Control characters other than tab/newline are not allowed in XML.
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Standard base64 with padding, for the `data:` URL of the chart.
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> shift) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn severity_class(s: Severity) -> &'static str {
+    s.as_str()
+}
+
+/// Renders the whole page.
+pub fn render(report: &Report) -> String {
+    let d = &report.diagnosis;
+    let mut out = String::new();
+    let title = escape(&report.title);
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n<title>{title}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<h1>{title}</h1>\n"
+    );
+    if d.simulated {
+        out.push_str("<p class=\"simulated\">SIMULATED DATA: some evidence comes from vramscope's built-in demo machine, not a real GPU.</p>\n");
+    }
+    let _ = writeln!(
+        out,
+        "<p class=\"muted\">Generated {} by vramscope {}.</p>",
+        iso8601_utc(report.generated_at_ms),
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Some(primary) = d.primary() {
+        let _ = writeln!(
+            out,
+            "<p><strong>Primary finding:</strong> {} <span class=\"cat\">({})</span></p>",
+            escape(&primary.title),
+            primary.category.as_str()
+        );
+    }
+    if !d.inputs.is_empty() {
+        out.push_str("<h2>Evidence examined</h2>\n<ul>\n");
+        for input in &d.inputs {
+            let _ = writeln!(
+                out,
+                "<li>{} <code>{}</code>: {}</li>",
+                escape(&input.kind),
+                escape(&input.name),
+                escape(&input.summary)
+            );
+        }
+        out.push_str("</ul>\n");
+    }
+    if let Some(timeline) = &report.timeline {
+        timeline_section(&mut out, timeline);
+    }
+    out.push_str("<h2>Findings</h2>\n");
+    for (i, f) in d.findings.iter().enumerate() {
+        finding(&mut out, i + 1, f);
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+fn timeline_section(out: &mut String, timeline: &super::Timeline) {
+    out.push_str("<h2>Memory timeline</h2>\n");
+    match chart::render_png(timeline, CHART_WIDTH, CHART_HEIGHT) {
+        Ok(png) => {
+            let _ = writeln!(
+                out,
+                "<img class=\"chart\" width=\"{CHART_WIDTH}\" height=\"{CHART_HEIGHT}\" alt=\"Memory over time: {}\" src=\"data:image/png;base64,{}\"/>",
+                escape(&timeline.caption),
+                base64(&png)
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(
+                out,
+                "<p class=\"muted\">The chart could not be drawn: {}</p>",
+                escape(&e.to_string())
+            );
+        }
+    }
+    let (t_min, t_max) = timeline
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
+    let span_s = if t_max > t_min {
+        (t_max - t_min) as f64 / 1000.0
+    } else {
+        0.0
+    };
+    let _ = writeln!(
+        out,
+        "<p class=\"muted\">{}. Horizontal: {span_s:.0} s from {}. Vertical: 0 to {} (grid every quarter); the red line is the device capacity ({}).</p>",
+        escape(&timeline.caption),
+        if t_max >= t_min {
+            iso8601_utc(t_min)
+        } else {
+            "-".into()
+        },
+        format_bytes(chart::y_max(timeline)),
+        format_bytes(timeline.total_bytes)
+    );
+    out.push_str("<p class=\"legend\">");
+    for (i, s) in timeline.series.iter().enumerate() {
+        let peak = s.points.iter().map(|p| p.1).max().unwrap_or(0);
+        let _ = write!(
+            out,
+            "<span><span class=\"swatch\" style=\"background:{}\"></span>{} (peak {})</span>",
+            chart::color_hex(i),
+            escape(&s.label),
+            format_bytes(peak)
+        );
+    }
+    out.push_str("</p>\n");
+}
+
+fn finding(out: &mut String, number: usize, f: &Finding) {
+    let class = severity_class(f.severity);
+    let _ = writeln!(
+        out,
+        "<section class=\"finding {class}\">\n<h3>{number}. <span class=\"badge {class}\">{}</span><span class=\"cat\">{}</span> {}</h3>",
+        f.severity.as_str().to_uppercase(),
+        f.category.as_str(),
+        escape(&f.title)
+    );
+    let _ = writeln!(out, "<p>{}</p>", escape(&f.explanation));
+    if let Some(w) = f.wizard {
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\">Continue in the <em>{}</em> wizard.</p>",
+            w.label()
+        );
+    }
+    if !f.evidence.is_empty() {
+        out.push_str("<table>\n<tr><th>Evidence</th><th>Value</th><th>Source</th></tr>\n");
+        for e in &f.evidence {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&e.label),
+                escape(&e.display),
+                escape(&e.source.describe())
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    if !f.recommendations.is_empty() {
+        out.push_str("<ol>\n");
+        for r in &f.recommendations {
+            let _ = writeln!(
+                out,
+                "<li><strong>{}</strong>: {}<pre><code>{}</code></pre></li>",
+                escape(&r.title),
+                escape(&r.expected_effect),
+                escape(&r.action)
+            );
+        }
+        out.push_str("</ol>\n");
+    }
+    out.push_str("</section>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(base64(input.as_bytes()), expected);
+        }
+    }
+
+    #[test]
+    fn escapes_markup_and_control_characters() {
+        assert_eq!(
+            escape("<a href='x'>&\"\u{1b}"),
+            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;\u{FFFD}"
+        );
+    }
+}

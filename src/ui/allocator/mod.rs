@@ -1,0 +1,715 @@
+//! The allocator view: block map, fragmentation summary, OOM explainer and time travel over one
+//! PyTorch allocator snapshot.
+//!
+//! [`AllocatorView`] is self-contained: the app shell creates one per opened snapshot and calls
+//! [`AllocatorView::ui`] each frame. The analysis (time travel for every device, OOM
+//! explanations) runs on a background thread on native builds and wakes the UI when done.
+
+pub mod block_map;
+pub mod frames;
+pub mod panels;
+pub mod timeline;
+#[cfg(feature = "native")]
+pub mod watcher;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use egui::{Color32, Key, Rect, RichText, Sense, Stroke, StrokeKind, Ui, pos2, vec2};
+
+use self::block_map::{BlockMapLayout, BlockPaint, MapRow, MapView, PaintedRect, ROW_HEIGHT};
+use self::timeline::TimelineColumns;
+use crate::analysis::fragmentation::{self, FragmentationReport};
+use crate::analysis::oom::{self, OomExplanation};
+use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
+use crate::model::allocator::{AllocatorSnapshot, StackId};
+#[cfg(feature = "native")]
+pub use watcher::SnapshotWatcher;
+
+/// Width of the side panel, in points.
+const SIDE_PANEL_WIDTH: f32 = 380.0;
+/// Search results highlighted at most (the count is still reported).
+const MAX_HIGHLIGHTS: usize = 5000;
+
+/// The analysis of one device, computed off the UI thread.
+struct DeviceAnalysis {
+    travel: TimeTravel,
+    ooms: Vec<OomExplanation>,
+}
+
+fn analyze_snapshot(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceAnalysis> {
+    let mut devices: Vec<u32> = snapshot.devices.iter().map(|d| d.device).collect();
+    devices.extend(snapshot.traces.iter().map(|t| t.device));
+    devices.sort_unstable();
+    devices.dedup();
+    devices
+        .into_iter()
+        .map(|device| {
+            let travel = TimeTravel::new(Arc::clone(snapshot), device);
+            let ooms = oom::explain_all(&travel);
+            DeviceAnalysis { travel, ooms }
+        })
+        .collect()
+}
+
+fn device_views(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceView> {
+    analyze_snapshot(snapshot)
+        .into_iter()
+        .map(DeviceView::new)
+        .collect()
+}
+
+/// Which side tab is open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SideTab {
+    Summary,
+    Oom,
+    Events,
+    Block,
+}
+
+/// Everything the view shows for one device.
+struct DeviceView {
+    travel: TimeTravel,
+    ooms: Vec<OomExplanation>,
+    /// Events applied: the state shown is the one after `position` events.
+    position: usize,
+    state: AllocatorState,
+    layout: BlockMapLayout,
+    report: FragmentationReport,
+    map: MapView,
+    /// Address of the pinned block (kept while scrubbing as long as a block starts there).
+    pinned: Option<u64>,
+    search_text: String,
+    search_message: String,
+    /// Addresses of blocks that match the search.
+    search_matches: Vec<u64>,
+    /// Whether each stack matched the frame query `.0`: scrubbing re-runs the search on every
+    /// state, and the same stacks come back again and again.
+    stack_matches: (String, HashMap<StackId, bool>),
+    timeline_cache: Option<TimelineColumns>,
+    rects: Vec<PaintedRect>,
+    map_rect: Rect,
+    /// Row and byte offset to bring into view on the next frame.
+    reveal: Option<(usize, u64)>,
+    /// The event list should scroll to the current position on the next frame.
+    scroll_events: bool,
+}
+
+impl DeviceView {
+    fn new(analysis: DeviceAnalysis) -> Self {
+        let position = analysis.travel.len();
+        let state = analysis.travel.state_at(position);
+        let layout = BlockMapLayout::new(&state);
+        let report = fragmentation::analyze(&state);
+        DeviceView {
+            travel: analysis.travel,
+            ooms: analysis.ooms,
+            position,
+            state,
+            layout,
+            report,
+            map: MapView::default(),
+            pinned: None,
+            search_text: String::new(),
+            search_message: String::new(),
+            search_matches: Vec::new(),
+            stack_matches: (String::new(), HashMap::new()),
+            timeline_cache: None,
+            rects: Vec::new(),
+            map_rect: Rect::NOTHING,
+            reveal: None,
+            scroll_events: false,
+        }
+    }
+
+    /// Moves time travel to `position` and recomputes what depends on the state.
+    fn seek(&mut self, position: usize) {
+        let position = position.min(self.travel.len());
+        if position == self.position {
+            return;
+        }
+        self.travel
+            .move_state(&mut self.state, self.position, position);
+        self.position = position;
+        self.layout = BlockMapLayout::new(&self.state);
+        self.report = fragmentation::analyze(&self.state);
+        self.scroll_events = true;
+        if !self.search_text.is_empty() {
+            self.run_search(false);
+        }
+    }
+
+    /// Finds blocks by hex address or by frame text; pins and reveals the first match when
+    /// `reveal` is set.
+    fn run_search(&mut self, reveal: bool) {
+        self.search_matches.clear();
+        let query = self.search_text.trim().to_string();
+        if query.is_empty() {
+            self.search_message.clear();
+            return;
+        }
+        if let Some(address) = parse_address(&query) {
+            match self.state.block_containing(address) {
+                Some((segment, block)) => {
+                    let found = &self.state.segments[segment].blocks[block];
+                    self.search_matches.push(found.address);
+                    self.search_message = format!(
+                        "{address:#x} is in block {:#x} of segment {:#x}",
+                        found.address, self.state.segments[segment].address
+                    );
+                }
+                None => {
+                    self.search_message = format!("no segment holds {address:#x} at this event");
+                }
+            }
+        } else {
+            let needle = query.to_lowercase();
+            if self.stack_matches.0 != needle {
+                self.stack_matches = (needle.clone(), HashMap::new());
+            }
+            for segment in &self.state.segments {
+                for block in &segment.blocks {
+                    if block.status == BlockStatus::Free {
+                        continue;
+                    }
+                    let snapshot = self.travel.snapshot();
+                    let (stack, _) = panels::block_stack(snapshot, &self.travel, block);
+                    let matches = *self
+                        .stack_matches
+                        .1
+                        .entry(stack)
+                        .or_insert_with(|| frames::stack_mentions(snapshot, stack, &needle));
+                    if matches {
+                        self.search_matches.push(block.address);
+                    }
+                }
+            }
+            self.search_message = format!(
+                "{} blocks allocated from frames matching {query:?}",
+                self.search_matches.len()
+            );
+        }
+        if reveal && let Some(&first) = self.search_matches.first() {
+            self.pinned = Some(first);
+            self.reveal_address(first);
+        }
+    }
+
+    fn reveal_address(&mut self, address: u64) {
+        if let Some((segment, _)) = self.state.block_containing(address) {
+            let row = self.layout.segment_rows[segment];
+            let offset = address - self.state.segments[segment].address;
+            self.reveal = Some((row, offset));
+        }
+    }
+
+    fn oom_positions(&self) -> Vec<usize> {
+        self.ooms.iter().map(|e| e.event_index).collect()
+    }
+}
+
+/// Parses `0x…` or a long bare hex number as an address.
+fn parse_address(query: &str) -> Option<u64> {
+    if let Some(hex) = query
+        .strip_prefix("0x")
+        .or_else(|| query.strip_prefix("0X"))
+    {
+        return u64::from_str_radix(hex, 16).ok();
+    }
+    if query.len() >= 8 && query.chars().all(|c| c.is_ascii_hexdigit()) {
+        return u64::from_str_radix(query, 16).ok();
+    }
+    None
+}
+
+/// Where the analysis is.
+enum Analysis {
+    #[cfg(not(target_arch = "wasm32"))]
+    Running {
+        receiver: std::sync::mpsc::Receiver<Vec<DeviceAnalysis>>,
+        /// The UI's context, so that the worker can wake it when done.
+        waker: Arc<std::sync::Mutex<Option<egui::Context>>>,
+    },
+    Ready,
+}
+
+/// The allocator view of one snapshot.
+pub struct AllocatorView {
+    snapshot: Arc<AllocatorSnapshot>,
+    name: String,
+    analysis: Analysis,
+    devices: Vec<DeviceView>,
+    selected_device: usize,
+    tab: SideTab,
+}
+
+impl AllocatorView {
+    /// Starts analysing `snapshot` (in the background on native builds). `name` is shown as the
+    /// title, usually the file name.
+    pub fn new(snapshot: Arc<AllocatorSnapshot>, name: String) -> Self {
+        #[cfg(not(target_arch = "wasm32"))]
+        let (analysis, devices) = {
+            let (sender, receiver) = std::sync::mpsc::channel();
+            let waker: Arc<std::sync::Mutex<Option<egui::Context>>> = Arc::default();
+            let worker_snapshot = Arc::clone(&snapshot);
+            let worker_waker = Arc::clone(&waker);
+            let spawned = std::thread::Builder::new()
+                .name("allocator-analysis".to_string())
+                .spawn(move || {
+                    // The receiver may be gone when the view was closed; nothing to do then.
+                    let _ = sender.send(analyze_snapshot(&worker_snapshot));
+                    if let Ok(guard) = worker_waker.lock()
+                        && let Some(ctx) = guard.as_ref()
+                    {
+                        ctx.request_repaint();
+                    }
+                });
+            match spawned {
+                Ok(_) => (Analysis::Running { receiver, waker }, Vec::new()),
+                // No thread available: analyse here rather than not at all.
+                Err(_) => (Analysis::Ready, device_views(&snapshot)),
+            }
+        };
+        #[cfg(target_arch = "wasm32")]
+        let (analysis, devices) = (Analysis::Ready, device_views(&snapshot));
+        AllocatorView {
+            snapshot,
+            name,
+            analysis,
+            devices,
+            selected_device: 0,
+            tab: SideTab::Summary,
+        }
+    }
+
+    /// True once the analysis has finished and the views show data.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.analysis, Analysis::Ready)
+    }
+
+    /// The snapshot shown.
+    pub fn snapshot(&self) -> &Arc<AllocatorSnapshot> {
+        &self.snapshot
+    }
+
+    /// Where the block map was drawn in the last frame (for tests and screenshots).
+    pub fn block_map_rect(&self) -> Option<Rect> {
+        self.devices
+            .get(self.selected_device)
+            .map(|d| d.map_rect)
+            .filter(|r| r.is_positive())
+    }
+
+    /// Screen rectangle of the first block at `address` in the last frame's map, if visible.
+    pub fn block_screen_rect(&self, address: u64) -> Option<Rect> {
+        let device = self.devices.get(self.selected_device)?;
+        let (segment, block) = device.state.block_containing(address)?;
+        block_map::block_rect(
+            &device.layout,
+            &device.state,
+            &device.map,
+            device.map_rect,
+            segment,
+            block,
+        )
+    }
+
+    /// Moves time travel of the shown device to `position` events applied.
+    pub fn seek(&mut self, position: usize) {
+        if let Some(device) = self.devices.get_mut(self.selected_device) {
+            device.seek(position);
+        }
+    }
+
+    /// Events applied in the shown state (`None` before the analysis is done).
+    pub fn position(&self) -> Option<usize> {
+        self.devices.get(self.selected_device).map(|d| d.position)
+    }
+
+    /// Address of the pinned block, if any.
+    pub fn pinned_address(&self) -> Option<u64> {
+        self.devices
+            .get(self.selected_device)
+            .and_then(|d| d.pinned)
+    }
+
+    fn poll_analysis(&mut self, ui: &Ui) {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Analysis::Running { receiver, waker } = &self.analysis {
+            // Register the context before looking, so that a result sent in between still
+            // wakes us.
+            if let Ok(mut guard) = waker.lock() {
+                *guard = Some(ui.ctx().clone());
+            }
+            match receiver.try_recv() {
+                Ok(devices) => {
+                    self.devices = devices.into_iter().map(DeviceView::new).collect();
+                    self.analysis = Analysis::Ready;
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    // The worker panicked: show the snapshot without time travel rather than
+                    // nothing.
+                    self.devices = Vec::new();
+                    self.analysis = Analysis::Ready;
+                }
+            }
+        }
+        #[cfg(target_arch = "wasm32")]
+        let _ = ui;
+    }
+
+    /// Draws the whole view.
+    pub fn ui(&mut self, ui: &mut Ui) {
+        self.poll_analysis(ui);
+        ui.horizontal(|ui| {
+            ui.heading(&self.name);
+            if self.devices.len() > 1 {
+                egui::ComboBox::from_id_salt("allocator_device")
+                    .selected_text(format!(
+                        "cuda:{}",
+                        self.devices[self.selected_device].travel.device()
+                    ))
+                    .show_ui(ui, |ui| {
+                        for (i, d) in self.devices.iter().enumerate() {
+                            ui.selectable_value(
+                                &mut self.selected_device,
+                                i,
+                                format!("cuda:{}", d.travel.device()),
+                            );
+                        }
+                    });
+            }
+        });
+        if !self.is_ready() {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(format!(
+                    "Analysing {} trace events…",
+                    self.snapshot.event_count()
+                ));
+            });
+            return;
+        }
+        let Some(device) = self.devices.get_mut(self.selected_device) else {
+            ui.label("This snapshot has no segments and no trace.");
+            return;
+        };
+        ui.label(RichText::new(&device.report.summary).strong());
+        let check = device.travel.check();
+        if !check.matches_final_state
+            && let Some(problem) = &check.first_problem
+        {
+            ui.label(
+                RichText::new(format!("Time travel is approximate: {problem}"))
+                    .color(ui.visuals().warn_fg_color),
+            );
+        }
+        time_travel_ui(ui, device);
+        let snapshot = Arc::clone(&self.snapshot);
+        egui::Panel::right("allocator_side_panel")
+            .resizable(true)
+            .default_size(SIDE_PANEL_WIDTH)
+            .show(ui, |ui| side_panel_ui(ui, &snapshot, device, &mut self.tab));
+        egui::CentralPanel::default().show(ui, |ui| {
+            search_bar_ui(ui, device);
+            legend_ui(ui);
+            if block_map_ui(ui, &snapshot, device) {
+                self.tab = SideTab::Block;
+            }
+        });
+    }
+}
+
+/// Slider, step buttons, current event and the timeline.
+fn time_travel_ui(ui: &mut Ui, device: &mut DeviceView) {
+    let len = device.travel.len();
+    let mut position = device.position;
+    ui.horizontal(|ui| {
+        if ui
+            .button("< Prev")
+            .on_hover_text("Previous event (shift+left)")
+            .clicked()
+        {
+            position = position.saturating_sub(1);
+        }
+        if ui
+            .button("Next >")
+            .on_hover_text("Next event (shift+right)")
+            .clicked()
+        {
+            position = (position + 1).min(len);
+        }
+        let slider = egui::Slider::new(&mut position, 0..=len).text("events applied");
+        ui.add_enabled(len > 0, slider);
+        let label = if position == 0 {
+            "start of the trace".to_string()
+        } else {
+            panels::event_text(&device.travel, position - 1)
+        };
+        ui.label(label);
+    });
+    if ui.ui_contains_pointer() || ui.memory(|m| m.focused().is_none()) {
+        ui.input(|i| {
+            if i.key_pressed(Key::ArrowLeft) && i.modifiers.shift {
+                position = position.saturating_sub(1);
+            }
+            if i.key_pressed(Key::ArrowRight) && i.modifiers.shift {
+                position = (position + 1).min(len);
+            }
+        });
+    }
+    let oom_positions = device.oom_positions();
+    if let Some(clicked) = timeline::timeline_ui(
+        ui,
+        &device.travel,
+        &mut device.timeline_cache,
+        position,
+        &oom_positions,
+    ) {
+        position = clicked;
+    }
+    device.seek(position);
+}
+
+fn side_panel_ui(
+    ui: &mut Ui,
+    snapshot: &AllocatorSnapshot,
+    device: &mut DeviceView,
+    tab: &mut SideTab,
+) {
+    ui.horizontal(|ui| {
+        ui.selectable_value(tab, SideTab::Summary, "Fragmentation");
+        ui.selectable_value(tab, SideTab::Oom, format!("OOM ({})", device.ooms.len()));
+        ui.selectable_value(tab, SideTab::Events, "Events");
+        ui.selectable_value(tab, SideTab::Block, "Pinned block");
+    });
+    ui.separator();
+    match tab {
+        SideTab::Summary => {
+            egui::ScrollArea::vertical()
+                .show(ui, |ui| panels::fragmentation_ui(ui, &device.report));
+        }
+        SideTab::Oom => {
+            let go_to = egui::ScrollArea::vertical()
+                .show(ui, |ui| panels::oom_ui(ui, &device.ooms))
+                .inner;
+            if let Some(event) = go_to {
+                device.seek(event);
+            }
+        }
+        SideTab::Events => {
+            let scroll_to = device
+                .scroll_events
+                .then(|| device.position.saturating_sub(1));
+            device.scroll_events = false;
+            if let Some(position) =
+                panels::event_list_ui(ui, &device.travel, device.position, scroll_to)
+            {
+                device.seek(position);
+            }
+        }
+        SideTab::Block => {
+            let pinned = device.pinned.and_then(|a| device.state.block_containing(a));
+            match pinned {
+                Some((segment, block)) => {
+                    let s = &device.state.segments[segment];
+                    egui::ScrollArea::vertical().show(ui, |ui| {
+                        panels::block_details_ui(
+                            ui,
+                            snapshot,
+                            &device.travel,
+                            s,
+                            &s.blocks[block],
+                            usize::MAX,
+                        );
+                    });
+                }
+                None => {
+                    ui.label("Click a block in the map to pin it here.");
+                }
+            }
+        }
+    }
+}
+
+/// The search field, the fit button and the search result line.
+fn search_bar_ui(ui: &mut Ui, device: &mut DeviceView) {
+    ui.horizontal(|ui| {
+        let label = ui.label("Find:");
+        let edit = egui::TextEdit::singleline(&mut device.search_text)
+            .hint_text("0x7fc6… address or frame text")
+            .desired_width(260.0);
+        let response = ui.add(edit).labelled_by(label.id);
+        let entered = response.lost_focus() && ui.input(|i| i.key_pressed(Key::Enter));
+        if ui.button("Search").clicked() || entered {
+            device.run_search(true);
+        }
+        if ui
+            .button("Fit")
+            .on_hover_text("Zoom out to show whole segments")
+            .clicked()
+        {
+            device.map = MapView::default();
+        }
+        if !device.search_message.is_empty() {
+            ui.label(&device.search_message);
+        }
+    });
+}
+
+fn legend_ui(ui: &mut Ui) {
+    ui.horizontal(|ui| {
+        for paint in BlockPaint::ALL {
+            let (rect, _) = ui.allocate_exact_size(block_map::SWATCH, Sense::hover());
+            ui.painter().rect_filled(rect, 2.0, paint.color());
+            ui.label(paint.label());
+            ui.add_space(8.0);
+        }
+        ui.label(
+            RichText::new("scroll: rows · shift+scroll or drag: pan · ctrl+scroll: zoom").weak(),
+        );
+    });
+}
+
+/// Draws the block map; returns true when a block was clicked (pinned).
+fn block_map_ui(ui: &mut Ui, snapshot: &AllocatorSnapshot, device: &mut DeviceView) -> bool {
+    let size = ui.available_size().max(vec2(200.0, 100.0));
+    let (response, painter) = ui.allocate_painter(size, Sense::click_and_drag());
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Block map"));
+    let area = response.rect;
+    device.map_rect = area;
+    if let Some((row, offset)) = device.reveal.take() {
+        device.map.reveal(&device.layout, area, row, offset);
+    }
+    if response.hovered() {
+        let (scroll, zoom, pointer) =
+            ui.input(|i| (i.smooth_scroll_delta, i.zoom_delta(), i.pointer.hover_pos()));
+        if zoom != 1.0 {
+            device
+                .map
+                .zoom_around(zoom, pointer.map_or(area.center().x, |p| p.x), area);
+        } else {
+            device.map.scroll_y -= scroll.y;
+            device.map.pan_x -= scroll.x;
+        }
+    }
+    if response.dragged() {
+        let delta = response.drag_delta();
+        device.map.pan_x -= delta.x;
+        device.map.scroll_y -= delta.y;
+    }
+    device.map.clamp(&device.layout, area);
+
+    let visuals = ui.visuals();
+    painter.rect_filled(area, 0.0, visuals.extreme_bg_color);
+    let label_color = visuals.text_color();
+    let weak = visuals.weak_text_color();
+    let font = egui::FontId::monospace(11.0);
+    for row in block_map::visible_rows(&device.layout, &device.map, area) {
+        let origin = block_map::row_origin(&device.map, area, row);
+        let y = origin.y + ROW_HEIGHT / 2.0;
+        match &device.layout.rows[row] {
+            MapRow::Header { text, depth } => {
+                let x = area.left() + 4.0 + f32::from(*depth) * 12.0;
+                painter.text(
+                    pos2(x, y),
+                    egui::Align2::LEFT_CENTER,
+                    text,
+                    egui::FontId::proportional(12.0),
+                    weak,
+                );
+            }
+            MapRow::Segment { index } => {
+                let label = block_map::segment_label(&device.state, *index);
+                painter.text(
+                    pos2(area.left() + 28.0, y),
+                    egui::Align2::LEFT_CENTER,
+                    label,
+                    font.clone(),
+                    label_color,
+                );
+            }
+        }
+    }
+    let mut rects = std::mem::take(&mut device.rects);
+    block_map::visible_rects(&device.layout, &device.state, &device.map, area, &mut rects);
+    let bars = painter.with_clip_rect(Rect::from_min_max(
+        pos2(area.left() + block_map::LABEL_WIDTH, area.top()),
+        area.max,
+    ));
+    for painted in &rects {
+        bars.rect_filled(painted.rect, 0.0, painted.paint.color());
+    }
+    device.rects = rects;
+    for &address in device.search_matches.iter().take(MAX_HIGHLIGHTS) {
+        if let Some(rect) = device_block_rect(device, address) {
+            bars.rect_stroke(
+                rect,
+                0.0,
+                Stroke::new(1.5, Color32::YELLOW),
+                StrokeKind::Outside,
+            );
+        }
+    }
+    if let Some(rect) = device.pinned.and_then(|a| device_block_rect(device, a)) {
+        bars.rect_stroke(
+            rect,
+            0.0,
+            Stroke::new(2.0, Color32::WHITE),
+            StrokeKind::Outside,
+        );
+    }
+
+    let hovered = response
+        .hover_pos()
+        .and_then(|pos| block_map::hit_test(&device.layout, &device.state, &device.map, area, pos));
+    let mut pinned_now = false;
+    if response.clicked() {
+        device.pinned = hovered.map(|(s, b)| device.state.segments[s].blocks[b].address);
+        pinned_now = device.pinned.is_some();
+    }
+    if let Some((segment, block)) = hovered {
+        let s = &device.state.segments[segment];
+        let b = &s.blocks[block];
+        if let Some(rect) = block_map::block_rect(
+            &device.layout,
+            &device.state,
+            &device.map,
+            area,
+            segment,
+            block,
+        ) {
+            bars.rect_stroke(
+                rect,
+                0.0,
+                Stroke::new(1.0, label_color),
+                StrokeKind::Outside,
+            );
+        }
+        response.on_hover_ui_at_pointer(|ui| {
+            panels::block_details_ui(
+                ui,
+                snapshot,
+                &device.travel,
+                s,
+                b,
+                panels::TOOLTIP_STACK_LINES,
+            );
+        });
+    }
+    pinned_now
+}
+
+fn device_block_rect(device: &DeviceView, address: u64) -> Option<Rect> {
+    let (segment, block) = device.state.block_containing(address)?;
+    block_map::block_rect(
+        &device.layout,
+        &device.state,
+        &device.map,
+        device.map_rect,
+        segment,
+        block,
+    )
+}

@@ -1,0 +1,184 @@
+//! Allocated-vs-reserved timeline over trace time. Clicking or dragging on it moves time travel
+//! (and so the block map) to that event.
+//!
+//! A trace can hold millions of events, so the series is reduced once per plot width to one
+//! min/max column per point ([`TimelineColumns`]); drawing is then O(width).
+
+use egui::{Color32, Pos2, Rect, Sense, Stroke, Ui, pos2, vec2};
+
+use crate::analysis::timetravel::TimeTravel;
+use crate::model::format_bytes;
+
+/// Height of the timeline, in points.
+pub const TIMELINE_HEIGHT: f32 = 86.0;
+
+const ALLOCATED_COLOR: Color32 = Color32::from_rgb(66, 133, 214);
+const RESERVED_COLOR: Color32 = Color32::from_rgb(170, 170, 170);
+const CURSOR_COLOR: Color32 = Color32::from_rgb(240, 200, 60);
+const OOM_COLOR: Color32 = Color32::from_rgb(222, 60, 60);
+
+/// One plot column: the event range it covers and the extremes of both series there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Column {
+    /// Events `first_event..end_event` fall in this column (positions `first..=end`).
+    pub first_event: usize,
+    pub end_event: usize,
+    pub allocated_min_bytes: u64,
+    pub allocated_max_bytes: u64,
+    pub reserved_max_bytes: u64,
+}
+
+/// The timeline reduced to `columns` columns of equal trace time (or of equal event counts when
+/// the trace has no times).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TimelineColumns {
+    pub columns: Vec<Column>,
+    /// Largest reserved value: the plot's vertical scale.
+    pub peak_bytes: u64,
+    /// True when columns are spaced by `time_us`, false when by event index.
+    pub by_time: bool,
+}
+
+impl TimelineColumns {
+    /// Reduces `travel`'s series to `width` columns.
+    pub fn new(travel: &TimeTravel, width: usize) -> Self {
+        let events = travel.len();
+        let width = width.max(1);
+        let times = &travel.trace().times_us;
+        let span = match (times.first(), times.last()) {
+            (Some(&t0), Some(&t1)) if t1 > t0 && travel.times_are_monotonic() => Some((t0, t1)),
+            _ => None,
+        };
+        let mut columns = Vec::with_capacity(width);
+        let mut start = 0usize;
+        for column in 0..width {
+            let end = match span {
+                Some((t0, t1)) => {
+                    let limit = t0 as f64 + (t1 - t0) as f64 * (column + 1) as f64 / width as f64;
+                    times.partition_point(|&t| (t as f64) < limit)
+                }
+                None => (events * (column + 1)).div_ceil(width),
+            };
+            let end = if column + 1 == width {
+                events
+            } else {
+                end.max(start)
+            };
+            // Positions start..=end: the state before the column's first event through the state
+            // after its last one.
+            let extremes = travel.series_extremes(start, end);
+            columns.push(Column {
+                first_event: start,
+                end_event: end,
+                allocated_min_bytes: extremes.allocated_min_bytes,
+                allocated_max_bytes: extremes.allocated_max_bytes,
+                reserved_max_bytes: extremes.reserved_max_bytes,
+            });
+            start = end;
+        }
+        TimelineColumns {
+            peak_bytes: travel.series_extremes(0, events).reserved_max_bytes,
+            columns,
+            by_time: span.is_some(),
+        }
+    }
+
+    /// The position (events applied) a click at column `column` selects: the end of it.
+    pub fn position_at(&self, column: usize) -> usize {
+        self.columns
+            .get(column.min(self.columns.len().saturating_sub(1)))
+            .map_or(0, |c| c.end_event)
+    }
+
+    /// Column that shows position `position`.
+    pub fn column_of(&self, position: usize) -> usize {
+        self.columns
+            .partition_point(|c| c.end_event < position)
+            .min(self.columns.len().saturating_sub(1))
+    }
+}
+
+/// Draws the timeline and returns the position the user clicked or dragged to, if any.
+///
+/// `cache` holds the columns for the last width; `oom_positions` are drawn as red ticks.
+pub fn timeline_ui(
+    ui: &mut Ui,
+    travel: &TimeTravel,
+    cache: &mut Option<TimelineColumns>,
+    position: usize,
+    oom_positions: &[usize],
+) -> Option<usize> {
+    let width = ui.available_width().max(50.0);
+    let (response, painter) =
+        ui.allocate_painter(vec2(width, TIMELINE_HEIGHT), Sense::click_and_drag());
+    response.widget_info(|| {
+        egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Allocated vs reserved timeline")
+    });
+    let rect = response.rect;
+    let columns = rect.width().round() as usize;
+    if cache.as_ref().is_none_or(|c| c.columns.len() != columns) {
+        *cache = Some(TimelineColumns::new(travel, columns));
+    }
+    let data = cache.as_ref()?;
+    painter.rect_filled(rect, 2.0, ui.visuals().extreme_bg_color);
+    let peak = data.peak_bytes.max(1) as f32;
+    let y_of = |bytes: u64| rect.bottom() - 4.0 - (rect.height() - 18.0) * bytes as f32 / peak;
+    let mut reserved_line: Vec<Pos2> = Vec::with_capacity(data.columns.len());
+    for (i, column) in data.columns.iter().enumerate() {
+        let x = rect.left() + i as f32 + 0.5;
+        painter.line_segment(
+            [
+                pos2(x, rect.bottom() - 4.0),
+                pos2(x, y_of(column.allocated_max_bytes)),
+            ],
+            Stroke::new(1.0, ALLOCATED_COLOR.gamma_multiply(0.55)),
+        );
+        painter.line_segment(
+            [
+                pos2(x, y_of(column.allocated_min_bytes)),
+                pos2(x, y_of(column.allocated_max_bytes)),
+            ],
+            Stroke::new(1.0, ALLOCATED_COLOR),
+        );
+        reserved_line.push(pos2(x, y_of(column.reserved_max_bytes)));
+    }
+    painter.add(egui::Shape::line(
+        reserved_line,
+        Stroke::new(1.5, RESERVED_COLOR),
+    ));
+    for &oom in oom_positions {
+        let x = rect.left() + data.column_of(oom) as f32 + 0.5;
+        painter.line_segment(
+            [pos2(x, rect.top()), pos2(x, rect.top() + 10.0)],
+            Stroke::new(2.0, OOM_COLOR),
+        );
+    }
+    let cursor_x = rect.left() + data.column_of(position) as f32 + 0.5;
+    painter.line_segment(
+        [pos2(cursor_x, rect.top()), pos2(cursor_x, rect.bottom())],
+        Stroke::new(1.5, CURSOR_COLOR),
+    );
+    let font = egui::FontId::proportional(11.0);
+    painter.text(
+        rect.left_top() + vec2(4.0, 2.0),
+        egui::Align2::LEFT_TOP,
+        format!(
+            "reserved (grey) vs allocated (blue), peak {} — {}",
+            format_bytes(data.peak_bytes),
+            if data.by_time {
+                "x: trace time"
+            } else {
+                "x: event index"
+            }
+        ),
+        font,
+        ui.visuals().weak_text_color(),
+    );
+    let clicked = (response.clicked() || response.dragged())
+        .then(|| response.interact_pointer_pos())
+        .flatten()
+        .filter(|p| Rect::everything_right_of(rect.left()).contains(*p))
+        .map(|p| data.position_at(((p.x - rect.left()).max(0.0)) as usize));
+    response.on_hover_text("Click or drag to move the block map to that moment");
+    clicked
+}

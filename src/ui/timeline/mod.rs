@@ -1,0 +1,745 @@
+//! The memory timeline: one plot per GPU with linked x axes, drawn from min/max pyramids so that a
+//! day of samples costs the same per frame as a minute.
+//!
+//! Per frame and per plot, only the samples inside the visible x range are considered and at most
+//! about two points per pixel are handed to egui_plot ([`data::LodSeries::points`]). Hover is a
+//! binary search over the device's sample times ([`crate::analysis::lod::nearest_index`]); egui_plot's
+//! own hover, which scans every point, is switched off.
+
+pub mod data;
+
+use egui::{Color32, Id, RichText, Stroke, Ui, Vec2b};
+use egui_plot::{
+    Corner, FilledArea, HLine, Legend, Line, LineStyle, MarkerShape, Plot, PlotBounds, PlotPoints,
+    Points, Text, VLine,
+};
+
+use crate::analysis::lod::nearest_index;
+use crate::analysis::threshold::{self, Crossing};
+use crate::model::{Capture, EventKind, UnixMs, format_bytes};
+
+use self::data::TimelineData;
+use super::format::{format_elapsed_secs, format_utc_ms};
+use super::settings::Settings;
+
+/// Colours of the memory lines, shared with the device list.
+pub const USED_COLOR: Color32 = Color32::from_rgb(0x4e, 0x9c, 0xf5);
+/// Driver-reserved memory.
+pub const RESERVED_COLOR: Color32 = Color32::from_rgb(0xb0, 0x7c, 0xf0);
+/// Total memory.
+pub const TOTAL_COLOR: Color32 = Color32::from_rgb(0x9a, 0x9a, 0x9a);
+/// The threshold line and its crossings.
+pub const THRESHOLD_COLOR: Color32 = Color32::from_rgb(0xf0, 0xa0, 0x30);
+
+/// The sample under the mouse, found by binary search.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimelineHover {
+    pub device_index: u32,
+    /// Index into the device's `DeviceSeries::samples`.
+    pub sample_index: usize,
+    /// x of that sample (seconds since the timeline origin).
+    pub x_secs: f64,
+    /// Time of that sample.
+    pub t_ms: UnixMs,
+}
+
+/// Threshold crossings per device, recomputed when the threshold or the data changes.
+#[derive(Clone, Debug, Default)]
+struct CrossingsCache {
+    threshold_fraction: f64,
+    /// Samples per device when computed.
+    sample_counts: Vec<usize>,
+    per_device: Vec<Vec<Crossing>>,
+}
+
+impl CrossingsCache {
+    fn update(&mut self, capture: &Capture, threshold_fraction: f64) {
+        let sample_counts: Vec<usize> = capture.series.iter().map(|s| s.samples.len()).collect();
+        if self.threshold_fraction == threshold_fraction && self.sample_counts == sample_counts {
+            return;
+        }
+        self.per_device = capture
+            .series
+            .iter()
+            .map(|series| threshold::crossings(&series.samples, threshold_fraction))
+            .collect();
+        self.threshold_fraction = threshold_fraction;
+        self.sample_counts = sample_counts;
+    }
+
+    fn for_device(&self, position: usize) -> &[Crossing] {
+        self.per_device
+            .get(position)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+}
+
+/// View state of the timeline (not persisted: it belongs to the capture being shown).
+#[derive(Debug)]
+pub struct TimelineState {
+    /// Keep the newest samples in view (live sources only).
+    pub following: bool,
+    reset_requested: bool,
+    /// An x range to show on the next frame (then the user's pan/zoom takes over again).
+    requested_range: Option<(f64, f64)>,
+    /// The sample under the mouse during the last frame.
+    pub hover: Option<TimelineHover>,
+    /// Time of the last sample that was hovered (kept after the mouse leaves the plots), where a
+    /// note added to a file lands.
+    pub last_hovered_t_ms: Option<UnixMs>,
+    /// The x range (seconds since the timeline origin) the plots showed in the last frame.
+    pub visible_x_range: Option<(f64, f64)>,
+    crossings: CrossingsCache,
+    /// Salt for plot ids, so that a newly opened capture starts with fresh plot memory.
+    plot_generation: u64,
+}
+
+impl Default for TimelineState {
+    fn default() -> Self {
+        TimelineState {
+            following: true,
+            reset_requested: false,
+            requested_range: None,
+            hover: None,
+            last_hovered_t_ms: None,
+            visible_x_range: None,
+            crossings: CrossingsCache::default(),
+            plot_generation: 0,
+        }
+    }
+}
+
+impl TimelineState {
+    /// Shows the whole capture again (and, for a live source, follows the newest samples).
+    pub fn request_reset(&mut self) {
+        self.reset_requested = true;
+        self.following = true;
+    }
+
+    /// Shows `[x_min, x_max]` (seconds since the timeline origin) on the next frame and stops
+    /// following live data.
+    pub fn request_x_range(&mut self, x_min: f64, x_max: f64) {
+        if x_min.is_finite() && x_max.is_finite() && x_min < x_max {
+            self.requested_range = Some((x_min, x_max));
+            self.following = false;
+        }
+    }
+
+    /// Forget everything about the previous capture (a new one is being shown).
+    pub fn new_capture(&mut self) {
+        self.hover = None;
+        self.last_hovered_t_ms = None;
+        self.crossings = CrossingsCache::default();
+        self.following = true;
+        self.reset_requested = false;
+        self.requested_range = None;
+        self.plot_generation += 1;
+    }
+}
+
+/// What the timeline needs from the session.
+pub struct TimelineInput<'a> {
+    pub capture: &'a Capture,
+    pub data: &'a TimelineData,
+    /// Whether samples are still arriving (follow-live applies).
+    pub live: bool,
+}
+
+/// Draws the toolbar, the hover readout and one plot per GPU.
+pub fn timeline_ui(
+    ui: &mut Ui,
+    input: &TimelineInput<'_>,
+    settings: &mut Settings,
+    state: &mut TimelineState,
+) {
+    state
+        .crossings
+        .update(input.capture, settings.threshold_fraction());
+    toolbar_ui(ui, input, settings, state);
+    hover_readout_ui(ui, input, settings, state);
+    ui.separator();
+
+    let Some((span_start, span_end)) = input.data.x_span() else {
+        ui.label("No samples yet.");
+        return;
+    };
+    let device_count = input.data.devices.len().max(1);
+    let plot_height = ((ui.available_height() - 8.0) / device_count as f32 - 28.0).max(110.0);
+    let link_group = Id::unique(("vramscope-timeline", state.plot_generation));
+
+    // The x range to show when the view is reset or follows live data.
+    let full_range = (span_start, span_end.max(span_start + 1.0));
+    let follow_range = (
+        span_end - settings.follow_window_secs,
+        span_end + settings.follow_window_secs * 0.02,
+    );
+    let forced_range = if let Some(range) = state.requested_range.take() {
+        Some(range)
+    } else if input.live && state.following {
+        Some(follow_range)
+    } else if state.reset_requested {
+        Some(full_range)
+    } else {
+        None
+    };
+    let initial_range = if input.live { follow_range } else { full_range };
+
+    let mut hover = None;
+    let mut user_moved_view = false;
+    let mut reset_clicked = false;
+    let mut visible_x_range = None;
+    egui::ScrollArea::vertical()
+        .auto_shrink(false)
+        .show(ui, |ui| {
+            for (position, device) in input.data.devices.iter().enumerate() {
+                // A GPU scrolled out of view costs only its space (8 GPUs do not fit at once).
+                let block_height = plot_height
+                    + ui.text_style_height(&egui::TextStyle::Body)
+                    + 2.0 * ui.spacing().item_spacing.y;
+                let block = egui::Rect::from_min_size(
+                    ui.cursor().min,
+                    egui::vec2(ui.available_width(), block_height),
+                );
+                if !ui.is_rect_visible(block) {
+                    ui.allocate_space(block.size());
+                    continue;
+                }
+                let facts = input
+                    .capture
+                    .devices
+                    .iter()
+                    .find(|d| d.index == device.device_index);
+                let name = facts.map(|f| f.name.as_str()).unwrap_or("unknown device");
+                ui.label(RichText::new(format!("GPU {} · {name}", device.device_index)).strong());
+                let outcome = device_plot_ui(
+                    ui,
+                    DevicePlot {
+                        input,
+                        position,
+                        settings,
+                        crossings: state.crossings.for_device(position),
+                        link_group,
+                        generation: state.plot_generation,
+                        height: plot_height,
+                        initial_range,
+                        forced_range,
+                        hover: state.hover,
+                    },
+                );
+                hover = hover.or(outcome.hover);
+                visible_x_range = visible_x_range.or(Some(outcome.shown_range));
+                user_moved_view |= outcome.user_moved_view;
+                reset_clicked |= outcome.double_clicked;
+            }
+        });
+    state.hover = hover;
+    if let Some(hover) = hover {
+        state.last_hovered_t_ms = Some(hover.t_ms);
+    }
+    state.visible_x_range = visible_x_range;
+    state.reset_requested = false;
+    if reset_clicked {
+        state.request_reset();
+        ui.ctx().request_repaint();
+        return;
+    }
+    if user_moved_view && input.live {
+        state.following = false;
+    }
+}
+
+fn toolbar_ui(
+    ui: &mut Ui,
+    input: &TimelineInput<'_>,
+    settings: &mut Settings,
+    state: &mut TimelineState,
+) {
+    ui.horizontal(|ui| {
+        ui.checkbox(&mut settings.stacked_processes, "Stacked processes")
+            .on_hover_text("Show each process's memory stacked, instead of the device's used/reserved/total lines");
+        ui.checkbox(&mut settings.show_reserved, "Reserved")
+            .on_hover_text("Memory the driver reserves for itself (NVML v2 'reserved')");
+        ui.checkbox(&mut settings.show_total, "Total");
+        ui.checkbox(&mut settings.show_events, "Events")
+            .on_hover_text("Xid errors, out-of-memory, ECC increases, lost GPUs and notes");
+        ui.add(
+            egui::DragValue::new(&mut settings.threshold_pct)
+                .range(super::settings::THRESHOLD_RANGE_PCT)
+                .speed(0.5)
+                .suffix(" % threshold"),
+        )
+        .on_hover_text("The threshold line drawn on every GPU; crossings are marked with triangles");
+        if input.live {
+            let follow = ui
+                .selectable_label(state.following, "Follow live")
+                .on_hover_text("Keep the newest samples in view; panning or zooming turns this off");
+            if follow.clicked() {
+                state.following = !state.following;
+            }
+        }
+        if ui
+            .button("Reset view")
+            .on_hover_text("Show the whole capture (double-click a plot does the same)")
+            .clicked()
+        {
+            state.request_reset();
+        }
+        if settings.stacked_processes {
+            ui.label(RichText::new("(?) per-process memory").weak()).on_hover_text(
+                "NVML reports each process's whole footprint on the GPU: its allocator's reserved \
+                 memory plus the CUDA context. That is more than the live tensors PyTorch's \
+                 memory_allocated() shows.",
+            );
+        }
+    });
+}
+
+/// One line of exact values for the hovered sample (also shown as a tooltip on the plot).
+fn hover_readout_ui(
+    ui: &mut Ui,
+    input: &TimelineInput<'_>,
+    settings: &Settings,
+    state: &TimelineState,
+) {
+    let text = match state
+        .hover
+        .and_then(|hover| hover_text(input, settings, hover))
+    {
+        Some(text) => text,
+        None => {
+            "Hover a timeline for exact values · drag to pan · scroll or pinch to zoom".to_owned()
+        }
+    };
+    ui.label(RichText::new(text).monospace());
+}
+
+/// Exact values at the hovered sample: memory in bytes and binary units, and (in the stacked view)
+/// each process at that moment.
+pub fn hover_text(
+    input: &TimelineInput<'_>,
+    settings: &Settings,
+    hover: TimelineHover,
+) -> Option<String> {
+    let series = input.capture.series(hover.device_index)?;
+    let sample = series.samples.get(hover.sample_index)?;
+    let memory = sample.memory?;
+    let mut text = format!(
+        "GPU {} at {} ({}): used {} ({} B) · reserved {} · free {} · total {}",
+        hover.device_index,
+        format_elapsed_secs(hover.x_secs),
+        format_utc_ms(sample.t_ms),
+        format_bytes(memory.used_bytes),
+        memory.used_bytes,
+        format_bytes(memory.reserved_bytes),
+        format_bytes(memory.free_bytes),
+        format_bytes(memory.total_bytes),
+    );
+    if settings.stacked_processes {
+        let processes: Vec<String> = input
+            .capture
+            .processes
+            .iter()
+            .filter(|track| track.device_index == hover.device_index)
+            .filter_map(|track| {
+                let i = track.t_ms.partition_point(|&t| t < sample.t_ms);
+                let t = *track.t_ms.get(i)?;
+                // Process ticks can be stamped a little apart from device samples; accept the
+                // nearest one within half a second.
+                ((t - sample.t_ms).abs() <= 500).then(|| {
+                    let used = track.used_bytes[i]
+                        .map(format_bytes)
+                        .unwrap_or_else(|| "n/a".to_owned());
+                    format!("pid {} {}: {used}", track.pid, track.name)
+                })
+            })
+            .collect();
+        if !processes.is_empty() {
+            text.push_str("\n  processes: ");
+            text.push_str(&processes.join(" · "));
+        }
+    }
+    Some(text)
+}
+
+struct DevicePlot<'a> {
+    input: &'a TimelineInput<'a>,
+    /// Position of the device in `TimelineData::devices` (and `Capture::series`).
+    position: usize,
+    settings: &'a Settings,
+    crossings: &'a [Crossing],
+    link_group: Id,
+    generation: u64,
+    height: f32,
+    initial_range: (f64, f64),
+    forced_range: Option<(f64, f64)>,
+    hover: Option<TimelineHover>,
+}
+
+struct DevicePlotOutcome {
+    hover: Option<TimelineHover>,
+    shown_range: (f64, f64),
+    user_moved_view: bool,
+    /// A double click asks for the whole capture, as "Reset view" does.
+    double_clicked: bool,
+}
+
+fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
+    let data = plot.input.data;
+    let device = &data.devices[plot.position];
+    let settings = plot.settings;
+    let total_max = device.total.max_value;
+    let stack_max = device.stack.total.max_value;
+    let used_max = device.used.max_value;
+    let y_max = total_max.max(stack_max).max(used_max).max(1.0) * 1.08;
+    let device_index = device.device_index;
+
+    let mut lod_range = None;
+    let response = Plot::new(("memory", device_index, plot.generation))
+        .height(plot.height)
+        .link_axis(plot.link_group, Vec2b::new(true, false))
+        .link_cursor(plot.link_group, Vec2b::new(true, false))
+        .default_x_bounds(plot.initial_range.0, plot.initial_range.1)
+        .default_y_bounds(-0.02 * y_max, y_max)
+        .auto_bounds(Vec2b::FALSE)
+        .allow_zoom(Vec2b::new(true, false))
+        .allow_drag(Vec2b::new(true, false))
+        .allow_scroll(Vec2b::new(true, false))
+        .allow_double_click_reset(false)
+        .show_x(false)
+        .show_y(false)
+        .y_axis_min_width(48.0)
+        .x_axis_formatter(|mark, _| format_elapsed_secs(mark.value))
+        .y_axis_formatter(|mark, _| format!("{} GiB", mark.value))
+        .legend(
+            Legend::default()
+                .position(Corner::LeftTop)
+                .background_alpha(0.75)
+                .text_style(egui::TextStyle::Small)
+                .follow_insertion_order(true),
+        )
+        .show(ui, |plot_ui| {
+            let last_bounds = plot_ui.plot_bounds();
+            let (x_min, x_max) = match plot.forced_range {
+                Some(range) => {
+                    plot_ui.set_plot_bounds_x(range.0..=range.1);
+                    range
+                }
+                None => (last_bounds.min()[0], last_bounds.max()[0]),
+            };
+            plot_ui.set_plot_bounds_y(-0.02 * y_max..=y_max);
+            lod_range = Some((x_min, x_max));
+            let max_buckets = (plot_ui.transform().frame().width().max(1.0)) as usize;
+
+            if settings.stacked_processes {
+                add_stacked_layers(
+                    plot_ui,
+                    plot.input,
+                    plot.position,
+                    x_min,
+                    x_max,
+                    max_buckets,
+                );
+            } else {
+                let range = device.visible_range(x_min, x_max);
+                if settings.show_total {
+                    plot_ui.line(
+                        Line::new(
+                            "total",
+                            device
+                                .total
+                                .points(&device.x_secs, range.clone(), max_buckets),
+                        )
+                        .color(TOTAL_COLOR)
+                        .width(1.0)
+                        .allow_hover(false),
+                    );
+                }
+                if settings.show_reserved {
+                    plot_ui.line(
+                        Line::new(
+                            "reserved",
+                            device
+                                .reserved
+                                .points(&device.x_secs, range.clone(), max_buckets),
+                        )
+                        .color(RESERVED_COLOR)
+                        .allow_hover(false),
+                    );
+                }
+                plot_ui.line(
+                    Line::new(
+                        "used",
+                        device.used.points(&device.x_secs, range, max_buckets),
+                    )
+                    .color(USED_COLOR)
+                    .width(2.0)
+                    .allow_hover(false),
+                );
+            }
+            add_threshold(
+                plot_ui,
+                plot.input,
+                plot.position,
+                settings,
+                plot.crossings,
+                x_min,
+                x_max,
+            );
+            if settings.show_events {
+                add_event_markers(
+                    plot_ui,
+                    plot.input.capture,
+                    data,
+                    device_index,
+                    x_min,
+                    x_max,
+                    y_max,
+                );
+            }
+            if let Some(hover) = plot.hover {
+                plot_ui.vline(
+                    VLine::new("", hover.x_secs)
+                        .id("hovered sample")
+                        .color(Color32::from_gray(160))
+                        .width(1.0)
+                        .allow_hover(false),
+                );
+            }
+
+            // Our own hover: binary search for the nearest sample of this device.
+            let pointer = plot_ui
+                .response()
+                .hovered()
+                .then(|| plot_ui.pointer_coordinate())
+                .flatten();
+            pointer.and_then(|pointer| {
+                let nearest = nearest_index(&device.x_secs, pointer.x)?;
+                Some(TimelineHover {
+                    device_index,
+                    sample_index: *device.sample_index.get(nearest)? as usize,
+                    x_secs: device.x_secs[nearest],
+                    t_ms: data.t_of(device.x_secs[nearest]),
+                })
+            })
+        });
+
+    let hover = response.inner;
+    let shown: &PlotBounds = response.transform.bounds();
+    let (shown_min, shown_max) = (shown.min()[0], shown.max()[0]);
+    // The points were chosen for the range known when the plot was built; if the user panned or
+    // zoomed in this frame the range moved: draw once more with the new range.
+    let mut user_moved_view = false;
+    if let Some((x_min, x_max)) = lod_range {
+        let tolerance = (x_max - x_min).abs() * 1e-9;
+        if (shown_min - x_min).abs() > tolerance || (shown_max - x_max).abs() > tolerance {
+            ui.ctx().request_repaint();
+            user_moved_view = plot.forced_range.is_none()
+                || response.response.dragged()
+                || response.response.hovered();
+        }
+    }
+    let double_clicked = response.response.double_clicked();
+    if let Some(hover) = hover
+        && let Some(text) = hover_text(plot.input, settings, hover)
+    {
+        response.response.on_hover_text_at_pointer(text);
+    }
+    DevicePlotOutcome {
+        hover,
+        shown_range: (shown_min, shown_max),
+        user_moved_view,
+        double_clicked,
+    }
+}
+
+fn add_stacked_layers(
+    plot_ui: &mut egui_plot::PlotUi<'_>,
+    input: &TimelineInput<'_>,
+    position: usize,
+    x_min: f64,
+    x_max: f64,
+    max_buckets: usize,
+) {
+    let stack = &input.data.devices[position].stack;
+    let ticks = stack.visible_ticks(x_min, x_max, max_buckets);
+    let polygons = stack.layer_polygons(&ticks);
+    // Only the biggest layers in view get a legend entry: a day can hold hundreds of short-lived
+    // processes, and a legend that long would hide the plot (and cost more than the plot itself).
+    let mut by_size: Vec<(usize, f64)> = polygons
+        .iter()
+        .enumerate()
+        .map(|(i, (_, polygon))| {
+            let height = polygon
+                .tops
+                .iter()
+                .zip(&polygon.bottoms)
+                .map(|(top, bottom)| top - bottom)
+                .fold(0.0, f64::max);
+            (i, height)
+        })
+        .collect();
+    by_size.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut named = vec![false; polygons.len()];
+    for &(i, _) in by_size.iter().take(LEGEND_LAYERS) {
+        named[i] = true;
+    }
+    for ((layer_index, polygon), named) in polygons.into_iter().zip(named) {
+        let layer = &stack.layers[layer_index];
+        let Some(track) = input.capture.processes.get(layer.track_index) else {
+            continue;
+        };
+        let color = process_color(track.pid);
+        let name = if named {
+            format!("pid {} {}", track.pid, track.name)
+        } else {
+            String::new()
+        };
+        plot_ui.add(
+            FilledArea::new(name, &polygon.xs, &polygon.bottoms, &polygon.tops)
+                .fill_color(color.gamma_multiply(0.55))
+                .stroke(Stroke::new(1.0, color))
+                .id(("layer", layer_index))
+                .allow_hover(false),
+        );
+    }
+}
+
+/// Processes named in a stacked plot's legend (the largest in view).
+const LEGEND_LAYERS: usize = 6;
+
+/// A stable colour per process id, so a process keeps its colour across frames and plots.
+pub fn process_color(pid: u32) -> Color32 {
+    const PALETTE: [Color32; 8] = [
+        Color32::from_rgb(0x4e, 0x9c, 0xf5),
+        Color32::from_rgb(0xf5, 0x8b, 0x4e),
+        Color32::from_rgb(0x5c, 0xc8, 0x7a),
+        Color32::from_rgb(0xd0, 0x6c, 0xc8),
+        Color32::from_rgb(0xe8, 0xc9, 0x4a),
+        Color32::from_rgb(0x4e, 0xc8, 0xc8),
+        Color32::from_rgb(0xe0, 0x5a, 0x5a),
+        Color32::from_rgb(0x9a, 0x8c, 0xf0),
+    ];
+    let mixed = pid.wrapping_mul(0x9e37_79b9) >> 29;
+    PALETTE[mixed as usize % PALETTE.len()]
+}
+
+fn add_threshold(
+    plot_ui: &mut egui_plot::PlotUi<'_>,
+    input: &TimelineInput<'_>,
+    position: usize,
+    settings: &Settings,
+    crossings: &[Crossing],
+    x_min: f64,
+    x_max: f64,
+) {
+    let device = &input.data.devices[position];
+    let Some(&total) = device.total.values.last() else {
+        return;
+    };
+    let threshold_gib = total * settings.threshold_fraction();
+    plot_ui.hline(
+        HLine::new(
+            format!("{:.0}% threshold", settings.threshold_pct),
+            threshold_gib,
+        )
+        .color(THRESHOLD_COLOR)
+        .style(LineStyle::dashed_dense())
+        .allow_hover(false),
+    );
+    let visible = crossings
+        .iter()
+        .map(|c| (input.data.x_of(c.t_ms), c.rising))
+        .filter(|&(x, _)| x >= x_min && x <= x_max);
+    let (mut rising, mut falling) = (Vec::new(), Vec::new());
+    for (x, is_rising) in visible.take(2000) {
+        if is_rising {
+            rising.push([x, threshold_gib]);
+        } else {
+            falling.push([x, threshold_gib]);
+        }
+    }
+    if !rising.is_empty() {
+        plot_ui.points(
+            Points::new("", PlotPoints::from(rising))
+                .id("crossed above threshold")
+                .shape(MarkerShape::Up)
+                .filled(true)
+                .radius(6.0)
+                .color(Color32::from_rgb(0xe0, 0x4a, 0x4a))
+                .allow_hover(false),
+        );
+    }
+    if !falling.is_empty() {
+        plot_ui.points(
+            Points::new("", PlotPoints::from(falling))
+                .id("back below threshold")
+                .shape(MarkerShape::Down)
+                .filled(true)
+                .radius(6.0)
+                .color(Color32::from_rgb(0x4a, 0xb0, 0x5a))
+                .allow_hover(false),
+        );
+    }
+}
+
+/// Event markers drawn with a label; beyond this many in view, markers are plain lines.
+const MAX_LABELLED_EVENTS: usize = 40;
+
+/// Colour of a marker of this kind.
+fn event_color(kind: &EventKind) -> Color32 {
+    match kind {
+        EventKind::Xid { .. } | EventKind::Critical { .. } | EventKind::DeviceLost { .. } => {
+            Color32::from_rgb(0xe0, 0x40, 0x40)
+        }
+        EventKind::OutOfMemory { .. } => Color32::from_rgb(0xff, 0x70, 0x20),
+        EventKind::EccIncrease { .. } => Color32::from_rgb(0xd0, 0xb0, 0x30),
+        EventKind::Annotation { .. } => Color32::from_rgb(0x40, 0xa0, 0xe0),
+    }
+}
+
+fn add_event_markers(
+    plot_ui: &mut egui_plot::PlotUi<'_>,
+    capture: &Capture,
+    data: &TimelineData,
+    device_index: u32,
+    x_min: f64,
+    x_max: f64,
+    y_max: f64,
+) {
+    // Events are few (they are discrete incidents), but a long capture could still hold
+    // thousands: draw only those in view, and at most a few hundred.
+    let visible = capture
+        .events
+        .iter()
+        .filter(|event| event.device_index.is_none_or(|d| d == device_index))
+        .map(|event| (data.x_of(event.t_ms), event))
+        .filter(|&(x, _)| x >= x_min && x <= x_max)
+        .take(300);
+    let visible: Vec<(f64, &crate::model::Event)> = visible.collect();
+    // With many markers in view, labels would pile up into an unreadable (and slow) smear: draw
+    // plain thin lines then, and zoom in for the labels.
+    let labelled = visible.len() <= MAX_LABELLED_EVENTS;
+    for (i, (x, event)) in visible.into_iter().enumerate() {
+        let color = event_color(&event.kind);
+        let line = VLine::new("", x)
+            .color(color)
+            .id(("event", i))
+            .allow_hover(false);
+        if !labelled {
+            plot_ui.vline(line.width(1.0));
+            continue;
+        }
+        plot_ui.vline(line.width(1.5).style(LineStyle::dashed_dense()));
+        plot_ui.text(
+            Text::new(
+                "",
+                egui_plot::PlotPoint::new(x, y_max * 0.97),
+                RichText::new(event.kind.short_label()).color(color).small(),
+            )
+            .anchor(egui::Align2::LEFT_TOP)
+            .id(("event label", i))
+            .allow_hover(false),
+        );
+    }
+}

@@ -1,0 +1,478 @@
+//! The guided wizards: Out of memory, Fragmentation, Leak, Hardware and driver, and the Log
+//! analyzer. Each walks Choose → Evidence → Findings → Report with Back/Next; every step shows what
+//! was found so far and lets the user add evidence (paste a log; the app adds opened captures,
+//! snapshots and logs through [`WizardView::add_log`], [`WizardView::add_capture`] and
+//! [`WizardView::add_snapshot_facts`]).
+//!
+//! The diagnosis is the same engine the CLI runs (`crate::diagnose`); it is cheap over the facts,
+//! so it is recomputed whenever evidence changes. Reading files and computing snapshot facts (which
+//! replays the allocator trace) is the app's job, off the UI thread. Writing a report file runs on
+//! a thread on native builds.
+
+mod findings;
+
+use crate::diagnose::finding::{Category, Diagnosis, Wizard};
+use crate::diagnose::leak::SnapshotFacts;
+use crate::diagnose::log::{LogAnalysis, analyze_text};
+use crate::diagnose::{DiagnosisInput, NamedCapture, OomComposition, diagnose, oom_composition};
+use crate::report::{self, Report, ReportFormat, Timeline};
+
+/// Which wizard is running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WizardKind {
+    OutOfMemory,
+    Fragmentation,
+    Leak,
+    HardwareAndDriver,
+    LogAnalyzer,
+}
+
+impl WizardKind {
+    pub const ALL: [WizardKind; 5] = [
+        WizardKind::OutOfMemory,
+        WizardKind::Fragmentation,
+        WizardKind::Leak,
+        WizardKind::HardwareAndDriver,
+        WizardKind::LogAnalyzer,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            WizardKind::OutOfMemory => "Out of memory",
+            WizardKind::Fragmentation => "Fragmentation",
+            WizardKind::Leak => "Leak",
+            WizardKind::HardwareAndDriver => "Hardware and driver",
+            WizardKind::LogAnalyzer => "Log analyzer",
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            WizardKind::OutOfMemory => {
+                "A job died with CUDA out of memory: find what filled the card and what to change."
+            }
+            WizardKind::Fragmentation => {
+                "Memory is cached but unusable: find whether fragmentation is the cause and which allocator setting helps."
+            }
+            WizardKind::Leak => {
+                "Memory grows over time or per step: measure the slope, the time until the card is full, and what grows."
+            }
+            WizardKind::HardwareAndDriver => {
+                "ECC errors, row remapping, Xid errors, throttling, driver and CUDA versions."
+            }
+            WizardKind::LogAnalyzer => {
+                "Paste any log (training output, dmesg, journal): every recognised line explained."
+            }
+        }
+    }
+
+    /// Categories this wizard is about (shown first).
+    fn categories(self) -> &'static [Category] {
+        match self {
+            WizardKind::OutOfMemory => &[
+                Category::OtherProcess,
+                Category::MemoryCap,
+                Category::Capacity,
+                Category::Fragmentation,
+                Category::Leak,
+            ],
+            WizardKind::Fragmentation => &[Category::Fragmentation, Category::MemoryCap],
+            WizardKind::Leak => &[Category::Leak],
+            WizardKind::HardwareAndDriver => &[
+                Category::Ecc,
+                Category::RowRemap,
+                Category::Xid,
+                Category::Thermal,
+                Category::DriverMismatch,
+                Category::CudaError,
+                Category::Library,
+            ],
+            WizardKind::LogAnalyzer => &[],
+        }
+    }
+
+    fn from_wizard(w: Wizard) -> Self {
+        match w {
+            Wizard::OutOfMemory => WizardKind::OutOfMemory,
+            Wizard::Fragmentation => WizardKind::Fragmentation,
+            Wizard::Leak => WizardKind::Leak,
+            Wizard::HardwareAndDriver => WizardKind::HardwareAndDriver,
+        }
+    }
+}
+
+/// The steps every wizard walks through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    Choose,
+    Evidence,
+    Findings,
+    Report,
+}
+
+impl Step {
+    const ALL: [Step; 4] = [Step::Choose, Step::Evidence, Step::Findings, Step::Report];
+
+    fn label(self) -> &'static str {
+        match self {
+            Step::Choose => "1 Choose",
+            Step::Evidence => "2 Evidence",
+            Step::Findings => "3 Findings",
+            Step::Report => "4 Report",
+        }
+    }
+
+    fn next(self) -> Option<Step> {
+        Step::ALL.iter().copied().find(|s| *s > self)
+    }
+
+    fn back(self) -> Option<Step> {
+        Step::ALL.iter().copied().rev().find(|s| *s < self)
+    }
+}
+
+/// Where a report write stands.
+enum ReportWrite {
+    Idle,
+    #[cfg(not(target_arch = "wasm32"))]
+    Running(std::sync::mpsc::Receiver<Result<String, String>>),
+    Done(Result<String, String>),
+}
+
+/// The wizards as one self-contained view.
+pub struct WizardView {
+    kind: WizardKind,
+    step: Step,
+    input: DiagnosisInput,
+    diagnosis: Diagnosis,
+    composition: Option<OomComposition>,
+    pasted_log: String,
+    pasted_count: usize,
+    cuda_text: String,
+    cuda_error: Option<String>,
+    report_path: String,
+    report_write: ReportWrite,
+}
+
+impl Default for WizardView {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WizardView {
+    /// Starts at the first step, with no evidence.
+    pub fn new() -> Self {
+        let mut view = WizardView {
+            kind: WizardKind::OutOfMemory,
+            step: Step::Choose,
+            input: DiagnosisInput::default(),
+            diagnosis: Diagnosis::default(),
+            composition: None,
+            pasted_log: String::new(),
+            pasted_count: 0,
+            cuda_text: String::new(),
+            cuda_error: None,
+            report_path: "vramscope-report.html".to_owned(),
+            report_write: ReportWrite::Idle,
+        };
+        view.rediagnose();
+        view
+    }
+
+    /// Starts a given wizard at its evidence step.
+    pub fn with_kind(kind: WizardKind) -> Self {
+        let mut view = Self::new();
+        view.kind = kind;
+        view.step = Step::Evidence;
+        view
+    }
+
+    pub fn kind(&self) -> WizardKind {
+        self.kind
+    }
+
+    pub fn step(&self) -> Step {
+        self.step
+    }
+
+    /// The current diagnosis over all evidence given so far.
+    pub fn diagnosis(&self) -> &Diagnosis {
+        &self.diagnosis
+    }
+
+    /// Adds an analysed log (opened by the app).
+    pub fn add_log(&mut self, log: LogAnalysis) {
+        self.input.logs.push(log);
+        self.rediagnose();
+    }
+
+    /// Adds a capture (opened by the app, or the live session's recording).
+    pub fn add_capture(&mut self, capture: NamedCapture) {
+        self.input.captures.push(capture);
+        self.rediagnose();
+    }
+
+    /// Adds snapshot facts (`crate::diagnose::snapshot::facts`, computed by the app off the UI
+    /// thread because it replays the allocator trace).
+    pub fn add_snapshot_facts(&mut self, facts: Vec<SnapshotFacts>) {
+        self.input.snapshots.extend(facts);
+        self.rediagnose();
+    }
+
+    /// The report of the current diagnosis, with the timeline of the first capture.
+    pub fn report(&self) -> Report {
+        Report {
+            title: format!("vramscope diagnosis: {}", self.kind.label()),
+            generated_at_ms: crate::source::now_unix_ms(),
+            diagnosis: self.diagnosis.clone(),
+            timeline: self
+                .input
+                .captures
+                .iter()
+                .find_map(|c| Timeline::from_capture(&c.name, &c.capture)),
+        }
+    }
+
+    fn rediagnose(&mut self) {
+        self.diagnosis = diagnose(&self.input);
+        self.composition = oom_composition(&self.input);
+    }
+
+    fn analyze_pasted(&mut self) {
+        if self.pasted_log.trim().is_empty() {
+            return;
+        }
+        self.pasted_count += 1;
+        let name = format!("pasted log {}", self.pasted_count);
+        let log = analyze_text(&self.pasted_log, &name);
+        self.pasted_log.clear();
+        self.add_log(log);
+    }
+
+    fn apply_cuda_text(&mut self) {
+        let text = self.cuda_text.trim();
+        if text.is_empty() {
+            self.cuda_error = None;
+            self.input.framework_cuda = None;
+        } else {
+            let parsed = text
+                .split_once('.')
+                .and_then(|(a, b)| a.parse().ok().zip(b.parse().ok()));
+            match parsed {
+                Some(v) => {
+                    self.cuda_error = None;
+                    self.input.framework_cuda = Some(v);
+                }
+                None => self.cuda_error = Some(format!("'{text}' is not a version like 12.4")),
+            }
+        }
+        self.rediagnose();
+    }
+
+    /// Draws the wizard.
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        self.poll_report_write();
+        ui.horizontal(|ui| {
+            ui.heading(format!("Wizard: {}", self.kind.label()));
+            if self.diagnosis.simulated {
+                ui.colored_label(egui::Color32::from_rgb(200, 130, 0), "SIMULATED data");
+            }
+        });
+        ui.horizontal(|ui| {
+            for step in Step::ALL {
+                let text = egui::RichText::new(step.label());
+                ui.label(if step == self.step {
+                    text.strong().underline()
+                } else {
+                    text.weak()
+                });
+            }
+        });
+        ui.separator();
+        egui::ScrollArea::vertical()
+            .auto_shrink([false, false])
+            .max_height((ui.available_height() - 40.0).max(100.0))
+            .show(ui, |ui| match self.step {
+                Step::Choose => self.choose_ui(ui),
+                Step::Evidence => self.evidence_ui(ui),
+                Step::Findings => self.findings_ui(ui),
+                Step::Report => self.report_ui(ui),
+            });
+        ui.separator();
+        ui.horizontal(|ui| {
+            if let Some(back) = self.step.back()
+                && ui.button("Back").clicked()
+            {
+                self.step = back;
+            }
+            if let Some(next) = self.step.next()
+                && ui.button("Next").clicked()
+            {
+                self.step = next;
+            }
+            if let Some(primary) = self.diagnosis.primary() {
+                ui.label(format!(
+                    "So far: {} ({})",
+                    primary.title,
+                    primary.category.as_str()
+                ));
+            }
+        });
+    }
+
+    fn choose_ui(&mut self, ui: &mut egui::Ui) {
+        ui.label("What happened?");
+        for kind in WizardKind::ALL {
+            if ui
+                .selectable_label(self.kind == kind, kind.label())
+                .clicked()
+            {
+                self.kind = kind;
+            }
+            ui.label(egui::RichText::new(kind.description()).weak());
+            ui.add_space(4.0);
+        }
+    }
+
+    fn evidence_ui(&mut self, ui: &mut egui::Ui) {
+        ui.label(egui::RichText::new("Evidence so far").strong());
+        if self.diagnosis.inputs.is_empty() {
+            ui.label("None yet. Paste a log below, or open a capture, snapshot or log in the app.");
+        }
+        for input in &self.diagnosis.inputs {
+            ui.label(format!(
+                "• {} {}: {}",
+                input.kind, input.name, input.summary
+            ));
+        }
+        ui.add_space(8.0);
+        let label = ui.label("Paste a log (training output, dmesg, journalctl -k):");
+        ui.add(
+            egui::TextEdit::multiline(&mut self.pasted_log)
+                .desired_rows(6)
+                .desired_width(f32::INFINITY)
+                .font(egui::TextStyle::Monospace),
+        )
+        .labelled_by(label.id);
+        if ui.button("Analyze pasted log").clicked() {
+            self.analyze_pasted();
+        }
+        if self.kind == WizardKind::HardwareAndDriver {
+            ui.add_space(8.0);
+            ui.horizontal(|ui| {
+                let label = ui.label("CUDA version the framework was built for:");
+                let response = ui
+                    .add(egui::TextEdit::singleline(&mut self.cuda_text).desired_width(60.0))
+                    .labelled_by(label.id);
+                if response.lost_focus() || ui.button("Check").clicked() {
+                    self.apply_cuda_text();
+                }
+            });
+            if let Some(err) = &self.cuda_error {
+                ui.colored_label(egui::Color32::RED, err);
+            }
+        }
+        if let Some(target) = findings::recognised_lines_ui(ui, &self.input.logs, self.kind) {
+            self.kind = WizardKind::from_wizard(target);
+            self.step = Step::Findings;
+        }
+    }
+
+    fn findings_ui(&mut self, ui: &mut egui::Ui) {
+        if self.kind == WizardKind::OutOfMemory
+            && let Some(c) = &self.composition
+        {
+            findings::composition_ui(ui, c);
+        }
+        if self.kind == WizardKind::HardwareAndDriver {
+            findings::health_checks_ui(ui, &self.diagnosis, !self.input.captures.is_empty());
+        }
+        if self.kind == WizardKind::LogAnalyzer
+            && let Some(target) = findings::recognised_lines_ui(ui, &self.input.logs, self.kind)
+        {
+            self.kind = WizardKind::from_wizard(target);
+        }
+        findings::findings_ui(ui, &self.diagnosis, self.kind.categories());
+    }
+
+    fn report_ui(&mut self, ui: &mut egui::Ui) {
+        ui.label("Export the findings for a bug report or a review.");
+        ui.horizontal(|ui| {
+            if ui.button("Copy Markdown").clicked() {
+                ui.ctx()
+                    .copy_text(report::render(&self.report(), ReportFormat::Markdown));
+            }
+            if ui.button("Copy JSON").clicked() {
+                ui.ctx()
+                    .copy_text(report::render(&self.report(), ReportFormat::Json));
+            }
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("Report file (.html, .md or .json):");
+            ui.add(egui::TextEdit::singleline(&mut self.report_path).desired_width(320.0))
+                .labelled_by(label.id);
+            #[cfg(not(target_arch = "wasm32"))]
+            if ui
+                .add_enabled(!self.is_writing_report(), egui::Button::new("Write report"))
+                .clicked()
+            {
+                self.start_report_write(ui.ctx().clone());
+            }
+        });
+        match &self.report_write {
+            ReportWrite::Idle => {}
+            #[cfg(not(target_arch = "wasm32"))]
+            ReportWrite::Running(_) => {
+                ui.label("Writing…");
+            }
+            ReportWrite::Done(Ok(path)) => {
+                ui.label(format!("Report written to {path}"));
+            }
+            ReportWrite::Done(Err(e)) => {
+                ui.colored_label(egui::Color32::RED, e);
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn start_report_write(&mut self, ctx: egui::Context) {
+        let path = std::path::PathBuf::from(self.report_path.trim());
+        let report = self.report();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let result = report::write(&report, &path)
+                .map(|()| path.display().to_string())
+                .map_err(|e| e.to_string());
+            let _ = tx.send(result);
+            ctx.request_repaint();
+        });
+        self.report_write = ReportWrite::Running(rx);
+    }
+
+    /// True while a report file is being written (tests wait on it).
+    pub fn is_writing_report(&self) -> bool {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            matches!(self.report_write, ReportWrite::Running(_))
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            false
+        }
+    }
+
+    fn poll_report_write(&mut self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let ReportWrite::Running(rx) = &self.report_write {
+            match rx.try_recv() {
+                Ok(result) => self.report_write = ReportWrite::Done(result),
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    self.report_write =
+                        ReportWrite::Done(Err("the report writer stopped unexpectedly".to_owned()));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! Corpus of cases: each asserts the primary category and the first recommendation, from logs
+//! (verbatim wordings), captures and snapshot facts.
+
+use std::path::PathBuf;
+
+use vramscope::diagnose::leak::SnapshotFacts;
+use vramscope::diagnose::log::{analyze_file, analyze_text};
+use vramscope::diagnose::{Category, Diagnosis, DiagnosisInput, NamedCapture, Severity, diagnose};
+use vramscope::model::{
+    Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, GIB, HealthSample, MIB,
+    MemoryReading, ProcessSample, SampleBatch,
+};
+
+fn log_case(name: &str) -> Diagnosis {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/logs")
+        .join(name);
+    let log = analyze_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    diagnose(&DiagnosisInput {
+        logs: vec![log],
+        ..Default::default()
+    })
+}
+
+fn text_case(text: &str) -> Diagnosis {
+    diagnose(&DiagnosisInput {
+        logs: vec![analyze_text(text, "pasted")],
+        ..Default::default()
+    })
+}
+
+fn primary(d: &Diagnosis) -> (Category, String) {
+    let f = d.primary().unwrap_or_else(|| panic!("no findings"));
+    (
+        f.category,
+        f.recommendations
+            .first()
+            .map(|r| r.id.clone())
+            .unwrap_or_default(),
+    )
+}
+
+fn all_recommendation_ids(d: &Diagnosis) -> Vec<String> {
+    d.findings
+        .iter()
+        .flat_map(|f| f.recommendations.iter().map(|r| r.id.clone()))
+        .collect()
+}
+
+#[test]
+fn batch_too_large_on_h200_is_capacity_and_does_not_echo_the_fragmentation_hint() {
+    let d = log_case("pytorch_capacity_h200.log");
+    assert_eq!(
+        primary(&d),
+        (Category::Capacity, "reduce-batch-size".into())
+    );
+    let f = &d.findings[0];
+    assert_eq!(f.severity, Severity::Critical);
+    assert!(!all_recommendation_ids(&d).contains(&"expandable-segments".to_string()));
+    assert!(f.explanation.contains("not the cause"), "{}", f.explanation);
+    // the shortfall (27.86 - 13.93 GiB) is the estimate of the first recommendation
+    let saving = f.recommendations[0].estimated_saving_bytes.unwrap_or(0) as f64 / GIB as f64;
+    assert!((saving - 13.93).abs() < 0.01, "{saving}");
+    let requested = f
+        .evidence
+        .iter()
+        .find(|e| e.label == "requested")
+        .unwrap_or_else(|| panic!("no requested evidence"));
+    assert_eq!(
+        requested.source.describe(),
+        format!(
+            "{} line 6",
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/logs/pytorch_capacity_h200.log")
+                .display()
+        )
+    );
+}
+
+#[test]
+fn frag_oom_fixture_is_fragmentation_under_a_cap() {
+    let d = log_case("pytorch_frag_under_cap.log");
+    assert_eq!(
+        primary(&d),
+        (Category::Fragmentation, "expandable-segments".into())
+    );
+    assert_eq!(d.findings[1].category, Category::MemoryCap);
+    assert_eq!(d.findings[1].recommendations[0].id, "raise-memory-fraction");
+    assert_eq!(
+        d.findings[0].recommendations[0].estimated_saving_bytes,
+        Some(382 * MIB)
+    );
+}
+
+#[test]
+fn another_process_holding_the_card() {
+    let d = log_case("pytorch_other_process.log");
+    assert_eq!(
+        primary(&d),
+        (Category::OtherProcess, "free-other-process".into())
+    );
+    assert!(
+        d.findings[0].title.contains("2417585"),
+        "{}",
+        d.findings[0].title
+    );
+    assert!(
+        d.findings[0].recommendations[0]
+            .action
+            .contains("kill 2417585")
+    );
+}
+
+#[test]
+fn cached_but_unusable_memory_is_fragmentation() {
+    let d = log_case("pytorch_fragmentation.log");
+    assert_eq!(
+        primary(&d),
+        (Category::Fragmentation, "expandable-segments".into())
+    );
+    assert!(all_recommendation_ids(&d).contains(&"max-split-size".to_string()));
+}
+
+#[test]
+fn a_memory_fraction_cap_with_room_on_the_device() {
+    let d = text_case(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 120.10 GiB is free. Including non-PyTorch memory, this process has 19.20 GiB memory in use. 20.00 GiB allowed; Of the allocated memory 18.50 GiB is allocated by PyTorch, and 180.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+    );
+    assert_eq!(
+        primary(&d),
+        (Category::MemoryCap, "raise-memory-fraction".into())
+    );
+    // needs 18.68 + 2 GiB of 139.80 -> 15% + 5% margin
+    assert!(
+        d.findings[0].recommendations[0]
+            .action
+            .contains("set_per_process_memory_fraction(0.20)"),
+        "{}",
+        d.findings[0].recommendations[0].action
+    );
+    assert!(!all_recommendation_ids(&d).contains(&"expandable-segments".to_string()));
+}
+
+#[test]
+fn async_backend_oom_is_capacity() {
+    let d = log_case("pytorch_async_backend.log");
+    assert_eq!(
+        primary(&d),
+        (Category::Capacity, "reduce-batch-size".into())
+    );
+}
+
+#[test]
+fn jax_oom_is_capacity_with_jax_advice() {
+    let d = log_case("jax.log");
+    assert_eq!(
+        primary(&d),
+        (Category::Capacity, "reduce-batch-size".into())
+    );
+    assert_eq!(d.findings[0].recommendations[1].id, "jax-preallocation");
+}
+
+#[test]
+fn tensorflow_oom_is_capacity_with_tensorflow_advice() {
+    let d = log_case("tensorflow.log");
+    assert_eq!(
+        primary(&d),
+        (Category::Capacity, "reduce-batch-size".into())
+    );
+    assert_eq!(d.findings[0].recommendations[1].id, "tf-memory-growth");
+}
+
+#[test]
+fn illegal_address_is_a_cuda_error_to_debug() {
+    let d = text_case(
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\nSearch for `cudaErrorIllegalAddress' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n",
+    );
+    assert_eq!(
+        primary(&d),
+        (Category::CudaError, "debug-kernel-fault".into())
+    );
+    assert_eq!(d.findings.len(), 1, "{:#?}", d.findings);
+}
+
+#[test]
+fn gpu_fallen_off_the_bus_is_critical_xid() {
+    let d = log_case("dmesg_xid.log");
+    assert_eq!(primary(&d), (Category::Xid, "reset-gpu".into()));
+    assert_eq!(d.findings[0].severity, Severity::Critical);
+    let categories: Vec<Category> = d.findings.iter().map(|f| f.category).collect();
+    assert!(categories.contains(&Category::RowRemap), "{categories:?}");
+    assert!(categories.contains(&Category::Ecc), "{categories:?}");
+}
+
+#[test]
+fn driver_too_old_for_the_framework_build() {
+    let d = text_case(
+        "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |\nPyTorch 2.9.0+cu130\n",
+    );
+    assert_eq!(
+        primary(&d),
+        (Category::DriverMismatch, "upgrade-driver".into())
+    );
+    assert_eq!(d.findings[0].severity, Severity::Critical);
+}
+
+// ---------------------------------------------------------------- captures
+
+fn device(total: u64) -> DeviceFacts {
+    DeviceFacts {
+        index: 0,
+        name: "NVIDIA H200".into(),
+        memory_total_bytes: total,
+        ..Default::default()
+    }
+}
+
+fn sample(t_ms: i64, used: u64, total: u64) -> DeviceSample {
+    DeviceSample {
+        t_ms,
+        device_index: 0,
+        memory: Some(MemoryReading {
+            used_bytes: used,
+            reserved_bytes: 0,
+            free_bytes: total - used,
+            total_bytes: total,
+        }),
+        temperature_c: Some(60),
+        throttle_reasons: Some(0),
+        ecc_corrected_volatile: Some(0),
+        ecc_uncorrected_volatile: Some(0),
+        ..Default::default()
+    }
+}
+
+fn process(t_ms: i64, pid: u32, used: u64) -> ProcessSample {
+    ProcessSample {
+        t_ms,
+        device_index: 0,
+        pid,
+        name: format!("python{pid}"),
+        used_bytes: Some(used),
+        ..Default::default()
+    }
+}
+
+/// A 140 GiB GPU sampled every second for `seconds`, with processes given by `procs(t)`.
+fn capture(
+    seconds: i64,
+    procs: impl Fn(i64) -> Vec<(u32, u64)>,
+    events: Vec<Event>,
+    health: Vec<HealthSample>,
+) -> NamedCapture {
+    let total = 140 * GIB;
+    let mut c = Capture::new(
+        CaptureMeta {
+            driver_version: "580.159.04".into(),
+            cuda_driver_version: Some(13000),
+            ..Default::default()
+        },
+        vec![device(total)],
+    );
+    for s in 0..seconds {
+        let t = s * 1000;
+        let ps = procs(t);
+        let used: u64 = ps.iter().map(|p| p.1).sum();
+        c.ingest(&SampleBatch {
+            devices: vec![sample(t, used, total)],
+            processes: Some(ps.iter().map(|&(pid, b)| process(t, pid, b)).collect()),
+            ..Default::default()
+        });
+    }
+    c.ingest(&SampleBatch {
+        events,
+        health,
+        ..Default::default()
+    });
+    NamedCapture {
+        name: "run.vramcap".into(),
+        capture: c,
+    }
+}
+
+fn capture_case(c: NamedCapture) -> Diagnosis {
+    diagnose(&DiagnosisInput {
+        captures: vec![c],
+        ..Default::default()
+    })
+}
+
+#[test]
+fn steady_growth_in_a_capture_is_a_leak_with_time_to_full() {
+    // 20 GiB + 200 MiB per second for 60 s, on a 140 GiB card
+    let d = capture_case(capture(
+        60,
+        |t| vec![(100, 20 * GIB + (t as u64 / 1000) * 200 * MIB)],
+        vec![],
+        vec![],
+    ));
+    assert_eq!(primary(&d), (Category::Leak, "fix-leak".into()));
+    let f = &d.findings[0];
+    let rate = f
+        .evidence
+        .iter()
+        .find(|e| e.label == "growth rate")
+        .and_then(|e| e.value)
+        .unwrap_or(0.0);
+    assert!((rate - 200.0 * MIB as f64).abs() < 1.0, "{rate}");
+    let to_full = f
+        .evidence
+        .iter()
+        .find(|e| e.label == "time until the GPU is full")
+        .and_then(|e| e.value)
+        .unwrap_or(0.0);
+    // free at the end: 140 - (20 + 59*0.1953) GiB = 108.5 GiB at 200 MiB/s = ~555 s
+    assert!((to_full - 555.7).abs() < 2.0, "{to_full}");
+    assert_eq!(f.severity, Severity::Critical, "full within the hour");
+}
+
+#[test]
+fn a_flat_capture_is_healthy() {
+    let d = capture_case(capture(
+        60,
+        |_| vec![(100, 30 * GIB)],
+        vec![],
+        vec![HealthSample {
+            persistence_mode: Some(true),
+            ..Default::default()
+        }],
+    ));
+    assert_eq!(primary(&d), (Category::Healthy, String::new()));
+    assert_eq!(d.findings.len(), 1);
+    assert!(!d.simulated);
+}
+
+#[test]
+fn oom_event_in_a_capture_blames_the_other_process() {
+    let oom = Event {
+        t_ms: 59_000,
+        device_index: Some(0),
+        kind: EventKind::OutOfMemory {
+            pid: Some(100),
+            requested_bytes: Some(10 * GIB),
+            detail: String::new(),
+        },
+    };
+    let d = capture_case(capture(
+        60,
+        |_| vec![(100, 40 * GIB), (200, 95 * GIB)],
+        vec![oom],
+        vec![],
+    ));
+    assert_eq!(
+        primary(&d),
+        (Category::OtherProcess, "free-other-process".into())
+    );
+    assert!(d.findings[0].recommendations[0].action.contains("kill 200"));
+}
+
+#[test]
+fn uncorrectable_ecc_and_pending_remap_from_health() {
+    let health = HealthSample {
+        t_ms: 60_000,
+        device_index: 0,
+        ecc_uncorrected_aggregate: Some(2),
+        remapped_rows_uncorrectable: Some(1),
+        remapped_rows_pending: Some(true),
+        remapped_rows_failure: Some(false),
+        ..Default::default()
+    };
+    let xid = Event {
+        t_ms: 30_000,
+        device_index: Some(0),
+        kind: EventKind::Xid {
+            code: 48,
+            mig_instance: None,
+        },
+    };
+    let d = capture_case(capture(
+        60,
+        |_| vec![(100, 30 * GIB)],
+        vec![xid],
+        vec![health],
+    ));
+    assert_eq!(primary(&d), (Category::Ecc, "reset-gpu".into()));
+    let categories: Vec<Category> = d.findings.iter().map(|f| f.category).collect();
+    assert!(categories.contains(&Category::RowRemap), "{categories:?}");
+}
+
+#[test]
+fn snapshots_that_keep_growing_are_a_leak_by_call_site() {
+    let snap = |name: &str, allocated: u64, site_bytes: u64| SnapshotFacts {
+        name: name.into(),
+        device_index: 0,
+        reserved_bytes: allocated + GIB,
+        allocated_bytes: allocated,
+        largest_free_block_bytes: 512 * MIB,
+        allocated_by_call_site: vec![
+            ("train.py:42 history.append".into(), site_bytes),
+            ("model.py:10 forward".into(), 2 * GIB),
+        ],
+        ..Default::default()
+    };
+    let d = diagnose(&DiagnosisInput {
+        snapshots: vec![
+            snap("step100.pickle", 4 * GIB, GIB),
+            snap("step200.pickle", 6 * GIB, 3 * GIB),
+        ],
+        ..Default::default()
+    });
+    assert_eq!(primary(&d), (Category::Leak, "fix-leak".into()));
+    assert!(
+        d.findings[0].title.contains("train.py:42"),
+        "{}",
+        d.findings[0].title
+    );
+}
+
+#[test]
+fn no_evidence_says_so() {
+    let d = diagnose(&DiagnosisInput::default());
+    assert_eq!(primary(&d), (Category::Healthy, String::new()));
+    assert!(d.findings[0].explanation.contains("No evidence"));
+}
+
+#[test]
+fn memory_nobody_listed_is_another_process() {
+    // In a container PyTorch cannot see the other tenant: "this process has 0 bytes".
+    let d = text_case(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 0 bytes memory in use. Of the allocated memory 18.00 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but unallocated.",
+    );
+    assert_eq!(
+        primary(&d),
+        (Category::OtherProcess, "free-other-process".into())
+    );
+    assert!(
+        d.findings[0].title.contains("not list"),
+        "{}",
+        d.findings[0].title
+    );
+}
+
+#[test]
+fn a_refusal_with_room_on_the_device_is_a_cap_even_unprinted() {
+    let d = text_case(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 60.00 GiB is free. Including non-PyTorch memory, this process has 19.00 GiB memory in use. Of the allocated memory 18.30 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.",
+    );
+    assert_eq!(
+        primary(&d),
+        (Category::MemoryCap, "raise-memory-fraction".into())
+    );
+}
+
+#[test]
+fn a_leak_that_ends_in_an_oom_is_the_primary_cause() {
+    let mut text = String::new();
+    for step in 0..20 {
+        text.push_str(&format!(
+            "step {step} loss 0.5 allocated {:.2} GiB\n",
+            10.0 + 3.0 * step as f64
+        ));
+    }
+    text.push_str("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.00 GiB memory in use. Of the allocated memory 77.00 GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but unallocated.\n");
+    let d = text_case(&text);
+    assert_eq!(primary(&d), (Category::Leak, "fix-leak".into()));
+    assert_eq!(d.findings[0].severity, Severity::Critical);
+    assert_eq!(d.findings[1].category, Category::Capacity);
+}
+
+#[test]
+fn a_capture_driver_older_than_the_framework_cuda() {
+    let mut c = capture(10, |_| vec![(100, 30 * GIB)], vec![], vec![]);
+    c.capture.meta.driver_version = "535.104.05".into();
+    c.capture.meta.cuda_driver_version = Some(12020);
+    let d = diagnose(&DiagnosisInput {
+        captures: vec![c],
+        framework_cuda: Some((13, 0)),
+        ..Default::default()
+    });
+    assert_eq!(
+        primary(&d),
+        (Category::DriverMismatch, "upgrade-driver".into())
+    );
+    assert!(
+        d.findings[0].title.contains("supports CUDA 12.2"),
+        "{}",
+        d.findings[0].title
+    );
+}
+
+#[test]
+fn the_cap_finding_under_fragmentation_does_not_deny_fragmentation() {
+    let d = log_case("pytorch_frag_under_cap.log");
+    assert_eq!(d.findings[1].category, Category::MemoryCap);
+    assert!(
+        !d.findings[1].explanation.contains("not the cause"),
+        "{}",
+        d.findings[1].explanation
+    );
+}

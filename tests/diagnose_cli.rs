@@ -1,0 +1,230 @@
+//! `vramscope diagnose` end to end: inputs from files and the demo machine, --json on stdout,
+//! --report files, and clear errors for bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn vramscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run vramscope: {e}"))
+}
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/logs")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn json_of(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+#[test]
+fn json_puts_the_primary_cause_first() {
+    let out = vramscope(&[
+        "diagnose",
+        "--log",
+        &fixture("pytorch_frag_under_cap.log"),
+        "--json",
+    ]);
+    let doc = json_of(&out);
+    assert_eq!(doc["schema"], "vramscope.report/1");
+    let first = &doc["findings"][0];
+    assert_eq!(first["category"], "fragmentation");
+    assert_eq!(first["severity"], "critical");
+    assert_eq!(first["recommendations"][0]["id"], "expandable-segments");
+    assert!(first["evidence"].as_array().is_some_and(|e| !e.is_empty()));
+    assert_eq!(doc["findings"][1]["category"], "memory-cap");
+}
+
+#[test]
+fn several_logs_after_one_flag_and_text_output() {
+    let out = vramscope(&[
+        "diagnose",
+        "--log",
+        &fixture("pytorch_other_process.log"),
+        &fixture("dmesg_xid.log"),
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("1. [CRITICAL] other-process:"), "{text}");
+    assert!(text.contains("xid"), "{text}");
+    assert!(text.contains("[free-other-process]"), "{text}");
+}
+
+#[test]
+fn demo_machine_is_labelled_simulated_and_shows_its_leak_and_oom() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let html = dir.path().join("report.html");
+    let out = vramscope(&[
+        "diagnose",
+        "--live",
+        "--demo",
+        "--json",
+        "--report",
+        &html.display().to_string(),
+    ]);
+    let doc = json_of(&out);
+    assert_eq!(doc["simulated"], true);
+    let categories: Vec<&str> = doc["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["category"].as_str())
+        .collect();
+    assert_eq!(categories.first(), Some(&"capacity"), "{categories:?}");
+    assert!(categories.contains(&"leak"), "{categories:?}");
+    let page = std::fs::read_to_string(&html).unwrap_or_else(|e| panic!("{e}"));
+    assert!(page.contains("SIMULATED DATA"));
+    assert!(page.contains("data:image/png;base64,"));
+}
+
+#[test]
+fn a_recorded_capture_file_is_diagnosed() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("day.vramcap");
+    let capture = vramscope::source::demo::generate_capture(
+        &vramscope::source::demo::DemoConfig::default(),
+        1_795_941_000_000,
+        9 * 60 * 1000,
+        1000,
+    );
+    vramscope::formats::vramcap::write_file(&path, &capture).unwrap_or_else(|e| panic!("{e}"));
+    let md = dir.path().join("report.md");
+    let out = vramscope(&[
+        "diagnose",
+        "--capture",
+        &path.display().to_string(),
+        "--report",
+        &md.display().to_string(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&md).unwrap_or_else(|e| panic!("{e}"));
+    assert!(text.contains("### 1. CRITICAL [capacity]"), "{text}");
+    assert!(
+        text.contains("day\\.vramcap"),
+        "file names are cited (escaped)"
+    );
+}
+
+#[test]
+fn bad_input_fails_with_a_message_naming_the_problem() {
+    let out = vramscope(&["diagnose"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to look at"));
+
+    let out = vramscope(&["diagnose", "--log", "/nonexistent/train.log"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/train.log"));
+
+    let out = vramscope(&[
+        "diagnose",
+        "--log",
+        &fixture("jax.log"),
+        "--report",
+        "out.pdf",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("out.pdf"));
+
+    let out = vramscope(&["diagnose", "--log", &fixture("jax.log"), "--cuda", "twelve"]);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let not_a_capture = dir.path().join("x.vramcap");
+    std::fs::write(&not_a_capture, b"hello").unwrap_or_else(|e| panic!("{e}"));
+    let out = vramscope(&[
+        "diagnose",
+        "--capture",
+        &not_a_capture.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("x.vramcap"));
+}
+
+#[test]
+fn cuda_version_from_the_user_is_checked_against_the_log_driver() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let log = dir.path().join("smi.txt");
+    std::fs::write(
+        &log,
+        "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = vramscope(&[
+        "diagnose",
+        "--log",
+        &log.display().to_string(),
+        "--cuda",
+        "13.0",
+        "--json",
+    ]);
+    let doc = json_of(&out);
+    assert_eq!(doc["findings"][0]["category"], "driver-mismatch");
+    let kinds: Vec<&str> = doc["findings"][0]["evidence"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["source"]["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["user", "log-line"],
+        "the user's CUDA against the driver's CUDA from nvidia-smi"
+    );
+    assert!(
+        doc["findings"][0]["title"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("supports CUDA 12.2")
+    );
+}
+
+#[test]
+fn snapshots_after_one_flag_and_a_bad_snapshot() {
+    let cases = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
+    let p = |name: &str| cases.join(name).display().to_string();
+    let out = vramscope(&[
+        "diagnose",
+        "--log",
+        &p("leak.log"),
+        "--snapshot",
+        &p("leak_step10.pickle"),
+        &p("leak.pickle"),
+        "--json",
+    ]);
+    let doc = json_of(&out);
+    assert_eq!(doc["findings"][0]["category"], "leak");
+    assert_eq!(doc["findings"][0]["recommendations"][0]["id"], "fix-leak");
+    let kinds: Vec<&str> = doc["inputs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, vec!["log", "snapshot", "snapshot"]);
+
+    let out = vramscope(&["diagnose", "--snapshot", &p("leak.log")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leak.log"));
+}

@@ -1,0 +1,282 @@
+//! The wizards driven through egui_kittest like a user would: choose, add evidence (paste a log,
+//! or captures the app adds), read the findings, and leave with a report.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use egui::accesskit::Role;
+use egui::{Key, Modifiers, Vec2};
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+
+use vramscope::diagnose::NamedCapture;
+use vramscope::diagnose::finding::Category;
+use vramscope::model::{
+    Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, GIB, HealthSample, MIB,
+    MemoryReading, ProcessSample, SampleBatch,
+};
+use vramscope::ui::wizard::{Step, WizardKind, WizardView};
+
+fn harness(view: WizardView) -> Harness<'static, WizardView> {
+    Harness::builder()
+        .with_size(Vec2::new(1100.0, 1400.0))
+        .build_ui_state(|ui, view: &mut WizardView| view.ui(ui), view)
+}
+
+fn fixture_text(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/logs")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn has(harness: &Harness<'static, WizardView>, text: &str) -> bool {
+    harness.query_all_by_label_contains(text).next().is_some()
+}
+
+fn paste_log(harness: &mut Harness<'static, WizardView>, text: &str) {
+    let field = harness.get_by_role(Role::MultilineTextInput);
+    field.click();
+    field.type_text(text);
+    harness.run();
+    harness.get_by_label("Analyze pasted log").click();
+    harness.run();
+}
+
+fn next(harness: &mut Harness<'static, WizardView>) {
+    harness.get_by_label("Next").click();
+    harness.run();
+}
+
+/// Writes the report through the Report step's field and button, and returns the file's text.
+fn write_report(harness: &mut Harness<'static, WizardView>, path: &std::path::Path) -> String {
+    assert_eq!(harness.state().step(), Step::Report);
+    let field =
+        harness.get_by_role_and_label(Role::TextInput, "Report file (.html, .md or .json):");
+    field.click();
+    harness.run();
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::A);
+    harness
+        .get_by_role_and_label(Role::TextInput, "Report file (.html, .md or .json):")
+        .type_text(&path.display().to_string());
+    harness.run();
+    harness.get_by_label("Write report").click();
+    harness.run();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while harness.state().is_writing_report() {
+        assert!(Instant::now() < deadline, "report write did not finish");
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+    harness.run();
+    assert!(has(harness, "Report written to"));
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn out_of_memory_wizard_from_a_pasted_log_to_an_html_report() {
+    let mut harness = harness(WizardView::new());
+    harness.get_by_label("Out of memory").click();
+    harness.run();
+    next(&mut harness);
+    assert_eq!(harness.state().step(), Step::Evidence);
+    paste_log(&mut harness, &fixture_text("pytorch_frag_under_cap.log"));
+    assert!(has(&harness, "pasted log 1: 1 recognised line(s) of 5"));
+    next(&mut harness);
+    assert_eq!(harness.state().step(), Step::Findings);
+    assert!(has(&harness, "GPU 0 at the failure"), "composition bar");
+    assert!(has(&harness, "cap 4.00 GiB"));
+    assert!(has(&harness, "Fragmentation: 382 MiB cached"));
+    assert!(has(&harness, "Turn on expandable segments"));
+    next(&mut harness);
+    harness.get_by_label("Copy Markdown").click();
+    harness.step();
+    let copied = harness
+        .output()
+        .platform_output
+        .commands
+        .iter()
+        .any(|c| matches!(c, egui::OutputCommand::CopyText(t) if t.contains("fragmentation")));
+    assert!(copied, "Markdown copied to the clipboard");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let html = write_report(&mut harness, &dir.path().join("oom.html"));
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("expandable_segments"));
+}
+
+#[test]
+fn log_analyzer_lists_lines_and_continues_in_the_hardware_wizard() {
+    let mut harness = harness(WizardView::with_kind(WizardKind::LogAnalyzer));
+    paste_log(&mut harness, &fixture_text("dmesg_xid.log"));
+    assert!(has(&harness, "line 2"));
+    assert!(has(&harness, "GPU memory page fault"), "Xid 31 explained");
+    harness
+        .get_by_label_contains("Continue in Hardware and driver (line 2)")
+        .click();
+    harness.run();
+    assert_eq!(harness.state().kind(), WizardKind::HardwareAndDriver);
+    assert_eq!(harness.state().step(), Step::Findings);
+    assert!(
+        harness.query_all_by_label("failure").next().is_some(),
+        "Xid 79 fails the Xid check"
+    );
+    next(&mut harness);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let json = write_report(&mut harness, &dir.path().join("xid.json"));
+    assert!(json.contains("\"schema\": \"vramscope.report/1\""));
+}
+
+fn capture_with_health(
+    health: HealthSample,
+    events: Vec<Event>,
+    growth_per_s: u64,
+) -> NamedCapture {
+    let total = 140 * GIB;
+    let mut c = Capture::new(
+        CaptureMeta {
+            driver_version: "535.104.05".into(),
+            ..Default::default()
+        },
+        vec![DeviceFacts {
+            index: 0,
+            memory_total_bytes: total,
+            ..Default::default()
+        }],
+    );
+    for s in 0..60u64 {
+        let used = 20 * GIB + s * growth_per_s;
+        c.ingest(&SampleBatch {
+            devices: vec![DeviceSample {
+                t_ms: s as i64 * 1000,
+                device_index: 0,
+                memory: Some(MemoryReading {
+                    used_bytes: used,
+                    reserved_bytes: 0,
+                    free_bytes: total - used,
+                    total_bytes: total,
+                }),
+                ..Default::default()
+            }],
+            processes: Some(vec![ProcessSample {
+                t_ms: s as i64 * 1000,
+                device_index: 0,
+                pid: 4242,
+                name: "python".into(),
+                used_bytes: Some(used),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+    }
+    c.ingest(&SampleBatch {
+        health: vec![health],
+        events,
+        ..Default::default()
+    });
+    NamedCapture {
+        name: "run.vramcap".into(),
+        capture: c,
+    }
+}
+
+#[test]
+fn hardware_wizard_grades_each_check_and_checks_the_cuda_version() {
+    let mut view = WizardView::with_kind(WizardKind::HardwareAndDriver);
+    view.add_capture(capture_with_health(
+        HealthSample {
+            t_ms: 60_000,
+            remapped_rows_pending: Some(true),
+            remapped_rows_failure: Some(false),
+            persistence_mode: Some(true),
+            ..Default::default()
+        },
+        vec![],
+        0,
+    ));
+    let mut harness = harness(view);
+    let field =
+        harness.get_by_role_and_label(Role::TextInput, "CUDA version the framework was built for:");
+    field.click();
+    field.type_text("13.0");
+    harness.run();
+    harness.get_by_label("Check").click();
+    harness.run();
+    assert_eq!(
+        harness.state().diagnosis().primary().map(|f| f.category),
+        Some(Category::DriverMismatch)
+    );
+    next(&mut harness);
+    assert!(
+        harness
+            .query_by_label("Row remapping / retired pages")
+            .is_some()
+    );
+    assert!(
+        harness.query_all_by_label("warning").next().is_some(),
+        "pending remap"
+    );
+    assert!(
+        harness.query_all_by_label("failure").next().is_some(),
+        "driver too old for CUDA 13.0"
+    );
+    assert!(has(&harness, "Driver 535.104.05 is too old for CUDA 13.0"));
+    next(&mut harness);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let md = write_report(&mut harness, &dir.path().join("hw.md"));
+    assert!(
+        md.contains("[driver-mismatch]") && md.contains("[row-remap]"),
+        "{md}"
+    );
+}
+
+#[test]
+fn leak_wizard_shows_the_slope_and_time_to_full() {
+    let mut view = WizardView::with_kind(WizardKind::Leak);
+    view.add_capture(capture_with_health(
+        HealthSample::default(),
+        vec![Event {
+            t_ms: 1,
+            device_index: None,
+            kind: EventKind::Annotation {
+                text: "start".into(),
+            },
+        }],
+        200 * MIB,
+    ));
+    let mut harness = harness(view);
+    assert!(has(&harness, "capture run.vramcap"), "evidence so far");
+    next(&mut harness);
+    assert!(has(&harness, "grows steadily by 703 GiB/h"));
+    assert!(
+        harness
+            .query_by_label("time until the GPU is full")
+            .is_some()
+    );
+    harness.get_by_label("Back").click();
+    harness.run();
+    assert_eq!(harness.state().step(), Step::Evidence);
+    next(&mut harness);
+    next(&mut harness);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let html = write_report(&mut harness, &dir.path().join("leak.html"));
+    assert!(html.contains("data:image/png;base64,"), "timeline embedded");
+}
+
+#[test]
+fn fragmentation_wizard_recommends_the_allocator_setting() {
+    let mut harness = harness(WizardView::with_kind(WizardKind::Fragmentation));
+    paste_log(&mut harness, &fixture_text("pytorch_fragmentation.log"));
+    next(&mut harness);
+    assert!(has(
+        &harness,
+        "Fragmentation: 16.2 GiB cached on GPU 0 but no free block fits the 2.00 GiB request"
+    ));
+    assert!(has(
+        &harness,
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    ));
+    assert!(has(&harness, "max_split_size_mb:2048"));
+    next(&mut harness);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let md = write_report(&mut harness, &dir.path().join("frag.md"));
+    assert!(md.contains("### 1. CRITICAL [fragmentation]"), "{md}");
+}
