@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn case(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cases")
+        .join(name)
 }
 
 #[test]
@@ -54,7 +56,11 @@ fn live_capture_of_the_helper_opens_with_its_process() {
         .arg(case("live_leak.vramcap"))
         .output()
         .expect("vramscope runs");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let inspect: serde_json::Value =
         serde_json::from_slice(&output.stdout).expect("inspect --json is JSON");
     let text = inspect.to_string();
