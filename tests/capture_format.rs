@@ -487,9 +487,9 @@ const WINDOW_END_CHUNK: u8 = 10;
 #[test]
 fn saved_capture_cut_after_each_window_keeps_every_earlier_window_exactly() {
     // Long enough for several time windows, with events, health and process entries in each.
-    let mut all_batches = batches(20_000);
+    let mut all_batches = batches(2_400);
     for (tick, batch) in all_batches.iter_mut().enumerate() {
-        if tick % 1_500 == 7 {
+        if tick % 150 == 7 {
             batch.events = every_event(batch.devices[0].t_ms);
         }
     }
@@ -530,7 +530,8 @@ fn saved_capture_cut_after_each_window_keeps_every_earlier_window_exactly() {
         assert!(cut.events.len() > 8 || windows_checked == 0);
         windows_checked += 1;
     }
-    assert!(windows_checked >= 4, "{windows_checked} windows");
+    // 600 s of samples in windows of at most a minute.
+    assert!(windows_checked >= 9, "{windows_checked} windows");
     // A cut inside a window still opens what came before it.
     let last_window = boundaries
         .windows(2)
@@ -539,6 +540,30 @@ fn saved_capture_cut_after_each_window_keeps_every_earlier_window_exactly() {
         .expect("windows");
     let inside = vramcap::read_bytes(&bytes[..last_window[0] - 3], "cut.vramcap").expect("opens");
     assert_is_prefix(&inside, &full);
+}
+
+#[test]
+fn fast_sampling_closes_windows_by_sample_count_and_round_trips() {
+    // 30,000 samples within 15 s: far over the per-window sample limit, well under a minute.
+    let mut capture = Capture::new(meta(), devices());
+    for tick in 0..30_000u64 {
+        let t_ms = meta().started_ms + tick as i64 / 2;
+        capture.ingest(&SampleBatch {
+            devices: vec![device_sample(t_ms, 0, tick)],
+            ..Default::default()
+        });
+    }
+    let bytes = vramcap::write_bytes(&capture);
+    let boundaries = chunk_boundaries(&bytes);
+    let window_ends = boundaries[..boundaries.len() - 1]
+        .iter()
+        .filter(|&&offset| bytes[offset] == WINDOW_END_CHUNK)
+        .count();
+    assert!(window_ends >= 3, "{window_ends} windows closed");
+    assert_eq!(
+        vramcap::read_bytes(&bytes, "fast.vramcap").expect("reads"),
+        capture
+    );
 }
 
 #[test]
