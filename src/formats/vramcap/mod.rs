@@ -159,7 +159,8 @@ pub fn read_bytes(bytes: &[u8], file_name: &str) -> Result<Capture, VramcapError
     capture.reindex();
     let damage = match (damage, complete_before_ms) {
         (Some(problem), Some(end_ms)) => Some(format!(
-            "{problem}; every sample, process and event before t = {end_ms} ms (Unix time) is complete"
+            "{problem}; {}",
+            describe_complete_part(capture.meta.started_ms, end_ms)
         )),
         (damage, _) => damage,
     };
@@ -178,6 +179,26 @@ pub fn read_bytes(bytes: &[u8], file_name: &str) -> Result<Capture, VramcapError
         }),
     };
     Ok(capture)
+}
+
+/// Says which part of a cut saved capture is whole: its first `h:mm:ss` when the capture's start
+/// is known, else the Unix time of the end of the last complete window.
+fn describe_complete_part(started_ms: UnixMs, complete_before_ms: UnixMs) -> String {
+    match complete_before_ms.checked_sub(started_ms) {
+        Some(elapsed_ms) if started_ms > 0 && elapsed_ms >= 0 => {
+            let secs = elapsed_ms / 1000;
+            format!(
+                "every sample, process and event of its first {}:{:02}:{:02} is complete \
+                 (before t = {complete_before_ms} ms)",
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60
+            )
+        }
+        _ => format!(
+            "every sample, process and event before t = {complete_before_ms} ms (Unix time) is complete"
+        ),
+    }
 }
 
 /// Reads and decodes a capture file.
