@@ -512,10 +512,15 @@ fn saved_capture_cut_after_each_window_keeps_every_earlier_window_exactly() {
         let mut cut = vramcap::read_bytes(&bytes[..chunk_end], "cut.vramcap").expect("opens");
         let recovery = cut.recovery.take().expect("a cut file has a recovery note");
         assert_eq!(recovery.bytes_discarded, 0);
+        let secs = (end_ms - meta().started_ms) / 1000;
+        let first = format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
         assert!(
             recovery
                 .problem
-                .contains(&format!("before t = {end_ms} ms")),
+                .contains(&format!("of its first {first} is complete"))
+                && recovery
+                    .problem
+                    .contains(&format!("before t = {end_ms} ms")),
             "{}",
             recovery.problem
         );
