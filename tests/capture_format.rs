@@ -540,8 +540,7 @@ fn saved_capture_cut_after_each_window_keeps_every_earlier_window_exactly() {
     // A cut inside a window still opens what came before it.
     let last_window = boundaries
         .windows(2)
-        .filter(|pair| bytes[pair[0]] == WINDOW_END_CHUNK)
-        .last()
+        .rfind(|pair| bytes[pair[0]] == WINDOW_END_CHUNK)
         .expect("windows");
     let inside = vramcap::read_bytes(&bytes[..last_window[0] - 3], "cut.vramcap").expect("opens");
     assert_is_prefix(&inside, &full);
