@@ -142,13 +142,7 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
             last.bytes,
             line(last.line),
         ),
-        Evidence::number(
-            "fit (R²)",
-            trend.r_squared,
-            Unit::Count,
-            format!("{:.2}", trend.r_squared),
-            EvidenceSource::Derived,
-        ),
+        fit_evidence(trend.r_squared),
     ];
     for (other, t) in leaking.iter().skip(1) {
         evidence.push(Evidence::number(
@@ -261,13 +255,7 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                     duration_text(trend.span_seconds),
                     source(last_t),
                 ),
-                Evidence::number(
-                    "fit (R²)",
-                    trend.r_squared,
-                    Unit::Count,
-                    format!("{:.2}", trend.r_squared),
-                    EvidenceSource::Derived,
-                ),
+                fit_evidence(trend.r_squared),
             ];
             let exhaustion = headroom.map(|h| h as f64 / trend.bytes_per_second);
             if let (Some(h), Some(secs)) = (headroom, exhaustion) {
@@ -415,6 +403,18 @@ pub fn snapshot_findings(snapshots: &[SnapshotFacts], out: &mut Vec<Finding>) {
             wizard: Some(Wizard::Leak),
         });
     }
+}
+
+/// How well a straight line fits the growth (R², 0 to 1), shown with every leak finding so that a
+/// reader can judge how steady the growth is.
+fn fit_evidence(r_squared: f64) -> Evidence {
+    Evidence::number(
+        "fit (R²)",
+        r_squared,
+        Unit::Count,
+        format!("{r_squared:.2}"),
+        EvidenceSource::Derived,
+    )
 }
 
 #[cfg(test)]

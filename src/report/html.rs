@@ -9,10 +9,10 @@ use crate::diagnose::finding::{Finding, NamedAllocatorState, Severity};
 use crate::model::format_bytes;
 
 /// Chart size in pixels.
-const CHART_WIDTH: u32 = 900;
-const CHART_HEIGHT: u32 = 260;
+const CHART_WIDTH_PX: u32 = 900;
+const CHART_HEIGHT_PX: u32 = 260;
 /// Block map width in pixels (its height follows from the segments).
-const BLOCK_MAP_WIDTH: u32 = 900;
+const BLOCK_MAP_WIDTH_PX: u32 = 900;
 /// Block maps drawn at most (one per snapshot and device), to keep the page small.
 const MAX_BLOCK_MAPS: usize = 4;
 
@@ -134,11 +134,11 @@ pub fn render(report: &Report) -> String {
 
 fn timeline_section(out: &mut String, timeline: &super::Timeline) {
     out.push_str("<h2>Memory timeline</h2>\n");
-    match chart::render_png(timeline, CHART_WIDTH, CHART_HEIGHT) {
+    match chart::render_png(timeline, CHART_WIDTH_PX, CHART_HEIGHT_PX) {
         Ok(png) => {
             let _ = writeln!(
                 out,
-                "<img class=\"chart\" width=\"{CHART_WIDTH}\" height=\"{CHART_HEIGHT}\" alt=\"Memory over time: {}\" src=\"data:image/png;base64,{}\"/>",
+                "<img class=\"chart\" width=\"{CHART_WIDTH_PX}\" height=\"{CHART_HEIGHT_PX}\" alt=\"Memory over time: {}\" src=\"data:image/png;base64,{}\"/>",
                 escape(&timeline.caption),
                 base64(&png)
             );
@@ -196,7 +196,7 @@ fn block_map_section(out: &mut String, named: &NamedAllocatorState) {
         escape(&named.name),
         state.device
     );
-    let drawn = match blockmap::render_png(state, BLOCK_MAP_WIDTH) {
+    let drawn = match blockmap::render_png(state, BLOCK_MAP_WIDTH_PX) {
         None => {
             out.push_str("<p class=\"muted\">The allocator held no segments at the end of the snapshot.</p>\n");
             return;
