@@ -459,18 +459,4 @@ fn html_of_a_snapshot_diagnosis_embeds_the_block_map() {
     for (label, _) in report::blockmap::LEGEND {
         assert!(html.contains(label), "legend lists {label}");
     }
-    std::fs::write(
-        std::env::temp_dir().join("vramscope-fragmentation-blockmap.png"),
-        {
-            let mut bytes = Vec::new();
-            block_map
-                .write_to(
-                    &mut std::io::Cursor::new(&mut bytes),
-                    image::ImageFormat::Png,
-                )
-                .unwrap_or_else(|e| panic!("{e}"));
-            bytes
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
 }
