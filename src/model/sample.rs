@@ -86,6 +86,7 @@ pub enum ProcessKind {
 }
 
 impl ProcessKind {
+    /// The lower-case word shown in tables and written to text reports.
     pub fn label(self) -> &'static str {
         match self {
             ProcessKind::Compute => "compute",
@@ -127,6 +128,7 @@ pub struct SampleBatch {
 }
 
 impl SampleBatch {
+    /// True when the poll produced nothing at all.
     pub fn is_empty(&self) -> bool {
         self.devices.is_empty()
             && self.processes.is_none()

@@ -566,6 +566,25 @@ impl Builder {
         }))
     }
 
+    /// The optional integer field `key` (called `what` in messages) of a `record` such as
+    /// "block": `None` when it is missing or `None` in the file, an error naming the record and
+    /// the field when it is not an integer.
+    fn int_field(
+        &self,
+        fields: &[Option<Value>; KEY_COUNT],
+        key: Key,
+        record: &str,
+        what: &str,
+    ) -> BuildResult<Option<i64>> {
+        match fields[key as usize] {
+            None | Some(Value::None) => Ok(None),
+            Some(value) => self
+                .int_of(value)
+                .map(Some)
+                .ok_or_else(|| format!("{record}: '{what}' is not an integer")),
+        }
+    }
+
     fn int_of(&self, value: Value) -> Option<i64> {
         match value {
             Value::Int(i) => Some(i),
@@ -620,15 +639,7 @@ impl Builder {
             },
             _ => return Err("trace event: 'action' is not a string".to_owned()),
         };
-        let int = |key: Key, what: &str| -> BuildResult<Option<i64>> {
-            match fields[key as usize] {
-                None | Some(Value::None) => Ok(None),
-                Some(value) => self
-                    .int_of(value)
-                    .map(Some)
-                    .ok_or_else(|| format!("trace event: '{what}' is not an integer")),
-            }
-        };
+        let int = |key: Key, what: &str| self.int_field(fields, key, "trace event", what);
         let address = int(Key::Addr, "addr")?.unwrap_or(0) as u64;
         let size = non_negative(int(Key::Size, "size")?, "trace event", "size")?.unwrap_or(0);
         let stream = int(Key::Stream, "stream")?.unwrap_or(0) as u64;
@@ -699,15 +710,7 @@ impl Builder {
     }
 
     fn add_block(&mut self, fields: &[Option<Value>; KEY_COUNT]) -> BuildResult<u32> {
-        let int = |key: Key, what: &str| -> BuildResult<Option<i64>> {
-            match fields[key as usize] {
-                None | Some(Value::None) => Ok(None),
-                Some(value) => self
-                    .int_of(value)
-                    .map(Some)
-                    .ok_or_else(|| format!("block: '{what}' is not an integer")),
-            }
-        };
+        let int = |key: Key, what: &str| self.int_field(fields, key, "block", what);
         let size_bytes = non_negative(int(Key::Size, "size")?, "block", "size")?.unwrap_or(0);
         let address = int(Key::Address, "address")?.map(|a| a as u64);
         let requested_bytes = non_negative(
@@ -755,15 +758,7 @@ impl Builder {
     }
 
     fn add_segment(&mut self, fields: &[Option<Value>; KEY_COUNT]) -> BuildResult<u32> {
-        let int = |key: Key, what: &str| -> BuildResult<Option<i64>> {
-            match fields[key as usize] {
-                None | Some(Value::None) => Ok(None),
-                Some(value) => self
-                    .int_of(value)
-                    .map(Some)
-                    .ok_or_else(|| format!("segment: '{what}' is not an integer")),
-            }
-        };
+        let int = |key: Key, what: &str| self.int_field(fields, key, "segment", what);
         let address =
             int(Key::Address, "address")?.ok_or_else(|| "segment: no 'address'".to_owned())? as u64;
         let device = match int(Key::Device, "device")? {
