@@ -7,7 +7,8 @@
 //! wrong, a single `healthy` finding lists what was checked.
 
 use super::finding::{
-    Category, Diagnosis, Evidence, EvidenceSource, Finding, InputSummary, Severity, Unit, Wizard,
+    Category, Diagnosis, Evidence, EvidenceSource, Finding, InputSummary, NamedAllocatorState,
+    Severity, Unit, Wizard,
 };
 use super::leak::{self, SnapshotFacts};
 use super::log::{Framework, LogAnalysis, OomNumbers};
@@ -59,6 +60,17 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
         findings,
         inputs: summarize_inputs(input),
         simulated: input.captures.iter().any(|c| c.capture.is_simulated()),
+        allocator_states: input
+            .snapshots
+            .iter()
+            .filter_map(|facts| {
+                let state = facts.final_state.clone()?;
+                Some(NamedAllocatorState {
+                    name: facts.name.clone(),
+                    state,
+                })
+            })
+            .collect(),
     }
 }
 

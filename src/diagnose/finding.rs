@@ -5,7 +5,11 @@
 //! (a log line, a capture, a device, a snapshot), so a reader can check it. Everything here is
 //! plain data with serde, so reports and `--json` print the same structure.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+
+use crate::analysis::timetravel::AllocatorState;
 
 /// What kind of problem (or non-problem) a finding is about. Serialized in kebab-case
 /// (`other-process`, `memory-cap`, ...), which is the stable vocabulary of the JSON report.
@@ -286,6 +290,18 @@ pub struct Diagnosis {
     pub inputs: Vec<InputSummary>,
     /// True when any input came from the simulated demo machine.
     pub simulated: bool,
+    /// Final allocator states of the snapshots examined, one per snapshot and device, for the
+    /// report's block map. Figures, not findings: not serialized.
+    #[serde(skip)]
+    pub allocator_states: Vec<NamedAllocatorState>,
+}
+
+/// One device's allocator state at the end of a snapshot, with the snapshot's name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedAllocatorState {
+    /// The snapshot's file name.
+    pub name: String,
+    pub state: Arc<AllocatorState>,
 }
 
 impl Diagnosis {

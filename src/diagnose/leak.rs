@@ -9,6 +9,9 @@
 use super::finding::{Category, Evidence, EvidenceSource, Finding, Severity, Unit, Wizard};
 use super::log::{LogAnalysis, StepSeries};
 use super::recommend::{self, MIN_LEAK_GROWTH_BYTES};
+use std::sync::Arc;
+
+use crate::analysis::timetravel::AllocatorState;
 use crate::model::{Capture, format_bytes};
 
 /// Minimum number of readings for a slope.
@@ -307,6 +310,9 @@ pub struct SnapshotFacts {
     pub expandable_segments: Option<bool>,
     /// Allocated bytes per call site (innermost user frame), largest first.
     pub allocated_by_call_site: Vec<(String, u64)>,
+    /// The device's allocator state at the end of the snapshot (segments and blocks), which
+    /// reports draw as a block map; `None` when the facts did not come from a snapshot file.
+    pub final_state: Option<Arc<AllocatorState>>,
 }
 
 /// An out-of-memory event in a snapshot's trace.
