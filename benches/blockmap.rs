@@ -15,7 +15,10 @@
 //! it runs once on 20,000 events as a smoke test.
 
 #[path = "../tests/support/synthetic_allocator.rs"]
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "the tests use more of this shared module than the bench"
+)]
 mod synthetic_allocator;
 
 use std::time::{Duration, Instant};

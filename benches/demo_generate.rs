@@ -2,7 +2,8 @@
 //! 250 ms (2.76 M device samples, the size the timeline and file benchmarks use), and threshold
 //! crossings over one GPU of it.
 //!
-//! Run: `cargo bench --bench demo_generate`
+//! Run: `cargo bench --bench demo_generate`. Under `cargo test --all-targets` (no `--bench`
+//! argument) it runs a smoke test instead: 1,000 polls and one hour of capture, each once.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -14,6 +15,15 @@ use vramscope::source::{Source, Tiers};
 
 const START_MS: i64 = 1_780_000_000_000;
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+const HOUR_MS: u64 = 60 * 60 * 1000;
+
+/// What one run measures: the full benchmark, or the quick smoke run `cargo test` does.
+struct Workload {
+    polls: i64,
+    capture_span_ms: u64,
+    /// Timed runs per measurement (the median is reported).
+    runs: usize,
+}
 
 /// Median of `runs` timings of `f`.
 fn median_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
@@ -26,6 +36,7 @@ fn median_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
         last = Some(value);
     }
     times.sort();
+    // `runs` is at least 1 in every workload below.
     let value = last.expect("at least one run");
     (times[times.len() / 2], value)
 }
@@ -39,13 +50,27 @@ fn peak_rss_mib() -> Option<u64> {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it.
+    let workload = if std::env::args().any(|arg| arg == "--bench") {
+        Workload {
+            polls: 100_000,
+            capture_span_ms: DAY_MS,
+            runs: 5,
+        }
+    } else {
+        Workload {
+            polls: 1_000,
+            capture_span_ms: HOUR_MS,
+            runs: 1,
+        }
+    };
     let eight = DemoConfig {
         device_count: 8,
         ..Default::default()
     };
 
-    let polls = 100_000;
-    let (elapsed, _) = median_of(5, || {
+    let polls = workload.polls;
+    let (elapsed, _) = median_of(workload.runs, || {
         let mut source = DemoSource::with_config(START_MS, eight.clone());
         for i in 0..polls {
             black_box(source.poll(
@@ -62,12 +87,15 @@ fn main() {
         elapsed.as_secs_f64() * 1e6 / polls as f64
     );
 
-    let (elapsed, capture) = median_of(3, || generate_capture(&eight, START_MS, DAY_MS, 250));
+    let (elapsed, capture) = median_of(workload.runs.min(3), || {
+        generate_capture(&eight, START_MS, workload.capture_span_ms, 250)
+    });
     let samples = capture.sample_count();
     let process_samples: usize = capture.processes.iter().map(|p| p.t_ms.len()).sum();
     println!(
-        "generate_capture 24 h x 8 GPUs x 250 ms: {:.2} s for {samples} device samples, \
+        "generate_capture {:.0} h x 8 GPUs x 250 ms: {:.2} s for {samples} device samples, \
          {process_samples} process samples, {} events ({:.0} ns per device sample)",
+        workload.capture_span_ms as f64 / HOUR_MS as f64,
         elapsed.as_secs_f64(),
         capture.events.len(),
         elapsed.as_secs_f64() * 1e9 / samples as f64
@@ -79,9 +107,9 @@ fn main() {
     );
 
     let gpu0 = &capture.series[0].samples;
-    let (elapsed, found) = median_of(5, || crossings(black_box(gpu0), 0.9));
+    let (elapsed, found) = median_of(workload.runs, || crossings(black_box(gpu0), 0.9));
     println!(
-        "crossings over {} samples (one GPU, 24 h): {:.2} ms, {} crossings",
+        "crossings over {} samples (one GPU, whole capture): {:.2} ms, {} crossings",
         gpu0.len(),
         elapsed.as_secs_f64() * 1e3,
         found.len()

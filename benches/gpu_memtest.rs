@@ -4,7 +4,9 @@
 //!
 //! `cargo bench --bench gpu_memtest` (share of free memory: `VRAMSCOPE_BENCH_SHARE`, default 90).
 //! Without an NVIDIA driver it says so and exits 0, so that `cargo test --all-targets` passes on
-//! CI machines.
+//! CI machines. Under `cargo test --all-targets` (no `--bench` argument) on a machine with a GPU
+//! it runs a smoke test instead: 1 % of free memory, and only the error count is checked (the
+//! bandwidth ratio needs the full-size run to mean anything).
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -16,10 +18,16 @@ fn main() -> ExitCode {
         println!("gpu_memtest: skipped, no NVIDIA driver on this machine");
         return ExitCode::SUCCESS;
     }
-    let share_of_free_percent = std::env::var("VRAMSCOPE_BENCH_SHARE")
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .unwrap_or(90);
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it.
+    let benchmarking = std::env::args().any(|arg| arg == "--bench");
+    let share_of_free_percent = if benchmarking {
+        std::env::var("VRAMSCOPE_BENCH_SHARE")
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .unwrap_or(90)
+    } else {
+        1
+    };
     let options = CheckOptions {
         memtest: Some(MemtestConfig {
             share_of_free_percent,
@@ -45,7 +53,7 @@ fn main() -> ExitCode {
         .unwrap_or_default();
     println!(
         "gpu_memtest: {device}, {:.2} GiB tested ({share_of_free_percent} % of free) in {} chunks, {} errors",
-        memtest.tested_bytes as f64 / (1u64 << 30) as f64,
+        memtest.tested_bytes as f64 / vramscope::model::GIB as f64,
         memtest.chunk_count,
         memtest.total_errors
     );
@@ -70,7 +78,8 @@ fn main() -> ExitCode {
             .sum::<f64>(),
         memtest.throughput_gb_per_s
     );
-    if ratio >= 0.5 && memtest.total_errors == 0 {
+    let bandwidth_ok = ratio >= 0.5 || !benchmarking;
+    if bandwidth_ok && memtest.total_errors == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -8,12 +8,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Instant;
 
+use vramscope::analysis::timetravel::TimeTravel;
 use vramscope::analysis::totals::device_totals;
+use vramscope::analysis::{fragmentation, oom};
 use vramscope::formats::pytorch::read_file;
 
 const CHILD_ENV: &str = "VRAMSCOPE_BENCH_SNAPSHOT_CHILD";
+const MODE_ENV: &str = "VRAMSCOPE_BENCH_SNAPSHOT_MODE";
+const MODE_OPEN: &str = "open";
+const MODE_FULL: &str = "full";
 const RUNS: usize = 3;
 
 const PYTHON_LOAD: &str = "import pickle, sys, time
@@ -41,15 +47,28 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Opens the snapshot, computes the totals, prints what the parent parses.
-fn child(path: &Path) -> Result<(), String> {
+/// Opens the snapshot and computes the totals (`MODE_OPEN`), or also the full analysis: time
+/// travel over the whole trace, fragmentation of the final state and every OOM explained
+/// (`MODE_FULL`). Prints what the parent parses.
+fn child(path: &Path, mode: &str) -> Result<(), String> {
     let started = Instant::now();
-    let snapshot = read_file(path, &|_| true).map_err(|e| e.to_string())?;
+    let snapshot = Arc::new(read_file(path, &|_| true).map_err(|e| e.to_string())?);
     let totals = device_totals(&snapshot);
-    let seconds = started.elapsed().as_secs_f64();
     let reserved: u64 = totals.iter().map(|t| t.all.reserved_bytes).sum();
+    let mut oom_count = 0;
+    let mut stranded_bytes = 0;
+    if mode == MODE_FULL {
+        for device in &snapshot.devices {
+            let travel = TimeTravel::new(Arc::clone(&snapshot), device.device);
+            let report = fragmentation::analyze(&travel.state_at(travel.len()));
+            stranded_bytes += report.device.stranded_bytes;
+            oom_count += oom::explain_all(&travel).len();
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
     println!(
-        "seconds={seconds} peak_rss_kib={} events={} reserved_bytes={reserved}",
+        "seconds={seconds} peak_rss_kib={} events={} reserved_bytes={reserved} \
+         stranded_bytes={stranded_bytes} ooms={oom_count}",
         peak_rss_kib(),
         snapshot.event_count()
     );
@@ -103,43 +122,54 @@ fn bench(path: &Path) -> Result<(), String> {
         / 1e6;
     println!("snapshot: {} ({size_mb:.1} MB)", path.display());
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut ours = Vec::new();
+    let mut open = Vec::new();
+    let mut full = Vec::new();
     let mut python = Vec::new();
     for run in 0..RUNS {
-        let measure = run_measured(Command::new(&exe).env(CHILD_ENV, path))?;
-        println!("  run {run} vramscope read+totals: {}", measure.line);
-        ours.push(measure);
+        let measure = run_measured(
+            Command::new(&exe)
+                .env(CHILD_ENV, path)
+                .env(MODE_ENV, MODE_OPEN),
+        )?;
+        println!("  run {run} vramscope open + totals:   {}", measure.line);
+        open.push(measure);
+        let measure = run_measured(
+            Command::new(&exe)
+                .env(CHILD_ENV, path)
+                .env(MODE_ENV, MODE_FULL),
+        )?;
+        println!("  run {run} vramscope full analysis:   {}", measure.line);
+        full.push(measure);
         let measure = run_measured(Command::new("python3").args(["-c", PYTHON_LOAD]).arg(path))?;
-        println!("  run {run} CPython pickle.load:     {}", measure.line);
+        println!("  run {run} CPython pickle.load:       {}", measure.line);
         python.push(measure);
     }
-    let our_s = median(ours.iter().map(|m| m.seconds).collect());
-    let py_s = median(python.iter().map(|m| m.seconds).collect());
-    let our_mb = median(
-        ours.iter()
-            .map(|m| m.peak_rss_kib as f64 / 1024.0)
-            .collect(),
-    );
-    let py_mb = median(
-        python
-            .iter()
-            .map(|m| m.peak_rss_kib as f64 / 1024.0)
-            .collect(),
-    );
+    let seconds = |m: &[Measure]| median(m.iter().map(|m| m.seconds).collect());
+    let mib = |m: &[Measure]| median(m.iter().map(|m| m.peak_rss_kib as f64 / 1024.0).collect());
+    let py_s = seconds(&python);
+    let py_mb = mib(&python);
     println!("median of {RUNS} runs:");
-    println!("  vramscope open + totals: {our_s:.2} s, peak RSS {our_mb:.0} MiB");
-    println!("  CPython pickle.load:     {py_s:.2} s, peak RSS {py_mb:.0} MiB");
-    let speedup = py_s / our_s;
-    let memory_ratio = our_mb / py_mb;
-    println!(
-        "  speed-up {speedup:.1}x (target >= 5x): {}",
-        if speedup >= 5.0 { "PASS" } else { "FAIL" }
-    );
-    println!(
-        "  peak memory {:.0}% of CPython's (target <= 50%): {}",
-        memory_ratio * 100.0,
-        if memory_ratio <= 0.5 { "PASS" } else { "FAIL" }
-    );
+    println!("  CPython pickle.load: {py_s:.2} s, peak RSS {py_mb:.0} MiB");
+    for (name, measures) in [
+        ("open + totals", &open),
+        (
+            "open + full analysis (time travel, fragmentation, OOMs)",
+            &full,
+        ),
+    ] {
+        let our_s = seconds(measures);
+        let our_mb = mib(measures);
+        let speedup = py_s / our_s;
+        let memory_ratio = our_mb / py_mb;
+        println!("  vramscope {name}: {our_s:.2} s, peak RSS {our_mb:.0} MiB");
+        println!(
+            "    speed-up {speedup:.1}x (target >= 5x): {}; peak memory {:.0}% of CPython's \
+             (target <= 50%): {}",
+            if speedup >= 5.0 { "PASS" } else { "FAIL" },
+            memory_ratio * 100.0,
+            if memory_ratio <= 0.5 { "PASS" } else { "FAIL" }
+        );
+    }
     Ok(())
 }
 
@@ -165,7 +195,8 @@ fn default_big_snapshot() -> Result<PathBuf, String> {
 
 fn main() {
     let result = if let Some(path) = std::env::var_os(CHILD_ENV) {
-        child(Path::new(&path))
+        let mode = std::env::var(MODE_ENV).unwrap_or_else(|_| MODE_OPEN.to_owned());
+        child(Path::new(&path), &mode)
     } else {
         let args: Vec<String> = std::env::args().skip(1).collect();
         if args.iter().any(|a| a == "--bench") {
@@ -176,7 +207,10 @@ fn main() {
                 .and_then(|path| bench(&path))
         } else {
             // `cargo test --all-targets`: a quick smoke run on a fixture.
-            child(&manifest_dir().join("tests/fixtures/pytorch/frag_oom.pickle"))
+            child(
+                &manifest_dir().join("tests/fixtures/pytorch/frag_oom.pickle"),
+                MODE_FULL,
+            )
         }
     };
     if let Err(message) = result {

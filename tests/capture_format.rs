@@ -481,6 +481,95 @@ fn truncation_anywhere_opens_what_came_before() {
     }
 }
 
+/// Chunk type that closes a saved capture's time window; its payload is the window's end time.
+const WINDOW_END_CHUNK: u8 = 10;
+
+#[test]
+fn saved_capture_cut_after_each_window_keeps_every_earlier_window_exactly() {
+    // Long enough for several time windows, with events, health and process entries in each.
+    let mut all_batches = batches(2_400);
+    for (tick, batch) in all_batches.iter_mut().enumerate() {
+        if tick % 150 == 7 {
+            batch.events = every_event(batch.devices[0].t_ms);
+        }
+    }
+    let mut full = Capture::new(meta(), devices());
+    all_batches.iter().for_each(|batch| full.ingest(batch));
+    let bytes = vramcap::write_bytes(&full);
+    let boundaries = chunk_boundaries(&bytes);
+    let mut windows_checked = 0;
+    for pair in boundaries.windows(2) {
+        let (chunk_start, chunk_end) = (pair[0], pair[1]);
+        if bytes[chunk_start] != WINDOW_END_CHUNK {
+            continue;
+        }
+        // The payload is one zigzag varint: the window's exclusive end time.
+        let mut end_ms: u64 = 0;
+        for (i, byte) in bytes[chunk_start + 9..chunk_end].iter().enumerate() {
+            end_ms |= u64::from(byte & 0x7f) << (7 * i);
+        }
+        let end_ms = ((end_ms >> 1) as i64) ^ -((end_ms & 1) as i64);
+        let mut cut = vramcap::read_bytes(&bytes[..chunk_end], "cut.vramcap").expect("opens");
+        let recovery = cut.recovery.take().expect("a cut file has a recovery note");
+        assert_eq!(recovery.bytes_discarded, 0);
+        let secs = (end_ms - meta().started_ms) / 1000;
+        let first = format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
+        assert!(
+            recovery
+                .problem
+                .contains(&format!("of its first {first} is complete"))
+                && recovery
+                    .problem
+                    .contains(&format!("before t = {end_ms} ms")),
+            "{}",
+            recovery.problem
+        );
+        // The capture a live view had at that time; field states are the file's last chunk.
+        let mut expected = Capture::new(meta(), devices());
+        all_batches
+            .iter()
+            .filter(|batch| batch.devices[0].t_ms < end_ms)
+            .for_each(|batch| expected.ingest(batch));
+        expected.field_status.clear();
+        assert_eq!(cut, expected, "cut after the window ending at {end_ms}");
+        assert!(cut.events.len() > 8 || windows_checked == 0);
+        windows_checked += 1;
+    }
+    // 600 s of samples in windows of at most a minute.
+    assert!(windows_checked >= 9, "{windows_checked} windows");
+    // A cut inside a window still opens what came before it.
+    let last_window = boundaries
+        .windows(2)
+        .rfind(|pair| bytes[pair[0]] == WINDOW_END_CHUNK)
+        .expect("windows");
+    let inside = vramcap::read_bytes(&bytes[..last_window[0] - 3], "cut.vramcap").expect("opens");
+    assert_is_prefix(&inside, &full);
+}
+
+#[test]
+fn fast_sampling_closes_windows_by_sample_count_and_round_trips() {
+    // 30,000 samples within 15 s: far over the per-window sample limit, well under a minute.
+    let mut capture = Capture::new(meta(), devices());
+    for tick in 0..30_000u64 {
+        let t_ms = meta().started_ms + tick as i64 / 2;
+        capture.ingest(&SampleBatch {
+            devices: vec![device_sample(t_ms, 0, tick)],
+            ..Default::default()
+        });
+    }
+    let bytes = vramcap::write_bytes(&capture);
+    let boundaries = chunk_boundaries(&bytes);
+    let window_ends = boundaries[..boundaries.len() - 1]
+        .iter()
+        .filter(|&&offset| bytes[offset] == WINDOW_END_CHUNK)
+        .count();
+    assert!(window_ends >= 3, "{window_ends} windows closed");
+    assert_eq!(
+        vramcap::read_bytes(&bytes, "fast.vramcap").expect("reads"),
+        capture
+    );
+}
+
 #[test]
 fn every_flipped_byte_is_an_error_or_a_noted_recovery() {
     let bytes = recorded_bytes(30, Some(10));

@@ -360,3 +360,34 @@ fn scenario_offset_starts_later_in_the_script() {
         plain.poll(START_MS + 5_000, BOTH).devices
     );
 }
+
+#[test]
+fn the_reading_just_before_the_oom_shows_the_card_too_full_for_the_request() {
+    // Whatever the interval (up to the 1.5 s the failing step holds its peak), the last reading
+    // before the OOM must explain it, not fall into a trough between two samples.
+    for interval_ms in [250, 333, 700, 1000, 1400] {
+        let capture = generate_capture(&DemoConfig::default(), START_MS, 510_000, interval_ms);
+        let (oom_ms, requested) = capture
+            .events
+            .iter()
+            .find_map(|e| match &e.kind {
+                EventKind::OutOfMemory {
+                    requested_bytes, ..
+                } => Some((e.t_ms, requested_bytes.expect("requested bytes"))),
+                _ => None,
+            })
+            .expect("an OOM event");
+        let before = capture.series[0]
+            .samples
+            .iter()
+            .rev()
+            .find(|s| s.t_ms <= oom_ms)
+            .and_then(|s| s.memory)
+            .expect("a reading before the OOM");
+        assert!(
+            before.free_bytes < requested,
+            "{interval_ms} ms: {} free, {requested} requested",
+            before.free_bytes
+        );
+    }
+}

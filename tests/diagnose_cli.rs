@@ -90,6 +90,9 @@ fn demo_machine_is_labelled_simulated_and_shows_its_leak_and_oom() {
         .collect();
     assert_eq!(categories.first(), Some(&"capacity"), "{categories:?}");
     assert!(categories.contains(&"leak"), "{categories:?}");
+    // The simulated card is visibly full at the reading before its OOM.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("between two samples"), "{stdout}");
     let page = std::fs::read_to_string(&html).unwrap_or_else(|e| panic!("{e}"));
     assert!(page.contains("SIMULATED DATA"));
     assert!(page.contains("data:image/png;base64,"));

@@ -405,3 +405,58 @@ fn write_picks_the_format_from_the_extension_and_reports_errors() {
         .unwrap_or_default();
     assert!(missing.contains("no/such/dir/r.md"), "{missing}");
 }
+
+/// Every `data:image/png;base64,` image source of an HTML page, decoded.
+fn embedded_pngs(html: &str) -> Vec<image::RgbImage> {
+    const PREFIX: &str = "src=\"data:image/png;base64,";
+    html.match_indices(PREFIX)
+        .map(|(start, _)| {
+            let rest = &html[start + PREFIX.len()..];
+            let encoded = &rest[..rest.find('"').unwrap_or_else(|| panic!("unclosed src"))];
+            image::load_from_memory(&decode_base64(encoded))
+                .unwrap_or_else(|e| panic!("embedded PNG: {e}"))
+                .to_rgb8()
+        })
+        .collect()
+}
+
+#[test]
+fn html_of_a_snapshot_diagnosis_embeds_the_block_map() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases/fragmentation.pickle");
+    let snapshot = std::sync::Arc::new(
+        vramscope::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let mut report = sample_report();
+    report.diagnosis = diagnose(&DiagnosisInput {
+        snapshots: vramscope::diagnose::snapshot::facts(&snapshot),
+        ..Default::default()
+    });
+    assert_eq!(report.diagnosis.allocator_states.len(), 1);
+    let html = report::render(&report, ReportFormat::Html);
+    // Still well-formed with the new section.
+    let mut reader = quick_xml::Reader::from_str(&html);
+    reader.config_mut().check_end_names = true;
+    loop {
+        match reader.read_event() {
+            Ok(XmlEvent::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("HTML does not parse at {}: {e}", reader.buffer_position()),
+        }
+    }
+    let pngs = embedded_pngs(&html);
+    assert_eq!(pngs.len(), 2, "timeline and block map");
+    let block_map = &pngs[1];
+    assert_eq!(block_map.width(), 900);
+    let count = |color: [u8; 3]| block_map.pixels().filter(|p| p.0 == color).count();
+    // The fragmentation case holds 69 GiB reserved but unallocated: much of the map is cached free.
+    let free = count(report::blockmap::CACHED_FREE);
+    let allocated = count(report::blockmap::ALLOCATED);
+    assert!(free > 1000, "{free} cached-free pixels");
+    assert!(allocated > 0, "{allocated} allocated pixels");
+    assert!(html.contains("Allocator block map"));
+    assert!(html.contains("large pool"));
+    for (label, _) in report::blockmap::LEGEND {
+        assert!(html.contains(label), "legend lists {label}");
+    }
+}

@@ -215,6 +215,10 @@ fn set_config_takes_effect_on_the_next_tick() {
 #[test]
 fn recv_timeout_waits_for_a_batch_and_gives_up_after_the_timeout() {
     let harness = spawn(100, 5_000, None);
+    assert!(
+        harness.sampler.is_running(),
+        "a healthy source keeps running"
+    );
     let started = Instant::now();
     let mut received = 0;
     while received < 3 {
@@ -282,5 +286,9 @@ fn a_source_that_panics_ends_the_thread_without_leaving_a_waiter_hanging() {
     let started = Instant::now();
     assert!(harness.sampler.recv_timeout(Duration::MAX).is_none());
     assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        !harness.sampler.is_running(),
+        "a consumer can tell the thread is gone"
+    );
     harness.sampler.stop();
 }

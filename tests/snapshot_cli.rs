@@ -116,3 +116,46 @@ fn unreadable_input_exits_1_and_still_reports_the_rest() {
         .expect("run vramscope");
     assert_eq!(output.status.code(), Some(2), "usage error without files");
 }
+
+#[test]
+fn fragmentation_and_oom_explanations_are_reported() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases/fragmentation.pickle");
+    let (code, stdout, stderr) = analyze(&[path.as_os_str(), "--json".as_ref()]);
+    assert_eq!(code, 0, "{stderr}");
+    let reports: serde_json::Value = serde_json::from_str(&stdout).expect("JSON output");
+    let device = &reports[0]["devices"][0];
+    let fragmentation = &device["fragmentation"];
+    // PyTorch's OOM message in this case: 69.00 GiB reserved but unallocated, in split segments.
+    let free = fragmentation["free_bytes"].as_u64().expect("free_bytes");
+    assert_eq!(
+        free,
+        device["totals"]["all"]["inactive_split_bytes"]
+            .as_u64()
+            .unwrap_or(0)
+    );
+    assert_eq!(free, 69 << 30, "69.00 GiB as PyTorch reported");
+    assert_eq!(fragmentation["stranded_bytes"].as_u64(), Some(free));
+    assert!(fragmentation["fragmentation_ratio"].as_f64().unwrap_or(0.0) > 0.9);
+    assert!(
+        fragmentation["summary"]
+            .as_str()
+            .unwrap_or("")
+            .contains("fragmentation dominates")
+    );
+    let ooms = device["ooms"].as_array().expect("ooms");
+    assert_eq!(ooms.len(), 3);
+    let last = &ooms[2];
+    assert_eq!(last["verdict"], "fragmentation");
+    assert_eq!(last["rounded_request_bytes"].as_u64(), Some(3 << 29));
+    assert_eq!(last["usable_largest_free_bytes"].as_u64(), Some(1 << 30));
+    assert!(!device["pools"].as_array().expect("pools").is_empty());
+
+    let (_, text, _) = analyze(&[fixture("oom.pickle").as_os_str()]);
+    assert!(text.contains("fragmentation: "), "{text}");
+    assert!(
+        text.contains("OOM at event 298: 70.0 MiB requested (large pool"),
+        "{text}"
+    );
+    assert!(text.contains("verdict capacity"), "{text}");
+}

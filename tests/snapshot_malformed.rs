@@ -312,3 +312,18 @@ fn huge_memo_ids_do_not_allocate_tables() {
     assert!(text.contains("not a memory snapshot"), "{text}");
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+#[test]
+fn records_extended_after_completion_are_refused() {
+    // A frame dict filled by SETITEMS and then given one more key: no snapshot writer does that.
+    let mut bytes = vec![0x80, 0x04, b'}', b'('];
+    for text in ["filename", "a.py", "name", "f"] {
+        bytes.extend(short_str(text));
+    }
+    bytes.push(b'u');
+    bytes.extend(short_str("line"));
+    bytes.extend([b'K', 3, b's', b'.']);
+    let text = error_text(&bytes);
+    assert!(text.contains("one batch"), "{text}");
+    assert!(text.contains("damaged at byte"), "{text}");
+}

@@ -23,6 +23,7 @@ class FakeTorch:
         self.recorded_max_entries = None
         self.oom_observer = None
         self.snapshots_taken = 0
+        self.snapshot_threads = []
         self.fail_snapshot = fail_snapshot
         self.cuda = types.SimpleNamespace(
             memory=types.SimpleNamespace(
@@ -41,6 +42,7 @@ class FakeTorch:
         self.oom_observer = observer
 
     def _snapshot(self):
+        self.snapshot_threads.append(threading.current_thread())
         if self.fail_snapshot:
             raise RuntimeError("CUDA driver went away")
         self.snapshots_taken += 1
@@ -106,6 +108,17 @@ class CaptureTest(unittest.TestCase):
         self.assertTrue(os.path.isdir(self.folder))
         capture.stop()
 
+    def test_first_snapshot_is_taken_on_the_calling_thread(self):
+        # The first snapshot lazily imports parts of torch; on the timer thread that import can
+        # race the training script's own imports (seen with torch 2.11 on an H200).
+        torch = FakeTorch()
+        capture = vramscope_capture.Capture(
+            self.folder, every_s=0.05, torch_module=torch
+        ).start()
+        capture.stop()
+        self.assertGreaterEqual(len(torch.snapshot_threads), 1)
+        self.assertIs(torch.snapshot_threads[0], threading.current_thread())
+
     def test_oom_observer_writes_a_complete_snapshot(self):
         torch = FakeTorch()
         vramscope_capture.Capture(
@@ -120,7 +133,7 @@ class CaptureTest(unittest.TestCase):
         with open(os.path.join(self.folder, name), "rb") as f:
             data = pickle.load(f)
         self.assertEqual(data["segments"][0]["blocks"][0]["requested_size"], 100)
-        self.assertEqual(data["sequence"], 1)
+        self.assertEqual(data["sequence"], 2)  # snapshot 1 was start()'s warm-up, not written
 
     def test_written_file_uses_protocol_4(self):
         torch = FakeTorch()
@@ -188,8 +201,9 @@ class CaptureTest(unittest.TestCase):
         capture = vramscope_capture.start(self.folder, every_s=None, torch_module=second)
         path = vramscope_capture.dump_now("manual")
         vramscope_capture.stop()
-        self.assertEqual(second.snapshots_taken, 1)
-        self.assertEqual(first.snapshots_taken, 0)
+        # each start() takes one warm-up snapshot; only the second capture took the dump
+        self.assertEqual(second.snapshots_taken, 2)
+        self.assertEqual(first.snapshots_taken, 1)
         self.assertTrue(path.endswith("-manual.pickle"))
         self.assertIs(capture.torch, second)
 

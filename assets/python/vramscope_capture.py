@@ -20,6 +20,7 @@ testable without PyTorch or a GPU.
 """
 
 import datetime
+import importlib
 import os
 import pickle
 import threading
@@ -90,6 +91,22 @@ class Capture:
         os.makedirs(self.folder, exist_ok=True)
         self.torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
         self.torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
+        # With memory history on, the first snapshot symbolizes stacks and lazily imports
+        # torch._inductor.utils. Imported before torch._dynamo, that module runs into a circular
+        # import (torch._dynamo.guards imports a name from it while it is half initialized), which
+        # leaves torch._dynamo broken: the training script's optimizer then fails with "cannot
+        # import name 'IndentedBuffer' from partially initialized module 'torch._inductor.utils'"
+        # (seen with torch 2.11 on an H200). So import torch._dynamo first, then take one
+        # snapshot here on the caller's thread (not the timer's) and throw it away.
+        if getattr(self.torch, "__name__", None) == "torch":
+            try:
+                importlib.import_module("torch._dynamo")
+            except Exception as error:  # noqa: BLE001 - a torch without dynamo still snapshots
+                self.last_error = error
+        try:
+            self.torch.cuda.memory._snapshot()
+        except Exception as error:  # noqa: BLE001 - the timer reports write errors itself
+            self.last_error = error
         if self.every_s:
             self._thread = threading.Thread(
                 target=self._run_timer, name="vramscope-capture", daemon=True

@@ -194,7 +194,7 @@ fn roundup_power2_next_division(size_bytes: u64, divisions: u64) -> u64 {
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
+    use crate::model::MIB;
 
     #[test]
     fn rounds_to_512_byte_multiples_by_default() {

@@ -267,7 +267,7 @@ mod tests {
     use super::*;
     use crate::analysis::timetravel::{BlockOrigin, StateBlock};
 
-    const MIB: u64 = 1 << 20;
+    use crate::model::MIB;
 
     fn block(
         address: u64,

@@ -339,7 +339,7 @@ mod tests {
         Segment, StackId, StringId, TIME_UNKNOWN_US,
     };
 
-    const MIB: u64 = 1 << 20;
+    use crate::model::MIB;
 
     type SegmentSpec<'a> = (u64, PoolKind, &'a [(u64, BlockState)]);
 

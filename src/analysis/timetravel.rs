@@ -887,35 +887,11 @@ impl TimeTravel {
             }
             TraceAction::FreeCompleted => state.release_block(op.address).map(|()| None),
             TraceAction::SegmentAlloc => {
-                if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
-                    return Err(Mismatch::SegmentInUse);
-                }
-                let (pool, pool_id) = self.segment_pool(index, &op);
-                state.insert_segment(StateSegment {
-                    address: op.address,
-                    size_bytes: op.size_bytes,
-                    stream: op.stream,
-                    pool,
-                    pool_id,
-                    expandable: false,
-                    blocks: vec![StateBlock::free(op.address, op.size_bytes)],
-                });
+                self.insert_free_segment(state, index, &op)?;
                 Ok(None)
             }
             TraceAction::SegmentFree => state.remove_free_segment(op.address).map(|()| None),
-            TraceAction::SegmentMap => {
-                if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
-                    return Err(Mismatch::SegmentInUse);
-                }
-                state.map_range(
-                    op.address,
-                    op.size_bytes,
-                    op.stream,
-                    expandable_pool_guess(op.size_bytes),
-                    self.trace().pool_id(index),
-                );
-                Ok(None)
-            }
+            TraceAction::SegmentMap => self.map_new_range(state, index, &op).map(|()| None),
             TraceAction::SegmentUnmap => {
                 state.unmap_range(op.address, op.size_bytes).map(|()| None)
             }
@@ -958,38 +934,52 @@ impl TimeTravel {
                 )
             }
             TraceAction::SegmentAlloc => state.remove_free_segment(op.address),
-            TraceAction::SegmentFree => {
-                if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
-                    return Err(Mismatch::SegmentInUse);
-                }
-                let (pool, pool_id) = self.segment_pool(index, &op);
-                state.insert_segment(StateSegment {
-                    address: op.address,
-                    size_bytes: op.size_bytes,
-                    stream: op.stream,
-                    pool,
-                    pool_id,
-                    expandable: false,
-                    blocks: vec![StateBlock::free(op.address, op.size_bytes)],
-                });
-                Ok(())
-            }
+            TraceAction::SegmentFree => self.insert_free_segment(state, index, &op),
             TraceAction::SegmentMap => state.unmap_range(op.address, op.size_bytes),
-            TraceAction::SegmentUnmap => {
-                if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
-                    return Err(Mismatch::SegmentInUse);
-                }
-                state.map_range(
-                    op.address,
-                    op.size_bytes,
-                    op.stream,
-                    expandable_pool_guess(op.size_bytes),
-                    self.trace().pool_id(index),
-                );
-                Ok(())
-            }
+            TraceAction::SegmentUnmap => self.map_new_range(state, index, &op),
             _ => Ok(()),
         }
+    }
+
+    /// Maps a range of an expandable segment where trace event `index` says one appears: a
+    /// `segment_map` replayed forward, or a `segment_unmap` undone backward.
+    fn map_new_range(
+        &self,
+        state: &mut AllocatorState,
+        index: usize,
+        op: &TraceOp,
+    ) -> Result<(), Mismatch> {
+        ensure_room_for_segment(state, op)?;
+        state.map_range(
+            op.address,
+            op.size_bytes,
+            op.stream,
+            expandable_pool_guess(op.size_bytes),
+            self.trace().pool_id(index),
+        );
+        Ok(())
+    }
+
+    /// A new, entirely free segment where trace event `index` says one appears: a `segment_alloc`
+    /// replayed forward, or a `segment_free` undone backward.
+    fn insert_free_segment(
+        &self,
+        state: &mut AllocatorState,
+        index: usize,
+        op: &TraceOp,
+    ) -> Result<(), Mismatch> {
+        ensure_room_for_segment(state, op)?;
+        let (pool, pool_id) = self.segment_pool(index, op);
+        state.insert_segment(StateSegment {
+            address: op.address,
+            size_bytes: op.size_bytes,
+            stream: op.stream,
+            pool,
+            pool_id,
+            expandable: false,
+            blocks: vec![StateBlock::free(op.address, op.size_bytes)],
+        });
+        Ok(())
     }
 
     /// Pool of a segment created or re-created by event `index`.
@@ -1028,6 +1018,14 @@ impl TimeTravel {
             Ok(room)
         }
     }
+}
+
+/// A segment (or mapped range) can appear at `op.address` only where none is, and only with a size.
+fn ensure_room_for_segment(state: &AllocatorState, op: &TraceOp) -> Result<(), Mismatch> {
+    if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
+        return Err(Mismatch::SegmentInUse);
+    }
+    Ok(())
 }
 
 /// Expandable segments map 2 MiB pages for the small pool and 20 MiB pages for the large one.

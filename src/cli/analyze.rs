@@ -1,12 +1,17 @@
 //! `vramscope analyze SNAPSHOT… [--json]`: what a PyTorch allocator snapshot holds, per device
-//! and pool, for scripts and CI. Numbers are exact bytes in JSON and match
-//! `torch.cuda.memory_stats()`; the text form rounds them for reading.
+//! and pool, how fragmented it is, and why each recorded OOM happened — for scripts and CI.
+//! Numbers are exact bytes in JSON (the totals match `torch.cuda.memory_stats()`); the text form
+//! rounds them for reading.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::analysis::fragmentation::{self, FragmentationMetrics};
+use crate::analysis::oom::{self, OomExplanation, OomVerdict};
+use crate::analysis::timetravel::TimeTravel;
 use crate::analysis::totals::{DeviceTotals, PoolTotals, device_totals};
 use crate::formats::pytorch::read_file;
 use crate::model::allocator::{AllocatorSnapshot, SnapshotContainer, SnapshotVintage, TraceAction};
@@ -48,11 +53,114 @@ pub struct DeviceReport {
     pub totals: DeviceTotals,
     pub trace_event_count: usize,
     pub oom_event_count: usize,
+    /// Fragmentation of the final state, for the whole device.
+    pub fragmentation: FragmentationSummary,
+    /// The same per pool (small/large and private pool id).
+    pub pools: Vec<PoolFragmentation>,
+    /// One explanation per `oom` event of the trace.
+    pub ooms: Vec<OomSummary>,
+}
+
+/// Where reserved memory goes (see `analysis::fragmentation`).
+#[derive(Debug, Serialize)]
+pub struct FragmentationSummary {
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub requested_bytes: u64,
+    /// Internal free memory: lost to rounding inside allocated blocks.
+    pub rounding_waste_bytes: u64,
+    pub pending_free_bytes: u64,
+    /// External free memory: cached free blocks.
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+    /// Free bytes in partly used segments (cannot be returned to CUDA).
+    pub stranded_bytes: u64,
+    /// Free bytes in entirely free segments (what `empty_cache()` returns).
+    pub releasable_bytes: u64,
+    /// `1 - largest free block / free bytes`.
+    pub fragmentation_ratio: f64,
+    /// What dominates, in one sentence.
+    pub summary: String,
+}
+
+impl FragmentationSummary {
+    fn new(metrics: &FragmentationMetrics) -> FragmentationSummary {
+        FragmentationSummary {
+            reserved_bytes: metrics.reserved_bytes,
+            allocated_bytes: metrics.allocated_bytes,
+            requested_bytes: metrics.requested_bytes,
+            rounding_waste_bytes: metrics.rounding_waste_bytes,
+            pending_free_bytes: metrics.pending_free_bytes,
+            free_bytes: metrics.free_bytes,
+            largest_free_bytes: metrics.largest_free_bytes,
+            stranded_bytes: metrics.stranded_bytes,
+            releasable_bytes: metrics.releasable_bytes,
+            fragmentation_ratio: metrics.fragmentation_ratio(),
+            summary: fragmentation::summarize(metrics),
+        }
+    }
+}
+
+/// Fragmentation of one pool.
+#[derive(Debug, Serialize)]
+pub struct PoolFragmentation {
+    /// "small" or "large".
+    pub pool: &'static str,
+    /// `segment_pool_id`; `[0, 0]` is the default pool.
+    pub pool_id: [i64; 2],
+    pub fragmentation: FragmentationSummary,
+}
+
+/// One `oom` event, explained (see `analysis::oom`).
+#[derive(Debug, Serialize)]
+pub struct OomSummary {
+    pub event_index: usize,
+    pub time_us: Option<i64>,
+    pub stream: u64,
+    pub rounded_request_bytes: u64,
+    /// The segment cudaMalloc was asked for ("Tried to allocate …").
+    pub segment_request_bytes: u64,
+    pub pool: &'static str,
+    pub device_free_bytes: Option<u64>,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Cached free bytes usable for this request (same pool and stream), and the largest block.
+    pub usable_free_bytes: u64,
+    pub usable_largest_free_bytes: u64,
+    pub releasable_bytes: u64,
+    /// "fragmentation", "capacity" or "unexplained".
+    pub verdict: &'static str,
+    pub verdict_text: String,
+}
+
+impl OomSummary {
+    fn new(oom: &OomExplanation) -> OomSummary {
+        OomSummary {
+            event_index: oom.event_index,
+            time_us: oom.time_us,
+            stream: oom.stream,
+            rounded_request_bytes: oom.rounded_request_bytes,
+            segment_request_bytes: oom.segment_request_bytes,
+            pool: oom.pool.as_str(),
+            device_free_bytes: oom.device_free_bytes,
+            allocated_bytes: oom.allocated_bytes,
+            reserved_bytes: oom.reserved_bytes,
+            usable_free_bytes: oom.usable_free_bytes,
+            usable_largest_free_bytes: oom.usable_largest_free_bytes,
+            releasable_bytes: oom.releasable_bytes,
+            verdict: match oom.verdict {
+                OomVerdict::Fragmentation => "fragmentation",
+                OomVerdict::Capacity => "capacity",
+                OomVerdict::Unexplained => "unexplained",
+            },
+            verdict_text: oom.verdict_text.clone(),
+        }
+    }
 }
 
 impl SnapshotReport {
     /// Summarizes a snapshot read from `path`.
-    pub fn new(path: &Path, snapshot: &AllocatorSnapshot) -> SnapshotReport {
+    pub fn new(path: &Path, snapshot: &Arc<AllocatorSnapshot>) -> SnapshotReport {
         let totals = device_totals(snapshot);
         let devices = snapshot
             .devices
@@ -60,6 +168,8 @@ impl SnapshotReport {
             .zip(totals)
             .map(|(device, totals)| {
                 let trace = device.trace.and_then(|t| snapshot.traces.get(t));
+                let travel = TimeTravel::new(Arc::clone(snapshot), device.device);
+                let report = fragmentation::analyze(&travel.state_at(travel.len()));
                 DeviceReport {
                     device: device.device,
                     totals,
@@ -67,6 +177,20 @@ impl SnapshotReport {
                     oom_event_count: trace.map_or(0, |t| {
                         t.actions.iter().filter(|a| **a == TraceAction::Oom).count()
                     }),
+                    fragmentation: FragmentationSummary::new(&report.device),
+                    pools: report
+                        .pools
+                        .iter()
+                        .map(|(key, metrics)| PoolFragmentation {
+                            pool: key.pool.as_str(),
+                            pool_id: [key.pool_id.0, key.pool_id.1],
+                            fragmentation: FragmentationSummary::new(metrics),
+                        })
+                        .collect(),
+                    ooms: oom::explain_all(&travel)
+                        .iter()
+                        .map(OomSummary::new)
+                        .collect(),
                 }
             })
             .collect();
@@ -130,6 +254,29 @@ impl SnapshotReport {
             ] {
                 out += &pool_row(name, pool);
             }
+            let f = &device.fragmentation;
+            out += &format!(
+                "    fragmentation: {} free in cached blocks, largest {}, {} stranded in partly \
+                 used segments, {} releasable, {} lost to rounding (ratio {:.2})\n",
+                format_bytes(f.free_bytes),
+                format_bytes(f.largest_free_bytes),
+                format_bytes(f.stranded_bytes),
+                format_bytes(f.releasable_bytes),
+                format_bytes(f.rounding_waste_bytes),
+                f.fragmentation_ratio
+            );
+            out += &format!("    {}\n", f.summary);
+            for oom in &device.ooms {
+                out += &format!(
+                    "    OOM at event {}: {} requested ({} pool, stream {:#x}), verdict {}: {}\n",
+                    oom.event_index,
+                    format_bytes(oom.rounded_request_bytes),
+                    oom.pool,
+                    oom.stream,
+                    oom.verdict,
+                    oom.verdict_text
+                );
+            }
             let ranges = device.totals.all.expandable_range_count;
             if ranges > 0 {
                 out += &format!(
@@ -176,7 +323,7 @@ pub fn run(args: AnalyzeArgs) -> ExitCode {
     let mut failed = false;
     for path in &args.snapshots {
         match read_file(path, &|_| true) {
-            Ok(snapshot) => reports.push(SnapshotReport::new(path, &snapshot)),
+            Ok(snapshot) => reports.push(SnapshotReport::new(path, &Arc::new(snapshot))),
             Err(error) => {
                 eprintln!("vramscope: error: {error}");
                 failed = true;

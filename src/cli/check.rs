@@ -143,7 +143,7 @@ impl ProgressPrinter {
     }
 }
 
-const GIB: f64 = (1u64 << 30) as f64;
+const GIB: f64 = crate::model::GIB as f64;
 
 /// The report as text for people.
 pub(crate) fn render_text(report: &CheckReport) -> String {

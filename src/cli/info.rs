@@ -289,22 +289,7 @@ fn device_info(
 
 /// Names of the set `nvmlClocksEventReason*` bits (nvml.h), in bit order.
 pub fn throttle_reason_names(bits: u64) -> Vec<&'static str> {
-    const NAMES: [(u64, &str); 9] = [
-        (0x1, "gpu_idle"),
-        (0x2, "applications_clocks_setting"),
-        (0x4, "sw_power_cap"),
-        (0x8, "hw_slowdown"),
-        (0x10, "sync_boost"),
-        (0x20, "sw_thermal_slowdown"),
-        (0x40, "hw_thermal_slowdown"),
-        (0x80, "hw_power_brake_slowdown"),
-        (0x100, "display_clock_setting"),
-    ];
-    NAMES
-        .iter()
-        .filter(|(bit, _)| bits & bit != 0)
-        .map(|(_, name)| *name)
-        .collect()
+    crate::diagnose::thresholds::throttle::ids(bits)
 }
 
 /// The human-readable form of the report.

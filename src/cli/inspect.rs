@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::formats::vramcap;
-use crate::model::{Capture, EventKind, Recovery, SourceKind, UnixMs, format_bytes};
+use crate::model::{Capture, EventKind, Recovery, SourceKind, UnixMs, UtcDateTime, format_bytes};
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
@@ -351,25 +351,10 @@ fn format_offset(offset_ms: i64) -> String {
 
 /// `YYYY-MM-DD hh:mm:ss UTC` from Unix milliseconds (proleptic Gregorian calendar).
 fn format_utc(t_ms: UnixMs) -> String {
-    let secs = t_ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let second_of_day = secs.rem_euclid(86_400);
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let utc = UtcDateTime::from_unix_ms(t_ms);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        second_of_day / 3600,
-        second_of_day / 60 % 60,
-        second_of_day % 60
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second
     )
 }
 

@@ -30,6 +30,7 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+/// The headless commands; without one, `vramscope` opens the GUI.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Record GPU memory to a .vramcap file without a display.

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::formats::vramcap::{Recorder, RecorderStatus};
 use crate::model::format_bytes;
-use crate::source::open_default;
 use crate::source::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
+use crate::source::{Source, open_default};
 
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
@@ -73,8 +73,25 @@ pub fn run(args: RecordArgs) -> ExitCode {
     if let Err(err) = ctrlc::set_handler(move || handler_flag.store(true, Ordering::SeqCst)) {
         return super::fail(format!("cannot install the Ctrl+C/SIGTERM handler: {err}"));
     }
-
     let (source, demo_reason) = open_default(args.demo);
+    match record(source, demo_reason.as_deref(), &args, &stop_requested) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(problem) => super::fail(problem),
+    }
+}
+
+/// Records `source` to `args.out` until `stop_requested`, `--duration`, a write error or the end of
+/// the sampling thread. Returns the summary line, or the problem; whatever was recorded before a
+/// problem stays in the file, which is closed cleanly whenever the disk allows it.
+fn record(
+    source: Box<dyn Source>,
+    demo_reason: Option<&str>,
+    args: &RecordArgs,
+    stop_requested: &AtomicBool,
+) -> Result<String, String> {
     let config = SamplerConfig {
         fast_interval_ms: args.interval_ms,
         ..SamplerConfig::default()
@@ -85,11 +102,8 @@ pub fn run(args: RecordArgs) -> ExitCode {
         meta.writer = format!("vramscope {}", env!("CARGO_PKG_VERSION"));
     }
     let devices = sampler.description().devices.clone();
-    let recorder = match Recorder::create(&args.out, &meta, &devices) {
-        Ok(recorder) => recorder,
-        Err(err) => return super::fail(err),
-    };
-    if let Some(reason) = &demo_reason {
+    let recorder = Recorder::create(&args.out, &meta, &devices).map_err(|err| err.to_string())?;
+    if let Some(reason) = demo_reason {
         eprintln!("vramscope: recording a SIMULATED machine, not real GPUs: {reason}");
     }
     eprintln!(
@@ -108,10 +122,17 @@ pub fn run(args: RecordArgs) -> ExitCode {
     let mut last_progress = Instant::now();
     let reached_duration = || args.duration.is_some_and(|d| started.elapsed() >= d);
     let mut write_error = None;
+    let mut sampler_ended = false;
     while !stop_requested.load(Ordering::SeqCst) && !reached_duration() {
         let wait = Duration::from_millis(100);
-        if let Some(batch) = sampler.recv_timeout(wait) {
-            recorder.push(&batch);
+        match sampler.recv_timeout(wait) {
+            Some(batch) => recorder.push(&batch),
+            // Nothing queued and the thread is gone: no batch will ever come again.
+            None if !sampler.is_running() => {
+                sampler_ended = true;
+                break;
+            }
+            None => {}
         }
         if last_progress.elapsed() >= progress_every {
             last_progress = Instant::now();
@@ -135,16 +156,25 @@ pub fn run(args: RecordArgs) -> ExitCode {
     let elapsed = started.elapsed();
     let status = match (recorder.finish(), write_error) {
         (Ok(status), None) => status,
-        (Err(err), _) => return super::fail(err),
-        (Ok(_), Some(problem)) => return super::fail(problem),
+        (Err(err), _) => return Err(err.to_string()),
+        (Ok(_), Some(problem)) => return Err(problem),
     };
+    if sampler_ended {
+        return Err(format!(
+            "sampling stopped unexpectedly after {} (the data source failed; see the message above); \
+             the {} samples recorded until then are kept in {}, which opens normally",
+            format_elapsed(elapsed),
+            status.samples_written,
+            args.out.display()
+        ));
+    }
     if status.batches_dropped + dropped_by_sampler > 0 {
         eprintln!(
             "vramscope: warning: {} batches were dropped because writing fell behind",
             status.batches_dropped + dropped_by_sampler
         );
     }
-    println!(
+    Ok(format!(
         "recorded {} samples of {} GPU(s) over {} to {} ({}){}",
         status.samples_written,
         devices.len(),
@@ -156,8 +186,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
         } else {
             ""
         }
-    );
-    ExitCode::SUCCESS
+    ))
 }
 
 fn print_progress(status: &RecorderStatus, elapsed: Duration, tty: bool) {
@@ -185,6 +214,78 @@ fn format_elapsed(elapsed: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{CaptureMeta, DeviceFacts, DeviceSample, GIB, SampleBatch, UnixMs};
+    use crate::source::{SourceDescription, Tiers};
+
+    /// One GPU whose source panics on poll `panic_on_poll` (counting from 1), like a driver
+    /// binding that hits a bug.
+    struct PanickingSource {
+        polls: usize,
+        panic_on_poll: usize,
+    }
+
+    impl Source for PanickingSource {
+        fn describe(&self) -> SourceDescription {
+            SourceDescription {
+                meta: CaptureMeta::default(),
+                devices: vec![DeviceFacts {
+                    index: 0,
+                    name: "test GPU".to_owned(),
+                    memory_total_bytes: 80 * GIB,
+                    ..Default::default()
+                }],
+            }
+        }
+
+        fn poll(&mut self, now_ms: UnixMs, _tiers: Tiers) -> SampleBatch {
+            self.polls += 1;
+            assert_ne!(
+                self.polls, self.panic_on_poll,
+                "simulated failure inside a source"
+            );
+            SampleBatch {
+                devices: vec![DeviceSample {
+                    t_ms: now_ms,
+                    device_index: 0,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+        }
+    }
+
+    #[test]
+    fn a_dying_sampler_stops_the_recording_with_an_error_and_keeps_the_file() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let out = dir.path().join("died.vramcap");
+        let args = RecordArgs {
+            out: out.clone(),
+            interval_ms: 20,
+            duration: Some(Duration::from_secs(60)),
+            demo: false,
+            force: false,
+        };
+        let source = PanickingSource {
+            polls: 0,
+            panic_on_poll: 4,
+        };
+        let started = Instant::now();
+        let problem = record(Box::new(source), None, &args, &AtomicBool::new(false))
+            .expect_err("a dead sampler is an error");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "stopped by itself"
+        );
+        assert!(
+            problem.contains("sampling stopped unexpectedly"),
+            "{problem}"
+        );
+        assert!(problem.contains("the 3 samples"), "{problem}");
+        assert!(problem.contains("died.vramcap"), "{problem}");
+        let capture = crate::formats::vramcap::read_file(&out).expect("the file opens");
+        assert_eq!(capture.recovery, None, "closed cleanly");
+        assert_eq!(capture.sample_count(), 3);
+    }
 
     #[test]
     fn durations_are_validated() {

@@ -116,25 +116,27 @@ pub fn largest_allocatable_block(
     let ratio_of_free = if free_bytes == 0 {
         0.0
     } else {
-        search.largest as f64 / free_bytes as f64
+        search.largest_bytes as f64 / free_bytes as f64
     };
     Ok(LargestBlock {
         free_bytes,
-        largest_bytes: search.largest,
-        smallest_failed_bytes: search.smallest_failed,
+        largest_bytes: search.largest_bytes,
+        smallest_failed_bytes: search.smallest_failed_bytes,
         attempts,
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         converged: search.converged,
         ratio_of_free,
-        explanation: explain(free_bytes, search.largest),
+        explanation: explain(free_bytes, search.largest_bytes),
     })
 }
 
 /// Bounds found by [`search_largest`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct SearchBounds {
-    largest: u64,
-    smallest_failed: u64,
+    /// The largest size that allocated.
+    largest_bytes: u64,
+    /// The smallest size that failed (the search narrows the gap between the two).
+    smallest_failed_bytes: u64,
     converged: bool,
 }
 
@@ -148,8 +150,8 @@ fn search_largest(
     let align = |bytes: u64| bytes / PROBE_RESOLUTION_BYTES * PROBE_RESOLUTION_BYTES;
     let top = align(free_bytes);
     let mut bounds = SearchBounds {
-        largest: 0,
-        smallest_failed: top + PROBE_RESOLUTION_BYTES,
+        largest_bytes: 0,
+        smallest_failed_bytes: top + PROBE_RESOLUTION_BYTES,
         converged: false,
     };
     if top == 0 {
@@ -157,11 +159,11 @@ fn search_largest(
         return Ok(bounds);
     }
     if try_size(top)? {
-        bounds.largest = top;
+        bounds.largest_bytes = top;
         bounds.converged = true;
         return Ok(bounds);
     }
-    bounds.smallest_failed = top;
+    bounds.smallest_failed_bytes = top;
     // Step down from the top: 2, 4, 8, … MiB below free.
     let mut step = PROBE_RESOLUTION_BYTES;
     loop {
@@ -173,22 +175,23 @@ fn search_largest(
             break;
         }
         if try_size(size)? {
-            bounds.largest = size;
+            bounds.largest_bytes = size;
             break;
         }
-        bounds.smallest_failed = size;
+        bounds.smallest_failed_bytes = size;
         step = step.saturating_mul(2);
     }
     // Bisect between the last success and the last failure.
-    while bounds.smallest_failed - bounds.largest > PROBE_RESOLUTION_BYTES {
+    while bounds.smallest_failed_bytes - bounds.largest_bytes > PROBE_RESOLUTION_BYTES {
         if out_of_time() {
             return Ok(bounds);
         }
-        let middle = align(bounds.largest + (bounds.smallest_failed - bounds.largest) / 2);
+        let middle =
+            align(bounds.largest_bytes + (bounds.smallest_failed_bytes - bounds.largest_bytes) / 2);
         if try_size(middle)? {
-            bounds.largest = middle;
+            bounds.largest_bytes = middle;
         } else {
-            bounds.smallest_failed = middle;
+            bounds.smallest_failed_bytes = middle;
         }
     }
     bounds.converged = true;
@@ -197,7 +200,7 @@ fn search_largest(
 
 /// Plain-language reading of the probe.
 fn explain(free_bytes: u64, largest_bytes: u64) -> String {
-    let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+    let gib = |bytes: u64| bytes as f64 / crate::model::GIB as f64;
     let gap = free_bytes.saturating_sub(largest_bytes);
     if free_bytes == 0 {
         return "No memory is free on this GPU: every allocation will fail until other processes release memory.".to_owned();
@@ -231,7 +234,7 @@ fn explain(free_bytes: u64, largest_bytes: u64) -> String {
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
+    use crate::model::MIB;
 
     /// Runs the search against a fake device on which `limit` bytes allocate.
     fn search(free: u64, limit: u64) -> (SearchBounds, Vec<u64>) {
@@ -252,8 +255,10 @@ mod tests {
         let limit = free - 3 * MIB - 100 * 1024;
         let (bounds, tried) = search(free, limit);
         assert!(bounds.converged);
-        assert!(bounds.largest <= limit && limit - bounds.largest < PROBE_RESOLUTION_BYTES);
-        assert!(bounds.smallest_failed > limit);
+        assert!(
+            bounds.largest_bytes <= limit && limit - bounds.largest_bytes < PROBE_RESOLUTION_BYTES
+        );
+        assert!(bounds.smallest_failed_bytes > limit);
         assert!(tried.len() <= 5, "{tried:?}");
     }
 
@@ -264,7 +269,7 @@ mod tests {
         let (bounds, _) = search(free, limit);
         assert!(bounds.converged);
         assert!(
-            limit - bounds.largest < PROBE_RESOLUTION_BYTES,
+            limit - bounds.largest_bytes < PROBE_RESOLUTION_BYTES,
             "{bounds:?}"
         );
     }
@@ -272,7 +277,7 @@ mod tests {
     #[test]
     fn everything_free_allocates_on_the_first_try() {
         let (bounds, tried) = search(10 * 1024 * MIB, u64::MAX);
-        assert_eq!(bounds.largest, 10 * 1024 * MIB);
+        assert_eq!(bounds.largest_bytes, 10 * 1024 * MIB);
         assert_eq!(tried.len(), 1);
     }
 
@@ -282,7 +287,7 @@ mod tests {
         let bounds = search_largest(10 * 1024 * MIB, &mut try_size, || true)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(!bounds.converged);
-        assert_eq!(bounds.largest, 0);
+        assert_eq!(bounds.largest_bytes, 0);
     }
 
     #[test]

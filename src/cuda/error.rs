@@ -74,7 +74,7 @@ impl CudaError {
             name,
             description,
             hint: hint_for_code(code)
-                .map(|hint| format!(". {hint}"))
+                .map(|hint| format!(". {}", hint.trim_end_matches('.')))
                 .unwrap_or_default(),
         }
     }
@@ -87,34 +87,11 @@ impl CudaError {
 }
 
 /// What a driver error code usually means for someone diagnosing GPU memory trouble.
-/// Codes and meanings: the CUDA error table in `reference/cudarc-and-memtest.md` §4.1 (strings as
-/// printed by CUDA 13.0).
+///
+/// The meanings come from the one CUDA error table, [`crate::diagnose::cuda_errors`], which the
+/// log analyzer uses too, so a code reads the same in `vramscope check` and in a diagnosis.
 fn hint_for_code(code: u32) -> Option<&'static str> {
-    Some(match code {
-        2 => "The GPU has not enough free memory for this allocation",
-        3 => "The driver is not initialized; on NVSwitch systems check that Fabric Manager runs",
-        34 => "A stub libcuda.so was loaded instead of the real driver: check LD_LIBRARY_PATH",
-        46 => {
-            "The GPU is busy or unavailable: it may be in exclusive-process compute mode and used by another process"
-        }
-        100 => {
-            "The driver is loaded but sees no CUDA device (check CUDA_VISIBLE_DEVICES and that the GPU is visible in this container)"
-        }
-        101 => "The device ordinal is invalid (check CUDA_VISIBLE_DEVICES)",
-        214 => {
-            "An uncorrectable ECC error was detected: the GPU memory is faulty or needs a reset; read the ECC counters and the kernel log (Xid 48/94/95)"
-        }
-        222 => "The driver is older than the PTX of the memory-test kernels",
-        700 => "An illegal memory access happened; the CUDA context is no longer usable",
-        803 => {
-            "The kernel driver and the user-space driver library versions do not match (reboot after a driver update, or fix the installation)"
-        }
-        804 => "Forward-compatibility libraries are installed but this GPU does not support them",
-        999 => {
-            "The driver reported an unknown error: check the kernel log (dmesg) for Xid messages"
-        }
-        _ => return None,
-    })
+    crate::diagnose::cuda_errors::by_code(code).map(|info| info.meaning)
 }
 
 #[cfg(test)]

@@ -193,14 +193,14 @@ fn on_off(enabled: bool) -> &'static str {
 
 /// Bytes as MiB with one decimal, e.g. "143771.0 MiB".
 pub fn format_mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+    format!("{:.1} MiB", bytes as f64 / crate::model::MIB as f64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
+    use crate::model::MIB;
 
     /// Values read on the H200 (reference §1.8): CUDA total = NVML total − reserved.
     fn h200_pair() -> (CudaDeviceFacts, NvmlDeviceFacts) {

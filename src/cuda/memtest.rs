@@ -728,7 +728,7 @@ pub fn measure_copy_bandwidth(
 mod tests {
     use super::*;
 
-    const GIB: u64 = 1 << 30;
+    use crate::model::GIB;
 
     #[test]
     fn the_shipped_ptx_defines_both_kernels_for_an_old_target() {

@@ -115,28 +115,22 @@ impl MemoryHealthCounters {
                 after.pages_pending_retirement,
             ),
         ];
-        let show = |value: Option<String>| value.unwrap_or_else(|| "unknown".to_owned());
+        fn change<T: PartialEq + ToString>(
+            name: &str,
+            before: Option<T>,
+            after: Option<T>,
+        ) -> Option<String> {
+            let show =
+                |value: Option<T>| value.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
+            (before != after).then(|| format!("{name}: {} → {}", show(before), show(after)))
+        }
         counts
             .into_iter()
-            .filter(|(_, before, after)| before != after)
-            .map(|(name, before, after)| {
-                format!(
-                    "{name}: {} → {}",
-                    show(before.map(|v| v.to_string())),
-                    show(after.map(|v| v.to_string()))
-                )
-            })
+            .filter_map(|(name, before, after)| change(name, before, after))
             .chain(
                 flags
                     .into_iter()
-                    .filter(|(_, before, after)| before != after)
-                    .map(|(name, before, after)| {
-                        format!(
-                            "{name}: {} → {}",
-                            show(before.map(|v| v.to_string())),
-                            show(after.map(|v| v.to_string()))
-                        )
-                    }),
+                    .filter_map(|(name, before, after)| change(name, before, after)),
             )
             .collect()
     }

@@ -20,6 +20,8 @@ impl DriverVersion {
             .map(DriverVersion)
     }
 
+    /// The first component (`580` of `580.159.04`), which decides what CUDA the driver supports;
+    /// 0 when the version has no components.
     pub fn major(&self) -> u32 {
         self.0.first().copied().unwrap_or(0)
     }

@@ -127,7 +127,7 @@ pub const CUDA_ERRORS: &[CudaErrorInfo] = &[
         "CUDA_ERROR_NO_DEVICE",
         "cudaErrorNoDevice",
         "no CUDA-capable device is detected",
-        "No GPU is visible: check CUDA_VISIBLE_DEVICES and the container's GPU access.",
+        "The driver is loaded but sees no CUDA device: check CUDA_VISIBLE_DEVICES and the container's GPU access.",
         DriverMismatch,
         Hw,
     ),

@@ -7,7 +7,8 @@
 //! wrong, a single `healthy` finding lists what was checked.
 
 use super::finding::{
-    Category, Diagnosis, Evidence, EvidenceSource, Finding, InputSummary, Severity, Unit, Wizard,
+    Category, Diagnosis, Evidence, EvidenceSource, Finding, InputSummary, NamedAllocatorState,
+    Severity, Unit, Wizard,
 };
 use super::leak::{self, SnapshotFacts};
 use super::log::{Framework, LogAnalysis, OomNumbers};
@@ -59,6 +60,17 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
         findings,
         inputs: summarize_inputs(input),
         simulated: input.captures.iter().any(|c| c.capture.is_simulated()),
+        allocator_states: input
+            .snapshots
+            .iter()
+            .filter_map(|facts| {
+                let state = facts.final_state.clone()?;
+                Some(NamedAllocatorState {
+                    name: facts.name.clone(),
+                    state,
+                })
+            })
+            .collect(),
     }
 }
 
@@ -377,61 +389,50 @@ fn capture_others_at_oom(
     Vec::new()
 }
 
+/// Evidence that points at a capture as a whole (no device, no moment).
+fn whole_capture(capture: &NamedCapture) -> EvidenceSource {
+    EvidenceSource::Capture {
+        file: capture.name.clone(),
+        device_index: None,
+        t_ms: None,
+    }
+}
+
+/// The first log that states a value (`value` gives it with its 1-based line), with that line as
+/// the evidence.
+fn first_in_logs<T>(
+    logs: &[LogAnalysis],
+    value: impl Fn(&LogAnalysis) -> Option<(T, usize)>,
+) -> Option<(T, EvidenceSource)> {
+    logs.iter().find_map(|log| {
+        let (found, line) = value(log)?;
+        Some((
+            found,
+            EvidenceSource::LogLine {
+                file: log.name.clone(),
+                line,
+            },
+        ))
+    })
+}
+
 fn driver_check(input: &DiagnosisInput, findings: &mut Vec<Finding>) {
     let from_capture = input
         .captures
         .iter()
         .find(|c| !c.capture.meta.driver_version.is_empty() && !c.capture.is_simulated());
     let driver = from_capture
-        .map(|c| {
-            (
-                c.capture.meta.driver_version.clone(),
-                EvidenceSource::Capture {
-                    file: c.name.clone(),
-                    device_index: None,
-                    t_ms: None,
-                },
-            )
-        })
-        .or_else(|| {
-            input.logs.iter().find_map(|l| {
-                let (v, line) = l.versions.driver_version.clone()?;
-                Some((
-                    v,
-                    EvidenceSource::LogLine {
-                        file: l.name.clone(),
-                        line,
-                    },
-                ))
-            })
-        });
+        .map(|c| (c.capture.meta.driver_version.clone(), whole_capture(c)))
+        .or_else(|| first_in_logs(&input.logs, |l| l.versions.driver_version.clone()));
     let driver_cuda = input
         .captures
         .iter()
         .filter(|c| !c.capture.is_simulated())
         .find_map(|c| {
             let v = c.capture.meta.cuda_driver_version?;
-            Some((
-                compat::cuda_from_api_version(v),
-                EvidenceSource::Capture {
-                    file: c.name.clone(),
-                    device_index: None,
-                    t_ms: None,
-                },
-            ))
+            Some((compat::cuda_from_api_version(v), whole_capture(c)))
         })
-        .or_else(|| {
-            input.logs.iter().find_map(|l| {
-                let (v, line) = l.versions.driver_cuda?;
-                Some((
-                    v,
-                    EvidenceSource::LogLine {
-                        file: l.name.clone(),
-                        line,
-                    },
-                ))
-            })
-        });
+        .or_else(|| first_in_logs(&input.logs, |l| l.versions.driver_cuda));
     let framework_cuda = input
         .framework_cuda
         .map(|v| {

@@ -5,7 +5,11 @@
 //! (a log line, a capture, a device, a snapshot), so a reader can check it. Everything here is
 //! plain data with serde, so reports and `--json` print the same structure.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+
+use crate::analysis::timetravel::AllocatorState;
 
 /// What kind of problem (or non-problem) a finding is about. Serialized in kebab-case
 /// (`other-process`, `memory-cap`, ...), which is the stable vocabulary of the JSON report.
@@ -74,6 +78,7 @@ pub enum Severity {
 }
 
 impl Severity {
+    /// The lower-case name used in JSON reports and CLI output.
     pub fn as_str(self) -> &'static str {
         match self {
             Severity::Critical => "critical",
@@ -137,24 +142,10 @@ impl EvidenceSource {
 
 /// Formats Unix milliseconds as an ISO-8601 UTC timestamp (`2026-11-30T08:30:00Z`).
 pub fn format_utc_ms(t_ms: i64) -> String {
-    let secs = t_ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil-from-days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let utc = crate::model::UtcDateTime::from_unix_ms(t_ms);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second
     )
 }
 
@@ -254,6 +245,7 @@ pub enum Wizard {
 }
 
 impl Wizard {
+    /// The wizard's title as the UI and reports show it.
     pub fn label(self) -> &'static str {
         match self {
             Wizard::OutOfMemory => "Out of memory",
@@ -298,6 +290,18 @@ pub struct Diagnosis {
     pub inputs: Vec<InputSummary>,
     /// True when any input came from the simulated demo machine.
     pub simulated: bool,
+    /// Final allocator states of the snapshots examined, one per snapshot and device, for the
+    /// report's block map. Figures, not findings: not serialized.
+    #[serde(skip)]
+    pub allocator_states: Vec<NamedAllocatorState>,
+}
+
+/// One device's allocator state at the end of a snapshot, with the snapshot's name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedAllocatorState {
+    /// The snapshot's file name.
+    pub name: String,
+    pub state: Arc<AllocatorState>,
 }
 
 impl Diagnosis {

@@ -21,14 +21,12 @@ pub fn xid_category(code: u32) -> Category {
     }
 }
 
-/// How serious an Xid is: DCGM's failures are critical, everything else a warning (an Xid always
-/// means something went wrong).
+/// How serious an Xid is: DCGM's failures (rated in the Xid table) are critical, everything else
+/// a warning (an Xid always means something went wrong).
 pub fn xid_severity(code: u32) -> Severity {
     match super::xid::lookup(u64::from(code)).map(|i| i.severity) {
         Some(XidSeverity::Failure) => Severity::Critical,
-        Some(_) => Severity::Warning,
-        None if thresholds::FAILURE_XIDS.contains(&code) => Severity::Critical,
-        None => Severity::Warning,
+        Some(_) | None => Severity::Warning,
     }
 }
 

@@ -9,6 +9,9 @@
 use super::finding::{Category, Evidence, EvidenceSource, Finding, Severity, Unit, Wizard};
 use super::log::{LogAnalysis, StepSeries};
 use super::recommend::{self, MIN_LEAK_GROWTH_BYTES};
+use std::sync::Arc;
+
+use crate::analysis::timetravel::AllocatorState;
 use crate::model::{Capture, format_bytes};
 
 /// Minimum number of readings for a slope.
@@ -139,13 +142,7 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
             last.bytes,
             line(last.line),
         ),
-        Evidence::number(
-            "fit (R²)",
-            trend.r_squared,
-            Unit::Count,
-            format!("{:.2}", trend.r_squared),
-            EvidenceSource::Derived,
-        ),
+        fit_evidence(trend.r_squared),
     ];
     for (other, t) in leaking.iter().skip(1) {
         evidence.push(Evidence::number(
@@ -258,13 +255,7 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                     duration_text(trend.span_seconds),
                     source(last_t),
                 ),
-                Evidence::number(
-                    "fit (R²)",
-                    trend.r_squared,
-                    Unit::Count,
-                    format!("{:.2}", trend.r_squared),
-                    EvidenceSource::Derived,
-                ),
+                fit_evidence(trend.r_squared),
             ];
             let exhaustion = headroom.map(|h| h as f64 / trend.bytes_per_second);
             if let (Some(h), Some(secs)) = (headroom, exhaustion) {
@@ -319,6 +310,9 @@ pub struct SnapshotFacts {
     pub expandable_segments: Option<bool>,
     /// Allocated bytes per call site (innermost user frame), largest first.
     pub allocated_by_call_site: Vec<(String, u64)>,
+    /// The device's allocator state at the end of the snapshot (segments and blocks), which
+    /// reports draw as a block map; `None` when the facts did not come from a snapshot file.
+    pub final_state: Option<Arc<AllocatorState>>,
 }
 
 /// An out-of-memory event in a snapshot's trace.
@@ -409,6 +403,18 @@ pub fn snapshot_findings(snapshots: &[SnapshotFacts], out: &mut Vec<Finding>) {
             wizard: Some(Wizard::Leak),
         });
     }
+}
+
+/// How well a straight line fits the growth (R², 0 to 1), shown with every leak finding so that a
+/// reader can judge how steady the growth is.
+fn fit_evidence(r_squared: f64) -> Evidence {
+    Evidence::number(
+        "fit (R²)",
+        r_squared,
+        Unit::Count,
+        format!("{r_squared:.2}"),
+        EvidenceSource::Derived,
+    )
 }
 
 #[cfg(test)]

@@ -57,6 +57,7 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
                     .as_ref()
                     .and_then(|s| s.expandable_segments),
                 allocated_by_call_site,
+                final_state: Some(Arc::new(state)),
             }
         })
         .collect()

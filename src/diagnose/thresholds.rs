@@ -14,39 +14,105 @@ pub const TEMPERATURE_WARNING_C: u32 = 85;
 /// Share of samples with thermal or power-brake throttling from which a warning is given.
 pub const THROTTLED_SAMPLE_FRACTION_WARNING: f64 = 0.05;
 
-/// NVML clock-event (throttle) reason bits (`nvmlClocksEventReason*`).
+/// NVML clock-event (throttle) reason bits (`nvmlClocksEventReason*`, nvml.h). The one table of
+/// these bits: `vramscope info` prints their ids, findings their labels.
 pub mod throttle {
+    /// The GPU has nothing to do.
     pub const GPU_IDLE: u64 = 0x1;
+    /// Application clocks were set lower than the maximum.
     pub const APPLICATIONS_CLOCKS_SETTING: u64 = 0x2;
+    /// The software power cap holds clocks down.
     pub const SW_POWER_CAP: u64 = 0x4;
+    /// Hardware slowdown (temperature, power brake or power supply).
     pub const HW_SLOWDOWN: u64 = 0x8;
+    /// Clocks follow another GPU of a sync-boost group.
     pub const SYNC_BOOST: u64 = 0x10;
+    /// The driver lowers clocks because the GPU is too hot.
     pub const SW_THERMAL_SLOWDOWN: u64 = 0x20;
+    /// The hardware lowers clocks because the GPU is too hot.
     pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
+    /// An external power brake (the power supply) lowers clocks.
     pub const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
+    /// Clocks follow the display clock setting.
+    pub const DISPLAY_CLOCK_SETTING: u64 = 0x100;
     /// Reasons that mean the GPU is too hot or its power delivery is failing.
     pub const THERMAL_OR_HARDWARE: u64 =
         HW_SLOWDOWN | SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN;
 
-    /// Names of the set bits, for evidence text.
+    /// Each bit in bit order with its id (as in machine-readable output) and its label (for
+    /// evidence text).
+    const REASONS: [(u64, &str, &str); 9] = [
+        (GPU_IDLE, "gpu_idle", "idle"),
+        (
+            APPLICATIONS_CLOCKS_SETTING,
+            "applications_clocks_setting",
+            "application clocks",
+        ),
+        (SW_POWER_CAP, "sw_power_cap", "software power cap"),
+        (HW_SLOWDOWN, "hw_slowdown", "hardware slowdown"),
+        (SYNC_BOOST, "sync_boost", "sync boost"),
+        (
+            SW_THERMAL_SLOWDOWN,
+            "sw_thermal_slowdown",
+            "software thermal slowdown",
+        ),
+        (
+            HW_THERMAL_SLOWDOWN,
+            "hw_thermal_slowdown",
+            "hardware thermal slowdown",
+        ),
+        (
+            HW_POWER_BRAKE_SLOWDOWN,
+            "hw_power_brake_slowdown",
+            "hardware power brake",
+        ),
+        (
+            DISPLAY_CLOCK_SETTING,
+            "display_clock_setting",
+            "display clock setting",
+        ),
+    ];
+
+    /// Labels of the set bits, for evidence text.
     pub fn names(bits: u64) -> Vec<&'static str> {
-        [
-            (GPU_IDLE, "idle"),
-            (APPLICATIONS_CLOCKS_SETTING, "application clocks"),
-            (SW_POWER_CAP, "software power cap"),
-            (HW_SLOWDOWN, "hardware slowdown"),
-            (SYNC_BOOST, "sync boost"),
-            (SW_THERMAL_SLOWDOWN, "software thermal slowdown"),
-            (HW_THERMAL_SLOWDOWN, "hardware thermal slowdown"),
-            (HW_POWER_BRAKE_SLOWDOWN, "hardware power brake"),
-        ]
-        .iter()
-        .filter(|(bit, _)| bits & bit != 0)
-        .map(|(_, name)| *name)
-        .collect()
+        REASONS
+            .iter()
+            .filter(|(bit, _, _)| bits & bit != 0)
+            .map(|(_, _, label)| *label)
+            .collect()
+    }
+
+    /// Ids of the set bits in bit order (`sw_power_cap`), for machine-readable output.
+    pub fn ids(bits: u64) -> Vec<&'static str> {
+        REASONS
+            .iter()
+            .filter(|(bit, _, _)| bits & bit != 0)
+            .map(|(_, id, _)| *id)
+            .collect()
     }
 }
 
-/// Xids that DCGM's health watches treat as failures ("devastating" plus row-remap failure);
-/// used for codes the Xid table does not know.
-pub const FAILURE_XIDS: &[u32] = &[48, 64, 74, 79, 95, 119, 120, 140];
+#[cfg(test)]
+mod tests {
+    use super::throttle;
+
+    #[test]
+    fn throttle_labels_and_ids_name_the_same_bits() {
+        let bits = throttle::SW_POWER_CAP | throttle::HW_POWER_BRAKE_SLOWDOWN;
+        assert_eq!(
+            throttle::names(bits),
+            ["software power cap", "hardware power brake"]
+        );
+        assert_eq!(
+            throttle::ids(bits),
+            ["sw_power_cap", "hw_power_brake_slowdown"]
+        );
+        let every_bit = 0x1ff;
+        assert_eq!(throttle::names(every_bit).len(), 9);
+        assert_eq!(throttle::ids(every_bit).len(), 9);
+        assert!(
+            throttle::names(0x200).is_empty(),
+            "unknown bits have no label"
+        );
+    }
+}

@@ -388,6 +388,14 @@ mod tests {
             &[XidCause::Hardware, XidCause::Driver, XidCause::Application]
         );
         assert_eq!(lookup(48).map(|i| i.severity), Some(XidSeverity::Failure));
+        // DCGM's "devastating" Xids plus row-remap failure: all rated failures in the one table.
+        for code in [48, 64, 74, 79, 95, 119, 120, 140] {
+            assert_eq!(
+                lookup(code).map(|i| i.severity),
+                Some(XidSeverity::Failure),
+                "Xid {code}"
+            );
+        }
         assert_eq!(lookup(94).map(|i| i.severity), Some(XidSeverity::Warning));
         assert_eq!(
             lookup(79).map(|i| i.description),

@@ -508,11 +508,6 @@ impl AllocatorSnapshot {
         self.segments.get(device.segments.clone()).unwrap_or(&[])
     }
 
-    /// The trace of a device ordinal, if the file had one.
-    pub fn trace_of(&self, device: u32) -> Option<&DeviceTrace> {
-        self.traces.iter().find(|t| t.device == device)
-    }
-
     /// Text of an interned string.
     pub fn string(&self, id: StringId) -> &str {
         self.strings.get(id)

@@ -25,6 +25,7 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
+    /// True for the demo machine, so that everything derived from it can say "simulated".
     pub fn is_simulated(self) -> bool {
         matches!(self, SourceKind::Demo)
     }
@@ -75,6 +76,7 @@ impl DeviceSeries {
             .max_by_key(|&(t, used)| (used, std::cmp::Reverse(t)))
     }
 
+    /// The newest sample, for live readouts.
     pub fn latest(&self) -> Option<&DeviceSample> {
         self.samples.last()
     }
@@ -87,6 +89,7 @@ pub struct ProcessTrack {
     pub pid: u32,
     pub name: String,
     pub kind: ProcessKind,
+    /// MIG (GPU instance, compute instance) the process runs in, when MIG is on.
     pub mig_instance: Option<(u32, u32)>,
     /// Tick times at which the process was listed.
     pub t_ms: Vec<UnixMs>,
@@ -95,15 +98,22 @@ pub struct ProcessTrack {
 }
 
 impl ProcessTrack {
+    /// The first tick at which the process was listed.
     pub fn first_seen_ms(&self) -> Option<UnixMs> {
         self.t_ms.first().copied()
     }
+
+    /// The last tick at which the process was listed.
     pub fn last_seen_ms(&self) -> Option<UnixMs> {
         self.t_ms.last().copied()
     }
+
+    /// The most memory the driver reported for the process; `None` if it never reported any.
     pub fn peak_used_bytes(&self) -> Option<u64> {
         self.used_bytes.iter().flatten().copied().max()
     }
+
+    /// The memory at the last tick; `None` when the driver did not report it then.
     pub fn latest_used_bytes(&self) -> Option<u64> {
         self.used_bytes.last().copied().flatten()
     }
@@ -148,6 +158,8 @@ impl Capture {
         }
     }
 
+    /// True when any of the data is simulated (demo source or a simulated device), so reports
+    /// and the window title can say so.
     pub fn is_simulated(&self) -> bool {
         self.meta.source.is_simulated() || self.devices.iter().any(|d| d.simulated)
     }
@@ -220,6 +232,7 @@ impl Capture {
             .collect();
     }
 
+    /// The samples of the device with NVML index `device_index`, if it was recorded.
     pub fn series(&self, device_index: u32) -> Option<&DeviceSeries> {
         self.series.iter().find(|s| s.device_index == device_index)
     }

@@ -21,12 +21,18 @@ pub struct Event {
 pub enum EventKind {
     /// An NVML Xid critical error (event data carries the Xid number).
     Xid {
+        /// The Xid number (see `diagnose::xid` for what it means).
         code: u64,
         /// MIG (GPU instance, compute instance) that raised it, when reported.
         mig_instance: Option<(u32, u32)>,
     },
     /// Another NVML critical event (ECC storm, DRAM retirement, GPU unavailable, ...), by name.
-    Critical { name: String, data: u64 },
+    Critical {
+        /// What NVML reported, in words, e.g. "double-bit ECC error".
+        name: String,
+        /// NVML's raw event data for that type.
+        data: u64,
+    },
     /// A process ran out of memory (observed in a log, an allocator snapshot, or simulated).
     OutOfMemory {
         pid: Option<u32>,

@@ -22,6 +22,48 @@ pub use sample::{
 /// captures from different machines and `nvidia-smi` logs can be lined up.
 pub type UnixMs = i64;
 
+/// A [`UnixMs`] instant split into UTC calendar fields (proleptic Gregorian calendar), so that
+/// every place that prints a time (reports, `inspect`, the UI) shares one date conversion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UtcDateTime {
+    pub year: i64,
+    /// 1–12.
+    pub month: u32,
+    /// 1–31.
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+    pub millisecond: u32,
+}
+
+impl UtcDateTime {
+    /// Splits Unix milliseconds into UTC fields; works for instants before 1970 too.
+    pub fn from_unix_ms(t_ms: UnixMs) -> Self {
+        let days = t_ms.div_euclid(86_400_000);
+        let ms_of_day = t_ms.rem_euclid(86_400_000) as u32;
+        // Howard Hinnant's civil-from-days.
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let day_of_era = z.rem_euclid(146_097);
+        let year_of_era =
+            (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+        let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+        let mp = (5 * day_of_year + 2) / 153;
+        let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        Self {
+            year: year_of_era + era * 400 + i64::from(month <= 2),
+            month,
+            day,
+            hour: ms_of_day / 3_600_000,
+            minute: ms_of_day / 60_000 % 60,
+            second: ms_of_day / 1000 % 60,
+            millisecond: ms_of_day % 1000,
+        }
+    }
+}
+
 /// One binary gibibyte, for formatting and simulated sizes.
 pub const GIB: u64 = 1 << 30;
 /// One binary mebibyte.
@@ -57,5 +99,31 @@ mod tests {
         assert_eq!(format_bytes(1536), "1.50 KiB");
         assert_eq!(format_bytes(80 * GIB), "80.0 GiB");
         assert_eq!(format_bytes(143_771 * MIB), "140 GiB");
+    }
+
+    #[test]
+    fn splits_unix_ms_into_utc_fields() {
+        let utc = UtcDateTime::from_unix_ms(1_764_491_400_123);
+        assert_eq!(
+            (utc.year, utc.month, utc.day),
+            (2025, 11, 30),
+            "a known instant"
+        );
+        assert_eq!(
+            (utc.hour, utc.minute, utc.second, utc.millisecond),
+            (8, 30, 0, 123)
+        );
+        let leap = UtcDateTime::from_unix_ms(951_782_400_000);
+        assert_eq!((leap.year, leap.month, leap.day), (2000, 2, 29));
+        let before_epoch = UtcDateTime::from_unix_ms(-1);
+        assert_eq!(
+            (before_epoch.year, before_epoch.month, before_epoch.day),
+            (1969, 12, 31)
+        );
+        assert_eq!(
+            (before_epoch.hour, before_epoch.minute, before_epoch.second),
+            (23, 59, 59)
+        );
+        assert_eq!(before_epoch.millisecond, 999);
     }
 }

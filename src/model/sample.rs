@@ -9,9 +9,13 @@ use super::{Event, FieldStatus, UnixMs};
 /// into `used`, which is why they disagree; we keep all four.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryReading {
+    /// Memory held by processes' allocations and contexts (v2: without the driver's reserve).
     pub used_bytes: u64,
+    /// Memory the driver and firmware keep for themselves.
     pub reserved_bytes: u64,
+    /// Memory still available to allocations.
     pub free_bytes: u64,
+    /// Installed memory as NVML reports it.
     pub total_bytes: u64,
 }
 
@@ -86,6 +90,7 @@ pub enum ProcessKind {
 }
 
 impl ProcessKind {
+    /// The lower-case word shown in tables and written to text reports.
     pub fn label(self) -> &'static str {
         match self {
             ProcessKind::Compute => "compute",
@@ -127,6 +132,7 @@ pub struct SampleBatch {
 }
 
 impl SampleBatch {
+    /// True when the poll produced nothing at all.
     pub fn is_empty(&self) -> bool {
         self.devices.is_empty()
             && self.processes.is_none()

@@ -45,11 +45,11 @@ pub fn y_max(timeline: &Timeline) -> u64 {
 /// series. Returns PNG bytes.
 pub fn render_png(
     timeline: &Timeline,
-    width: u32,
-    height: u32,
+    width_px: u32,
+    height_px: u32,
 ) -> Result<Vec<u8>, image::ImageError> {
-    let width = width.max(2 * MARGIN + 2);
-    let height = height.max(2 * MARGIN + 2);
+    let width = width_px.max(2 * MARGIN + 2);
+    let height = height_px.max(2 * MARGIN + 2);
     let mut img = RgbImage::from_pixel(width, height, BACKGROUND);
     let plot_w = (width - 2 * MARGIN - 1) as f64;
     let plot_h = (height - 2 * MARGIN - 1) as f64;

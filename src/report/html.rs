@@ -1,16 +1,20 @@
-//! The HTML report: one self-contained page (inline CSS, the timeline as a `data:` PNG, no
+//! The HTML report: one self-contained page (inline CSS, the timeline and block maps as `data:` PNGs, no
 //! scripts, no external resources), written as well-formed XHTML-compatible markup so that it
 //! opens offline in any browser and parses as XML. Every text is HTML-escaped.
 
 use std::fmt::Write as _;
 
-use super::{Report, chart, iso8601_utc};
-use crate::diagnose::finding::{Finding, Severity};
+use super::{Report, blockmap, chart, iso8601_utc};
+use crate::diagnose::finding::{Finding, NamedAllocatorState, Severity};
 use crate::model::format_bytes;
 
 /// Chart size in pixels.
-const CHART_WIDTH: u32 = 900;
-const CHART_HEIGHT: u32 = 260;
+const CHART_WIDTH_PX: u32 = 900;
+const CHART_HEIGHT_PX: u32 = 260;
+/// Block map width in pixels (its height follows from the segments).
+const BLOCK_MAP_WIDTH_PX: u32 = 900;
+/// Block maps drawn at most (one per snapshot and device), to keep the page small.
+const MAX_BLOCK_MAPS: usize = 4;
 
 const CSS: &str = "body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#1d1d1f;line-height:1.45}\
 h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2rem}h3{font-size:1.05rem;margin:0 0 .4rem}\
@@ -110,6 +114,16 @@ pub fn render(report: &Report) -> String {
     if let Some(timeline) = &report.timeline {
         timeline_section(&mut out, timeline);
     }
+    for named in d.allocator_states.iter().take(MAX_BLOCK_MAPS) {
+        block_map_section(&mut out, named);
+    }
+    if d.allocator_states.len() > MAX_BLOCK_MAPS {
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\">Block maps of {} more snapshot device(s) are left out; open the snapshots in vramscope to see them.</p>",
+            d.allocator_states.len() - MAX_BLOCK_MAPS
+        );
+    }
     out.push_str("<h2>Findings</h2>\n");
     for (i, f) in d.findings.iter().enumerate() {
         finding(&mut out, i + 1, f);
@@ -120,11 +134,11 @@ pub fn render(report: &Report) -> String {
 
 fn timeline_section(out: &mut String, timeline: &super::Timeline) {
     out.push_str("<h2>Memory timeline</h2>\n");
-    match chart::render_png(timeline, CHART_WIDTH, CHART_HEIGHT) {
+    match chart::render_png(timeline, CHART_WIDTH_PX, CHART_HEIGHT_PX) {
         Ok(png) => {
             let _ = writeln!(
                 out,
-                "<img class=\"chart\" width=\"{CHART_WIDTH}\" height=\"{CHART_HEIGHT}\" alt=\"Memory over time: {}\" src=\"data:image/png;base64,{}\"/>",
+                "<img class=\"chart\" width=\"{CHART_WIDTH_PX}\" height=\"{CHART_HEIGHT_PX}\" alt=\"Memory over time: {}\" src=\"data:image/png;base64,{}\"/>",
                 escape(&timeline.caption),
                 base64(&png)
             );
@@ -168,6 +182,76 @@ fn timeline_section(out: &mut String, timeline: &super::Timeline) {
             chart::color_hex(i),
             escape(&s.label),
             format_bytes(peak)
+        );
+    }
+    out.push_str("</p>\n");
+}
+
+/// The block map of one snapshot device's final allocator state, with its pool groups and legend.
+fn block_map_section(out: &mut String, named: &NamedAllocatorState) {
+    let state = &named.state;
+    let _ = writeln!(
+        out,
+        "<h2>Allocator block map: <code>{}</code>, GPU {}</h2>",
+        escape(&named.name),
+        state.device
+    );
+    let drawn = match blockmap::render_png(state, BLOCK_MAP_WIDTH_PX) {
+        None => {
+            out.push_str("<p class=\"muted\">The allocator held no segments at the end of the snapshot.</p>\n");
+            return;
+        }
+        Some(Err(e)) => {
+            let _ = writeln!(
+                out,
+                "<p class=\"muted\">The block map could not be drawn: {}</p>",
+                escape(&e.to_string())
+            );
+            return;
+        }
+        Some(Ok(drawn)) => drawn,
+    };
+    let _ = writeln!(
+        out,
+        "<img class=\"chart\" width=\"{}\" height=\"{}\" alt=\"Allocator block map of {}, GPU {}\" src=\"data:image/png;base64,{}\"/>",
+        drawn.width,
+        drawn.height,
+        escape(&named.name),
+        state.device,
+        base64(&drawn.png)
+    );
+    let groups: Vec<String> = drawn
+        .groups
+        .iter()
+        .map(|g| {
+            format!(
+                "{} ({} segment(s), {} reserved)",
+                escape(&g.label),
+                g.segment_count,
+                format_bytes(g.reserved_bytes)
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "<p class=\"muted\">Segments in address order, one band per pool, top to bottom: {}. One pixel is {}; segments are at least {} pixels wide and separated by a dark line.{}</p>",
+        groups.join("; "),
+        format_bytes(drawn.bytes_per_px),
+        blockmap::MIN_SEGMENT_PX,
+        if drawn.segments_drawn < drawn.segments_total {
+            format!(
+                " Only the first {} of {} segments are drawn.",
+                drawn.segments_drawn, drawn.segments_total
+            )
+        } else {
+            String::new()
+        }
+    );
+    out.push_str("<p class=\"legend\">");
+    for (label, [r, g, b]) in blockmap::LEGEND {
+        let _ = write!(
+            out,
+            "<span><span class=\"swatch\" style=\"background:#{r:02x}{g:02x}{b:02x}\"></span>{label}</span>"
         );
     }
     out.push_str("</p>\n");

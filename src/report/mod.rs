@@ -1,10 +1,12 @@
-//! Report writers: Markdown, a self-contained HTML page (inline CSS, the timeline as an embedded
-//! PNG, works offline) and JSON with a versioned schema (`docs/report-schema.md`).
+//! Report writers: Markdown, a self-contained HTML page (inline CSS, the timeline and the block
+//! map of every snapshot's final allocator state as embedded PNGs, works offline) and JSON with a
+//! versioned schema (`docs/report-schema.md`).
 //!
 //! All three render the same [`Report`]: the ordered findings of a diagnosis, what was looked at,
 //! and optionally a memory timeline from a capture. Every string that came from a file or a log
 //! (log lines, file names, process names) is escaped for the target format.
 
+pub mod blockmap;
 pub mod chart;
 pub mod html;
 pub mod json;

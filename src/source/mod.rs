@@ -29,6 +29,7 @@ pub struct SourceDescription {
 /// A machine that can be polled for samples. Implementations must not block for long: the
 /// sampler calls `poll` on its own thread at the fast-tier interval.
 pub trait Source: Send {
+    /// What this machine is (driver, devices, simulated or not), for capture headers and the UI.
     fn describe(&self) -> SourceDescription;
 
     /// Reads the requested tiers at time `now_ms` and returns what was read, plus any events that

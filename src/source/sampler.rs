@@ -185,6 +185,13 @@ impl Sampler {
         }
     }
 
+    /// Whether the sampling thread is still polling. It only ends on its own when the source
+    /// panics (or the thread could not start), so a consumer that sees `false` before calling
+    /// [`Sampler::stop`] knows no more batches will come and can stop with an error.
+    pub fn is_running(&self) -> bool {
+        self.thread.is_some() && !self.shared.lock().finished
+    }
+
     /// Batches dropped because nobody drained the queue (see [`MAX_QUEUED_BATCHES`]).
     pub fn dropped_batches(&self) -> u64 {
         self.shared.lock().dropped_batches

@@ -398,6 +398,27 @@ impl Builder {
             return Err("SETITEMS with an odd number of items".to_owned());
         }
         let buf = match self.slot(id)? {
+            // The usual case (every SETITEMS of Python's and TorchScript's picklers): a fresh
+            // dict filled in one batch. Records are classified right here, from the stack,
+            // without copying the pairs; a record that gets more items later is refused.
+            Slot::OpenDict(NO_BUFFER) if pairs.len() >= 4 => {
+                let mut fields: [Option<Value>; KEY_COUNT] = [None; KEY_COUNT];
+                for pair in pairs.chunks_exact(2) {
+                    let value = self.use_value(pair[1])?;
+                    if let Value::Str(key) = pair[0]
+                        && let Some(key) = self.info.get(key.0 as usize).and_then(|i| i.key)
+                    {
+                        fields[key as usize] = Some(value);
+                    }
+                }
+                if let Some(slot) = self.classify_fields(&fields)? {
+                    self.slots[id as usize] = slot;
+                    return Ok(());
+                }
+                let buf = self.take_pair_buf();
+                self.slots[id as usize] = Slot::OpenDict(buf);
+                buf
+            }
             Slot::OpenDict(NO_BUFFER) => {
                 let buf = self.take_pair_buf();
                 self.slots[id as usize] = Slot::OpenDict(buf);
@@ -406,7 +427,9 @@ impl Builder {
             Slot::OpenDict(buf) => buf,
             _ => {
                 return Err(
-                    "SETITEM(S) on a dict that is already complete or not a dict".to_owned(),
+                    "SETITEM(S) on a dict that is already complete (or not a dict); snapshot \
+                     records are written in one batch"
+                        .to_owned(),
                 );
             }
         };
@@ -513,22 +536,53 @@ impl Builder {
                 fields[key as usize] = Some(value);
             }
         }
+        match self.classify_fields(&fields)? {
+            Some(slot) => {
+                self.release_pair_buf(buf);
+                Ok(slot)
+            }
+            None => Ok(Slot::GenericDict(buf)),
+        }
+    }
+
+    /// Turns a dict's known fields into a record, or `None` for a dict that stays generic.
+    fn classify_fields(
+        &mut self,
+        fields: &[Option<Value>; KEY_COUNT],
+    ) -> BuildResult<Option<Slot>> {
         let has = |key: Key| fields[key as usize].is_some();
-        let slot = if has(Key::Action) {
-            Slot::Row(RowKind::Trace, self.add_trace_row(&fields)?)
+        Ok(Some(if has(Key::Action) {
+            Slot::Row(RowKind::Trace, self.add_trace_row(fields)?)
         } else if has(Key::Blocks) {
-            Slot::Row(RowKind::Segment, self.add_segment(&fields)?)
+            Slot::Row(RowKind::Segment, self.add_segment(fields)?)
         } else if has(Key::State) && has(Key::Size) {
-            Slot::Row(RowKind::Block, self.add_block(&fields)?)
+            Slot::Row(RowKind::Block, self.add_block(fields)?)
         } else if has(Key::Filename) && has(Key::Name) {
-            Slot::Frame(self.add_frame(&fields)?)
+            Slot::Frame(self.add_frame(fields)?)
         } else if has(Key::RealSize) {
-            Slot::Row(RowKind::History, self.add_history(&fields)?)
+            Slot::Row(RowKind::History, self.add_history(fields)?)
         } else {
-            return Ok(Slot::GenericDict(buf));
-        };
-        self.release_pair_buf(buf);
-        Ok(slot)
+            return Ok(None);
+        }))
+    }
+
+    /// The optional integer field `key` (called `what` in messages) of a `record` such as
+    /// "block": `None` when it is missing or `None` in the file, an error naming the record and
+    /// the field when it is not an integer.
+    fn int_field(
+        &self,
+        fields: &[Option<Value>; KEY_COUNT],
+        key: Key,
+        record: &str,
+        what: &str,
+    ) -> BuildResult<Option<i64>> {
+        match fields[key as usize] {
+            None | Some(Value::None) => Ok(None),
+            Some(value) => self
+                .int_of(value)
+                .map(Some)
+                .ok_or_else(|| format!("{record}: '{what}' is not an integer")),
+        }
     }
 
     fn int_of(&self, value: Value) -> Option<i64> {
@@ -585,15 +639,7 @@ impl Builder {
             },
             _ => return Err("trace event: 'action' is not a string".to_owned()),
         };
-        let int = |key: Key, what: &str| -> BuildResult<Option<i64>> {
-            match fields[key as usize] {
-                None | Some(Value::None) => Ok(None),
-                Some(value) => self
-                    .int_of(value)
-                    .map(Some)
-                    .ok_or_else(|| format!("trace event: '{what}' is not an integer")),
-            }
-        };
+        let int = |key: Key, what: &str| self.int_field(fields, key, "trace event", what);
         let address = int(Key::Addr, "addr")?.unwrap_or(0) as u64;
         let size = non_negative(int(Key::Size, "size")?, "trace event", "size")?.unwrap_or(0);
         let stream = int(Key::Stream, "stream")?.unwrap_or(0) as u64;
@@ -664,15 +710,7 @@ impl Builder {
     }
 
     fn add_block(&mut self, fields: &[Option<Value>; KEY_COUNT]) -> BuildResult<u32> {
-        let int = |key: Key, what: &str| -> BuildResult<Option<i64>> {
-            match fields[key as usize] {
-                None | Some(Value::None) => Ok(None),
-                Some(value) => self
-                    .int_of(value)
-                    .map(Some)
-                    .ok_or_else(|| format!("block: '{what}' is not an integer")),
-            }
-        };
+        let int = |key: Key, what: &str| self.int_field(fields, key, "block", what);
         let size_bytes = non_negative(int(Key::Size, "size")?, "block", "size")?.unwrap_or(0);
         let address = int(Key::Address, "address")?.map(|a| a as u64);
         let requested_bytes = non_negative(
@@ -720,15 +758,7 @@ impl Builder {
     }
 
     fn add_segment(&mut self, fields: &[Option<Value>; KEY_COUNT]) -> BuildResult<u32> {
-        let int = |key: Key, what: &str| -> BuildResult<Option<i64>> {
-            match fields[key as usize] {
-                None | Some(Value::None) => Ok(None),
-                Some(value) => self
-                    .int_of(value)
-                    .map(Some)
-                    .ok_or_else(|| format!("segment: '{what}' is not an integer")),
-            }
-        };
+        let int = |key: Key, what: &str| self.int_field(fields, key, "segment", what);
         let address =
             int(Key::Address, "address")?.ok_or_else(|| "segment: no 'address'".to_owned())? as u64;
         let device = match int(Key::Device, "device")? {

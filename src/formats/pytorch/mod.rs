@@ -160,7 +160,7 @@ fn read_pickle(
     let total_len = input.total_len();
     let mut builder = Builder::new(usize::try_from(total_len).unwrap_or(usize::MAX));
     let owned = || name.to_owned();
-    let (root, protocol) = match pickle::decode(input, &mut builder, progress) {
+    let (root, protocol) = match pickle::decode(input, &mut builder, progress).map_err(|e| *e) {
         Ok(decoded) => decoded,
         Err(VmError::Cancelled) => return Err(SnapshotError::Cancelled { name: owned() }),
         Err(VmError::Io(source)) => {

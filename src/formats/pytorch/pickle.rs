@@ -27,7 +27,8 @@ pub(super) enum VmError {
     Io(std::io::Error),
 }
 
-type VmResult<T> = Result<T, VmError>;
+/// Boxed so that the hot `Ok` path returns in registers.
+type VmResult<T> = Result<T, Box<VmError>>;
 
 /// How often (in input bytes) progress is reported and cancellation checked.
 const PROGRESS_STEP_BYTES: usize = 1 << 20;
@@ -72,15 +73,17 @@ impl<'r> Input<'r> {
         self.base + self.start as u64
     }
 
-    fn truncated(&self, what: &str, n: u64) -> VmError {
+    fn truncated(&self, what: &str, n: u64) -> Box<VmError> {
         let left = self.total_len.saturating_sub(self.position());
-        VmError::Truncated {
+        Box::new(VmError::Truncated {
             offset: self.position(),
             problem: format!("{what} needs {n} bytes but the file ends after {left}"),
-        }
+        })
     }
 
-    /// Makes at least `n` bytes available at `buf[start..]`.
+    /// Makes at least `n` bytes available at `buf[start..]` (the slow path of [`Input::take`]).
+    #[cold]
+    #[inline(never)]
     fn ensure(&mut self, n: usize, what: &str) -> VmResult<()> {
         if self.end - self.start >= n {
             return Ok(());
@@ -101,7 +104,7 @@ impl<'r> Input<'r> {
                 match self.reader.read(&mut self.buf[self.end..]) {
                     Ok(read) => break read,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(VmError::Io(e)),
+                    Err(e) => return Err(Box::new(VmError::Io(e))),
                 }
             };
             if read == 0 {
@@ -112,8 +115,11 @@ impl<'r> Input<'r> {
         Ok(())
     }
 
+    #[inline]
     fn take(&mut self, n: usize, what: &str) -> VmResult<&[u8]> {
-        self.ensure(n, what)?;
+        if self.end - self.start < n {
+            self.ensure(n, what)?;
+        }
         let slice = &self.buf[self.start..self.start + n];
         self.start += n;
         Ok(slice)
@@ -133,6 +139,7 @@ impl<'r> Input<'r> {
         Ok(())
     }
 
+    #[inline]
     fn array<const N: usize>(&mut self, what: &str) -> VmResult<[u8; N]> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N, what)?);
@@ -140,6 +147,7 @@ impl<'r> Input<'r> {
     }
 
     /// The next opcode, or `None` at the end of the input.
+    #[inline]
     fn opcode(&mut self) -> VmResult<Option<u8>> {
         if self.start < self.end {
             let op = self.buf[self.start];
@@ -153,6 +161,7 @@ impl<'r> Input<'r> {
         Ok(self.take(1, "opcode")?.first().copied())
     }
 
+    #[inline]
     fn u8(&mut self, what: &str) -> VmResult<u8> {
         Ok(self.array::<1>(what)?[0])
     }
@@ -179,10 +188,10 @@ impl<'r> Input<'r> {
             searched = self.end - self.start;
             let left = self.total_len.saturating_sub(self.position()) as usize;
             if searched >= left || searched >= MAX_LINE_BYTES {
-                return Err(VmError::Truncated {
+                return Err(Box::new(VmError::Truncated {
                     offset: self.position(),
                     problem: format!("{what}: the file ends inside a text line"),
-                });
+                }));
             }
             self.ensure((searched * 2).clamp(searched + 1, left), what)?;
         }
@@ -205,22 +214,29 @@ struct Machine<'b> {
 }
 
 impl Machine<'_> {
-    fn malformed(&self, problem: impl Into<String>) -> VmError {
-        VmError::Malformed {
+    fn malformed(&self, problem: impl Into<String>) -> Box<VmError> {
+        Box::new(VmError::Malformed {
             offset: self.offset,
             problem: problem.into(),
-        }
+        })
     }
 
+    #[inline(always)]
     fn push(&mut self, value: Value) -> VmResult<()> {
         if self.stack.len() >= self.max_stack {
-            return Err(self.malformed(format!(
-                "the pickle stack grew past {} items; a memory snapshot never needs that many",
-                self.max_stack
-            )));
+            return Err(self.stack_overflow());
         }
         self.stack.push(value);
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn stack_overflow(&self) -> Box<VmError> {
+        self.malformed(format!(
+            "the pickle stack grew past {} items; a memory snapshot never needs that many",
+            self.max_stack
+        ))
     }
 
     fn pop(&mut self) -> VmResult<Value> {
@@ -277,22 +293,31 @@ impl Machine<'_> {
         Ok(())
     }
 
+    #[inline(always)]
     fn memo_get(&mut self, index: u64) -> VmResult<()> {
-        let value = match self.memo.get(index as usize) {
-            Some(value) if *value != Value::Mark => Some(*value),
-            _ => self.memo_far.get(&index).copied(),
-        };
-        match value {
+        match self.memo.get(index as usize) {
+            Some(value) if !matches!(value, Value::Mark) => {
+                let value = *value;
+                self.push(value)
+            }
+            _ => self.memo_get_far(index),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn memo_get_far(&mut self, index: u64) -> VmResult<()> {
+        match self.memo_far.get(&index).copied() {
             Some(value) => self.push(value),
             None => Err(self.malformed(format!("memo entry {index} is read before it is set"))),
         }
     }
 
-    fn code(&self, what: String) -> VmError {
-        VmError::Code {
+    fn code(&self, what: String) -> Box<VmError> {
+        Box::new(VmError::Code {
             offset: self.offset,
             what,
-        }
+        })
     }
 }
 
@@ -325,15 +350,15 @@ pub(super) fn decode(
         if position >= next_progress {
             next_progress = position + PROGRESS_STEP_BYTES as u64;
             if !progress(position as f32 / total_len.max(1) as f32) {
-                return Err(VmError::Cancelled);
+                return Err(Box::new(VmError::Cancelled));
             }
         }
         vm.offset = position;
         let Some(op) = input.opcode()? else {
-            return Err(VmError::Truncated {
+            return Err(Box::new(VmError::Truncated {
                 offset: position,
                 problem: "the file ends before the pickle's STOP opcode".to_owned(),
-            });
+            }));
         };
         match op {
             // PROTO

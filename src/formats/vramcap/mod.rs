@@ -6,7 +6,9 @@
 //!   sampler runs, so a recorder killed with SIGKILL loses at most the last second; reading replays
 //!   the batches through [`Capture::ingest`], giving exactly the capture the live view had;
 //! - a **saved capture** ([`write_bytes`], [`write_file`]) stores an in-memory [`Capture`] column by
-//!   column (series, process tracks, ...), so that `read(write(c)) == c` for any capture.
+//!   column (series, process tracks, ...), so that `read(write(c)) == c` for any capture. The
+//!   columns are cut into time windows, each written whole (every column's items of the window)
+//!   and closed by a `WINDOW_END` chunk, so a cut file keeps every earlier window exactly.
 //!
 //! Reading never panics: a foreign file, an unknown future version or a damaged header is an
 //! [`VramcapError`]; damage after the header (truncation, flipped bits, a killed recorder) opens
@@ -24,7 +26,7 @@ use codec::{ByteReader, DecodeError, DecodeResult, put_signed, put_str, put_vari
 use items::{BatchCoder, SampleCoder};
 
 use crate::model::capture::ProcessTrack;
-use crate::model::{Capture, CaptureMeta, DeviceFacts, DeviceSeries, Recovery};
+use crate::model::{Capture, CaptureMeta, DeviceFacts, DeviceSeries, Recovery, UnixMs};
 
 /// First bytes of every capture file.
 pub const MAGIC: [u8; 8] = *b"VRAMCAP\x1a";
@@ -61,6 +63,8 @@ mod chunk_type {
     pub const FIELD_STATUS: u8 = 8;
     /// A saved capture had itself been recovered from a damaged file.
     pub const RECOVERY_NOTE: u8 = 9;
+    /// A saved capture's time window is complete: every item before this time has been written.
+    pub const WINDOW_END: u8 = 10;
     /// The writer closed the file cleanly. Nothing after it is read.
     pub const END: u8 = 255;
 }
@@ -110,6 +114,8 @@ pub fn read_bytes(bytes: &[u8], file_name: &str) -> Result<Capture, VramcapError
     let mut offset = header_len;
     let mut chunks_read: u64 = 0;
     let mut previous_recovery = None;
+    // End of the last complete time window of a saved capture.
+    let mut complete_before_ms = None;
     let damage = loop {
         if offset == bytes.len() {
             break Some(format!(
@@ -124,7 +130,16 @@ pub fn read_bytes(bytes: &[u8], file_name: &str) -> Result<Capture, VramcapError
         if frame.chunk_type == chunk_type::END {
             break None;
         }
-        if frame.chunk_type == chunk_type::RECOVERY_NOTE {
+        if frame.chunk_type == chunk_type::WINDOW_END {
+            match ByteReader::new(frame.payload).signed() {
+                Ok(end_ms) => complete_before_ms = Some(end_ms),
+                Err(problem) => {
+                    break Some(format!(
+                        "chunk {chunks_read} at byte {offset} cannot be decoded: {problem}"
+                    ));
+                }
+            }
+        } else if frame.chunk_type == chunk_type::RECOVERY_NOTE {
             match read_recovery_note(frame.payload) {
                 Ok(note) => previous_recovery = Some(note),
                 Err(problem) => {
@@ -142,6 +157,13 @@ pub fn read_bytes(bytes: &[u8], file_name: &str) -> Result<Capture, VramcapError
         chunks_read += 1;
     };
     capture.reindex();
+    let damage = match (damage, complete_before_ms) {
+        (Some(problem), Some(end_ms)) => Some(format!(
+            "{problem}; {}",
+            describe_complete_part(capture.meta.started_ms, end_ms)
+        )),
+        (damage, _) => damage,
+    };
     capture.recovery = match (damage, previous_recovery) {
         (None, previous) => previous,
         (Some(problem), previous) => Some(Recovery {
@@ -157,6 +179,26 @@ pub fn read_bytes(bytes: &[u8], file_name: &str) -> Result<Capture, VramcapError
         }),
     };
     Ok(capture)
+}
+
+/// Says which part of a cut saved capture is whole: its first `h:mm:ss` when the capture's start
+/// is known, else the Unix time of the end of the last complete window.
+fn describe_complete_part(started_ms: UnixMs, complete_before_ms: UnixMs) -> String {
+    match complete_before_ms.checked_sub(started_ms) {
+        Some(elapsed_ms) if started_ms > 0 && elapsed_ms >= 0 => {
+            let secs = elapsed_ms / 1000;
+            format!(
+                "every sample, process and event of its first {}:{:02}:{:02} is complete \
+                 (before t = {complete_before_ms} ms)",
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60
+            )
+        }
+        _ => format!(
+            "every sample, process and event before t = {complete_before_ms} ms (Unix time) is complete"
+        ),
+    }
 }
 
 /// Reads and decodes a capture file.
@@ -536,7 +578,73 @@ fn apply_track_piece(
     Ok(())
 }
 
-/// Writes a capture's columns as chunks of about [`TARGET_CHUNK_BYTES`].
+/// Longest time window of a saved capture. A window's chunks hold every column's items of the
+/// window, so a file cut after window `k` opens windows `0..=k` whole: a cut loses at most about
+/// this much of the end, and the framing costs a few hundred bytes per window.
+const WINDOW_MS: UnixMs = 60_000;
+/// Most device samples (over all series) in one window, which bounds a window's size at fast
+/// sampling rates (8 GPUs at 20 ms give 24,000 samples a minute).
+const WINDOW_SAMPLES: usize = 8192;
+
+/// Exclusive end times of every time window but the last (which takes everything left): a window
+/// closes at the first sample time [`WINDOW_MS`] after its start or after [`WINDOW_SAMPLES`].
+fn window_ends_ms(capture: &Capture) -> Vec<UnixMs> {
+    let mut times: Vec<UnixMs> = capture
+        .series
+        .iter()
+        .flat_map(|series| series.samples.iter().map(|sample| sample.t_ms))
+        .collect();
+    times.sort_unstable();
+    let mut ends: Vec<UnixMs> = Vec::new();
+    let mut window: Option<(UnixMs, usize)> = None;
+    for t_ms in times {
+        let (start_ms, samples) = window.get_or_insert((t_ms, 0));
+        let full = *samples >= WINDOW_SAMPLES || t_ms >= start_ms.saturating_add(WINDOW_MS);
+        // Samples sharing a time stay in one window, so windows end at increasing times.
+        if full && t_ms > *start_ms {
+            ends.push(t_ms);
+            *start_ms = t_ms;
+            *samples = 0;
+        }
+        *samples += 1;
+    }
+    ends
+}
+
+/// End of the run of `items` from `start` whose times are before `end_ms` (all of them for the
+/// last window). Columns are cut into consecutive runs, never reordered, so a capture whose
+/// columns are not sorted by time still round-trips exactly.
+fn run_end<T>(
+    items: &[T],
+    start: usize,
+    end_ms: Option<UnixMs>,
+    t_ms: impl Fn(&T) -> UnixMs,
+) -> usize {
+    match end_ms {
+        None => items.len(),
+        Some(end_ms) => {
+            let mut end = start;
+            while end < items.len() && t_ms(&items[end]) < end_ms {
+                end += 1;
+            }
+            end
+        }
+    }
+}
+
+/// How far each column has been written, across time windows.
+#[derive(Default)]
+struct ColumnCursors {
+    series: Vec<usize>,
+    tracks: Vec<usize>,
+    /// Tracks whose first piece has been written (a new track's slot must equal this count).
+    tracks_started: usize,
+    polls: usize,
+    health: usize,
+    events: usize,
+}
+
+/// Writes a capture's columns window by window as chunks of about [`TARGET_CHUNK_BYTES`].
 struct ColumnWriter<'a> {
     out: &'a mut Vec<u8>,
     payload: Vec<u8>,
@@ -601,13 +709,48 @@ impl<'a> ColumnWriter<'a> {
             put_varint(&mut layout, u64::from(series.device_index));
         }
         put_chunk(self.out, chunk_type::SERIES_LAYOUT, &layout);
+        let poll_deltas = poll_deltas(&capture.process_poll_ms);
+        let mut cursors = ColumnCursors {
+            series: vec![0; capture.series.len()],
+            tracks: vec![0; capture.processes.len()],
+            ..Default::default()
+        };
+        let window_ends = window_ends_ms(capture);
+        let windows = window_ends.iter().copied().map(Some).chain([None]);
+        for end_ms in windows {
+            self.write_window(capture, &poll_deltas, &mut cursors, end_ms);
+            if let Some(end_ms) = end_ms {
+                let mut payload = Vec::new();
+                put_signed(&mut payload, end_ms);
+                put_chunk(self.out, chunk_type::WINDOW_END, &payload);
+            }
+        }
+        self.write_items(
+            chunk_type::FIELD_STATUS,
+            &[],
+            &capture.field_status,
+            items::put_field_status,
+        );
+    }
+
+    /// Writes every column's items from the cursors up to `end_ms` (exclusive; `None`: the rest).
+    fn write_window(
+        &mut self,
+        capture: &Capture,
+        poll_deltas: &[i64],
+        cursors: &mut ColumnCursors,
+        end_ms: Option<UnixMs>,
+    ) {
         for (slot, series) in capture.series.iter().enumerate() {
+            let start = cursors.series[slot];
+            let end = run_end(&series.samples, start, end_ms, |s| s.t_ms);
+            cursors.series[slot] = end;
             let mut prefix = Vec::new();
             put_varint(&mut prefix, slot as u64);
             // Each chunk restarts the delta base so that chunks decode independently.
             let mut coder = SampleCoder::default();
             let mut count: u64 = 0;
-            for sample in &series.samples {
+            for sample in &series.samples[start..end] {
                 coder.put(&mut self.payload, sample);
                 count += 1;
                 if self.payload.len() >= TARGET_CHUNK_BYTES {
@@ -620,67 +763,115 @@ impl<'a> ColumnWriter<'a> {
                 self.emit_counted(chunk_type::SERIES_SAMPLES, &prefix, count);
             }
         }
-        self.write_tracks(&capture.processes);
+        self.write_tracks(&capture.processes, cursors, end_ms);
+        let polls_start = cursors.polls;
+        cursors.polls = run_end(&capture.process_poll_ms, polls_start, end_ms, |t| *t);
         self.write_items(
             chunk_type::PROCESS_POLLS,
             &[],
-            &poll_deltas(&capture.process_poll_ms),
+            &poll_deltas[polls_start..cursors.polls],
             |out, _, delta| put_signed(out, *delta),
         );
-        self.write_items(chunk_type::HEALTH, &[], &capture.health, items::put_health);
-        self.write_items(chunk_type::EVENTS, &[], &capture.events, items::put_event);
+        let health_start = cursors.health;
+        cursors.health = run_end(&capture.health, health_start, end_ms, |h| h.t_ms);
         self.write_items(
-            chunk_type::FIELD_STATUS,
+            chunk_type::HEALTH,
             &[],
-            &capture.field_status,
-            items::put_field_status,
+            &capture.health[health_start..cursors.health],
+            items::put_health,
+        );
+        let events_start = cursors.events;
+        cursors.events = run_end(&capture.events, events_start, end_ms, |e| e.t_ms);
+        self.write_items(
+            chunk_type::EVENTS,
+            &[],
+            &capture.events[events_start..cursors.events],
+            items::put_event,
         );
     }
 
-    /// Process tracks, split into pieces of at most `PIECE_ENTRIES` entries so that no chunk
-    /// grows past the limit however long a process lived.
-    fn write_tracks(&mut self, tracks: &[ProcessTrack]) {
+    /// The window's part of every process track, split into pieces of at most `PIECE_ENTRIES`
+    /// entries so that no chunk grows past the limit however long a process lived. A track is
+    /// started (possibly empty) once a later track has entries in the window, since slots start
+    /// in order; the last window starts every track left.
+    fn write_tracks(
+        &mut self,
+        tracks: &[ProcessTrack],
+        cursors: &mut ColumnCursors,
+        end_ms: Option<UnixMs>,
+    ) {
         const PIECE_ENTRIES: usize = 65_536;
+        let runs: Vec<(usize, usize)> = tracks
+            .iter()
+            .enumerate()
+            .map(|(slot, track)| {
+                let entries = track.t_ms.len().min(track.used_bytes.len());
+                let start = cursors.tracks[slot];
+                let end = run_end(&track.t_ms[..entries], start, end_ms, |t| *t);
+                (start, end)
+            })
+            .collect();
+        let started_by = match end_ms {
+            None => tracks.len(),
+            Some(_) => runs
+                .iter()
+                .rposition(|(start, end)| end > start)
+                .map_or(0, |last| last + 1),
+        };
         let mut count: u64 = 0;
-        for (slot, track) in tracks.iter().enumerate() {
-            let entries = track.t_ms.len().min(track.used_bytes.len());
-            let mut start = 0;
+        for (slot, (track, &(run_start, run_end))) in tracks.iter().zip(&runs).enumerate() {
+            let must_start = slot >= cursors.tracks_started && slot < started_by;
+            if run_end == run_start && !must_start {
+                continue;
+            }
+            let mut start = run_start;
             loop {
-                let end = (start + PIECE_ENTRIES).min(entries);
-                let out = &mut self.payload;
-                put_varint(out, slot as u64);
-                put_varint(out, u64::from(track.device_index));
-                put_varint(out, u64::from(track.pid));
-                put_str(out, &track.name);
-                out.push(items::process_kind_code(track.kind));
-                codec::put_opt_pair(out, track.mig_instance);
-                put_varint(out, (end - start) as u64);
-                let (mut t_base, mut used_base): (i64, u64) = (0, 0);
-                for i in start..end {
-                    put_signed(out, track.t_ms[i].wrapping_sub(t_base));
-                    t_base = track.t_ms[i];
-                    match track.used_bytes[i] {
-                        None => out.push(0),
-                        Some(used) => {
-                            out.push(1);
-                            codec::put_delta(out, used, used_base);
-                            used_base = used;
-                        }
-                    }
-                }
+                let end = (start + PIECE_ENTRIES).min(run_end);
+                put_track_piece(&mut self.payload, slot, track, start..end);
                 count += 1;
                 if self.payload.len() >= TARGET_CHUNK_BYTES {
                     self.emit_counted(chunk_type::PROCESS_TRACKS, &[], count);
                     count = 0;
                 }
                 start = end;
-                if start >= entries {
+                if start >= run_end {
                     break;
                 }
             }
+            cursors.tracks[slot] = run_end;
         }
+        cursors.tracks_started = cursors.tracks_started.max(started_by);
         if count > 0 {
             self.emit_counted(chunk_type::PROCESS_TRACKS, &[], count);
+        }
+    }
+}
+
+/// One piece of a process track: its identity and the entries in `entries`, delta-coded from 0.
+fn put_track_piece(
+    out: &mut Vec<u8>,
+    slot: usize,
+    track: &ProcessTrack,
+    entries: std::ops::Range<usize>,
+) {
+    put_varint(out, slot as u64);
+    put_varint(out, u64::from(track.device_index));
+    put_varint(out, u64::from(track.pid));
+    put_str(out, &track.name);
+    out.push(items::process_kind_code(track.kind));
+    codec::put_opt_pair(out, track.mig_instance);
+    put_varint(out, entries.len() as u64);
+    let (mut t_base, mut used_base): (i64, u64) = (0, 0);
+    for i in entries {
+        put_signed(out, track.t_ms[i].wrapping_sub(t_base));
+        t_base = track.t_ms[i];
+        match track.used_bytes[i] {
+            None => out.push(0),
+            Some(used) => {
+                out.push(1);
+                codec::put_delta(out, used, used_base);
+                used_base = used;
+            }
         }
     }
 }

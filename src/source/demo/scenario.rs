@@ -9,7 +9,7 @@
 //! | 0:00–0:20     | `train.py` loads its model to ~58 GiB           | `serve.py` loads ~20 GiB                     |
 //! | 0:20–5:00     | training steps every 3.2 s, peaks ~82 GiB       | serving; leaks ~88 MiB/s                     |
 //! | 5:00–7:59     | peaks grow (longer sequences), cross 90%        |                                              |
-//! | 7:59          | OOM: asks for 14 GiB, frees, exits              |                                              |
+//! | 7:57–7:59     | last step holds ~132 GiB; OOM: asks for 14 GiB  |                                              |
 //! | 8:14–14:45    | restarted (new pid): load, train, smaller batch |                                              |
 //! | 9:50–10:01    |                                                 | `kernel_test.py` faults: Xid 31 (GPU 1 only) |
 //! | 11:40         |                                                 | 3 correctable ECC errors (GPU 1 only)        |
@@ -64,6 +64,10 @@ const ACTIVATIONS_RESTART_BYTES: f64 = 18.0 * GIB as f64;
 const GROWTH_START_MS: i64 = 300_000;
 /// The OOM happens at the peak of training step 143.
 pub const OOM_AT_MS: i64 = TRAIN_LOAD_MS + 143 * STEP_MS + STEP_PEAK_OFFSET_MS;
+/// How long before the OOM the failing step already holds its peak: longer than the 1 s interval
+/// of generated captures (and the default 250 ms), so the reading just before the OOM shows the
+/// card too full for the request rather than a trough between two samples.
+pub const OOM_FULL_BEFORE_MS: i64 = 1_500;
 /// The failed process prints its traceback this long before it exits.
 const OOM_EXIT_DELAY_MS: i64 = 3_000;
 const RESTART_AT_MS: i64 = OOM_AT_MS + 15_000;
@@ -346,9 +350,9 @@ pub fn device_state(device_index: u32, time: ScenarioTime) -> DeviceState {
         Role::Training => {
             let first_run = pid(device_index, 0, time.cycle);
             let restarted = pid(device_index, 1, time.cycle);
-            let training = |since_ms: i64, amplitude: f64| {
+            let training = |since_ms: i64, amplitude: f64, min_share: f64| {
                 let phase = (since_ms.rem_euclid(STEP_MS)) as f64 / STEP_MS as f64;
-                let share = activation_share(phase);
+                let share = activation_share(phase).max(min_share);
                 let jitter = n(1) * 192.0 * MIB as f64;
                 let bytes = TRAIN_BASE_BYTES as f64 + share * amplitude + jitter;
                 (bytes.max(0.0) as u64, Activity::Training { share })
@@ -367,7 +371,14 @@ pub fn device_state(device_index: u32, time: ScenarioTime) -> DeviceState {
                     .clamp(0.0, 1.0);
                 let amplitude =
                     ACTIVATIONS_BYTES + growth * (ACTIVATIONS_GROWN_BYTES - ACTIVATIONS_BYTES);
-                (Some(first_run), Some(training(since, amplitude)))
+                // The failing step's long sequence fills the card early and holds it, so the
+                // readings just before the OOM show it full, as a real capture would.
+                let min_share = if at >= OOM_AT_MS - OOM_FULL_BEFORE_MS {
+                    1.0
+                } else {
+                    0.0
+                };
+                (Some(first_run), Some(training(since, amplitude, min_share)))
             } else if at < OOM_AT_MS + OOM_EXIT_DELAY_MS {
                 // The failed allocation left everything else allocated while the traceback prints.
                 let held = TRAIN_BASE_BYTES as f64 + ACTIVATIONS_GROWN_BYTES;
@@ -387,7 +398,7 @@ pub fn device_state(device_index: u32, time: ScenarioTime) -> DeviceState {
                 let since = at - RESTART_AT_MS - TRAIN_LOAD_MS;
                 (
                     Some(restarted),
-                    Some(training(since, ACTIVATIONS_RESTART_BYTES)),
+                    Some(training(since, ACTIVATIONS_RESTART_BYTES, 0.0)),
                 )
             } else {
                 (None, None)
@@ -551,6 +562,15 @@ mod tests {
             free < OOM_REQUEST_BYTES,
             "free {free} must not fit the request"
         );
+        // Every reading in the failing step's last OOM_FULL_BEFORE_MS shows the card full too.
+        for before_ms in (1..=OOM_FULL_BEFORE_MS).step_by(50) {
+            let used = device_state(0, at(OOM_AT_MS - before_ms)).used_bytes();
+            let free = TOTAL_BYTES - RESERVED_BYTES - used;
+            assert!(
+                free < OOM_REQUEST_BYTES,
+                "{before_ms} ms before: free {free}"
+            );
+        }
         let gone = device_state(0, at(OOM_AT_MS + OOM_EXIT_DELAY_MS + 1));
         assert_eq!(gone.used_bytes(), 0);
         let old_pid = before.processes[0].map(|p| p.pid);

@@ -25,7 +25,7 @@ impl ListedProcess {
     /// (`NVML_VALUE_NOT_AVAILABLE` memory) and "no MIG instance" (`0xFFFFFFFF` ids).
     pub fn from_nvml(
         pid: u32,
-        used_gpu_memory: u64,
+        used_gpu_memory_bytes: u64,
         gpu_instance_id: u32,
         compute_instance_id: u32,
     ) -> Self {
@@ -33,7 +33,7 @@ impl ListedProcess {
         const NO_INSTANCE: u32 = u32::MAX;
         ListedProcess {
             pid,
-            used_bytes: (used_gpu_memory != NOT_AVAILABLE).then_some(used_gpu_memory),
+            used_bytes: (used_gpu_memory_bytes != NOT_AVAILABLE).then_some(used_gpu_memory_bytes),
             mig_instance: (gpu_instance_id != NO_INSTANCE && compute_instance_id != NO_INSTANCE)
                 .then_some((gpu_instance_id, compute_instance_id)),
         }
