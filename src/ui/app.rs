@@ -12,8 +12,9 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
-use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText, Ui};
+use egui::{Color32, ColorImage, Key, KeyboardShortcut, Modifiers, Rect, RichText, Ui};
 
 use crate::diagnose::NamedCapture;
 use crate::model::{Capture, UnixMs};
@@ -36,11 +37,36 @@ pub const OPEN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COM
 pub const SAVE_AS_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::S);
 /// Ctrl+R: start or stop recording the live source.
 pub const RECORD_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::R);
+/// Ctrl+E: export the timeline as a PNG image.
+pub const EXPORT_PNG_SHORTCUT: KeyboardShortcut =
+    KeyboardShortcut::new(Modifiers::COMMAND, Key::E);
+/// Ctrl+Shift+E: export the diagnosis report.
+pub const EXPORT_REPORT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(
+    Modifiers {
+        shift: true,
+        ..Modifiers::COMMAND
+    },
+    Key::E,
+);
 /// Ctrl+Q: quit.
 pub const QUIT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Q);
 
 /// Allocator views kept open at most (each holds a whole snapshot); the oldest is closed first.
 pub const MAX_ALLOCATOR_VIEWS: usize = 8;
+
+/// A timeline PNG export between choosing the file and having the screenshot.
+enum PngExport {
+    /// The path is chosen; the screenshot is asked for at the start of the next frame, once the
+    /// menu that started the export has closed.
+    Requested(PathBuf),
+    /// Waiting for the screenshot, to be cut to `rect` (points).
+    Capturing {
+        path: PathBuf,
+        rect: Rect,
+        pixels_per_point: f32,
+        screenshot: Receiver<Arc<ColorImage>>,
+    },
+}
 
 /// A live source to start with: the source and, for the demo machine, why it is shown.
 #[cfg(feature = "native")]
@@ -91,6 +117,10 @@ pub struct VramscopeApp {
     active_allocator: usize,
     /// The diagnosis wizards, fed with every opened file.
     wizard: WizardView,
+    /// Where the timeline area was drawn in the last frame (the PNG export is cut to it).
+    timeline_rect: Option<Rect>,
+    /// File › Export timeline as PNG… in progress.
+    png_export: Option<PngExport>,
     /// The hardware checks panel, made when its tab is first shown.
     #[cfg(feature = "native")]
     hardware: Option<super::hardware::HardwarePanel>,
@@ -126,6 +156,8 @@ impl VramscopeApp {
             allocators: Vec::new(),
             active_allocator: 0,
             wizard: WizardView::new(),
+            timeline_rect: None,
+            png_export: None,
             #[cfg(feature = "native")]
             hardware: None,
             #[cfg(feature = "native")]
@@ -429,8 +461,17 @@ impl VramscopeApp {
                         .notices
                         .push(NoticeLevel::Error, format!("Could not save: {message}")),
                 },
+                JobResult::Exported { path, result } => match result {
+                    Ok(()) => self
+                        .notices
+                        .push(NoticeLevel::Info, format!("Exported {}", path.display())),
+                    Err(message) => self
+                        .notices
+                        .push(NoticeLevel::Error, format!("Could not export: {message}")),
+                },
             }
         }
+        self.poll_png_screenshot();
         for session in &mut self.sessions {
             session.poll();
         }
@@ -496,6 +537,137 @@ impl VramscopeApp {
                     ),
                 );
             }
+        }
+    }
+
+    /// Whether File › Export timeline as PNG… can run: the Timeline view shows a capture.
+    pub fn can_export_png(&self) -> bool {
+        self.view == View::Timeline && self.active_session().is_some()
+    }
+
+    /// Whether File › Export report… has anything to report: an opened file, the GPU checks, or a
+    /// live capture with samples.
+    pub fn can_export_report(&self) -> bool {
+        !self.wizard.diagnosis().inputs.is_empty()
+            || self
+                .sessions
+                .iter()
+                .any(|s| s.is_live() && s.capture.sample_count() > 0)
+    }
+
+    /// True from choosing where the timeline PNG goes until its screenshot is handed to the
+    /// background writer (tests wait on this, then on [`Self::jobs_running`]).
+    pub fn png_export_pending(&self) -> bool {
+        self.png_export.is_some()
+    }
+
+    /// File › Export timeline as PNG… and Ctrl+E: asks where to write it; the screenshot is taken
+    /// next frame and cut to the timeline area.
+    pub fn export_png_with_dialog(&mut self) {
+        if !self.can_export_png() {
+            self.notices.push(
+                NoticeLevel::Warning,
+                "Nothing to export: show a capture or the live source in the Timeline view.",
+            );
+            return;
+        }
+        if self.png_export.is_some() {
+            return;
+        }
+        let suggested = match self.active_session().map(|s| &s.origin) {
+            Some(SessionOrigin::File { file_name }) => {
+                let stem = std::path::Path::new(file_name)
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                format!("{stem}-timeline.png")
+            }
+            _ => "vramscope-timeline.png".to_owned(),
+        };
+        if let Some(path) = self.dialogs.pick_png_path(&suggested) {
+            self.png_export = Some(PngExport::Requested(path));
+            self.jobs.ctx().request_repaint();
+        }
+    }
+
+    /// Asks for the screenshot of a requested PNG export, cut to where the timeline was drawn.
+    fn start_png_capture(&mut self, ctx: &egui::Context) {
+        let Some(PngExport::Requested(_)) = &self.png_export else {
+            return;
+        };
+        let Some(PngExport::Requested(path)) = self.png_export.take() else {
+            return;
+        };
+        let Some(rect) = self.timeline_rect.filter(|_| self.view == View::Timeline) else {
+            self.notices.push(
+                NoticeLevel::Warning,
+                format!(
+                    "{}: not exported, the timeline is no longer shown.",
+                    path.display()
+                ),
+            );
+            return;
+        };
+        let (sender, screenshot) = channel();
+        let wake = ctx.clone();
+        ctx.request_screenshot(move |image| {
+            // The app may be gone by now; then nobody wants the image.
+            let _ = sender.send(image);
+            wake.request_repaint();
+        });
+        self.png_export = Some(PngExport::Capturing {
+            path,
+            rect,
+            pixels_per_point: ctx.pixels_per_point(),
+            screenshot,
+        });
+    }
+
+    /// Hands a delivered screenshot to the background writer.
+    fn poll_png_screenshot(&mut self) {
+        let Some(PngExport::Capturing { screenshot, .. }) = &self.png_export else {
+            return;
+        };
+        let image = match screenshot.try_recv() {
+            Err(TryRecvError::Empty) => return,
+            Ok(image) => Some(image),
+            Err(TryRecvError::Disconnected) => None,
+        };
+        let Some(PngExport::Capturing {
+            path,
+            rect,
+            pixels_per_point,
+            ..
+        }) = self.png_export.take()
+        else {
+            return;
+        };
+        match image {
+            Some(image) => self.jobs.export_png(path, image, rect, pixels_per_point),
+            None => self.notices.push(
+                NoticeLevel::Error,
+                format!(
+                    "Could not export {}: the window could not be captured.",
+                    path.display()
+                ),
+            ),
+        }
+    }
+
+    /// File › Export report… and Ctrl+Shift+E: the diagnosis over all the evidence the app holds
+    /// (the Diagnose wizard's, with the live capture so far), written in the background in the
+    /// format the chosen file's extension names.
+    pub fn export_report_with_dialog(&mut self) {
+        self.offer_live_capture();
+        if !self.can_export_report() {
+            self.notices.push(
+                NoticeLevel::Warning,
+                "Nothing to report yet: open a capture, snapshot or log, or start a live source.",
+            );
+            return;
+        }
+        if let Some(path) = self.dialogs.pick_report_path("vramscope-report.html") {
+            self.jobs.write_report(path, self.wizard.report());
         }
     }
 
@@ -573,6 +745,13 @@ impl VramscopeApp {
     }
 
     fn handle_shortcuts(&mut self, ctx: &egui::Context) {
+        let (export_report, export_png) = ctx.input_mut(|input| {
+            // Ctrl+Shift+E first: Ctrl+E would also match it.
+            (
+                input.consume_shortcut(&EXPORT_REPORT_SHORTCUT),
+                input.consume_shortcut(&EXPORT_PNG_SHORTCUT),
+            )
+        });
         let (open, save, record, quit, view) = ctx.input_mut(|input| {
             (
                 input.consume_shortcut(&OPEN_SHORTCUT),
@@ -595,6 +774,12 @@ impl VramscopeApp {
         }
         if record {
             self.toggle_recording();
+        }
+        if export_png && self.can_export_png() {
+            self.export_png_with_dialog();
+        }
+        if export_report && self.can_export_report() {
+            self.export_report_with_dialog();
         }
         if quit {
             self.quit(ctx);
@@ -672,6 +857,34 @@ impl VramscopeApp {
                     .clicked()
                 {
                     self.save_with_dialog();
+                }
+                ui.separator();
+                if ui
+                    .add_enabled(
+                        self.can_export_png(),
+                        egui::Button::new("Export timeline as PNG…")
+                            .shortcut_text(ctx.format_shortcut(&EXPORT_PNG_SHORTCUT)),
+                    )
+                    .on_hover_text("The timeline area as an image, for a review or a bug report")
+                    .on_disabled_hover_text("Show a capture in the Timeline view first")
+                    .clicked()
+                {
+                    self.export_png_with_dialog();
+                }
+                if ui
+                    .add_enabled(
+                        self.can_export_report(),
+                        egui::Button::new("Export report…")
+                            .shortcut_text(ctx.format_shortcut(&EXPORT_REPORT_SHORTCUT)),
+                    )
+                    .on_hover_text(
+                        "The diagnosis of every opened file as HTML, Markdown or JSON \
+                         (by the file's extension)",
+                    )
+                    .on_disabled_hover_text("Open a capture, snapshot or log first")
+                    .clicked()
+                {
+                    self.export_report_with_dialog();
                 }
                 ui.separator();
                 if ui
@@ -808,7 +1021,7 @@ impl VramscopeApp {
                     &mut self.process_table,
                 );
             });
-        egui::CentralPanel::default().show(ui, |ui| {
+        let timeline = egui::CentralPanel::default().show(ui, |ui| {
             let input = TimelineInput {
                 capture: &session.capture,
                 data: &session.timeline,
@@ -816,6 +1029,7 @@ impl VramscopeApp {
             };
             timeline_ui(ui, &input, &mut self.settings, &mut self.timeline);
         });
+        self.timeline_rect = Some(timeline.response.rect);
     }
 
     /// The Allocator view: the chosen snapshot (a picker when several are open).
@@ -1080,6 +1294,7 @@ impl eframe::App for VramscopeApp {
     fn ui(&mut self, ui: &mut Ui, _frame: &mut eframe::Frame) {
         let ctx = ui.ctx().clone();
         self.poll_background();
+        self.start_png_capture(&ctx);
         self.handle_shortcuts(&ctx);
         self.handle_dropped_files(&ctx);
         self.apply_settings(&ctx);
@@ -1097,6 +1312,7 @@ impl eframe::App for VramscopeApp {
         if !self.notices.is_empty() {
             egui::Panel::top("notices").show(ui, |ui| self.notices.ui(ui));
         }
+        self.timeline_rect = None;
         match self.view {
             View::Timeline => self.timeline_view_ui(ui),
             View::Allocator => self.allocator_view_ui(ui),

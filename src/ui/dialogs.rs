@@ -15,6 +15,16 @@ pub trait FileDialogs {
     fn pick_folder(&mut self) -> Option<PathBuf> {
         None
     }
+    /// Where to write the timeline as a PNG image; `None` if the user cancelled. Builds that
+    /// cannot write files (the web viewer) keep this default.
+    fn pick_png_path(&mut self, _suggested_name: &str) -> Option<PathBuf> {
+        None
+    }
+    /// Where to write the diagnosis report; its extension (.html, .md or .json) picks the format.
+    /// `None` if the user cancelled; builds that cannot write files keep this default.
+    fn pick_report_path(&mut self, _suggested_name: &str) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// Native dialogs through `rfd` (xdg-desktop-portal on Linux, falling back to zenity).
@@ -50,6 +60,24 @@ impl FileDialogs for NativeDialogs {
         rfd::FileDialog::new()
             .set_title("Watch a folder for new snapshots")
             .pick_folder()
+    }
+
+    fn pick_png_path(&mut self, suggested_name: &str) -> Option<PathBuf> {
+        rfd::FileDialog::new()
+            .set_title("Export the timeline as PNG")
+            .add_filter("PNG image", &["png"])
+            .set_file_name(suggested_name)
+            .save_file()
+    }
+
+    fn pick_report_path(&mut self, suggested_name: &str) -> Option<PathBuf> {
+        rfd::FileDialog::new()
+            .set_title("Export the diagnosis report")
+            .add_filter("HTML page", &["html", "htm"])
+            .add_filter("Markdown", &["md"])
+            .add_filter("JSON", &["json"])
+            .set_file_name(suggested_name)
+            .save_file()
     }
 }
 

@@ -106,6 +106,12 @@ pub enum JobResult {
         path: PathBuf,
         result: Result<(), String>,
     },
+    /// The timeline image or a report was written to `path` (or failed to be; the message names
+    /// the file).
+    Exported {
+        path: PathBuf,
+        result: Result<(), String>,
+    },
 }
 
 /// A read in progress: its file, how far it got and a flag that asks it to stop.
@@ -273,6 +279,30 @@ impl Jobs {
         self.spawn(None, move || {
             let result = vramcap::write_file(&path, &capture).map_err(|err| err.to_string());
             JobResult::Saved { path, result }
+        });
+    }
+
+    /// Crops `screenshot` to the timeline's `rect` (points), encodes it as PNG and writes it to
+    /// `path`.
+    pub fn export_png(
+        &mut self,
+        path: PathBuf,
+        screenshot: Arc<egui::ColorImage>,
+        rect: egui::Rect,
+        pixels_per_point: f32,
+    ) {
+        self.spawn(None, move || {
+            let result =
+                super::export::write_timeline_png(&path, &screenshot, rect, pixels_per_point);
+            JobResult::Exported { path, result }
+        });
+    }
+
+    /// Writes `report` to `path` in the format its extension names (.html, .md or .json).
+    pub fn write_report(&mut self, path: PathBuf, report: crate::report::Report) {
+        self.spawn(None, move || {
+            let result = crate::report::write(&report, &path).map_err(|err| err.to_string());
+            JobResult::Exported { path, result }
         });
     }
 

@@ -11,6 +11,7 @@ pub mod allocator;
 pub mod app;
 pub mod devices;
 pub mod dialogs;
+pub mod export;
 pub mod format;
 #[cfg(feature = "native")]
 pub mod hardware;
