@@ -38,8 +38,7 @@ pub const SAVE_AS_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::
 /// Ctrl+R: start or stop recording the live source.
 pub const RECORD_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::R);
 /// Ctrl+E: export the timeline as a PNG image.
-pub const EXPORT_PNG_SHORTCUT: KeyboardShortcut =
-    KeyboardShortcut::new(Modifiers::COMMAND, Key::E);
+pub const EXPORT_PNG_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::E);
 /// Ctrl+Shift+E: export the diagnosis report.
 pub const EXPORT_REPORT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(
     Modifiers {
@@ -553,6 +552,12 @@ impl VramscopeApp {
                 .sessions
                 .iter()
                 .any(|s| s.is_live() && s.capture.sample_count() > 0)
+    }
+
+    /// Where the timeline area was drawn in the last frame (in points), when the Timeline view
+    /// shows a capture: the exported PNG is this area.
+    pub fn timeline_rect(&self) -> Option<Rect> {
+        self.timeline_rect
     }
 
     /// True from choosing where the timeline PNG goes until its screenshot is handed to the

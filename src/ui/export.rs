@@ -16,7 +16,8 @@ pub fn crop_to_rect(
 ) -> Result<ColorImage, String> {
     let [width, height] = screenshot.size;
     // Rounded, then clamped: a rect a fraction of a pixel past the edge must not panic.
-    let to_px = |v: f32, limit: usize| ((v * pixels_per_point).round().max(0.0) as usize).min(limit);
+    let to_px =
+        |v: f32, limit: usize| ((v * pixels_per_point).round().max(0.0) as usize).min(limit);
     let (min_x, max_x) = (to_px(rect.min.x, width), to_px(rect.max.x, width));
     let (min_y, max_y) = (to_px(rect.min.y, height), to_px(rect.max.y, height));
     if min_x >= max_x || min_y >= max_y {
@@ -95,7 +96,9 @@ mod tests {
     fn crop_is_clamped_to_the_image_and_rejects_a_rect_outside() {
         let past_edge = Rect::from_min_max(pos2(8.0, 4.0), pos2(12.5, 9.0));
         assert_eq!(
-            crop_to_rect(&gradient(), past_edge, 1.0).expect("partly inside").size,
+            crop_to_rect(&gradient(), past_edge, 1.0)
+                .expect("partly inside")
+                .size,
             [2, 2]
         );
         let outside = Rect::from_min_max(pos2(20.0, 0.0), pos2(30.0, 5.0));
@@ -119,7 +122,10 @@ mod tests {
         let path = dir.join("timeline.png");
         let rect = Rect::from_min_max(pos2(0.0, 0.0), pos2(4.0, 4.0));
         let err = write_timeline_png(&path, &gradient(), rect, 1.0).expect_err("no directory");
-        assert!(err.contains("timeline.png") && err.contains("cannot write"), "{err}");
+        assert!(
+            err.contains("timeline.png") && err.contains("cannot write"),
+            "{err}"
+        );
         assert!(!path.exists());
     }
 }

@@ -1,0 +1,282 @@
+//! UI tests of File › Export timeline as PNG… and File › Export report… (egui_kittest): the PNG is
+//! the timeline area of the window (its size, not the window's) and a real image; the report from
+//! the main view names the fragmentation case's cause in JSON and embeds a PNG in HTML; both items
+//! are disabled, and their shortcuts ask nothing, while there is nothing to export.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use egui::{Key, Modifiers, Vec2};
+use egui_kittest::Harness;
+use egui_kittest::kittest::{NodeT, Queryable};
+
+use vramscope::model::Capture;
+use vramscope::source::demo::{DemoConfig, generate_capture};
+use vramscope::ui::dialogs::FileDialogs;
+use vramscope::ui::notices::NoticeLevel;
+use vramscope::ui::{AppOptions, VramscopeApp};
+
+/// 2026-11-30 00:00:00 UTC: a fixed start, as in the other UI tests.
+const START_MS: i64 = 1_796_000_400_000;
+
+const CTRL_SHIFT: Modifiers = Modifiers {
+    shift: true,
+    ..Modifiers::COMMAND
+};
+
+fn demo_capture() -> Capture {
+    generate_capture(&DemoConfig::default(), START_MS, 15 * 60 * 1000, 1000)
+}
+
+fn case(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cases")
+        .join(name)
+}
+
+/// Dialogs that answer export paths from a script and record what was asked.
+#[derive(Clone, Default)]
+struct ScriptedDialogs {
+    png_answers: Arc<Mutex<Vec<PathBuf>>>,
+    report_answers: Arc<Mutex<Vec<PathBuf>>>,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl FileDialogs for ScriptedDialogs {
+    fn pick_file_to_open(&mut self) -> Option<PathBuf> {
+        None
+    }
+    fn pick_save_path(&mut self, _suggested_name: &str) -> Option<PathBuf> {
+        None
+    }
+    fn pick_png_path(&mut self, suggested_name: &str) -> Option<PathBuf> {
+        self.asked
+            .lock()
+            .ok()?
+            .push(format!("png {suggested_name}"));
+        self.png_answers.lock().ok()?.pop()
+    }
+    fn pick_report_path(&mut self, suggested_name: &str) -> Option<PathBuf> {
+        self.asked
+            .lock()
+            .ok()?
+            .push(format!("report {suggested_name}"));
+        self.report_answers.lock().ok()?.pop()
+    }
+}
+
+fn asked(dialogs: &ScriptedDialogs) -> Vec<String> {
+    dialogs.asked.lock().map(|a| a.clone()).unwrap_or_default()
+}
+
+/// A 1000×700 harness opening `files`, showing `capture` if given.
+fn harness(
+    dialogs: &ScriptedDialogs,
+    files: Vec<PathBuf>,
+    capture: Option<Capture>,
+) -> Harness<'static, VramscopeApp> {
+    let options = AppOptions {
+        files,
+        live: None,
+        dialogs: Box::new(dialogs.clone()),
+        recordings_dir: None,
+    };
+    Harness::builder()
+        .with_size(Vec2::new(1000.0, 700.0))
+        .with_step_dt(0.25)
+        .wgpu()
+        .build_eframe(move |cc| {
+            let mut app = VramscopeApp::new(cc, options);
+            if let Some(capture) = capture {
+                app.show_capture("demo-day.vramcap", capture);
+            }
+            app
+        })
+}
+
+/// Steps (in real time, so threads progress) until `done` holds, or fails after 30 s.
+fn step_until(
+    harness: &mut Harness<'static, VramscopeApp>,
+    what: &str,
+    done: impl Fn(&VramscopeApp) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    harness.step();
+    while !done(harness.state()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+        harness.step();
+    }
+    harness.run_steps(2);
+}
+
+fn exports_done(app: &VramscopeApp) -> bool {
+    !app.png_export_pending() && app.jobs_running() == 0
+}
+
+fn notice_texts(harness: &Harness<'static, VramscopeApp>, level: NoticeLevel) -> Vec<String> {
+    harness
+        .state()
+        .notices
+        .items()
+        .iter()
+        .filter(|n| n.level == level)
+        .map(|n| n.text.clone())
+        .collect()
+}
+
+fn menu_item_disabled(harness: &Harness<'static, VramscopeApp>, label: &str) -> bool {
+    harness
+        .get_by_label_contains(label)
+        .accesskit_node()
+        .is_disabled()
+}
+
+#[test]
+fn timeline_png_is_the_timeline_area_and_a_real_image() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("review.png");
+    let dialogs = ScriptedDialogs::default();
+    dialogs.png_answers.lock().expect("lock").push(path.clone());
+    let mut harness = harness(&dialogs, Vec::new(), Some(demo_capture()));
+    harness.run_steps(4);
+    let rect = harness
+        .state()
+        .timeline_rect()
+        .expect("the timeline is drawn");
+
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::E);
+    step_until(&mut harness, "the PNG export", exports_done);
+
+    assert_eq!(asked(&dialogs), ["png demo-day-timeline.png"]);
+    assert!(
+        notice_texts(&harness, NoticeLevel::Error).is_empty(),
+        "{:?}",
+        notice_texts(&harness, NoticeLevel::Error)
+    );
+    let info = notice_texts(&harness, NoticeLevel::Info);
+    assert!(
+        info.iter()
+            .any(|n| n.contains("Exported") && n.contains("review.png")),
+        "{info:?}"
+    );
+    let bytes = std::fs::read(&path).expect("the PNG was written");
+    let image = image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
+        .expect("a valid PNG")
+        .to_rgba8();
+    let (width, height) = image.dimensions();
+    // The harness draws at 1 pixel per point.
+    assert!(
+        (width as f32 - rect.width()).abs() <= 1.0 && (height as f32 - rect.height()).abs() <= 1.0,
+        "{width}×{height} vs the timeline's {rect:?}"
+    );
+    assert!(
+        width < 1000 && height < 700,
+        "the whole window was exported"
+    );
+    let first = image.get_pixel(0, 0);
+    let differing = image.pixels().filter(|p| *p != first).count();
+    assert!(
+        differing > (width * height / 20) as usize,
+        "the image is (nearly) one flat colour: {differing} differing pixels"
+    );
+}
+
+#[test]
+fn report_from_the_main_view_in_json_and_html() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json_path = dir.path().join("report.json");
+    let html_path = dir.path().join("report.html");
+    let dialogs = ScriptedDialogs::default();
+    // Answers are popped: JSON first (shortcut), then HTML (menu).
+    dialogs
+        .report_answers
+        .lock()
+        .expect("lock")
+        .extend([html_path.clone(), json_path.clone()]);
+    let mut harness = harness(
+        &dialogs,
+        vec![case("fragmentation.log"), case("fragmentation.pickle")],
+        None,
+    );
+    step_until(&mut harness, "the files to open", |app| {
+        app.jobs_running() == 0 && app.wizard().diagnosis().inputs.len() >= 2
+    });
+    // Only snapshots and logs: no timeline to export, but a report.
+    assert!(!harness.state().can_export_png());
+
+    harness.key_press_modifiers(CTRL_SHIFT, Key::E);
+    step_until(&mut harness, "the JSON report", exports_done);
+    harness.get_by_label("File").click();
+    harness.run_steps(2);
+    harness.get_by_label_contains("Export report").click();
+    step_until(&mut harness, "the HTML report", exports_done);
+
+    assert_eq!(
+        asked(&dialogs),
+        [
+            "report vramscope-report.html",
+            "report vramscope-report.html"
+        ]
+    );
+    assert!(
+        notice_texts(&harness, NoticeLevel::Error).is_empty(),
+        "{:?}",
+        notice_texts(&harness, NoticeLevel::Error)
+    );
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&json_path).expect("the JSON report was written"),
+    )
+    .expect("valid JSON");
+    assert_eq!(json["schema"], "vramscope.report/1");
+    assert_eq!(json["findings"][0]["category"], "fragmentation", "{json:#}");
+    let inputs = json["inputs"].as_array().expect("inputs");
+    assert!(inputs.iter().any(|i| i["name"] == "fragmentation.log"));
+    assert!(inputs.iter().any(|i| i["name"] == "fragmentation.pickle"));
+
+    let html = std::fs::read_to_string(&html_path).expect("the HTML report was written");
+    assert!(html.contains("<title>vramscope diagnosis"), "no title");
+    assert!(
+        html.contains("src=\"data:image/png;base64,"),
+        "no embedded PNG"
+    );
+    let info = notice_texts(&harness, NoticeLevel::Info);
+    assert!(
+        info.iter().any(|n| n.contains("report.html"))
+            && info.iter().any(|n| n.contains("report.json")),
+        "{info:?}"
+    );
+}
+
+#[test]
+fn nothing_to_export_disables_both_items_and_their_shortcuts() {
+    let dialogs = ScriptedDialogs::default();
+    let mut harness = harness(&dialogs, Vec::new(), None);
+    harness.run_steps(2);
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::E);
+    harness.key_press_modifiers(CTRL_SHIFT, Key::E);
+    harness.run_steps(2);
+    assert!(asked(&dialogs).is_empty(), "{:?}", asked(&dialogs));
+
+    harness.get_by_label("File").click();
+    harness.run_steps(2);
+    assert!(menu_item_disabled(&harness, "Export timeline as PNG"));
+    assert!(menu_item_disabled(&harness, "Export report"));
+    harness.key_press(Key::Escape);
+    harness.run_steps(2);
+
+    // A capture on the Timeline enables the PNG export.
+    harness
+        .state_mut()
+        .show_capture("demo-day.vramcap", demo_capture());
+    harness.run_steps(2);
+    harness.get_by_label("File").click();
+    harness.run_steps(2);
+    assert!(!menu_item_disabled(&harness, "Export timeline as PNG"));
+    harness
+        .get_by_label_contains("Export timeline as PNG")
+        .click();
+    harness.run_steps(2);
+    assert_eq!(asked(&dialogs), ["png demo-day-timeline.png"]);
+}
