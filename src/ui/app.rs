@@ -597,11 +597,12 @@ impl VramscopeApp {
 
     /// Asks for the screenshot of a requested PNG export, cut to where the timeline was drawn.
     fn start_png_capture(&mut self, ctx: &egui::Context) {
-        let Some(PngExport::Requested(_)) = &self.png_export else {
-            return;
-        };
-        let Some(PngExport::Requested(path)) = self.png_export.take() else {
-            return;
+        let path = match self.png_export.take() {
+            Some(PngExport::Requested(path)) => path,
+            other => {
+                self.png_export = other;
+                return;
+            }
         };
         let Some(rect) = self.timeline_rect.filter(|_| self.view == View::Timeline) else {
             self.notices.push(
@@ -630,26 +631,29 @@ impl VramscopeApp {
 
     /// Hands a delivered screenshot to the background writer.
     fn poll_png_screenshot(&mut self) {
-        let Some(PngExport::Capturing { screenshot, .. }) = &self.png_export else {
-            return;
+        let (path, rect, pixels_per_point, screenshot) = match self.png_export.take() {
+            Some(PngExport::Capturing {
+                path,
+                rect,
+                pixels_per_point,
+                screenshot,
+            }) => (path, rect, pixels_per_point, screenshot),
+            other => {
+                self.png_export = other;
+                return;
+            }
         };
-        let image = match screenshot.try_recv() {
-            Err(TryRecvError::Empty) => return,
-            Ok(image) => Some(image),
-            Err(TryRecvError::Disconnected) => None,
-        };
-        let Some(PngExport::Capturing {
-            path,
-            rect,
-            pixels_per_point,
-            ..
-        }) = self.png_export.take()
-        else {
-            return;
-        };
-        match image {
-            Some(image) => self.jobs.export_png(path, image, rect, pixels_per_point),
-            None => self.notices.push(
+        match screenshot.try_recv() {
+            Err(TryRecvError::Empty) => {
+                self.png_export = Some(PngExport::Capturing {
+                    path,
+                    rect,
+                    pixels_per_point,
+                    screenshot,
+                });
+            }
+            Ok(image) => self.jobs.export_png(path, image, rect, pixels_per_point),
+            Err(TryRecvError::Disconnected) => self.notices.push(
                 NoticeLevel::Error,
                 format!(
                     "Could not export {}: the window could not be captured.",
