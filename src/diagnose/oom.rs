@@ -372,9 +372,9 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                 category: Category::Fragmentation,
                 severity: Severity::Critical,
                 title: if cached_enough {
-                    format!("Fragmentation: {} cached on {gpu} but no free block fits the {req} request{block}", format_bytes(u))
+                    format!("{} cached on {gpu} but no free block fits the {req} request{block}", format_bytes(u))
                 } else {
-                    format!("Fragmentation: {} cached plus {} free would fit the {req} request", format_bytes(u), n.free_bytes.map(format_bytes).unwrap_or_default())
+                    format!("{} cached plus {} free would fit the {req} request", format_bytes(u), n.free_bytes.map(format_bytes).unwrap_or_default())
                 },
                 evidence: ev.clone(),
                 explanation: if cause == OomCause::CapWithFragmentation {
