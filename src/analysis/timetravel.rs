@@ -587,15 +587,41 @@ impl TimeTravel {
             times_monotonic: false,
             check: ReplayCheck::default(),
         };
-        // Pass 1: undo with estimated sizes of freed blocks, to find the starting state.
-        let (start, _) = travel.undo_all(final_state.clone(), false);
+        // Pass 1: undo with estimated sizes of freed blocks, to find the starting state. It
+        // keeps checkpoints and the series: when the replay below does not reproduce the final
+        // state, the sizes stay estimates and these are the final ones.
+        let (start, start_mismatches) = travel.undo_all(final_state.clone(), true);
         // Pass 2: replay forwards with the allocator's rules; this knows every block's size.
+        // When pass 1 needed no skips, it also records the series and checkpoints (pass 1's
+        // are dropped first to keep the peak memory): if the replay reproduces the final state
+        // exactly, these are the exact states.
+        let record = start_mismatches == 0;
+        if record {
+            travel.checkpoints = Vec::new();
+            travel.allocated_series = Vec::new();
+            travel.reserved_series = Vec::new();
+        }
+        let interval = if record {
+            checkpoint_interval(len, &final_state)
+        } else {
+            usize::MAX
+        };
         let mut replay_mismatches = 0;
         let mut first_problem = None;
         let mut state = start;
+        let mut checkpoints = Vec::new();
+        let mut allocated = vec![0; if record { len + 1 } else { 0 }];
+        let mut reserved = vec![0; if record { len + 1 } else { 0 }];
         // Block sizes handed out by each alloc event, stored at the alloc's index.
         let mut block_bytes = vec![0; len];
         for (index, bytes) in block_bytes.iter_mut().enumerate() {
+            if record {
+                allocated[index] = state.allocated_bytes;
+                reserved[index] = state.reserved_bytes;
+                if index % interval == 0 {
+                    checkpoints.push((index, state.clone()));
+                }
+            }
             match travel.apply(&mut state, index) {
                 Ok(Some(handed_out)) => *bytes = handed_out,
                 Ok(None) => {}
@@ -608,6 +634,11 @@ impl TimeTravel {
             }
         }
         let matches_final_state = replay_mismatches == 0 && state == final_state;
+        if record {
+            allocated[len] = state.allocated_bytes;
+            reserved[len] = state.reserved_bytes;
+            checkpoints.push((len, state));
+        }
         if matches_final_state {
             let mut freed = std::mem::take(&mut travel.freed_block_bytes);
             let actions = &travel.trace().actions;
@@ -624,8 +655,24 @@ impl TimeTravel {
                     .to_string(),
             );
         }
-        // Pass 3: undo again with the exact sizes, keeping checkpoints and the series.
-        let (_, undo_mismatches) = travel.undo_all(final_state, true);
+        let undo_mismatches = match (record, matches_final_state) {
+            // The replay's states are exact: they are the checkpoints and the series.
+            (true, true) => {
+                travel.checkpoints = checkpoints;
+                travel.allocated_series = allocated;
+                travel.reserved_series = reserved;
+                0
+            }
+            // Sizes stay estimates, so undoing again would repeat pass 1 exactly.
+            (false, false) => start_mismatches,
+            // Pass 3: undo again from the final state with the sizes now known (or, when only
+            // pass 1's recording was dropped, with the same estimates), keeping checkpoints and
+            // the series.
+            _ => {
+                drop((checkpoints, allocated, reserved));
+                travel.undo_all(final_state, true).1
+            }
+        };
         travel.series_chunks = travel
             .allocated_series
             .chunks(SERIES_CHUNK)
@@ -808,9 +855,7 @@ impl TimeTravel {
     fn undo_all(&mut self, mut state: AllocatorState, record: bool) -> (AllocatorState, u32) {
         let len = self.trace().len();
         let interval = if record {
-            let per_state = state.heap_bytes().max(1);
-            let budget_interval = len.saturating_mul(per_state) / CHECKPOINT_BUDGET_BYTES + 1;
-            budget_interval.max(MIN_CHECKPOINT_INTERVAL)
+            checkpoint_interval(len, &state)
         } else {
             usize::MAX
         };
@@ -1028,6 +1073,15 @@ impl TimeTravel {
             Ok(room)
         }
     }
+}
+
+/// Events between checkpoints for a trace of `len` events whose states are about as big as
+/// `state`: at least [`MIN_CHECKPOINT_INTERVAL`], sparser when the checkpoints would exceed
+/// [`CHECKPOINT_BUDGET_BYTES`].
+fn checkpoint_interval(len: usize, state: &AllocatorState) -> usize {
+    let per_state = state.heap_bytes().max(1);
+    let budget_interval = len.saturating_mul(per_state) / CHECKPOINT_BUDGET_BYTES + 1;
+    budget_interval.max(MIN_CHECKPOINT_INTERVAL)
 }
 
 /// Expandable segments map 2 MiB pages for the small pool and 20 MiB pages for the large one.
