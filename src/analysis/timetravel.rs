@@ -287,16 +287,16 @@ impl AllocatorState {
         Ok((segment, block))
     }
 
-    /// Carves `[address, address + size_bytes)` out of the free block containing it.
-    fn carve_block(
+    /// Carves `[address, address + size_bytes)` out of the free block containing it, which
+    /// the caller has already found: block `block` of segment `segment`.
+    fn carve_block_in(
         &mut self,
+        segment: usize,
+        block: usize,
         address: u64,
         size_bytes: u64,
         new_block: StateBlock,
     ) -> Result<(), Mismatch> {
-        let (segment, block) = self
-            .block_containing(address)
-            .ok_or(Mismatch::NoBlockAtAddress)?;
         let free = self.segments[segment].blocks[block].clone();
         if free.status != BlockStatus::Free {
             return Err(Mismatch::BlockNotFree);
@@ -909,7 +909,9 @@ impl TimeTravel {
                     } else {
                         free.size_bytes
                     };
-                state.carve_block(
+                state.carve_block_in(
+                    segment,
+                    block,
                     op.address,
                     size_bytes,
                     StateBlock {
@@ -982,15 +984,20 @@ impl TimeTravel {
                 Ok(())
             }
             TraceAction::FreeCompleted => {
+                let (segment, block) = state
+                    .block_containing(op.address)
+                    .ok_or(Mismatch::NoBlockAtAddress)?;
                 let size_bytes = match self.freed_block_bytes[index] {
-                    0 => self.estimate_freed_block_bytes(state, &op)?,
+                    0 => self.estimate_freed_block_bytes(state, segment, block, &op),
                     known => known,
                 };
                 let origin = match self.paired_alloc[index] {
                     NO_EVENT => BlockOrigin::FreeEvent(index as u32),
                     alloc => BlockOrigin::AllocEvent(alloc),
                 };
-                state.carve_block(
+                state.carve_block_in(
+                    segment,
+                    block,
                     op.address,
                     size_bytes,
                     StateBlock {
@@ -1048,29 +1055,29 @@ impl TimeTravel {
 
     /// The size a freed block most likely had: its rounded request, or the whole free block it
     /// merged into when the leftover would have been too small for the allocator to split off.
+    /// `segment` and `block` are the indices of the block containing the freed address.
     fn estimate_freed_block_bytes(
         &self,
         state: &AllocatorState,
+        segment: usize,
+        block: usize,
         op: &TraceOp,
-    ) -> Result<u64, Mismatch> {
-        let (segment, block) = state
-            .block_containing(op.address)
-            .ok_or(Mismatch::NoBlockAtAddress)?;
+    ) -> u64 {
         let segment = &state.segments[segment];
         let free = &segment.blocks[block];
         let room = free.end_address() - op.address;
         let rounded = self.rules.round_size(op.size_bytes);
         if rounded >= room {
-            return Ok(room);
+            return room;
         }
         let remaining = room - rounded;
         if self
             .rules
             .should_split(segment.pool, segment.expandable, rounded, remaining)
         {
-            Ok(rounded)
+            rounded
         } else {
-            Ok(room)
+            room
         }
     }
 }
