@@ -14,7 +14,11 @@
 //! state; when that replay reproduces the snapshot's final state exactly, the sizes are exact
 //! and [`ReplayCheck::matches_final_state`] says so.
 
-use std::collections::HashMap;
+// foldhash instead of std's SipHash: the maps below are keyed by trace addresses and hit
+// several times per event (millions); foldhash is several times faster and still seeded per
+// process, so a crafted file cannot choose colliding addresses in advance.
+use foldhash::HashMap;
+use foldhash::HashMapExt;
 use std::sync::Arc;
 
 use super::allocator_rules::AllocatorRules;
