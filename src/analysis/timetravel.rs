@@ -4,7 +4,7 @@
 //! that led there. As PyTorch's own viewer does, the state at event `i` is found by *undoing*
 //! events backwards from the final state: the trace may have lost its oldest events, so the end
 //! is the only state known for sure. To make scrubbing instant on millions of events, one
-//! backward pass stores checkpoints (at least every [`MIN_CHECKPOINT_INTERVAL`] events, fewer
+//! pass stores checkpoints (at least every [`MIN_CHECKPOINT_INTERVAL`] events, fewer
 //! when states are big, within [`CHECKPOINT_BUDGET_BYTES`]); a query clones the nearest later
 //! checkpoint and undoes at most one interval of events.
 //!
@@ -12,7 +12,8 @@
 //! had (reference §1.5), so undoing a free needs the block's real size. It is found by a forward
 //! replay with the allocator's split rules ([`AllocatorRules`]) from the reconstructed initial
 //! state; when that replay reproduces the snapshot's final state exactly, the sizes are exact
-//! and [`ReplayCheck::matches_final_state`] says so.
+//! and [`ReplayCheck::matches_final_state`] says so; that replay's states then are the
+//! checkpoints (it is exact, and saves a third pass over the trace).
 
 // foldhash instead of std's SipHash: the maps below are keyed by trace addresses and hit
 // several times per event (millions); foldhash is several times faster and still seeded per
