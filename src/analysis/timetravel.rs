@@ -4,7 +4,7 @@
 //! that led there. As PyTorch's own viewer does, the state at event `i` is found by *undoing*
 //! events backwards from the final state: the trace may have lost its oldest events, so the end
 //! is the only state known for sure. To make scrubbing instant on millions of events, one
-//! backward pass stores checkpoints (at least every [`MIN_CHECKPOINT_INTERVAL`] events, fewer
+//! pass stores checkpoints (at least every [`MIN_CHECKPOINT_INTERVAL`] events, fewer
 //! when states are big, within [`CHECKPOINT_BUDGET_BYTES`]); a query clones the nearest later
 //! checkpoint and undoes at most one interval of events.
 //!
@@ -12,9 +12,14 @@
 //! had (reference §1.5), so undoing a free needs the block's real size. It is found by a forward
 //! replay with the allocator's split rules ([`AllocatorRules`]) from the reconstructed initial
 //! state; when that replay reproduces the snapshot's final state exactly, the sizes are exact
-//! and [`ReplayCheck::matches_final_state`] says so.
+//! and [`ReplayCheck::matches_final_state`] says so; that replay's states then are the
+//! checkpoints (it is exact, and saves a third pass over the trace).
 
-use std::collections::HashMap;
+// foldhash instead of std's SipHash: the maps below are keyed by trace addresses and hit
+// several times per event (millions); foldhash is several times faster and still seeded per
+// process, so a crafted file cannot choose colliding addresses in advance.
+use foldhash::HashMap;
+use foldhash::HashMapExt;
 use std::sync::Arc;
 
 use super::allocator_rules::AllocatorRules;
@@ -287,16 +292,16 @@ impl AllocatorState {
         Ok((segment, block))
     }
 
-    /// Carves `[address, address + size_bytes)` out of the free block containing it.
-    fn carve_block(
+    /// Carves `[address, address + size_bytes)` out of the free block containing it, which
+    /// the caller has already found: block `block` of segment `segment`.
+    fn carve_block_in(
         &mut self,
+        segment: usize,
+        block: usize,
         address: u64,
         size_bytes: u64,
         new_block: StateBlock,
     ) -> Result<(), Mismatch> {
-        let (segment, block) = self
-            .block_containing(address)
-            .ok_or(Mismatch::NoBlockAtAddress)?;
         let free = self.segments[segment].blocks[block].clone();
         if free.status != BlockStatus::Free {
             return Err(Mismatch::BlockNotFree);
@@ -587,15 +592,41 @@ impl TimeTravel {
             times_monotonic: false,
             check: ReplayCheck::default(),
         };
-        // Pass 1: undo with estimated sizes of freed blocks, to find the starting state.
-        let (start, _) = travel.undo_all(final_state.clone(), false);
+        // Pass 1: undo with estimated sizes of freed blocks, to find the starting state. It
+        // keeps checkpoints and the series: when the replay below does not reproduce the final
+        // state, the sizes stay estimates and these are the final ones.
+        let (start, start_mismatches) = travel.undo_all(final_state.clone(), true);
         // Pass 2: replay forwards with the allocator's rules; this knows every block's size.
+        // When pass 1 needed no skips, it also records the series and checkpoints (pass 1's
+        // are dropped first to keep the peak memory): if the replay reproduces the final state
+        // exactly, these are the exact states.
+        let record = start_mismatches == 0;
+        if record {
+            travel.checkpoints = Vec::new();
+            travel.allocated_series = Vec::new();
+            travel.reserved_series = Vec::new();
+        }
+        let interval = if record {
+            checkpoint_interval(len, &final_state)
+        } else {
+            usize::MAX
+        };
         let mut replay_mismatches = 0;
         let mut first_problem = None;
         let mut state = start;
+        let mut checkpoints = Vec::new();
+        let mut allocated = vec![0; if record { len + 1 } else { 0 }];
+        let mut reserved = vec![0; if record { len + 1 } else { 0 }];
         // Block sizes handed out by each alloc event, stored at the alloc's index.
         let mut block_bytes = vec![0; len];
         for (index, bytes) in block_bytes.iter_mut().enumerate() {
+            if record {
+                allocated[index] = state.allocated_bytes;
+                reserved[index] = state.reserved_bytes;
+                if index % interval == 0 {
+                    checkpoints.push((index, state.clone()));
+                }
+            }
             match travel.apply(&mut state, index) {
                 Ok(Some(handed_out)) => *bytes = handed_out,
                 Ok(None) => {}
@@ -608,6 +639,11 @@ impl TimeTravel {
             }
         }
         let matches_final_state = replay_mismatches == 0 && state == final_state;
+        if record {
+            allocated[len] = state.allocated_bytes;
+            reserved[len] = state.reserved_bytes;
+            checkpoints.push((len, state));
+        }
         if matches_final_state {
             let mut freed = std::mem::take(&mut travel.freed_block_bytes);
             let actions = &travel.trace().actions;
@@ -624,8 +660,24 @@ impl TimeTravel {
                     .to_string(),
             );
         }
-        // Pass 3: undo again with the exact sizes, keeping checkpoints and the series.
-        let (_, undo_mismatches) = travel.undo_all(final_state, true);
+        let undo_mismatches = match (record, matches_final_state) {
+            // The replay's states are exact: they are the checkpoints and the series.
+            (true, true) => {
+                travel.checkpoints = checkpoints;
+                travel.allocated_series = allocated;
+                travel.reserved_series = reserved;
+                0
+            }
+            // Sizes stay estimates, so undoing again would repeat pass 1 exactly.
+            (false, false) => start_mismatches,
+            // Pass 3: undo again from the final state with the sizes now known (or, when only
+            // pass 1's recording was dropped, with the same estimates), keeping checkpoints and
+            // the series.
+            _ => {
+                drop((checkpoints, allocated, reserved));
+                travel.undo_all(final_state, true).1
+            }
+        };
         travel.series_chunks = travel
             .allocated_series
             .chunks(SERIES_CHUNK)
@@ -808,9 +860,7 @@ impl TimeTravel {
     fn undo_all(&mut self, mut state: AllocatorState, record: bool) -> (AllocatorState, u32) {
         let len = self.trace().len();
         let interval = if record {
-            let per_state = state.heap_bytes().max(1);
-            let budget_interval = len.saturating_mul(per_state) / CHECKPOINT_BUDGET_BYTES + 1;
-            budget_interval.max(MIN_CHECKPOINT_INTERVAL)
+            checkpoint_interval(len, &state)
         } else {
             usize::MAX
         };
@@ -864,7 +914,9 @@ impl TimeTravel {
                     } else {
                         free.size_bytes
                     };
-                state.carve_block(
+                state.carve_block_in(
+                    segment,
+                    block,
                     op.address,
                     size_bytes,
                     StateBlock {
@@ -913,15 +965,20 @@ impl TimeTravel {
                 Ok(())
             }
             TraceAction::FreeCompleted => {
+                let (segment, block) = state
+                    .block_containing(op.address)
+                    .ok_or(Mismatch::NoBlockAtAddress)?;
                 let size_bytes = match self.freed_block_bytes[index] {
-                    0 => self.estimate_freed_block_bytes(state, &op)?,
+                    0 => self.estimate_freed_block_bytes(state, segment, block, &op),
                     known => known,
                 };
                 let origin = match self.paired_alloc[index] {
                     NO_EVENT => BlockOrigin::FreeEvent(index as u32),
                     alloc => BlockOrigin::AllocEvent(alloc),
                 };
-                state.carve_block(
+                state.carve_block_in(
+                    segment,
+                    block,
                     op.address,
                     size_bytes,
                     StateBlock {
@@ -993,29 +1050,29 @@ impl TimeTravel {
 
     /// The size a freed block most likely had: its rounded request, or the whole free block it
     /// merged into when the leftover would have been too small for the allocator to split off.
+    /// `segment` and `block` are the indices of the block containing the freed address.
     fn estimate_freed_block_bytes(
         &self,
         state: &AllocatorState,
+        segment: usize,
+        block: usize,
         op: &TraceOp,
-    ) -> Result<u64, Mismatch> {
-        let (segment, block) = state
-            .block_containing(op.address)
-            .ok_or(Mismatch::NoBlockAtAddress)?;
+    ) -> u64 {
         let segment = &state.segments[segment];
         let free = &segment.blocks[block];
         let room = free.end_address() - op.address;
         let rounded = self.rules.round_size(op.size_bytes);
         if rounded >= room {
-            return Ok(room);
+            return room;
         }
         let remaining = room - rounded;
         if self
             .rules
             .should_split(segment.pool, segment.expandable, rounded, remaining)
         {
-            Ok(rounded)
+            rounded
         } else {
-            Ok(room)
+            room
         }
     }
 }
@@ -1026,6 +1083,15 @@ fn ensure_room_for_segment(state: &AllocatorState, op: &TraceOp) -> Result<(), M
         return Err(Mismatch::SegmentInUse);
     }
     Ok(())
+}
+
+/// Events between checkpoints for a trace of `len` events whose states are about as big as
+/// `state`: at least [`MIN_CHECKPOINT_INTERVAL`], sparser when the checkpoints would exceed
+/// [`CHECKPOINT_BUDGET_BYTES`].
+fn checkpoint_interval(len: usize, state: &AllocatorState) -> usize {
+    let per_state = state.heap_bytes().max(1);
+    let budget_interval = len.saturating_mul(per_state) / CHECKPOINT_BUDGET_BYTES + 1;
+    budget_interval.max(MIN_CHECKPOINT_INTERVAL)
 }
 
 /// Expandable segments map 2 MiB pages for the small pool and 20 MiB pages for the large one.
