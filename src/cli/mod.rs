@@ -50,6 +50,18 @@ pub enum Command {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Some(
+            Command::Inspect(_)
+                | Command::Info(_)
+                | Command::Check(_)
+                | Command::Analyze(_)
+                | Command::Diagnose(_)
+        )
+    ) {
+        exit_quietly_on_closed_pipe();
+    }
     match cli.command {
         None => gui::run(cli.files, cli.demo),
         Some(Command::Record(args)) => record::run(args),
@@ -58,6 +70,18 @@ pub fn main() -> ExitCode {
         Some(Command::Check(args)) => check::run(args),
         Some(Command::Analyze(args)) => analyze::run(args),
         Some(Command::Diagnose(args)) => diagnose::run(args),
+    }
+}
+
+/// Commands that print a report end quietly when their reader goes away (`vramscope analyze … |
+/// head`), like other Unix tools, instead of panicking in `println!` on the broken pipe. Rust
+/// ignores SIGPIPE by default; this restores the default action. Not for the GUI or `record`,
+/// which must not die because some socket or pipe they use closed.
+fn exit_quietly_on_closed_pipe() {
+    // SAFETY: called on the main thread before any other thread exists; it only changes the
+    // disposition of SIGPIPE back to the system default.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
