@@ -280,3 +280,61 @@ fn fragmentation_wizard_recommends_the_allocator_setting() {
     let md = write_report(&mut harness, &dir.path().join("frag.md"));
     assert!(md.contains("### 1. CRITICAL [fragmentation]"), "{md}");
 }
+
+#[test]
+fn fragmentation_wizard_shows_the_allocator_metrics_and_block_map_of_a_snapshot() {
+    let cases = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
+    let snapshot = std::sync::Arc::new(
+        vramscope::formats::pytorch::read_file(&cases.join("fragmentation.pickle"), &|_| true)
+            .unwrap_or_else(|e| panic!("fragmentation.pickle: {e}")),
+    );
+    let log_path = cases.join("fragmentation.log");
+    let log_text = std::fs::read_to_string(&log_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", log_path.display()));
+    let facts = vramscope::diagnose::snapshot::facts(&snapshot);
+    let summary = facts
+        .first()
+        .and_then(|f| f.final_state.as_ref())
+        .map(|state| vramscope::analysis::fragmentation::analyze(state).summary)
+        .unwrap_or_else(|| panic!("fragmentation.pickle has no final allocator state"));
+    let mut view = WizardView::with_kind(WizardKind::Fragmentation);
+    view.add_snapshot_facts(facts);
+    view.add_log(vramscope::diagnose::log::analyze_text(
+        &log_text,
+        "fragmentation.log",
+    ));
+    let mut harness = harness(view);
+    assert!(
+        !has(&harness, "Allocator at the failure"),
+        "the figures belong to the Findings step only"
+    );
+    next(&mut harness);
+    assert_eq!(harness.state().step(), Step::Findings);
+    assert!(has(
+        &harness,
+        "Allocator at the failure: fragmentation.pickle, GPU 0"
+    ));
+    assert!(summary.contains("stranded"), "{summary}");
+    assert!(has(&harness, &summary), "the fragmentation summary");
+    assert!(has(&harness, "Stranded (partly used segments)"), "metrics");
+    assert!(has(&harness, "Largest free block"), "metrics");
+    let map = harness.get_by_role_and_label(
+        Role::Image,
+        "Block map of Allocator at the failure: fragmentation.pickle, GPU 0",
+    );
+    let size = map.rect().size();
+    assert!(
+        size.x > 100.0 && size.y > 10.0,
+        "block map drawn at {size:?}"
+    );
+    assert!(has(&harness, "rounding waste"), "legend");
+    assert!(has(&harness, "large pool ("), "pool groups");
+    // The findings' recommendations are still there.
+    assert!(has(
+        &harness,
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    ));
+    // Another frame reuses the texture and shows the same map.
+    harness.run();
+    assert!(harness.query_by_role(Role::Image).is_some());
+}

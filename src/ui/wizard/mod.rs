@@ -9,6 +9,7 @@
 //! replays the allocator trace) is the app's job, off the UI thread. Writing a report file runs on
 //! a thread on native builds.
 
+mod allocator_figures;
 mod findings;
 #[cfg(feature = "native")]
 pub mod gpu_checks;
@@ -157,6 +158,9 @@ pub struct WizardView {
     /// What the GPU checks found (the "Hardware and driver" wizard runs them), added to every
     /// diagnosis.
     check_evidence: Option<(InputSummary, Vec<Finding>)>,
+    /// The Fragmentation wizard's figures of the snapshots' final allocator states, computed
+    /// once per state and kept across rediagnoses.
+    allocator_figures: allocator_figures::AllocatorFigures,
     /// "Open a file…" was clicked; the app opens the dialog (see [`WizardView::take_open_request`]).
     open_requested: bool,
     #[cfg(feature = "native")]
@@ -187,6 +191,7 @@ impl WizardView {
             report_path: "vramscope-report.html".to_owned(),
             report_write: ReportWrite::Idle,
             check_evidence: None,
+            allocator_figures: allocator_figures::AllocatorFigures::default(),
             open_requested: false,
             #[cfg(feature = "native")]
             checks: crate::ui::hardware::CheckRunner::new(),
@@ -514,6 +519,10 @@ impl WizardView {
             && let Some(c) = &self.composition
         {
             findings::composition_ui(ui, c);
+        }
+        if self.kind == WizardKind::Fragmentation {
+            self.allocator_figures.sync(&self.input.snapshots);
+            self.allocator_figures.ui(ui);
         }
         if self.kind == WizardKind::HardwareAndDriver {
             findings::health_checks_ui(ui, &self.diagnosis, !self.input.captures.is_empty());
