@@ -303,7 +303,8 @@ fn diagnose_walks_from_log_and_snapshot_to_a_fragmentation_report() {
     assert_eq!(primary.category, Category::Fragmentation);
     let markdown = report::render(&wizard.report(), ReportFormat::Markdown);
     assert!(
-        markdown.contains("**Primary finding:** Fragmentation"),
+        markdown.contains("**Primary finding:** ")
+            && markdown.contains("(fragmentation, critical)"),
         "{markdown}"
     );
     // Markdown escapes the dots of file names.
@@ -316,6 +317,31 @@ fn diagnose_walks_from_log_and_snapshot_to_a_fragmentation_report() {
             .is_some(),
         "the wizard's footer names the primary cause"
     );
+    // Back at the findings, the snapshot's allocator state opens in the Allocator tab.
+    harness.get_by_label("Back").click();
+    harness.run_steps(2);
+    assert!(
+        harness
+            .query_all_by_label_contains("Allocator at the failure: fragmentation.pickle, GPU 0")
+            .next()
+            .is_some()
+    );
+    harness.get_by_label("Open in Allocator tab").click();
+    harness.run_steps(2);
+    assert_eq!(
+        harness.state().view(),
+        View::Allocator,
+        "{:?}",
+        harness.state().notices.items()
+    );
+    let shown = harness.state().active_allocator_view().map(|v| v.name());
+    assert_eq!(shown, Some("fragmentation.pickle"));
+    wait_until_idle(&mut harness);
+    let device = harness
+        .state()
+        .active_allocator_view()
+        .and_then(|v| v.selected_device());
+    assert_eq!(device, Some(0), "the wizard's GPU is shown");
 }
 
 #[test]

@@ -328,6 +328,10 @@ fn fragmentation_wizard_shows_the_allocator_metrics_and_block_map_of_a_snapshot(
         "block map drawn at {size:?}"
     );
     assert!(has(&harness, "rounding waste"), "legend");
+    assert!(
+        harness.query_by_label("Open in Allocator tab").is_none(),
+        "only offered when the app has an Allocator tab"
+    );
     assert!(has(&harness, "large pool ("), "pool groups");
     // The findings' recommendations are still there.
     assert!(has(

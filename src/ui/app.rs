@@ -29,7 +29,7 @@ use super::session::{PreparedCapture, Session, SessionOrigin};
 use super::settings::{SAMPLING_INTERVAL_RANGE_MS, Settings};
 use super::timeline::{TimelineInput, TimelineState, timeline_ui};
 use super::views::{View, view_tabs_ui};
-use super::wizard::WizardView;
+use super::wizard::{AllocatorTabRequest, WizardView};
 
 /// Ctrl+O (Cmd+O on macOS): open a file.
 pub const OPEN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::O);
@@ -154,7 +154,11 @@ impl VramscopeApp {
             view: View::Timeline,
             allocators: Vec::new(),
             active_allocator: 0,
-            wizard: WizardView::new(),
+            wizard: {
+                let mut wizard = WizardView::new();
+                wizard.offer_allocator_tab();
+                wizard
+            },
             timeline_rect: None,
             png_export: None,
             #[cfg(feature = "native")]
@@ -386,8 +390,34 @@ impl VramscopeApp {
         snapshot: crate::model::allocator::AllocatorSnapshot,
     ) {
         let snapshot = Arc::new(snapshot);
-        let facts = crate::diagnose::snapshot::facts(&snapshot);
+        let mut facts = crate::diagnose::snapshot::facts(&snapshot);
+        // Named like the view, as files opened through the reader are.
+        for fact in &mut facts {
+            file_name.clone_into(&mut fact.name);
+        }
         self.snapshot_opened(file_name.to_owned(), OpenedSnapshot { snapshot, facts });
+    }
+
+    /// Switches to the Allocator tab on the newest view of the requested snapshot and device
+    /// (the wizard's snapshot facts carry the view's name: see `jobs` and [`Self::show_snapshot`]).
+    fn show_in_allocator_tab(&mut self, request: &AllocatorTabRequest) {
+        let found = self
+            .allocators
+            .iter()
+            .rposition(|v| v.name() == request.snapshot_name);
+        let Some(index) = found else {
+            self.notices.push(
+                NoticeLevel::Info,
+                format!(
+                    "{} is no longer open in the Allocator tab; open the file again to see it.",
+                    request.snapshot_name
+                ),
+            );
+            return;
+        };
+        self.allocators[index].select_device(request.device);
+        self.active_allocator = index;
+        self.view = View::Allocator;
     }
 
     fn snapshot_opened(&mut self, file_name: String, opened: OpenedSnapshot) {
@@ -1329,6 +1359,9 @@ impl eframe::App for VramscopeApp {
                 egui::CentralPanel::default().show(ui, |ui| self.wizard.ui(ui));
                 if self.wizard.take_open_request() {
                     self.open_with_dialog();
+                }
+                if let Some(request) = self.wizard.take_allocator_tab_request() {
+                    self.show_in_allocator_tab(&request);
                 }
             }
             View::HardwareChecks => self.hardware_view_ui(ui),

@@ -37,12 +37,17 @@ struct DeviceAnalysis {
     ooms: Vec<OomExplanation>,
 }
 
-fn analyze_snapshot(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceAnalysis> {
+/// The devices of a snapshot, in the order the view lists them.
+fn snapshot_devices(snapshot: &AllocatorSnapshot) -> Vec<u32> {
     let mut devices: Vec<u32> = snapshot.devices.iter().map(|d| d.device).collect();
     devices.extend(snapshot.traces.iter().map(|t| t.device));
     devices.sort_unstable();
     devices.dedup();
     devices
+}
+
+fn analyze_snapshot(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceAnalysis> {
+    snapshot_devices(snapshot)
         .into_iter()
         .map(|device| {
             let travel = TimeTravel::new(Arc::clone(snapshot), device);
@@ -296,6 +301,28 @@ impl AllocatorView {
     /// The snapshot shown.
     pub fn snapshot(&self) -> &Arc<AllocatorSnapshot> {
         &self.snapshot
+    }
+
+    /// Shows GPU `device` (the Diagnose wizard's "Open in Allocator tab"); false when the
+    /// snapshot has no such device.
+    pub fn select_device(&mut self, device: u32) -> bool {
+        match snapshot_devices(&self.snapshot)
+            .iter()
+            .position(|&d| d == device)
+        {
+            Some(index) => {
+                self.selected_device = index;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The GPU shown (once the analysis has finished).
+    pub fn selected_device(&self) -> Option<u32> {
+        self.devices
+            .get(self.selected_device)
+            .map(|d| d.travel.device())
     }
 
     /// Where the block map was drawn in the last frame (for tests and screenshots).

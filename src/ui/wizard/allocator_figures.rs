@@ -67,6 +67,14 @@ impl StateFigure {
     }
 }
 
+/// The user asked to see a snapshot device in the Allocator tab.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocatorTabRequest {
+    /// The snapshot's name in the evidence (`SnapshotFacts::name`: the app's file name).
+    pub snapshot_name: String,
+    pub device: u32,
+}
+
 /// The allocator figures of every snapshot given to the wizard.
 #[derive(Default)]
 pub struct AllocatorFigures {
@@ -103,14 +111,31 @@ impl AllocatorFigures {
     }
 
     /// Draws each state: the heading, the summary and metrics, and the block map with its legend.
-    pub fn ui(&mut self, ui: &mut egui::Ui) {
+    /// With `offer_allocator_tab`, each has an "Open in Allocator tab" button; returns the one
+    /// clicked.
+    pub fn ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        offer_allocator_tab: bool,
+    ) -> Option<AllocatorTabRequest> {
+        let mut request = None;
         for (index, figure) in self.figures.iter_mut().enumerate() {
-            ui.push_id(("allocator_figure", index), |ui| figure_ui(ui, figure));
+            ui.push_id(("allocator_figure", index), |ui| {
+                if figure_ui(ui, figure, offer_allocator_tab) {
+                    request = Some(AllocatorTabRequest {
+                        snapshot_name: figure.name.clone(),
+                        device: figure.state.device,
+                    });
+                }
+            });
         }
+        request
     }
 }
 
-fn figure_ui(ui: &mut egui::Ui, figure: &mut StateFigure) {
+/// Draws one state; true when "Open in Allocator tab" was clicked.
+fn figure_ui(ui: &mut egui::Ui, figure: &mut StateFigure, offer_allocator_tab: bool) -> bool {
+    let mut open_clicked = false;
     let title = format!(
         "Allocator at the {}: {}, GPU {}",
         if figure.ended_in_oom {
@@ -123,8 +148,15 @@ fn figure_ui(ui: &mut egui::Ui, figure: &mut StateFigure) {
     );
     egui::Frame::group(ui.style()).show(ui, |ui| {
         ui.set_width(ui.available_width());
-        ui.label(RichText::new(&title).heading())
-            .on_hover_text(&figure.name);
+        ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new(&title).heading())
+                .on_hover_text(&figure.name);
+            open_clicked = offer_allocator_tab
+                && ui
+                    .button("Open in Allocator tab")
+                    .on_hover_text("Time travel, OOM details and block details of this snapshot")
+                    .clicked();
+        });
         fragmentation_ui(ui, &figure.report);
         ui.add_space(8.0);
         ui.label(RichText::new("Block map").strong());
@@ -139,6 +171,7 @@ fn figure_ui(ui: &mut egui::Ui, figure: &mut StateFigure) {
         }
     });
     ui.add_space(8.0);
+    open_clicked
 }
 
 /// The last component of a snapshot's path (the whole name when it has none).

@@ -11,6 +11,8 @@
 
 mod allocator_figures;
 mod findings;
+
+pub use allocator_figures::AllocatorTabRequest;
 #[cfg(feature = "native")]
 pub mod gpu_checks;
 
@@ -161,6 +163,10 @@ pub struct WizardView {
     /// The Fragmentation wizard's figures of the snapshots' final allocator states, computed
     /// once per state and kept across rediagnoses.
     allocator_figures: allocator_figures::AllocatorFigures,
+    /// The app can show a snapshot in its Allocator tab (see [`WizardView::offer_allocator_tab`]).
+    allocator_tab_offered: bool,
+    /// "Open in Allocator tab" was clicked (see [`WizardView::take_allocator_tab_request`]).
+    allocator_tab_request: Option<AllocatorTabRequest>,
     /// "Open a file…" was clicked; the app opens the dialog (see [`WizardView::take_open_request`]).
     open_requested: bool,
     #[cfg(feature = "native")]
@@ -192,6 +198,8 @@ impl WizardView {
             report_write: ReportWrite::Idle,
             check_evidence: None,
             allocator_figures: allocator_figures::AllocatorFigures::default(),
+            allocator_tab_offered: false,
+            allocator_tab_request: None,
             open_requested: false,
             #[cfg(feature = "native")]
             checks: crate::ui::hardware::CheckRunner::new(),
@@ -254,6 +262,17 @@ impl WizardView {
     /// dialog, and what it opens comes back through the `add_*` methods.
     pub fn take_open_request(&mut self) -> bool {
         std::mem::take(&mut self.open_requested)
+    }
+
+    /// Says that the app shows snapshots in an Allocator tab: the Fragmentation wizard then offers
+    /// "Open in Allocator tab" for each snapshot's allocator state.
+    pub fn offer_allocator_tab(&mut self) {
+        self.allocator_tab_offered = true;
+    }
+
+    /// The snapshot device the user asked to see in the Allocator tab, once.
+    pub fn take_allocator_tab_request(&mut self) -> Option<AllocatorTabRequest> {
+        self.allocator_tab_request.take()
     }
 
     /// Starts the wizard `kind` at its evidence step, keeping the evidence given so far.
@@ -522,7 +541,9 @@ impl WizardView {
         }
         if self.kind == WizardKind::Fragmentation {
             self.allocator_figures.sync(&self.input.snapshots);
-            self.allocator_figures.ui(ui);
+            if let Some(request) = self.allocator_figures.ui(ui, self.allocator_tab_offered) {
+                self.allocator_tab_request = Some(request);
+            }
         }
         if self.kind == WizardKind::HardwareAndDriver {
             findings::health_checks_ui(ui, &self.diagnosis, !self.input.captures.is_empty());
