@@ -484,13 +484,20 @@ impl Builder {
     }
 
     /// Completes a container that is being put somewhere and returns the form parents store.
+    /// Inlined for the common case (a number or string, which needs no work); containers go to
+    /// [`Builder::use_container`].
+    #[inline(always)]
     pub(super) fn use_value(&mut self, value: Value) -> BuildResult<Value> {
-        let Value::Slot(id) = value else {
-            if value == Value::Mark {
-                return Err("a MARK was used as a value".to_owned());
-            }
-            return Ok(value);
-        };
+        match value {
+            Value::Slot(id) => self.use_container(value, id),
+            Value::Mark => Err("a MARK was used as a value".to_owned()),
+            _ => Ok(value),
+        }
+    }
+
+    /// Classifies container `id` (the slot of `value`) if it is still open.
+    #[inline(never)]
+    fn use_container(&mut self, value: Value, id: SlotId) -> BuildResult<Value> {
         let slot = match self.slot(id)? {
             Slot::OpenDict(buf) => self.classify_dict(buf)?,
             Slot::OpenList => Slot::EmptyList,

@@ -704,6 +704,12 @@ fn long_value(bytes: &[u8]) -> Value {
     }
     let negative = bytes[bytes.len() - 1] & 0x80 != 0;
     let fill = if negative { 0xff } else { 0x00 };
+    // The usual case (addresses, sizes, times): sign-extend up to 8 bytes.
+    if bytes.len() <= 8 {
+        let mut buf = [fill; 8];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        return Value::Int(i64::from_le_bytes(buf));
+    }
     // Strip redundant sign bytes.
     let mut len = bytes.len();
     while len > 1 && bytes[len - 1] == fill && (bytes[len - 2] & 0x80 != 0) == negative {
