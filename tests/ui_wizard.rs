@@ -342,3 +342,48 @@ fn fragmentation_wizard_shows_the_allocator_metrics_and_block_map_of_a_snapshot(
     harness.run();
     assert!(harness.query_by_role(Role::Image).is_some());
 }
+
+#[test]
+fn the_user_can_ask_about_one_gpu_of_a_multi_gpu_capture() {
+    // The demo day: GPU 0 trains and runs out of memory, GPU 1's server leaks slowly.
+    let capture = vramscope::source::demo::generate_capture(
+        &vramscope::source::demo::DemoConfig::default(),
+        1_796_000_000_000,
+        15 * 60 * 1000,
+        1000,
+    );
+    let mut view = WizardView::with_kind(WizardKind::Leak);
+    view.add_capture(NamedCapture {
+        name: "day.vramcap".into(),
+        capture,
+    });
+    let leak_on = |view: &WizardView, gpu: &str| {
+        view.diagnosis()
+            .findings
+            .iter()
+            .any(|f| f.category == Category::Leak && f.title.contains(gpu))
+    };
+    assert!(
+        leak_on(&view, "GPU 1"),
+        "all GPUs: the server's leak is found"
+    );
+
+    view.set_device_filter(Some(0));
+    assert!(!leak_on(&view, "GPU 1"), "GPU 0 only: nothing about GPU 1");
+    assert!(
+        view.diagnosis()
+            .findings
+            .iter()
+            .all(|f| !f.title.contains("GPU 1")),
+        "GPU 0 only"
+    );
+
+    view.set_device_filter(Some(1));
+    assert_eq!(view.diagnosis().findings[0].category, Category::Leak);
+    assert!(leak_on(&view, "GPU 1"));
+
+    // the picker is on the evidence step, named for screen readers
+    let harness = harness(view);
+    assert_eq!(harness.state().step(), Step::Evidence);
+    assert!(harness.query_by_label("Which GPU:").is_some());
+}

@@ -233,6 +233,56 @@ impl Capture {
     }
 
     /// The samples of the device with NVML index `device_index`, if it was recorded.
+    /// The same capture restricted to one GPU: its facts, samples, health, processes, field
+    /// states and events (machine-wide events, such as notes, are kept). Used when the user asks
+    /// about one device of a multi-GPU capture.
+    pub fn only_device(&self, device_index: u32) -> Capture {
+        let mut only = Capture {
+            meta: self.meta.clone(),
+            devices: self
+                .devices
+                .iter()
+                .filter(|d| d.index == device_index)
+                .cloned()
+                .collect(),
+            series: self
+                .series
+                .iter()
+                .filter(|s| s.device_index == device_index)
+                .cloned()
+                .collect(),
+            health: self
+                .health
+                .iter()
+                .filter(|h| h.device_index == device_index)
+                .cloned()
+                .collect(),
+            processes: self
+                .processes
+                .iter()
+                .filter(|p| p.device_index == device_index)
+                .cloned()
+                .collect(),
+            process_poll_ms: self.process_poll_ms.clone(),
+            events: self
+                .events
+                .iter()
+                .filter(|e| e.device_index.is_none_or(|d| d == device_index))
+                .cloned()
+                .collect(),
+            field_status: self
+                .field_status
+                .iter()
+                .filter(|f| f.device_index == device_index)
+                .cloned()
+                .collect(),
+            recovery: self.recovery.clone(),
+            track_index: BTreeMap::new(),
+        };
+        only.reindex();
+        only
+    }
+
     pub fn series(&self, device_index: u32) -> Option<&DeviceSeries> {
         self.series.iter().find(|s| s.device_index == device_index)
     }
@@ -327,5 +377,70 @@ mod tests {
             (Some(0), Some(500))
         );
         assert_eq!(capture.process_poll_ms, vec![0, 250, 500]);
+    }
+
+    #[test]
+    fn only_device_keeps_one_gpu_and_machine_wide_events() {
+        let devices = vec![
+            DeviceFacts {
+                index: 0,
+                ..Default::default()
+            },
+            DeviceFacts {
+                index: 1,
+                ..Default::default()
+            },
+        ];
+        let mut capture = Capture::new(CaptureMeta::default(), devices);
+        let note = Event {
+            t_ms: 0,
+            device_index: None,
+            kind: crate::model::EventKind::Annotation {
+                text: "start".into(),
+            },
+        };
+        let xid_on_1 = Event {
+            t_ms: 250,
+            device_index: Some(1),
+            kind: crate::model::EventKind::Xid {
+                code: 31,
+                mig_instance: None,
+            },
+        };
+        capture.ingest(&SampleBatch {
+            devices: vec![sample(0, 0, 100), sample(0, 1, 200)],
+            processes: Some(vec![
+                ProcessSample {
+                    t_ms: 0,
+                    device_index: 0,
+                    pid: 1,
+                    ..Default::default()
+                },
+                ProcessSample {
+                    t_ms: 0,
+                    device_index: 1,
+                    pid: 2,
+                    ..Default::default()
+                },
+            ]),
+            events: vec![note.clone(), xid_on_1.clone()],
+            ..Default::default()
+        });
+        let gpu1 = capture.only_device(1);
+        assert_eq!(gpu1.devices.len(), 1);
+        assert_eq!(gpu1.devices[0].index, 1);
+        assert_eq!(gpu1.sample_count(), 1);
+        assert_eq!(gpu1.series(1).and_then(|s| s.peak_used()), Some((0, 200)));
+        assert_eq!(
+            gpu1.processes.iter().map(|p| p.pid).collect::<Vec<_>>(),
+            vec![2]
+        );
+        assert_eq!(gpu1.events, vec![note.clone(), xid_on_1]);
+        let gpu0 = capture.only_device(0);
+        assert_eq!(gpu0.events, vec![note]);
+        assert_eq!(
+            gpu0.processes.iter().map(|p| p.pid).collect::<Vec<_>>(),
+            vec![1]
+        );
     }
 }

@@ -169,6 +169,9 @@ pub struct WizardView {
     allocator_tab_request: Option<AllocatorTabRequest>,
     /// "Open a file…" was clicked; the app opens the dialog (see [`WizardView::take_open_request`]).
     open_requested: bool,
+    /// The GPU the user asked about (evidence step), or `None` for every GPU: captures are
+    /// restricted to it and other devices' snapshots are left out of the diagnosis.
+    device_filter: Option<u32>,
     #[cfg(feature = "native")]
     checks: crate::ui::hardware::CheckRunner,
     #[cfg(feature = "native")]
@@ -201,6 +204,7 @@ impl WizardView {
             allocator_tab_offered: false,
             allocator_tab_request: None,
             open_requested: false,
+            device_filter: None,
             #[cfg(feature = "native")]
             checks: crate::ui::hardware::CheckRunner::new(),
             #[cfg(feature = "native")]
@@ -331,15 +335,65 @@ impl WizardView {
             generated_at_ms: crate::source::now_unix_ms(),
             diagnosis: self.diagnosis.clone(),
             timeline: self
-                .input
+                .filtered_input()
                 .captures
                 .iter()
                 .find_map(|c| Timeline::from_capture(&c.name, &c.capture)),
         }
     }
 
+    /// Restricts the diagnosis to one GPU (`None`: all of them) and diagnoses again.
+    pub fn set_device_filter(&mut self, device_index: Option<u32>) {
+        self.device_filter = device_index;
+        self.rediagnose();
+    }
+
+    /// The GPU the diagnosis is restricted to, if any.
+    pub fn device_filter(&self) -> Option<u32> {
+        self.device_filter
+    }
+
+    /// The GPUs of the evidence's captures and snapshots, with a name for the picker.
+    fn evidence_devices(&self) -> Vec<(u32, String)> {
+        let mut devices: Vec<(u32, String)> = Vec::new();
+        for capture in &self.input.captures {
+            for device in &capture.capture.devices {
+                if !devices.iter().any(|(index, _)| *index == device.index) {
+                    devices.push((device.index, device.name.clone()));
+                }
+            }
+        }
+        for facts in &self.input.snapshots {
+            if !devices
+                .iter()
+                .any(|(index, _)| *index == facts.device_index)
+            {
+                devices.push((facts.device_index, String::new()));
+            }
+        }
+        devices.sort_by_key(|(index, _)| *index);
+        devices
+    }
+
+    /// The evidence as the rules should see it: restricted to the chosen GPU, if any.
+    fn filtered_input(&self) -> std::borrow::Cow<'_, DiagnosisInput> {
+        let Some(device) = self.device_filter else {
+            return std::borrow::Cow::Borrowed(&self.input);
+        };
+        let mut input = self.input.clone();
+        for capture in &mut input.captures {
+            capture.capture = capture.capture.only_device(device);
+        }
+        input.snapshots.retain(|facts| facts.device_index == device);
+        std::borrow::Cow::Owned(input)
+    }
+
     fn rediagnose(&mut self) {
-        self.diagnosis = diagnose(&self.input);
+        let input = self.filtered_input();
+        let diagnosis = diagnose(&input);
+        let composition = oom_composition(&input);
+        drop(input);
+        self.diagnosis = diagnosis;
         if let Some((summary, findings)) = &self.check_evidence {
             self.diagnosis.inputs.push(summary.clone());
             if findings.iter().any(|f| f.severity != Severity::Info) {
@@ -351,7 +405,7 @@ impl WizardView {
             // Stable: within a severity, the rules' order, then the checks.
             self.diagnosis.findings.sort_by_key(|f| f.severity);
         }
-        self.composition = oom_composition(&self.input);
+        self.composition = composition;
     }
 
     fn analyze_pasted(&mut self) {
@@ -461,6 +515,45 @@ impl WizardView {
                 "• {} {}: {}",
                 input.kind, input.name, input.summary
             ));
+        }
+        let devices = self.evidence_devices();
+        if devices.len() > 1 {
+            let device_label = |index: u32, name: &str| {
+                if name.is_empty() {
+                    format!("GPU {index}")
+                } else {
+                    format!("GPU {index} · {name}")
+                }
+            };
+            let mut chosen = self.device_filter;
+            ui.horizontal(|ui| {
+                let label = ui.label("Which GPU:");
+                let selected = match chosen {
+                    None => "All GPUs".to_owned(),
+                    Some(index) => devices
+                        .iter()
+                        .find(|(i, _)| *i == index)
+                        .map(|(i, name)| device_label(*i, name))
+                        .unwrap_or_else(|| format!("GPU {index}")),
+                };
+                egui::ComboBox::from_id_salt("wizard-device")
+                    .selected_text(selected)
+                    .show_ui(ui, |ui| {
+                        ui.selectable_value(&mut chosen, None, "All GPUs");
+                        for (index, name) in &devices {
+                            ui.selectable_value(
+                                &mut chosen,
+                                Some(*index),
+                                device_label(*index, name),
+                            );
+                        }
+                    })
+                    .response
+                    .labelled_by(label.id);
+            });
+            if chosen != self.device_filter {
+                self.set_device_filter(chosen);
+            }
         }
         if ui
             .button("Open a capture, snapshot or log…")
