@@ -265,7 +265,7 @@ enum Waste {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::timetravel::{BlockOrigin, StateBlock};
+    use crate::analysis::timetravel::StateBlock;
 
     use crate::model::MIB;
 
@@ -275,13 +275,7 @@ mod tests {
         requested_bytes: u64,
         status: BlockStatus,
     ) -> StateBlock {
-        StateBlock {
-            address,
-            size_bytes,
-            requested_bytes,
-            status,
-            origin: BlockOrigin::Unknown,
-        }
+        StateBlock::for_test(address, size_bytes, requested_bytes, status)
     }
 
     fn segment(

@@ -74,6 +74,23 @@ impl StateBlock {
         self.address.saturating_add(self.size_bytes)
     }
 
+    /// A block of unknown origin, for unit tests that build allocator states by hand.
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        address: u64,
+        size_bytes: u64,
+        requested_bytes: u64,
+        status: BlockStatus,
+    ) -> Self {
+        StateBlock {
+            address,
+            size_bytes,
+            requested_bytes,
+            status,
+            origin: BlockOrigin::Unknown,
+        }
+    }
+
     fn free(address: u64, size_bytes: u64) -> Self {
         StateBlock {
             address,

@@ -250,7 +250,7 @@ fn put(img: &mut RgbImage, x: u64, y: u64, color: Rgb<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::timetravel::{BlockOrigin, StateBlock};
+    use crate::analysis::timetravel::StateBlock;
     use crate::model::MIB;
 
     fn block(
@@ -259,13 +259,7 @@ mod tests {
         requested_bytes: u64,
         status: BlockStatus,
     ) -> StateBlock {
-        StateBlock {
-            address,
-            size_bytes,
-            requested_bytes,
-            status,
-            origin: BlockOrigin::Unknown,
-        }
+        StateBlock::for_test(address, size_bytes, requested_bytes, status)
     }
 
     fn segment(address: u64, pool: PoolKind, blocks: Vec<StateBlock>) -> Box<StateSegment> {
