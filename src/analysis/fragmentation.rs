@@ -278,13 +278,8 @@ mod tests {
         StateBlock::for_test(address, size_bytes, requested_bytes, status)
     }
 
-    fn segment(
-        address: u64,
-        stream: u64,
-        pool: PoolKind,
-        blocks: Vec<StateBlock>,
-    ) -> Box<StateSegment> {
-        Box::new(StateSegment {
+    fn segment(address: u64, stream: u64, pool: PoolKind, blocks: Vec<StateBlock>) -> StateSegment {
+        StateSegment {
             address,
             size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
             stream,
@@ -292,7 +287,7 @@ mod tests {
             pool_id: PoolId::default(),
             expandable: false,
             blocks,
-        })
+        }
     }
 
     /// Two large segments on stream 0 (one split: 16 MiB used of which 1 MiB rounding, 4 MiB

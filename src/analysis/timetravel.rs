@@ -153,10 +153,10 @@ impl StateSegment {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatorState {
     pub device: u32,
-    /// Segments in address order. Boxed so that inserting or removing a segment (every
-    /// segment_alloc/free while scrubbing) moves pointers, not whole segments.
-    #[allow(clippy::vec_box)]
-    pub segments: Vec<Box<StateSegment>>,
+    /// Segments in address order, stored inline: finding the segment of an address (every
+    /// event) is a binary search over contiguous memory, which matters more than the cost of
+    /// moving segments on insert/remove (a snapshot has tens to a few thousand segments).
+    pub segments: Vec<StateSegment>,
     /// Sum of the sizes of allocated blocks (PyTorch's `allocated_bytes`).
     pub allocated_bytes: u64,
     /// Sum of segment sizes (PyTorch's `reserved_bytes`).
@@ -271,7 +271,7 @@ impl AllocatorState {
         let at = self
             .segments
             .partition_point(|s| s.address < segment.address);
-        self.segments.insert(at, Box::new(segment));
+        self.segments.insert(at, segment);
     }
 
     fn set_status(&mut self, segment: usize, block: usize, status: BlockStatus) {
@@ -327,18 +327,23 @@ impl AllocatorState {
         if end > free.end_address() || size_bytes == 0 {
             return Err(Mismatch::BlockTooSmall);
         }
-        let mut pieces = Vec::with_capacity(3);
-        if address > free.address {
-            pieces.push(StateBlock::free(free.address, address - free.address));
-        }
         if new_block.status == BlockStatus::Allocated {
             self.allocated_bytes += size_bytes;
         }
-        pieces.push(new_block);
-        if end < free.end_address() {
-            pieces.push(StateBlock::free(end, free.end_address() - end));
+        // The free block becomes [free before] new [free after], in place: no temporary list
+        // (this runs for every alloc while replaying millions of events).
+        let blocks = &mut self.segments[segment].blocks;
+        let mut at = block;
+        if address > free.address {
+            blocks[at] = StateBlock::free(free.address, address - free.address);
+            at += 1;
+            blocks.insert(at, new_block);
+        } else {
+            blocks[at] = new_block;
         }
-        self.segments[segment].blocks.splice(block..=block, pieces);
+        if end < free.end_address() {
+            blocks.insert(at + 1, StateBlock::free(end, free.end_address() - end));
+        }
         Ok(())
     }
 
@@ -373,7 +378,7 @@ impl AllocatorState {
             segment.pool_id = previous.pool_id;
             previous.size_bytes += segment.size_bytes;
             previous.blocks.append(&mut segment.blocks);
-            segment = *previous;
+            segment = previous;
             insert_at = at - 1;
         }
         if insert_at < self.segments.len()
@@ -414,7 +419,7 @@ impl AllocatorState {
         if end > block.end_address() || size_bytes == 0 {
             return Err(Mismatch::BlockTooSmall);
         }
-        let segment = *self.segments.remove(segment_index);
+        let segment = self.segments.remove(segment_index);
         self.reserved_bytes -= segment.size_bytes;
         self.allocated_bytes -= allocated_in(&segment);
         let mut before = Vec::new();

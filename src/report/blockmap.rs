@@ -134,7 +134,7 @@ pub fn render_png(
     let bytes_per_px = reserved.div_ceil(row_px * TARGET_ROWS).max(1);
 
     // Group segments by pool, each group in address order (the state's order).
-    let mut order: Vec<&StateSegment> = state.segments.iter().map(|s| &**s).collect();
+    let mut order: Vec<&StateSegment> = state.segments.iter().collect();
     order.sort_by_key(|s| (group_key(s), s.address));
 
     // Lay out: every segment gets a pixel span in its group's strip, plus one separator pixel.
@@ -262,8 +262,8 @@ mod tests {
         StateBlock::for_test(address, size_bytes, requested_bytes, status)
     }
 
-    fn segment(address: u64, pool: PoolKind, blocks: Vec<StateBlock>) -> Box<StateSegment> {
-        Box::new(StateSegment {
+    fn segment(address: u64, pool: PoolKind, blocks: Vec<StateBlock>) -> StateSegment {
+        StateSegment {
             address,
             size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
             stream: 0,
@@ -271,7 +271,7 @@ mod tests {
             pool_id: PoolId(0, 0),
             expandable: false,
             blocks,
-        })
+        }
     }
 
     #[test]
