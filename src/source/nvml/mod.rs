@@ -180,6 +180,13 @@ impl NvmlSource {
             device.processes = CachedProcessLists::new(max_ms);
         }
     }
+
+    /// How many times process lists were read since open (or since
+    /// [`NvmlSource::set_process_refresh_max_ms`]), summed over GPUs: what the benchmark
+    /// compares with the number of ticks.
+    pub fn process_list_reads(&self) -> u64 {
+        self.devices.iter().map(|d| d.processes.reads()).sum()
+    }
 }
 
 /// Facts read once at open. A fact that cannot be read stays empty/`None`; the per-tick fields

@@ -101,6 +101,8 @@ pub struct CachedProcessLists {
     refresh: ProcessRefresh,
     compute: Vec<ListedProcess>,
     graphics: Vec<ListedProcess>,
+    /// How many times the lists were read (for the sampler benchmark).
+    reads: u64,
 }
 
 impl CachedProcessLists {
@@ -109,6 +111,7 @@ impl CachedProcessLists {
             refresh: ProcessRefresh::new(max_age_ms),
             compute: Vec::new(),
             graphics: Vec::new(),
+            reads: 0,
         }
     }
 
@@ -130,7 +133,13 @@ impl CachedProcessLists {
         self.compute = compute.unwrap_or_default();
         self.graphics = graphics.unwrap_or_default();
         self.refresh.record_read(used_bytes, now_ms, complete);
+        self.reads += 1;
         true
+    }
+
+    /// How many times [`CachedProcessLists::update`] read the lists.
+    pub fn reads(&self) -> u64 {
+        self.reads
     }
 
     /// The current lists merged (see [`merge_process_lists`]).
@@ -289,6 +298,7 @@ mod tests {
         assert!(lists.update(Some(8 * GIB), 0, false, &mut read_ok));
         assert!(!lists.update(Some(8 * GIB), 100, false, &mut read_ok));
         assert_eq!(calls, [ProcessList::Compute, ProcessList::Graphics]);
+        assert_eq!(lists.reads(), 1);
         assert_eq!(
             lists.merged(),
             vec![(listed(10, 8 * GIB), ProcessKind::Compute)],
