@@ -33,7 +33,8 @@ use nvml_wrapper::error::NvmlError;
 
 use self::events::EventWatcher;
 use self::fields::{FieldTracker, ecc_increase, field_state_for, is_device_lost, name};
-use self::processes::{CachedProcessLists, DEFAULT_PROCESS_REFRESH_MAX_MS, ProcessNames};
+pub use self::processes::DEFAULT_PROCESS_REFRESH_MAX_MS;
+use self::processes::{CachedProcessLists, ProcessNames};
 use self::raw::{ProcessBuffer, ProcessList, RawDevice};
 use super::{Source, SourceDescription, Tiers};
 use crate::model::{
