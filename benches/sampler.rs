@@ -3,7 +3,7 @@
 //! over the same window.
 //!
 //! `cargo bench --bench sampler -- [--seconds 30] [--interval-ms 100] [--configs tiers,everything]
-//! [--profile-calls] [--out results.json]` runs each configuration for `--seconds`:
+//! [--profile-calls] [--compositions] [--out results.json]` runs each configuration for `--seconds`:
 //! - `tiers`: fast tier every tick, slow tier every 5 s (what the app does);
 //! - `everything`: fast and slow tier on every tick.
 //!
@@ -21,7 +21,7 @@
 //! `memory` (`memory_info` of every GPU), `basic` (memory, utilization, temperature, power),
 //! `fast-every-tick` (the fast tier with process lists read every tick, the old behaviour) and
 //! `fast-adaptive` (the fast tier as the app runs it, process lists read when memory changed or
-//! after 1 s).
+//! after 1 s). With `--compositions`, `--configs` picks among these four (default: all).
 //!
 //! `--record-csv DIR` instead writes what the source reads (device memory and processes) at
 //! `--interval-ms` for `--seconds` as CSV, for comparing a recording against nvidia-smi's log
@@ -57,6 +57,9 @@ utilization.gpu,utilization.memory,temperature.gpu,power.draw,clocks.sm,clocks.m
 
 const SLOW_TIER_MS: u64 = 5_000;
 
+/// The `--compositions` measurements, in order.
+const COMPOSITIONS: [&str; 4] = ["memory", "basic", "fast-every-tick", "fast-adaptive"];
+
 struct Options {
     bench: bool,
     seconds: u64,
@@ -67,7 +70,8 @@ struct Options {
     csv_dir: Option<PathBuf>,
     profile_calls: bool,
     compositions: bool,
-    /// Which configurations to measure: `tiers`, `everything` or both.
+    /// Which configurations to measure: `tiers`, `everything` or both; with `--compositions`,
+    /// which compositions.
     configs: Vec<String>,
 }
 
@@ -83,7 +87,7 @@ impl Options {
             csv_dir: None,
             profile_calls: false,
             compositions: false,
-            configs: vec!["tiers".to_owned(), "everything".to_owned()],
+            configs: Vec::new(),
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -95,13 +99,6 @@ impl Options {
                 "--compositions" => options.compositions = true,
                 "--configs" => {
                     options.configs = value("--configs")?.split(',').map(str::to_owned).collect();
-                    if let Some(bad) = options
-                        .configs
-                        .iter()
-                        .find(|c| !["tiers", "everything"].contains(&c.as_str()))
-                    {
-                        return Err(format!("--configs: unknown configuration {bad:?}"));
-                    }
                 }
                 "--seconds" => options.seconds = parse_number("--seconds", &value("--seconds")?)?,
                 "--interval-ms" => {
@@ -115,6 +112,24 @@ impl Options {
                 "--csv-dir" => options.csv_dir = Some(PathBuf::from(value("--csv-dir")?)),
                 other => return Err(format!("unknown argument {other:?}")),
             }
+        }
+        let known: &[&str] = if options.compositions {
+            &COMPOSITIONS
+        } else {
+            &["tiers", "everything"]
+        };
+        if options.configs.is_empty() {
+            options.configs = known.iter().map(|&c| c.to_owned()).collect();
+        }
+        if let Some(bad) = options
+            .configs
+            .iter()
+            .find(|c| !known.contains(&c.as_str()))
+        {
+            return Err(format!(
+                "--configs: unknown configuration {bad:?} (known: {})",
+                known.join(", ")
+            ));
         }
         if options.interval_ms == 0 || options.seconds == 0 {
             return Err("--seconds and --interval-ms must be positive".to_owned());
@@ -828,7 +843,10 @@ fn run_compositions(source: &mut NvmlSource, options: &Options) -> ExitCode {
         slow: false,
     };
     let mut results = Vec::new();
-    for label in ["memory", "basic", "fast-every-tick", "fast-adaptive"] {
+    for label in COMPOSITIONS {
+        if !options.configs.iter().any(|c| c == label) {
+            continue;
+        }
         let result = match label {
             "memory" => composition(options, label, None, || {
                 for gpu in &gpus {
