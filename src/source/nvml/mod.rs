@@ -6,6 +6,13 @@
 //! asked, the slow tier (aggregate ECC, retired pages, remapped rows, BAR1, PCIe replays,
 //! persistence mode). Xid and other critical events arrive through [`events::EventWatcher`].
 //!
+//! Every fast tick carries each GPU's processes, but the two process-list calls (the dearest of
+//! the fast tier) are made only when they can have changed: when the GPU's used memory differs
+//! from its value at the last read, at least every `process_refresh_max_ms` (default 1 s), and
+//! with every slow tier; otherwise the last lists are repeated with the new time (see
+//! [`processes::ProcessRefresh`]). A process cannot gain or lose GPU memory without the device's
+//! used memory changing, so captures and timelines are the same as with a read every tick.
+//!
 //! Nothing here fails the whole machine: each field's readability is tracked per device and
 //! reported only when it changes (see [`fields::FieldTracker`]); a GPU that falls off the bus
 //! raises one `DeviceLost` event, all its fields turn failed and it is not polled again, while the
@@ -26,7 +33,8 @@ use nvml_wrapper::error::NvmlError;
 
 use self::events::EventWatcher;
 use self::fields::{FieldTracker, ecc_increase, field_state_for, is_device_lost, name};
-use self::processes::{ListedProcess, ProcessNames, merge_process_lists};
+pub use self::processes::DEFAULT_PROCESS_REFRESH_MAX_MS;
+use self::processes::{CachedProcessLists, ProcessNames};
 use self::raw::{ProcessBuffer, ProcessList, RawDevice};
 use super::{Source, SourceDescription, Tiers};
 use crate::model::{
@@ -88,6 +96,8 @@ struct TrackedDevice {
     last_ecc_volatile: Option<(u64, u64)>,
     /// Kept between ticks so that reading a process list is one driver call, no allocation.
     process_buffer: ProcessBuffer,
+    /// The last process lists, repeated while they still hold.
+    processes: CachedProcessLists,
 }
 
 /// Real GPUs through NVML.
@@ -120,6 +130,7 @@ impl NvmlSource {
                         lost: false,
                         last_ecc_volatile: None,
                         process_buffer: ProcessBuffer::new(),
+                        processes: CachedProcessLists::new(DEFAULT_PROCESS_REFRESH_MAX_MS),
                     });
                 }
                 Err(err) => {
@@ -159,6 +170,23 @@ impl NvmlSource {
             names: ProcessNames::new("/proc"),
             events,
         })
+    }
+}
+
+impl NvmlSource {
+    /// Sets how long a GPU's process lists are repeated at most while its used memory does not
+    /// change (default 1000 ms); 0 reads them on every fast tick. The next tick reads them.
+    pub fn set_process_refresh_max_ms(&mut self, max_ms: u64) {
+        for device in &mut self.devices {
+            device.processes = CachedProcessLists::new(max_ms);
+        }
+    }
+
+    /// How many times process lists were read since open (or since
+    /// [`NvmlSource::set_process_refresh_max_ms`]), summed over GPUs: what the benchmark
+    /// compares with the number of ticks.
+    pub fn process_list_reads(&self) -> u64 {
+        self.devices.iter().map(|d| d.processes.reads()).sum()
     }
 }
 
@@ -240,17 +268,15 @@ fn mark_lost(
     (event, changes)
 }
 
+/// Reads the fast tier of one device; its process lists are read again into
+/// `device.processes` only when they can have changed (see [`CachedProcessLists`]).
 fn read_fast(
     nvml: &Nvml,
     device: &mut TrackedDevice,
     reader: &mut FieldReader<'_>,
     t_ms: UnixMs,
-) -> (
-    DeviceSample,
-    Vec<ListedProcess>,
-    Vec<ListedProcess>,
-    Option<Event>,
-) {
+    slow_tier: bool,
+) -> (DeviceSample, Option<Event>) {
     let gpu = device.handle.device(nvml);
     let memory = reader
         .read(name::MEMORY, gpu.memory_info())
@@ -296,16 +322,19 @@ fn read_fast(
         ecc_corrected_volatile: ecc.map(|(c, _)| c),
         ecc_uncorrected_volatile: ecc.map(|(_, u)| u),
     };
+    let used_bytes = memory.map(|m| m.used_bytes);
     let buffer = &mut device.process_buffer;
-    let compute = raw::running_processes(nvml, device.handle, ProcessList::Compute, buffer);
-    let compute = reader
-        .read(name::COMPUTE_PROCESSES, compute)
-        .unwrap_or_default();
-    let graphics = raw::running_processes(nvml, device.handle, ProcessList::Graphics, buffer);
-    let graphics = reader
-        .read(name::GRAPHICS_PROCESSES, graphics)
-        .unwrap_or_default();
-    (sample, compute, graphics, ecc_event)
+    let handle = device.handle;
+    device
+        .processes
+        .update(used_bytes, t_ms, slow_tier, |list| {
+            let field = match list {
+                ProcessList::Compute => name::COMPUTE_PROCESSES,
+                ProcessList::Graphics => name::GRAPHICS_PROCESSES,
+            };
+            reader.read(field, raw::running_processes(nvml, handle, list, buffer))
+        });
+    (sample, ecc_event)
 }
 
 fn read_slow(
@@ -387,11 +416,10 @@ impl Source for NvmlSource {
                 lost: None,
             };
             if tiers.fast {
-                let (sample, compute, graphics, ecc_event) =
-                    read_fast(nvml, device, &mut reader, now_ms);
+                let (sample, ecc_event) = read_fast(nvml, device, &mut reader, now_ms, tiers.slow);
                 batch.devices.push(sample);
                 batch.events.extend(ecc_event);
-                for (listed, kind) in merge_process_lists(&compute, &graphics) {
+                for (listed, kind) in device.processes.merged() {
                     processes.push(ProcessSample {
                         t_ms: now_ms,
                         device_index: device.index,

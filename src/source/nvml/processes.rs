@@ -4,11 +4,65 @@
 //! NVML reports host PIDs and nothing else about a process. Names come from `/proc/<pid>/comm`
 //! (or the command line when `comm` is empty); inside a container without the host PID namespace
 //! those files do not exist and the name stays empty rather than wrong.
+//!
+//! Reading the lists is the dearest call of the fast tier, so [`ProcessRefresh`] decides per GPU
+//! when they must be read again and when the last lists still hold.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use crate::model::ProcessKind;
+use super::raw::ProcessList;
+use crate::model::{ProcessKind, UnixMs};
+
+/// How long the process lists of a GPU whose memory did not change are reused at most, unless
+/// the source is configured otherwise.
+pub const DEFAULT_PROCESS_REFRESH_MAX_MS: u64 = 1_000;
+
+/// Decides, per GPU and per fast tick, whether the process lists must be read again.
+///
+/// A process's GPU memory can only change when the device's: a process starting creates a
+/// context (device `used_bytes` rises), one exiting frees it, allocating or freeing changes
+/// `used_bytes`. So the lists are read again when the device's used memory differs from its
+/// value at the last read, when `max_age_ms` has passed since that read (a free and an
+/// allocation of the same size between two ticks, a pid reused), when the slow tier runs, when
+/// used memory could not be read, and after any read that did not return both lists; otherwise
+/// the last lists are repeated. `max_age_ms == 0` reads every tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessRefresh {
+    max_age_ms: u64,
+    /// Device used memory and time of the last read that returned both lists.
+    last_complete_read: Option<(u64, UnixMs)>,
+}
+
+impl ProcessRefresh {
+    pub fn new(max_age_ms: u64) -> Self {
+        ProcessRefresh {
+            max_age_ms,
+            last_complete_read: None,
+        }
+    }
+
+    /// Whether the lists must be read at `now_ms`, given the device's used memory just read
+    /// (`None` when it could not be) and whether the slow tier runs in this poll.
+    pub fn must_read(&self, used_bytes: Option<u64>, now_ms: UnixMs, slow_tier: bool) -> bool {
+        let (Some(used_bytes), Some((last_used_bytes, last_ms))) =
+            (used_bytes, self.last_complete_read)
+        else {
+            return true;
+        };
+        // A clock that went backwards counts as expired.
+        let age_ms = u64::try_from(now_ms.saturating_sub(last_ms)).unwrap_or(u64::MAX);
+        slow_tier || used_bytes != last_used_bytes || now_ms < last_ms || age_ms >= self.max_age_ms
+    }
+
+    /// Records a read at `now_ms`. Only a `complete` read (both lists returned) can be reused;
+    /// after a failed or unsupported list the next tick reads again rather than repeating it.
+    pub fn record_read(&mut self, used_bytes: Option<u64>, now_ms: UnixMs, complete: bool) {
+        self.last_complete_read = used_bytes
+            .filter(|_| complete)
+            .map(|used_bytes| (used_bytes, now_ms));
+    }
+}
 
 /// One entry of an NVML process list, without NVML types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +91,60 @@ impl ListedProcess {
             mig_instance: (gpu_instance_id != NO_INSTANCE && compute_instance_id != NO_INSTANCE)
                 .then_some((gpu_instance_id, compute_instance_id)),
         }
+    }
+}
+
+/// One GPU's last compute and graphics process lists, read again only when [`ProcessRefresh`]
+/// says they can have changed.
+#[derive(Clone, Debug)]
+pub struct CachedProcessLists {
+    refresh: ProcessRefresh,
+    compute: Vec<ListedProcess>,
+    graphics: Vec<ListedProcess>,
+    /// How many times the lists were read (for the sampler benchmark).
+    reads: u64,
+}
+
+impl CachedProcessLists {
+    pub fn new(max_age_ms: u64) -> Self {
+        CachedProcessLists {
+            refresh: ProcessRefresh::new(max_age_ms),
+            compute: Vec::new(),
+            graphics: Vec::new(),
+            reads: 0,
+        }
+    }
+
+    /// Reads both lists through `read` (`None`: that list could not be read; it is then empty)
+    /// when they must be read, else keeps the last ones. Returns whether `read` was called.
+    pub fn update(
+        &mut self,
+        used_bytes: Option<u64>,
+        now_ms: UnixMs,
+        slow_tier: bool,
+        mut read: impl FnMut(ProcessList) -> Option<Vec<ListedProcess>>,
+    ) -> bool {
+        if !self.refresh.must_read(used_bytes, now_ms, slow_tier) {
+            return false;
+        }
+        let compute = read(ProcessList::Compute);
+        let graphics = read(ProcessList::Graphics);
+        let complete = compute.is_some() && graphics.is_some();
+        self.compute = compute.unwrap_or_default();
+        self.graphics = graphics.unwrap_or_default();
+        self.refresh.record_read(used_bytes, now_ms, complete);
+        self.reads += 1;
+        true
+    }
+
+    /// How many times [`CachedProcessLists::update`] read the lists.
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    /// The current lists merged (see [`merge_process_lists`]).
+    pub fn merged(&self) -> Vec<(ListedProcess, ProcessKind)> {
+        merge_process_lists(&self.compute, &self.graphics)
     }
 }
 
@@ -124,6 +232,92 @@ mod tests {
             used_bytes: Some(used),
             mig_instance: None,
         }
+    }
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn first_tick_reads() {
+        let refresh = ProcessRefresh::new(DEFAULT_PROCESS_REFRESH_MAX_MS);
+        assert!(refresh.must_read(Some(8 * GIB), 1_000, false));
+    }
+
+    #[test]
+    fn unchanged_memory_reuses_the_lists_until_they_are_too_old() {
+        let mut refresh = ProcessRefresh::new(1_000);
+        refresh.record_read(Some(8 * GIB), 10_000, true);
+        assert!(!refresh.must_read(Some(8 * GIB), 10_100, false));
+        assert!(!refresh.must_read(Some(8 * GIB), 10_999, false));
+        assert!(refresh.must_read(Some(8 * GIB), 11_000, false), "1 s old");
+        assert!(
+            refresh.must_read(Some(8 * GIB), 9_900, false),
+            "clock went back"
+        );
+    }
+
+    #[test]
+    fn changed_memory_or_the_slow_tier_reads() {
+        let mut refresh = ProcessRefresh::new(1_000);
+        refresh.record_read(Some(8 * GIB), 10_000, true);
+        assert!(refresh.must_read(Some(8 * GIB + 2 * 1024 * 1024), 10_100, false));
+        assert!(refresh.must_read(Some(8 * GIB - 1), 10_100, false));
+        assert!(refresh.must_read(Some(8 * GIB), 10_100, true), "slow tier");
+        assert!(refresh.must_read(None, 10_100, false), "memory unreadable");
+        refresh.record_read(Some(9 * GIB), 10_100, true);
+        assert!(!refresh.must_read(Some(9 * GIB), 10_200, false));
+    }
+
+    #[test]
+    fn an_incomplete_read_is_not_reused() {
+        let mut refresh = ProcessRefresh::new(1_000);
+        refresh.record_read(Some(8 * GIB), 10_000, true);
+        refresh.record_read(Some(8 * GIB), 10_100, false);
+        assert!(refresh.must_read(Some(8 * GIB), 10_200, false));
+        refresh.record_read(None, 10_200, true);
+        assert!(refresh.must_read(Some(8 * GIB), 10_300, false));
+    }
+
+    #[test]
+    fn zero_max_age_reads_every_tick() {
+        let mut refresh = ProcessRefresh::new(0);
+        refresh.record_read(Some(8 * GIB), 10_000, true);
+        assert!(refresh.must_read(Some(8 * GIB), 10_000, false));
+    }
+
+    #[test]
+    fn cached_lists_are_repeated_until_memory_changes_and_failures_are_not() {
+        let mut lists = CachedProcessLists::new(1_000);
+        let mut calls = Vec::new();
+        let mut read_ok = |list: ProcessList| {
+            calls.push(list);
+            match list {
+                ProcessList::Compute => Some(vec![listed(10, 8 * GIB)]),
+                ProcessList::Graphics => Some(vec![]),
+            }
+        };
+        assert!(lists.update(Some(8 * GIB), 0, false, &mut read_ok));
+        assert!(!lists.update(Some(8 * GIB), 100, false, &mut read_ok));
+        assert_eq!(calls, [ProcessList::Compute, ProcessList::Graphics]);
+        assert_eq!(lists.reads(), 1);
+        assert_eq!(
+            lists.merged(),
+            vec![(listed(10, 8 * GIB), ProcessKind::Compute)],
+            "repeated"
+        );
+        let read_failing = |list: ProcessList| match list {
+            ProcessList::Compute => None,
+            ProcessList::Graphics => Some(vec![listed(20, GIB)]),
+        };
+        assert!(lists.update(Some(9 * GIB), 200, false, read_failing));
+        assert_eq!(
+            lists.merged(),
+            vec![(listed(20, GIB), ProcessKind::Graphics)],
+            "a failed list is empty, not the old one"
+        );
+        assert!(
+            lists.update(Some(9 * GIB), 300, false, read_failing),
+            "read again after a failure although memory is unchanged"
+        );
     }
 
     #[test]
