@@ -50,8 +50,8 @@ fn time_travel_replays_every_fixture_exactly() {
         let check = travel.check();
         assert!(check.matches_final_state, "{name}: {check:?}");
         assert_eq!(
-            (check.undo_mismatches, check.replay_mismatches),
-            (0, 0),
+            (check.undo_mismatches, check.replay_stopped_at),
+            (0, None),
             "{name}"
         );
         // The start of the trace: nothing reserved yet (both traces begin with the process).

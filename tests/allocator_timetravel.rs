@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use support::synthetic_allocator::{Rng, Simulation, StateShape};
 use vramscope::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
+use vramscope::model::allocator::TraceAction;
 
 fn shape(state: &AllocatorState) -> StateShape {
     state
@@ -56,7 +57,7 @@ fn state_at_any_event_equals_the_simulated_truth_and_a_forward_replay() {
     assert_eq!(travel.len(), simulation.trace.len());
     let check = travel.check();
     assert!(check.matches_final_state, "{check:?}");
-    assert_eq!((check.undo_mismatches, check.replay_mismatches), (0, 0));
+    assert_eq!((check.undo_mismatches, check.replay_stopped_at), (0, None));
     assert!(
         truth.len() > 20,
         "too few sampled positions: {}",
@@ -124,6 +125,33 @@ fn start_state_of_a_truncated_trace_keeps_blocks_from_before_it() {
         compared += 1;
     }
     assert!(compared > 5);
+}
+
+#[test]
+fn a_trace_that_does_not_replay_stops_the_replay_at_its_first_bad_event() {
+    // An alloc in the middle points at an address the allocator never had: undoing it fails,
+    // and the forward replay must stop at (or before) it, name it, and still leave a usable
+    // time travel whose end is the snapshot's final state.
+    let (simulation, _) = simulate(29, 4_000, 5);
+    let mut snapshot = simulation.snapshot();
+    let trace = &mut snapshot.traces[0];
+    let bad = (2_000..trace.len())
+        .find(|&i| trace.actions[i] == TraceAction::Alloc)
+        .expect("the simulation allocates");
+    trace.addresses[bad] = 0xdead_0000_0000;
+    let travel = TimeTravel::new(Arc::new(snapshot), 0);
+    let check = travel.check();
+    assert!(!check.matches_final_state, "{check:?}");
+    assert!(check.undo_mismatches >= 1, "{check:?}");
+    let stopped = check.replay_stopped_at.expect("the replay stops");
+    assert!(stopped <= bad, "stopped at {stopped}, bad event {bad}");
+    let problem = check.first_problem.as_deref().unwrap_or_default();
+    assert!(
+        problem.contains(&format!("replaying event {stopped}")),
+        "{problem}"
+    );
+    assert_eq!(shape(&travel.state_at(travel.len())), simulation.shape());
+    assert_eq!(travel.allocated_series().len(), travel.len() + 1);
 }
 
 #[test]

@@ -500,8 +500,10 @@ pub struct ReplayCheck {
     pub matches_final_state: bool,
     /// Events that did not fit the state while undoing (skipped).
     pub undo_mismatches: u32,
-    /// Events that did not fit the state while replaying forwards.
-    pub replay_mismatches: u32,
+    /// The first event that did not fit the state while replaying forwards. The replay stops
+    /// there: from then on the final state can no longer be reproduced, so going on would only
+    /// cost time (millions of events in a big trace).
+    pub replay_stopped_at: Option<usize>,
     /// The first problem, in words, for the UI.
     pub first_problem: Option<String>,
 }
@@ -619,6 +621,8 @@ impl TimeTravel {
         // state, the sizes stay estimates and these are the final ones.
         let (start, start_mismatches) = travel.undo_all(final_state.clone(), true);
         // Pass 2: replay forwards with the allocator's rules; this knows every block's size.
+        // It stops at the first event that does not fit: the final state can then no longer
+        // be reproduced, and the rest of the replay would be wasted work.
         // When pass 1 needed no skips, it also records the series and checkpoints (pass 1's
         // are dropped first to keep the peak memory): if the replay reproduces the final state
         // exactly, these are the exact states.
@@ -633,7 +637,7 @@ impl TimeTravel {
         } else {
             usize::MAX
         };
-        let mut replay_mismatches = 0;
+        let mut replay_stopped_at = None;
         let mut first_problem = None;
         let mut state = start;
         let mut checkpoints = Vec::new();
@@ -653,14 +657,18 @@ impl TimeTravel {
                 Ok(Some(handed_out)) => *bytes = handed_out,
                 Ok(None) => {}
                 Err(mismatch) => {
-                    replay_mismatches += 1;
-                    first_problem.get_or_insert_with(|| {
-                        describe_mismatch("replaying", index, travel.trace(), mismatch)
-                    });
+                    replay_stopped_at = Some(index);
+                    first_problem = Some(describe_mismatch(
+                        "replaying",
+                        index,
+                        travel.trace(),
+                        mismatch,
+                    ));
+                    break;
                 }
             }
         }
-        let matches_final_state = replay_mismatches == 0 && state == final_state;
+        let matches_final_state = replay_stopped_at.is_none() && state == final_state;
         if record {
             allocated[len] = state.allocated_bytes;
             reserved[len] = state.reserved_bytes;
@@ -719,7 +727,7 @@ impl TimeTravel {
         travel.check = ReplayCheck {
             matches_final_state,
             undo_mismatches,
-            replay_mismatches,
+            replay_stopped_at,
             first_problem,
         };
         travel

@@ -698,18 +698,35 @@ fn forbidden_name(op: u8) -> &'static str {
 }
 
 /// Decodes a little-endian two's-complement integer of any length (LONG1/LONG4).
+///
+/// Inlined: the usual case (addresses, sizes, times of up to 8 bytes) then builds the value in
+/// registers; returning it through memory from a call cost a store-forwarding stall per number.
+#[inline(always)]
 fn long_value(bytes: &[u8]) -> Value {
-    if bytes.is_empty() {
-        return Value::Int(0);
+    match bytes.len() {
+        0 => Value::Int(0),
+        n @ 1..=8 => {
+            // Shifts, not a copy into a buffer: a variable-length memcpy followed by an 8-byte
+            // load stalls on store forwarding.
+            let mut bits = 0u64;
+            for (i, &byte) in bytes.iter().enumerate() {
+                bits |= u64::from(byte) << (8 * i);
+            }
+            if n < 8 && bytes[n - 1] & 0x80 != 0 {
+                bits |= u64::MAX << (8 * n);
+            }
+            Value::Int(bits as i64)
+        }
+        _ => long_value_wide(bytes),
     }
+}
+
+/// [`long_value`] for more than 8 bytes (rare: a `u64` above `i64::MAX`, or a big number).
+#[cold]
+#[inline(never)]
+fn long_value_wide(bytes: &[u8]) -> Value {
     let negative = bytes[bytes.len() - 1] & 0x80 != 0;
     let fill = if negative { 0xff } else { 0x00 };
-    // The usual case (addresses, sizes, times): sign-extend up to 8 bytes.
-    if bytes.len() <= 8 {
-        let mut buf = [fill; 8];
-        buf[..bytes.len()].copy_from_slice(bytes);
-        return Value::Int(i64::from_le_bytes(buf));
-    }
     // Strip redundant sign bytes.
     let mut len = bytes.len();
     while len > 1 && bytes[len - 1] == fill && (bytes[len - 2] & 0x80 != 0) == negative {
