@@ -152,7 +152,7 @@ pub fn analyze(state: &AllocatorState) -> FragmentationReport {
     let segments: Vec<FragmentationMetrics> = state
         .segments
         .iter()
-        .map(|segment| FragmentationMetrics::of_segment(segment))
+        .map(FragmentationMetrics::of_segment)
         .collect();
     let mut device = FragmentationMetrics::default();
     let mut pools: Vec<(PoolKey, FragmentationMetrics)> = Vec::new();
