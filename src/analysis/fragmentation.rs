@@ -324,6 +324,7 @@ mod tests {
             ],
             allocated_bytes: 16 * MIB,
             reserved_bytes: 42 * MIB,
+            ..Default::default()
         }
     }
 

@@ -150,10 +150,11 @@ impl StateSegment {
 }
 
 /// The allocator state of one device at one point of its trace.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct AllocatorState {
     pub device: u32,
-    /// Segments in address order, stored inline: finding the segment of an address (every
+    /// Segments in address order, stored inline (change them only through the state's own
+    /// methods, which keep `segment_starts` in step): finding the segment of an address (every
     /// event) is a binary search over contiguous memory, which matters more than the cost of
     /// moving segments on insert/remove (a snapshot has tens to a few thousand segments).
     pub segments: Vec<StateSegment>,
@@ -161,7 +162,25 @@ pub struct AllocatorState {
     pub allocated_bytes: u64,
     /// Sum of segment sizes (PyTorch's `reserved_bytes`).
     pub reserved_bytes: u64,
+    /// Start address of each segment, in the same order: the segment search of every event
+    /// reads this dense array (8 bytes per segment, thousands of segments fit in L1) rather
+    /// than the segments. Kept in step on every insert and removal; when its length differs
+    /// from `segments` (a state built by hand, or `segments` changed directly), searches read
+    /// the segments instead, and the next insert rebuilds it.
+    pub(crate) segment_starts: Vec<u64>,
 }
+
+/// Equal when the allocator states are: the search index is derived data and not compared.
+impl PartialEq for AllocatorState {
+    fn eq(&self, other: &Self) -> bool {
+        self.device == other.device
+            && self.allocated_bytes == other.allocated_bytes
+            && self.reserved_bytes == other.reserved_bytes
+            && self.segments == other.segments
+    }
+}
+
+impl Eq for AllocatorState {}
 
 impl AllocatorState {
     /// The final state of `device` as the snapshot's segments describe it.
@@ -246,11 +265,23 @@ impl AllocatorState {
 
     /// Index of the segment that contains `address`.
     pub fn segment_containing(&self, address: u64) -> Option<usize> {
-        let index = self
-            .segments
-            .partition_point(|s| s.address <= address)
-            .checked_sub(1)?;
+        let after = if self.segment_starts.len() == self.segments.len() {
+            self.segment_starts
+                .partition_point(|&start| start <= address)
+        } else {
+            self.segments.partition_point(|s| s.address <= address)
+        };
+        let index = after.checked_sub(1)?;
         (address < self.segments[index].end_address()).then_some(index)
+    }
+
+    /// Removes the segment at `index`, keeping [`AllocatorState::segment_starts`] in step.
+    /// (Does not touch the byte totals.)
+    fn take_segment(&mut self, index: usize) -> StateSegment {
+        if self.segment_starts.len() == self.segments.len() {
+            self.segment_starts.remove(index);
+        }
+        self.segments.remove(index)
     }
 
     /// The segment and block that contain `address`.
@@ -271,7 +302,14 @@ impl AllocatorState {
         let at = self
             .segments
             .partition_point(|s| s.address < segment.address);
-        self.segments.insert(at, segment);
+        if self.segment_starts.len() == self.segments.len() {
+            self.segment_starts.insert(at, segment.address);
+            self.segments.insert(at, segment);
+        } else {
+            // Built by hand: index every segment once.
+            self.segments.insert(at, segment);
+            self.segment_starts = self.segments.iter().map(|s| s.address).collect();
+        }
     }
 
     fn set_status(&mut self, segment: usize, block: usize, status: BlockStatus) {
@@ -371,7 +409,7 @@ impl AllocatorState {
         let mut insert_at = at;
         if at > 0 && joins(&self.segments[at - 1]) && self.segments[at - 1].end_address() == address
         {
-            let mut previous = self.segments.remove(at - 1);
+            let mut previous = self.take_segment(at - 1);
             self.reserved_bytes -= previous.size_bytes;
             self.allocated_bytes -= allocated_in(&previous);
             segment.pool = previous.pool;
@@ -385,7 +423,7 @@ impl AllocatorState {
             && joins(&self.segments[insert_at])
             && self.segments[insert_at].address == segment.end_address()
         {
-            let mut next = self.segments.remove(insert_at);
+            let mut next = self.take_segment(insert_at);
             self.reserved_bytes -= next.size_bytes;
             self.allocated_bytes -= allocated_in(&next);
             segment.size_bytes += next.size_bytes;
@@ -419,7 +457,7 @@ impl AllocatorState {
         if end > block.end_address() || size_bytes == 0 {
             return Err(Mismatch::BlockTooSmall);
         }
-        let segment = self.segments.remove(segment_index);
+        let segment = self.take_segment(segment_index);
         self.reserved_bytes -= segment.size_bytes;
         self.allocated_bytes -= allocated_in(&segment);
         let mut before = Vec::new();
@@ -464,7 +502,7 @@ impl AllocatorState {
         if !self.segments[index].is_entirely_free() {
             return Err(Mismatch::SegmentInUse);
         }
-        let removed = self.segments.remove(index);
+        let removed = self.take_segment(index);
         self.reserved_bytes -= removed.size_bytes;
         Ok(())
     }
@@ -1172,4 +1210,73 @@ fn describe_mismatch(doing: &str, index: usize, trace: &DeviceTrace, mismatch: M
         "{doing} event {index} ({action} at {:#x}, {} bytes): {why}",
         op.address, op.size_bytes
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_segment(address: u64, size_bytes: u64) -> StateSegment {
+        StateSegment {
+            address,
+            size_bytes,
+            stream: 0,
+            pool: PoolKind::Large,
+            pool_id: PoolId::default(),
+            expandable: false,
+            blocks: vec![StateBlock::free(address, size_bytes)],
+        }
+    }
+
+    fn starts(state: &AllocatorState) -> Vec<u64> {
+        state.segments.iter().map(|s| s.address).collect()
+    }
+
+    #[test]
+    fn the_segment_index_follows_inserts_joins_and_removals() {
+        let mut state = AllocatorState::default();
+        for address in [0x3000, 0x1000, 0x5000] {
+            state.insert_segment(free_segment(address, 0x1000));
+        }
+        assert_eq!(state.segment_starts, starts(&state));
+        assert_eq!(state.block_containing(0x1fff), Some((0, 0)));
+        assert_eq!(state.block_containing(0x2000), None);
+        // Expandable ranges next to each other join into one segment.
+        state.map_range(0x7000, 0x1000, 0, PoolKind::Large, PoolId::default());
+        state.map_range(0x8000, 0x1000, 0, PoolKind::Large, PoolId::default());
+        assert_eq!(starts(&state), vec![0x1000, 0x3000, 0x5000, 0x7000]);
+        assert_eq!(state.segment_starts, starts(&state));
+        assert_eq!(state.segment_containing(0x8fff), Some(3));
+        state
+            .unmap_range(0x7000, 0x2000)
+            .expect("unmaps the whole range");
+        state
+            .remove_free_segment(0x3000)
+            .expect("removes a free segment");
+        assert_eq!(state.segment_starts, vec![0x1000, 0x5000]);
+        assert_eq!(state.segment_containing(0x5000), Some(1));
+        assert_eq!(state.segment_containing(0x3000), None);
+    }
+
+    #[test]
+    fn a_state_built_or_changed_by_hand_is_searched_without_the_index() {
+        let mut state = AllocatorState {
+            segments: vec![free_segment(0x1000, 0x1000), free_segment(0x4000, 0x1000)],
+            ..Default::default()
+        };
+        assert_eq!(state.segment_containing(0x4800), Some(1));
+        state.insert_segment(free_segment(0x2000, 0x1000));
+        assert_eq!(state.segment_starts, vec![0x1000, 0x2000, 0x4000]);
+        // Changed directly: the index no longer matches and is not used.
+        state.segments.remove(0);
+        assert_eq!(state.segment_containing(0x2800), Some(0));
+        assert_eq!(state.segment_containing(0x4800), Some(1));
+        // States compare by their segments, not by the index.
+        let rebuilt = AllocatorState {
+            segments: state.segments.clone(),
+            reserved_bytes: state.reserved_bytes,
+            ..Default::default()
+        };
+        assert_eq!(rebuilt, state);
+    }
 }

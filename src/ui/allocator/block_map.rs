@@ -457,8 +457,7 @@ mod tests {
                     )],
                 ),
             ],
-            allocated_bytes: 0,
-            reserved_bytes: 0,
+            ..Default::default()
         }
     }
 
