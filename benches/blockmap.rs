@@ -83,7 +83,7 @@ fn main() {
     let started = Instant::now();
     let travel = TimeTravel::new(std::sync::Arc::clone(&snapshot), 0);
     println!(
-        "TimeTravel::new (3 passes, checkpoints every {} events): {:.2} s, exact replay: {}",
+        "TimeTravel::new (undo pass + forward replay, checkpoints every {} events): {:.2} s, exact replay: {}",
         travel.checkpoint_interval(),
         started.elapsed().as_secs_f64(),
         travel.check().matches_final_state
