@@ -290,3 +290,45 @@ fn inspect_names_missing_and_foreign_files() {
         "{stderr}"
     );
 }
+
+#[test]
+fn record_without_a_driver_fails_unless_demo_is_given() {
+    // Only meaningful where no NVIDIA driver can be opened (CI, most laptops): `info` says so.
+    if run(&["info"]).status.success() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fake.vramcap");
+    let output = run(&[
+        "record",
+        "--duration",
+        "0.3",
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("nothing was recorded") && stderr.contains("--demo"),
+        "{stderr}"
+    );
+    assert!(!path.exists(), "no simulated file may be written");
+}
+
+#[test]
+fn record_into_a_directory_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(&[
+        "record",
+        "--demo",
+        "--force",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("is a directory"),
+        "{}",
+        text(&output.stderr)
+    );
+}

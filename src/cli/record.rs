@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::formats::vramcap::{Recorder, RecorderStatus};
 use crate::model::format_bytes;
+use crate::source::nvml::NvmlSource;
 use crate::source::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
 use crate::source::{Source, open_default};
 
@@ -62,6 +63,13 @@ const PROGRESS_TTY: Duration = Duration::from_millis(250);
 const PROGRESS_PLAIN: Duration = Duration::from_secs(5);
 
 pub fn run(args: RecordArgs) -> ExitCode {
+    if args.out.is_dir() {
+        return super::fail(format!(
+            "{} is a directory; give a file name such as {}",
+            args.out.display(),
+            args.out.join("recording.vramcap").display()
+        ));
+    }
     if args.out.exists() && !args.force {
         return super::fail(format!(
             "{} already exists; pass --force to replace it",
@@ -73,7 +81,20 @@ pub fn run(args: RecordArgs) -> ExitCode {
     if let Err(err) = ctrlc::set_handler(move || handler_flag.store(true, Ordering::SeqCst)) {
         return super::fail(format!("cannot install the Ctrl+C/SIGTERM handler: {err}"));
     }
-    let (source, demo_reason) = open_default(args.demo);
+    // Without --demo, a machine with no usable driver is an error, as in `info`: a scripted
+    // recording on a server must never produce hours of simulated data and report success.
+    let (source, demo_reason): (Box<dyn Source>, Option<String>) = if args.demo {
+        open_default(true)
+    } else {
+        match NvmlSource::open() {
+            Ok(source) => (Box::new(source), None),
+            Err(err) => {
+                return super::fail(format_args!(
+                    "{err}; nothing was recorded (pass --demo to record the simulated machine)"
+                ));
+            }
+        }
+    };
     match record(source, demo_reason.as_deref(), &args, &stop_requested) {
         Ok(summary) => {
             println!("{summary}");
