@@ -451,16 +451,34 @@ fn live_demo_source_is_sampled_recorded_and_says_simulated() {
         .timeline_state()
         .visible_x_range
         .expect("plots shown");
-    let newest = harness
+    let (first, newest) = harness
         .state()
         .active_session()
         .and_then(|s| s.timeline.x_span())
-        .map(|(_, last)| last)
         .expect("samples");
     assert!(
         shown.0 < newest && newest <= shown.1,
         "{newest} not in {shown:?}"
     );
+    // A capture shorter than the follow window fills the plot: no empty time before its start.
+    let width = shown.1 - shown.0;
+    assert!(
+        shown.0 >= first - width * 0.01 && shown.0 <= first + width * 0.01,
+        "view {shown:?} should start at the first sample {first}"
+    );
+    // Reset view shows everything and keeps following.
+    harness.get_by_label("Reset view").click();
+    harness.run_steps(2);
+    let reset = harness
+        .state()
+        .timeline_state()
+        .visible_x_range
+        .expect("plots shown");
+    assert!(
+        reset.0 <= first + 1e-9 && reset.1 >= newest,
+        "reset {reset:?} should hold {first}..{newest}"
+    );
+    assert!(harness.state().timeline_state().following);
     harness.key_press_modifiers(Modifiers::COMMAND, Key::R);
     harness.step();
     let infos = notice_texts(&harness, NoticeLevel::Info);

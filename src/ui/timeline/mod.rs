@@ -168,18 +168,27 @@ pub fn timeline_ui(
     let plot_height = ((ui.available_height() - 8.0) / device_count as f32 - 28.0).max(110.0);
     let link_group = Id::unique(("vramscope-timeline", state.plot_generation));
 
-    // The x range to show when the view is reset or follows live data.
+    // The x range to show when the view is reset or follows live data. Following shows the
+    // newest `follow_window_secs`, but never time before the first sample: a capture shorter
+    // than the window fills the plot instead of sitting in its right-hand corner.
     let full_range = (span_start, span_end.max(span_start + 1.0));
+    let follow_start = (span_end - settings.follow_window_secs).max(span_start);
+    let follow_end = span_end.max(follow_start + 1.0);
     let follow_range = (
-        span_end - settings.follow_window_secs,
-        span_end + settings.follow_window_secs * 0.02,
+        follow_start,
+        follow_end + (follow_end - follow_start) * 0.02,
     );
     let forced_range = if let Some(range) = state.requested_range.take() {
         Some(range)
+    } else if state.reset_requested {
+        // Reset shows everything; live, it then keeps following if everything still fits the
+        // follow window, and stops following otherwise (so the whole capture stays in view).
+        if input.live && span_end - span_start > settings.follow_window_secs {
+            state.following = false;
+        }
+        Some(full_range)
     } else if input.live && state.following {
         Some(follow_range)
-    } else if state.reset_requested {
-        Some(full_range)
     } else {
         None
     };
@@ -513,7 +522,15 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
                 .hovered()
                 .then(|| plot_ui.pointer_coordinate())
                 .flatten();
+            // Only near the data: far before the first or after the last sample there is
+            // nothing to read out.
+            let bounds = plot_ui.plot_bounds();
+            let tolerance = (bounds.max()[0] - bounds.min()[0]) * 0.01;
             pointer.and_then(|pointer| {
+                let (first, last) = (*device.x_secs.first()?, *device.x_secs.last()?);
+                if pointer.x < first - tolerance || pointer.x > last + tolerance {
+                    return None;
+                }
                 let nearest = nearest_index(&device.x_secs, pointer.x)?;
                 Some(TimelineHover {
                     device_index,
