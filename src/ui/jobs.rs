@@ -172,6 +172,10 @@ pub struct Jobs {
     receiver: Receiver<(Option<u64>, JobResult)>,
     running: usize,
     reads: Vec<ReadStatus>,
+    /// Reads that finished while an earlier read was still going, by read id: results are
+    /// handed out in the order the files were opened (command line, dialog, drop), not in the
+    /// order the reads happen to finish, so the last file given is the one shown.
+    finished_reads: std::collections::BTreeMap<u64, JobResult>,
     next_read_id: Arc<AtomicU64>,
     ctx: egui::Context,
 }
@@ -185,6 +189,7 @@ impl Jobs {
             receiver,
             running: 0,
             reads: Vec::new(),
+            finished_reads: std::collections::BTreeMap::new(),
             next_read_id: Arc::new(AtomicU64::new(0)),
             ctx,
         }
@@ -312,10 +317,21 @@ impl Jobs {
         self.running = self.running.saturating_sub(finished.len());
         let mut results = Vec::with_capacity(finished.len());
         for (read_id, result) in finished {
-            if let Some(id) = read_id {
-                self.reads.retain(|read| read.id != id);
+            match read_id {
+                Some(id) => {
+                    self.reads.retain(|read| read.id != id);
+                    self.finished_reads.insert(id, result);
+                }
+                None => results.push(result),
             }
-            results.push(result);
+        }
+        // Hand out finished reads up to the oldest one still in progress, in opening order.
+        let oldest_running = self.reads.iter().map(|read| read.id).min();
+        while let Some(entry) = self.finished_reads.first_entry() {
+            if oldest_running.is_some_and(|oldest| *entry.key() > oldest) {
+                break;
+            }
+            results.push(entry.remove());
         }
         results
     }
@@ -475,6 +491,51 @@ fn display_name(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Collects results until `count` arrived (reads run on threads).
+    fn poll_until(jobs: &mut Jobs, count: usize) -> Vec<String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut names = Vec::new();
+        while names.len() < count {
+            assert!(std::time::Instant::now() < deadline, "got only {names:?}");
+            for result in jobs.poll() {
+                if let JobResult::Opened { file_name, .. } = result {
+                    names.push(file_name);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        names
+    }
+
+    #[test]
+    fn reads_are_handed_out_in_the_order_they_were_started() {
+        let mut jobs = Jobs::new(egui::Context::default());
+        let (release_first, first_may_finish) = channel::<()>();
+        let (id, _) = jobs.new_read("first.pickle");
+        jobs.spawn(Some(id), move || {
+            let _ = first_may_finish.recv();
+            JobResult::Opened {
+                file_name: "first.pickle".to_owned(),
+                outcome: OpenOutcome::Cancelled,
+            }
+        });
+        let (id, _) = jobs.new_read("second.pickle");
+        jobs.spawn(Some(id), move || JobResult::Opened {
+            file_name: "second.pickle".to_owned(),
+            outcome: OpenOutcome::Cancelled,
+        });
+        // The second read finishes first but waits for the first.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(jobs.poll().is_empty());
+        assert_eq!(jobs.reads().len(), 1, "only the first is still in progress");
+        release_first.send(()).expect("first job waits");
+        assert_eq!(
+            poll_until(&mut jobs, 2),
+            vec!["first.pickle".to_owned(), "second.pickle".to_owned()]
+        );
+        assert_eq!(jobs.running(), 0);
+    }
 
     #[test]
     fn files_are_routed_by_content_before_their_name() {
