@@ -404,6 +404,41 @@ fn save_as_writes_the_shown_capture_with_notes() {
             == EventKind::Annotation {
                 text: "learning rate lowered".to_owned()
             }));
+    // Saved: quitting asks nothing.
+    assert_eq!(harness.state().unsaved_notes(), 0);
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Q);
+    harness.step();
+    assert!(harness.state().quit_requested());
+}
+
+#[test]
+fn quitting_with_unsaved_notes_asks_first() {
+    let dialogs = ScriptedDialogs::default();
+    let mut harness = harness(&dialogs, Some(demo_capture()));
+    harness.run_steps(2);
+    harness.state_mut().set_annotation_draft("before the spike");
+    harness.get_by_label("Add note").click();
+    harness.run_steps(2);
+    assert_eq!(harness.state().unsaved_notes(), 1);
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Q);
+    harness.run_steps(2);
+    assert!(!harness.state().quit_requested(), "a note would be lost");
+    assert!(harness.state().quit_confirm_open());
+    assert!(
+        harness
+            .query_by_label_contains("are not in any file yet")
+            .is_some()
+    );
+    // Cancel keeps the app open and the note.
+    harness.get_by_label("Cancel").click();
+    harness.run_steps(2);
+    assert!(!harness.state().quit_confirm_open() && !harness.state().quit_requested());
+    // Asked again, the user quits without saving.
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Q);
+    harness.run_steps(2);
+    harness.get_by_label("Quit without saving").click();
+    harness.run_steps(2);
+    assert!(harness.state().quit_requested());
 }
 
 #[test]

@@ -106,6 +106,13 @@ pub struct VramscopeApp {
     sent_title: String,
     /// Quit was asked for (File › Quit, Ctrl+Q); the window closes at the end of the frame.
     quit_requested: bool,
+    /// The "unsaved notes" question is shown (a quit was held back).
+    quit_confirm_open: bool,
+    /// The user chose to quit without saving notes.
+    discard_unsaved_notes: bool,
+    /// Saves in progress: path, session index and how many of its unsaved notes the save holds
+    /// (they count as saved once the write succeeds).
+    pending_saves: Vec<(PathBuf, usize, usize)>,
     /// Settings last applied to the sampler and the theme.
     applied: Option<Settings>,
     /// The view the central area shows.
@@ -150,6 +157,9 @@ impl VramscopeApp {
             show_settings: false,
             sent_title: String::new(),
             quit_requested: false,
+            quit_confirm_open: false,
+            discard_unsaved_notes: false,
+            pending_saves: Vec::new(),
             applied: None,
             view: View::Timeline,
             allocators: Vec::new(),
@@ -482,14 +492,24 @@ impl VramscopeApp {
                 JobResult::Opened { file_name, outcome } => {
                     self.open_finished(file_name, outcome);
                 }
-                JobResult::Saved { path, result } => match result {
-                    Ok(()) => self
-                        .notices
-                        .push(NoticeLevel::Info, format!("Saved {}", path.display())),
-                    Err(message) => self
-                        .notices
-                        .push(NoticeLevel::Error, format!("Could not save: {message}")),
-                },
+                JobResult::Saved { path, result } => {
+                    let pending = self.pending_saves.iter().position(|(p, _, _)| *p == path);
+                    let pending = pending.map(|i| self.pending_saves.remove(i));
+                    match result {
+                        Ok(()) => {
+                            if let Some((_, index, notes)) = pending
+                                && let Some(session) = self.sessions.get_mut(index)
+                            {
+                                session.unsaved_notes = session.unsaved_notes.saturating_sub(notes);
+                            }
+                            self.notices
+                                .push(NoticeLevel::Info, format!("Saved {}", path.display()));
+                        }
+                        Err(message) => self
+                            .notices
+                            .push(NoticeLevel::Error, format!("Could not save: {message}")),
+                    }
+                }
                 JobResult::Exported { path, result } => match result {
                     Ok(()) => self
                         .notices
@@ -523,10 +543,93 @@ impl VramscopeApp {
         self.quit_requested
     }
 
-    /// File › Quit and Ctrl+Q: closes the window (sessions stop in `on_exit`).
+    /// File › Quit and Ctrl+Q: closes the window (sessions stop in `on_exit`), after asking
+    /// when notes would be lost.
     fn quit(&mut self, ctx: &egui::Context) {
+        if self.unsaved_notes() > 0 && !self.discard_unsaved_notes {
+            self.quit_confirm_open = true;
+            return;
+        }
         self.quit_requested = true;
         ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+    }
+
+    /// Notes that no file holds yet, over all sessions.
+    pub fn unsaved_notes(&self) -> usize {
+        self.sessions.iter().map(|s| s.unsaved_notes).sum()
+    }
+
+    /// Whether the "unsaved notes" question is shown.
+    pub fn quit_confirm_open(&self) -> bool {
+        self.quit_confirm_open
+    }
+
+    /// The window's close button: held back, like Quit, while notes are unsaved.
+    fn hold_close_for_unsaved_notes(&mut self, ctx: &egui::Context) {
+        let close_requested = ctx.input(|i| i.viewport().close_requested());
+        if close_requested && self.unsaved_notes() > 0 && !self.discard_unsaved_notes {
+            ctx.send_viewport_cmd(egui::ViewportCommand::CancelClose);
+            self.quit_requested = false;
+            self.quit_confirm_open = true;
+        }
+    }
+
+    /// Asks what to do with unsaved notes: save, quit anyway, or stay.
+    fn quit_confirm_ui(&mut self, ctx: &egui::Context) {
+        if !self.quit_confirm_open {
+            return;
+        }
+        let waiting: Vec<(usize, String, usize)> = self
+            .sessions
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.unsaved_notes > 0)
+            .map(|(i, s)| {
+                let name = match &s.origin {
+                    SessionOrigin::File { file_name } => file_name.clone(),
+                    SessionOrigin::Live { .. } => "the live session".to_owned(),
+                };
+                (i, name, s.unsaved_notes)
+            })
+            .collect();
+        let mut choice = None;
+        egui::Modal::new(egui::Id::unique("vramscope-unsaved-notes")).show(ctx, |ui| {
+            ui.heading("Unsaved notes");
+            for (_, name, notes) in &waiting {
+                ui.label(format!(
+                    "{notes} note(s) added to {name} are not in any file yet."
+                ));
+            }
+            ui.label("Save the capture with File › Save as… to keep them.");
+            ui.horizontal(|ui| {
+                if ui.button("Save as…").clicked() {
+                    choice = Some(QuitChoice::Save);
+                }
+                if ui.button("Quit without saving").clicked() {
+                    choice = Some(QuitChoice::Discard);
+                }
+                if ui.button("Cancel").clicked() || ui.input(|i| i.key_pressed(Key::Escape)) {
+                    choice = Some(QuitChoice::Stay);
+                }
+            });
+        });
+        match choice {
+            Some(QuitChoice::Save) => {
+                self.quit_confirm_open = false;
+                if let Some((index, _, _)) = waiting.first() {
+                    self.select_session(*index);
+                    self.set_view(View::Timeline);
+                }
+                self.save_with_dialog();
+            }
+            Some(QuitChoice::Discard) => {
+                self.quit_confirm_open = false;
+                self.discard_unsaved_notes = true;
+                self.quit(ctx);
+            }
+            Some(QuitChoice::Stay) => self.quit_confirm_open = false,
+            None => {}
+        }
     }
 
     /// File › Open… and Ctrl+O.
@@ -552,7 +655,10 @@ impl VramscopeApp {
             }
         };
         let capture = session.capture.clone();
+        let notes = session.unsaved_notes;
+        let index = self.active.unwrap_or_default();
         if let Some(path) = self.dialogs.pick_save_path(&suggested) {
+            self.pending_saves.push((path.clone(), index, notes));
             #[cfg(feature = "native")]
             self.jobs.save(path, capture);
             #[cfg(not(feature = "native"))]
@@ -1323,6 +1429,13 @@ fn default_recording_name(started_ms: UnixMs, simulated: bool) -> String {
     format!("vramscope-{date}-{time}{suffix}.vramcap")
 }
 
+/// What the "unsaved notes" question was answered with.
+enum QuitChoice {
+    Save,
+    Discard,
+    Stay,
+}
+
 /// `<data dir>/vramscope/recordings` (on Linux `~/.local/share/vramscope/recordings`).
 #[cfg(feature = "native")]
 fn default_recordings_dir() -> Option<PathBuf> {
@@ -1332,6 +1445,7 @@ fn default_recordings_dir() -> Option<PathBuf> {
 impl eframe::App for VramscopeApp {
     fn ui(&mut self, ui: &mut Ui, _frame: &mut eframe::Frame) {
         let ctx = ui.ctx().clone();
+        self.hold_close_for_unsaved_notes(&ctx);
         self.poll_background();
         self.start_png_capture(&ctx);
         self.handle_shortcuts(&ctx);
@@ -1368,6 +1482,7 @@ impl eframe::App for VramscopeApp {
         }
         self.settings_window(&ctx);
         self.drop_preview(&ctx);
+        self.quit_confirm_ui(&ctx);
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {

@@ -60,6 +60,9 @@ pub struct Session {
     pub origin: SessionOrigin,
     pub capture: Capture,
     pub timeline: TimelineData,
+    /// Notes added here that no file holds yet (not written by an active recording, not saved
+    /// since): quitting asks before dropping them.
+    pub unsaved_notes: usize,
     #[cfg(feature = "native")]
     sampler: Option<Sampler>,
     #[cfg(feature = "native")]
@@ -73,6 +76,7 @@ impl Session {
             origin,
             capture: prepared.capture,
             timeline: prepared.timeline,
+            unsaved_notes: 0,
             #[cfg(feature = "native")]
             sampler: None,
             #[cfg(feature = "native")]
@@ -104,6 +108,7 @@ impl Session {
             origin: SessionOrigin::Live { demo_notice },
             capture,
             timeline,
+            unsaved_notes: 0,
             sampler: Some(sampler),
             recording: None,
         }
@@ -197,6 +202,14 @@ impl Session {
             ..Default::default()
         };
         self.ingest(&batch);
+        // A running recording writes the note to its file; otherwise no file holds it yet.
+        #[cfg(feature = "native")]
+        let recorded = self.recording.is_some();
+        #[cfg(not(feature = "native"))]
+        let recorded = false;
+        if !recorded {
+            self.unsaved_notes += 1;
+        }
     }
 
     /// Starts writing everything sampled from now on to `path`. Live sessions only.
