@@ -222,7 +222,7 @@ fn frag_oom_explanation_agrees_with_pytorchs_message() {
     assert_eq!(e.releasable_bytes, 0);
     let text = &e.verdict_text;
     assert!(
-        text.starts_with("Fragmentation: 381 MiB cached free in the large pool on stream 0"),
+        text.starts_with("381 MiB cached free in the large pool on stream 0"),
         "{text}"
     );
     assert!(
@@ -315,7 +315,7 @@ fn corpus_oom_explanations_agree_with_pytorchs_messages() {
         ("other_process", OomVerdict::Capacity, false),
         ("batch_too_large", OomVerdict::Capacity, false),
         ("fragmentation", OomVerdict::Fragmentation, false),
-        ("memory_cap", OomVerdict::Capacity, true),
+        ("memory_cap", OomVerdict::MemoryCap, true),
     ] {
         let (snapshot, _) = read_case(name);
         let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();

@@ -157,5 +157,25 @@ fn fragmentation_and_oom_explanations_are_reported() {
         text.contains("OOM at event 298: 70.0 MiB requested (large pool"),
         "{text}"
     );
-    assert!(text.contains("verdict capacity"), "{text}");
+    // The GPU had 135 GiB free: a per-process cap refused the cudaMalloc, as `diagnose` says.
+    assert!(
+        text.contains("stream 0x0). Memory cap: The GPU still had 135 GiB free"),
+        "{text}"
+    );
+    assert!(!text.contains("Capacity"), "{text}");
+    assert!(
+        text.contains("fragmentation ratio (share of free memory"),
+        "{text}"
+    );
+    let (_, json, _) = analyze(&[fixture("oom.pickle").as_os_str(), "--json".as_ref()]);
+    let reports: serde_json::Value = serde_json::from_str(&json).expect("JSON output");
+    let oom = &reports[0]["devices"][0]["ooms"][0];
+    assert_eq!(oom["verdict"], "memory-cap");
+    assert!(
+        oom["verdict_text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("The GPU still had 135 GiB free"),
+        "{oom}"
+    );
 }

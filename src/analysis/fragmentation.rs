@@ -110,6 +110,23 @@ impl FragmentationMetrics {
         }
     }
 
+    /// The fragmentation ratio for people, naming the free bytes it describes: "0.83 of 12.0 GiB
+    /// free", or "— (little free memory: 569 KiB)" when free memory is under 5% of reserved
+    /// memory, where the ratio means nothing.
+    pub fn fragmentation_ratio_text(&self) -> String {
+        if self.free_bytes == 0
+            || (self.free_bytes as f64) < NEGLIGIBLE_UNUSED_FRACTION * self.reserved_bytes as f64
+        {
+            format!("— (little free memory: {})", format_bytes(self.free_bytes))
+        } else {
+            format!(
+                "{:.2} of {} free",
+                self.fragmentation_ratio(),
+                format_bytes(self.free_bytes)
+            )
+        }
+    }
+
     /// Reserved bytes not used by tensors: rounding, pending frees and cached free blocks.
     pub fn unused_bytes(&self) -> u64 {
         self.reserved_bytes - self.requested_bytes.min(self.reserved_bytes)
@@ -195,7 +212,8 @@ fn add_to_group<K: PartialEq + Copy>(
     }
 }
 
-/// Below this share of reserved memory, unused memory is not worth a warning.
+/// Below this share of reserved memory, unused memory is not worth a warning (nor free memory a
+/// fragmentation ratio).
 const NEGLIGIBLE_UNUSED_FRACTION: f64 = 0.05;
 
 /// One sentence on what dominates the reserved memory that tensors do not use.
@@ -344,6 +362,18 @@ mod tests {
         assert_eq!(d.inactive_split_bytes, 5 * MIB);
         assert_eq!(d.inactive_split_blocks, 2);
         assert!((d.fragmentation_ratio() - 0.2).abs() < 1e-9);
+        assert_eq!(d.fragmentation_ratio_text(), "0.20 of 25.0 MiB free");
+        // Scattered but negligible free memory gets no ratio.
+        let little_free = FragmentationMetrics {
+            reserved_bytes: 100 * MIB,
+            free_bytes: 4 * MIB,
+            largest_free_bytes: MIB,
+            ..Default::default()
+        };
+        assert_eq!(
+            little_free.fragmentation_ratio_text(),
+            "— (little free memory: 4.00 MiB)"
+        );
         // Every reserved byte is accounted for exactly once.
         assert_eq!(
             d.requested_bytes + d.rounding_waste_bytes + d.pending_free_bytes + d.free_bytes,

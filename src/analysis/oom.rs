@@ -4,8 +4,9 @@
 //! free block for the request and to cudaMalloc a new segment. The state at that event (from
 //! [`TimeTravel`]) shows which free blocks existed and why none could serve it: too small, on
 //! another stream, in the other pool, or ruled out by `max_split_size`. The verdict separates
-//! fragmentation (enough cached free memory, but in pieces) from capacity (live tensors hold the
-//! memory), and says whether the GPU itself or a per-process limit refused the new segment.
+//! fragmentation (enough cached free memory, but in pieces) from a memory cap (the GPU had room
+//! for the new segment, so a per-process limit refused it) and from capacity (live tensors hold
+//! the memory and the GPU had no room either).
 
 use super::allocator_rules::{AllocatorRules, OversizeRejection};
 use super::timetravel::{AllocatorState, BlockStatus, TimeTravel};
@@ -81,10 +82,45 @@ impl FailureTally {
 pub enum OomVerdict {
     /// The request's pool and stream had enough cached free memory, but no single block fits.
     Fragmentation,
-    /// Cached free memory was smaller than the request: live tensors hold the memory.
+    /// Cached free memory was smaller than the request, yet the GPU had room for the new
+    /// segment: a per-process limit (`set_per_process_memory_fraction`, an MPS or container
+    /// limit) refused the cudaMalloc. The same criterion as `diagnose`'s `memory-cap`.
+    MemoryCap,
+    /// Cached free memory was smaller than the request and the GPU had no room for a new
+    /// segment (or its free memory was not recorded): live tensors hold the memory.
     Capacity,
     /// A free block should have fit: the reconstruction disagrees with the allocator.
     Unexplained,
+}
+
+impl OomVerdict {
+    /// Stable identifier for JSON (`memory-cap` as in `diagnose`'s categories).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OomVerdict::Fragmentation => "fragmentation",
+            OomVerdict::MemoryCap => "memory-cap",
+            OomVerdict::Capacity => "capacity",
+            OomVerdict::Unexplained => "unexplained",
+        }
+    }
+
+    /// The verdict as a heading for people; the explanation's text does not repeat it.
+    pub fn heading(self) -> &'static str {
+        match self {
+            OomVerdict::Fragmentation => "Fragmentation",
+            OomVerdict::MemoryCap => "Memory cap",
+            OomVerdict::Capacity => "Capacity",
+            OomVerdict::Unexplained => "Unexplained",
+        }
+    }
+}
+
+/// Whether a per-process limit, not the GPU, refused an allocation that cached memory could not
+/// serve: the device's free memory read at the failure (cudaMemGetInfo) covers the `needed_bytes`
+/// cudaMalloc asked for. Shared by the OOM explainer and `diagnose`'s `memory-cap` rule so that
+/// both name the same cause.
+pub fn refused_by_memory_cap(device_free_bytes: Option<u64>, needed_bytes: u64) -> bool {
+    needed_bytes > 0 && device_free_bytes.is_some_and(|free| free >= needed_bytes)
 }
 
 /// Everything known about one `oom` event.
@@ -125,8 +161,16 @@ pub struct OomExplanation {
     /// OOM, while retrying.
     pub released_before_oom_bytes: u64,
     pub verdict: OomVerdict,
-    /// The verdict in plain words, with numbers.
+    /// The verdict in plain words, with numbers; it does not start with the verdict's name
+    /// (see [`OomVerdict::heading`]).
     pub verdict_text: String,
+}
+
+impl OomExplanation {
+    /// What cudaMalloc needed at the failure: the new segment, never less than the request.
+    pub fn needed_bytes(&self) -> u64 {
+        self.segment_request_bytes.max(self.rounded_request_bytes)
+    }
 }
 
 /// Explains every `oom` event of a device's trace.
@@ -188,6 +232,8 @@ pub fn explain(travel: &TimeTravel, event_index: usize) -> OomExplanation {
         OomVerdict::Unexplained
     } else if explanation.usable_free_bytes >= rounded_request_bytes {
         OomVerdict::Fragmentation
+    } else if refused_by_memory_cap(explanation.device_free_bytes, explanation.needed_bytes()) {
+        OomVerdict::MemoryCap
     } else {
         OomVerdict::Capacity
     };
@@ -265,17 +311,27 @@ fn verdict_text(e: &OomExplanation) -> String {
     let place = format!("the {} pool on stream {}", e.pool.as_str(), e.stream);
     let mut text = match e.verdict {
         OomVerdict::Fragmentation => format!(
-            "Fragmentation: {} cached free in {place}, but the largest free block is {} < the {request} request.",
+            "{} cached free in {place}, but the largest free block is {} < the {request} request.",
             format_bytes(e.usable_free_bytes),
             format_bytes(e.usable_largest_free_bytes),
         ),
+        OomVerdict::MemoryCap => format!(
+            "The GPU still had {} free, more than the {} segment the allocator needed, yet the \
+             cudaMalloc was refused: a per-process limit (torch.cuda.set_per_process_memory_fraction, \
+             an MPS or a container limit) capped this process. Only {} was cached free in {place} \
+             for the {request} request; live tensors hold {}.",
+            format_bytes(e.device_free_bytes.unwrap_or(0)),
+            format_bytes(e.needed_bytes()),
+            format_bytes(e.usable_free_bytes),
+            format_bytes(e.allocated_bytes),
+        ),
         OomVerdict::Capacity => format!(
-            "Capacity: only {} cached free in {place} for a {request} request; live tensors hold {}.",
+            "Only {} cached free in {place} for a {request} request; live tensors hold {}.",
             format_bytes(e.usable_free_bytes),
             format_bytes(e.allocated_bytes),
         ),
         OomVerdict::Unexplained => format!(
-            "Unexplained: a free block in {place} should have served the {request} request; \
+            "A free block in {place} should have served the {request} request; \
              the trace may be incomplete."
         ),
     };
@@ -285,7 +341,7 @@ fn verdict_text(e: &OomExplanation) -> String {
             " A {} block was free on another stream.",
             format_bytes(e.wrong_stream.largest_bytes)
         ));
-    } else if elsewhere > 0 && e.verdict == OomVerdict::Capacity {
+    } else if elsewhere > 0 && matches!(e.verdict, OomVerdict::Capacity | OomVerdict::MemoryCap) {
         text.push_str(&format!(
             " Another {} was free but in other pools or streams.",
             format_bytes(elsewhere)
@@ -298,13 +354,15 @@ fn verdict_text(e: &OomExplanation) -> String {
             format_bytes(e.oversize.bytes)
         ));
     }
-    if let Some(device_free) = e.device_free_bytes {
-        if device_free >= e.segment_request_bytes {
+    if let Some(device_free) = e.device_free_bytes
+        && e.verdict != OomVerdict::MemoryCap
+    {
+        if refused_by_memory_cap(e.device_free_bytes, e.needed_bytes()) {
             text.push_str(&format!(
                 " The GPU still had {} free, more than the {} segment it needed, so a \
                  per-process limit (set_per_process_memory_fraction) refused the cudaMalloc.",
                 format_bytes(device_free),
-                format_bytes(e.segment_request_bytes)
+                format_bytes(e.needed_bytes())
             ));
         } else {
             text.push_str(&format!(
@@ -434,8 +492,7 @@ mod tests {
         assert_eq!(e.too_small.blocks, 1);
         assert_eq!(e.allocated_bytes, 60 * MIB);
         assert!(
-            e.verdict_text
-                .starts_with("Capacity: only 4.00 MiB cached free"),
+            e.verdict_text.starts_with("Only 4.00 MiB cached free"),
             "{}",
             e.verdict_text
         );
@@ -445,6 +502,41 @@ mod tests {
             "{}",
             e.verdict_text
         );
+    }
+
+    #[test]
+    fn room_on_the_gpu_makes_it_a_memory_cap() {
+        let e = explain_only(snapshot_with_oom(
+            &[(
+                0,
+                PoolKind::Large,
+                &[
+                    (60 * MIB, BlockState::ActiveAllocated),
+                    (4 * MIB, BlockState::Inactive),
+                ],
+            )],
+            None,
+            40 * MIB,
+            1000 * MIB,
+        ));
+        assert_eq!(e.verdict, OomVerdict::MemoryCap);
+        assert_eq!(e.verdict.as_str(), "memory-cap");
+        assert!(
+            e.verdict_text.starts_with(
+                "The GPU still had 1000 MiB free, more than the 40.0 MiB segment the allocator \
+                 needed"
+            ),
+            "{}",
+            e.verdict_text
+        );
+        // The cap is said once, and the text does not repeat the verdict's name.
+        assert_eq!(e.verdict_text.matches("per-process limit").count(), 1);
+        assert!(!e.verdict_text.contains("Memory cap"), "{}", e.verdict_text);
+        // Exactly enough free memory is room; one byte less is not.
+        assert!(refused_by_memory_cap(Some(40 * MIB), 40 * MIB));
+        assert!(!refused_by_memory_cap(Some(40 * MIB - 1), 40 * MIB));
+        assert!(!refused_by_memory_cap(None, 40 * MIB));
+        assert!(!refused_by_memory_cap(Some(MIB), 0));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::analysis::fragmentation::{self, FragmentationMetrics};
-use crate::analysis::oom::{self, OomExplanation, OomVerdict};
+use crate::analysis::oom::{self, OomExplanation};
 use crate::analysis::timetravel::TimeTravel;
 use crate::analysis::totals::{DeviceTotals, PoolTotals, device_totals};
 use crate::formats::pytorch::read_file;
@@ -77,8 +77,12 @@ pub struct FragmentationSummary {
     pub stranded_bytes: u64,
     /// Free bytes in entirely free segments (what `empty_cache()` returns).
     pub releasable_bytes: u64,
-    /// `1 - largest free block / free bytes`.
+    /// `1 - largest free block / free bytes`: the share of free memory outside the largest
+    /// free block.
     pub fragmentation_ratio: f64,
+    /// The ratio for the text report, naming the free bytes it describes (not in the JSON).
+    #[serde(skip)]
+    pub fragmentation_ratio_text: String,
     /// What dominates, in one sentence.
     pub summary: String,
 }
@@ -96,6 +100,7 @@ impl FragmentationSummary {
             stranded_bytes: metrics.stranded_bytes,
             releasable_bytes: metrics.releasable_bytes,
             fragmentation_ratio: metrics.fragmentation_ratio(),
+            fragmentation_ratio_text: metrics.fragmentation_ratio_text(),
             summary: fragmentation::summarize(metrics),
         }
     }
@@ -128,8 +133,12 @@ pub struct OomSummary {
     pub usable_free_bytes: u64,
     pub usable_largest_free_bytes: u64,
     pub releasable_bytes: u64,
-    /// "fragmentation", "capacity" or "unexplained".
+    /// "fragmentation", "memory-cap", "capacity" or "unexplained".
     pub verdict: &'static str,
+    /// The verdict's name for the text report (the JSON has `verdict`).
+    #[serde(skip)]
+    pub verdict_heading: &'static str,
+    /// The verdict in plain words, without its name.
     pub verdict_text: String,
 }
 
@@ -148,11 +157,8 @@ impl OomSummary {
             usable_free_bytes: oom.usable_free_bytes,
             usable_largest_free_bytes: oom.usable_largest_free_bytes,
             releasable_bytes: oom.releasable_bytes,
-            verdict: match oom.verdict {
-                OomVerdict::Fragmentation => "fragmentation",
-                OomVerdict::Capacity => "capacity",
-                OomVerdict::Unexplained => "unexplained",
-            },
+            verdict: oom.verdict.as_str(),
+            verdict_heading: oom.verdict.heading(),
             verdict_text: oom.verdict_text.clone(),
         }
     }
@@ -257,23 +263,24 @@ impl SnapshotReport {
             let f = &device.fragmentation;
             out += &format!(
                 "    fragmentation: {} free in cached blocks, largest {}, {} stranded in partly \
-                 used segments, {} releasable, {} lost to rounding (ratio {:.2})\n",
+                 used segments, {} releasable, {} lost to rounding; fragmentation ratio (share of \
+                 free memory outside the largest free block): {}\n",
                 format_bytes(f.free_bytes),
                 format_bytes(f.largest_free_bytes),
                 format_bytes(f.stranded_bytes),
                 format_bytes(f.releasable_bytes),
                 format_bytes(f.rounding_waste_bytes),
-                f.fragmentation_ratio
+                f.fragmentation_ratio_text
             );
             out += &format!("    {}\n", f.summary);
             for oom in &device.ooms {
                 out += &format!(
-                    "    OOM at event {}: {} requested ({} pool, stream {:#x}), verdict {}: {}\n",
+                    "    OOM at event {}: {} requested ({} pool, stream {:#x}). {}: {}\n",
                     oom.event_index,
                     format_bytes(oom.rounded_request_bytes),
                     oom.pool,
                     oom.stream,
-                    oom.verdict,
+                    oom.verdict_heading,
                     oom.verdict_text
                 );
             }

@@ -136,8 +136,9 @@ pub fn classify(case: &OomCase) -> OomCause {
     if cached_enough {
         return OomCause::Fragmentation;
     }
-    // The device had room at the failure, yet the allocator refused: a limit it must obey.
-    if device_had_room && free_is_exact(case) && requested > 0 {
+    // The device had room at the failure, yet the allocator refused: a limit it must obey (the
+    // criterion the allocator view's OOM explainer uses for its memory-cap verdict).
+    if free_is_exact(case) && crate::analysis::oom::refused_by_memory_cap(free, requested) {
         return OomCause::Cap;
     }
     let free = free.unwrap_or(0);

@@ -27,7 +27,7 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
                 .into_iter()
                 .last()
                 .map(|e| SnapshotOom {
-                    requested_bytes: e.segment_request_bytes.max(e.rounded_request_bytes),
+                    requested_bytes: e.needed_bytes(),
                     device_free_bytes: e.device_free_bytes,
                     allocated_bytes: e.allocated_bytes,
                     reserved_bytes: e.reserved_bytes,

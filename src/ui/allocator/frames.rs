@@ -48,7 +48,17 @@ pub fn is_noise_frame(name: &str, filename: &str) -> bool {
         || NOISE_FILES.iter().any(|noise| filename.contains(noise))
 }
 
-/// The filtered frames of a stack as display lines, innermost first (`name (file:line)`).
+/// One frame as the stack views and tooltips show it: `name (file:line)`, `name (file)` without
+/// a line, the bare name without a file.
+pub fn frame_line(name: &str, filename: &str, line: i64) -> String {
+    match (filename, line) {
+        ("" | "??", _) => name.to_string(),
+        (file, 0) => format!("{name} ({file})"),
+        (file, line) => format!("{name} ({file}:{line})"),
+    }
+}
+
+/// The filtered frames of a stack as display lines, innermost first (see [`frame_line`]).
 pub fn stack_lines(snapshot: &AllocatorSnapshot, stack: StackId) -> Vec<String> {
     snapshot
         .frames
@@ -61,17 +71,14 @@ pub fn stack_lines(snapshot: &AllocatorSnapshot, stack: StackId) -> Vec<String> 
             if is_noise_frame(name, filename) {
                 return None;
             }
-            Some(match (filename, frame.line) {
-                ("" | "??", _) => name.to_string(),
-                (file, 0) => format!("{name} ({file})"),
-                (file, line) => format!("{name} ({file}:{line})"),
-            })
+            Some(frame_line(name, filename, frame.line))
         })
         .collect()
 }
 
-/// True when any frame of the stack (noise included) has `needle_lower` in its name or file
-/// name; `needle_lower` must already be lower case.
+/// True when any frame of the stack (noise included) has `needle_lower` in its file name or in
+/// its line as the tooltip shows it (so `name`, `file:line` and `name (file:line)` all match);
+/// `needle_lower` must already be lower case.
 pub fn stack_mentions(snapshot: &AllocatorSnapshot, stack: StackId, needle_lower: &str) -> bool {
     snapshot
         .frames
@@ -79,12 +86,10 @@ pub fn stack_mentions(snapshot: &AllocatorSnapshot, stack: StackId, needle_lower
         .iter()
         .filter_map(|&id| snapshot.frames.frame(id))
         .any(|frame| {
-            snapshot
-                .string(frame.name)
-                .to_lowercase()
-                .contains(needle_lower)
-                || snapshot
-                    .string(frame.filename)
+            let name = snapshot.string(frame.name);
+            let filename = snapshot.string(frame.filename);
+            filename.to_lowercase().contains(needle_lower)
+                || frame_line(name, filename, frame.line)
                     .to_lowercase()
                     .contains(needle_lower)
         })
@@ -135,5 +140,9 @@ mod tests {
         assert!(stack_mentions(&snapshot, stack, "model.py"));
         assert!(stack_mentions(&snapshot, stack, "forward"));
         assert!(!stack_mentions(&snapshot, stack, "backward"));
+        // What the tooltip shows can be searched for, whole or in part.
+        assert!(stack_mentions(&snapshot, stack, "model.py:12"));
+        assert!(stack_mentions(&snapshot, stack, "forward (model.py:12)"));
+        assert!(!stack_mentions(&snapshot, stack, "model.py:13"));
     }
 }

@@ -104,17 +104,24 @@ fn metrics_rows(ui: &mut Ui, m: &FragmentationMetrics) {
                 m.inactive_split_blocks
             ),
         ),
-        (
-            "Fragmentation ratio",
-            format!("{:.2}", m.fragmentation_ratio()),
-        ),
     ];
     for (name, value) in rows {
         ui.label(name);
         ui.label(value);
         ui.end_row();
     }
+    ui.label("Free outside the largest block")
+        .on_hover_text(FRAGMENTATION_RATIO_HELP);
+    ui.label(m.fragmentation_ratio_text())
+        .on_hover_text(FRAGMENTATION_RATIO_HELP);
+    ui.end_row();
 }
+
+/// What the fragmentation ratio row means, for its tooltip.
+const FRAGMENTATION_RATIO_HELP: &str = "Fragmentation ratio: the share of the cached free memory \
+     that lies outside the largest free block (1 - largest free block / free bytes). 0 means all \
+     free memory is one block; near 1 means it is scattered in small pieces. It says nothing when \
+     little memory is free, so it is not shown below 5% of reserved memory.";
 
 /// The OOM explanations; returns the event position the user asked to see, if any.
 pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation]) -> Option<usize> {
@@ -126,6 +133,7 @@ pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation]) -> Option<usize> {
     for (n, e) in explanations.iter().enumerate() {
         let color = match e.verdict {
             OomVerdict::Fragmentation => Color32::from_rgb(240, 170, 60),
+            OomVerdict::MemoryCap => Color32::from_rgb(180, 140, 250),
             OomVerdict::Capacity => Color32::from_rgb(230, 90, 80),
             OomVerdict::Unexplained => ui.visuals().warn_fg_color,
         };
@@ -136,6 +144,7 @@ pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation]) -> Option<usize> {
                     go_to = Some(e.event_index);
                 }
             });
+            ui.label(RichText::new(e.verdict.heading()).strong().color(color));
             ui.label(RichText::new(&e.verdict_text).color(color));
             egui::Grid::new("oom_numbers")
                 .num_columns(2)
