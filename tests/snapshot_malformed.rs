@@ -167,6 +167,16 @@ fn memo_bombs_are_refused_with_bounded_work() {
 fn not_snapshots_say_so() {
     assert!(error_text(b"").contains("empty"));
     assert!(error_text(b"\x89PNG\r\n\x1a\n").contains("neither a pickle nor JSON"));
+    // A capture given where a snapshot is expected says what it is and what to run instead.
+    let capture = vramscope::formats::vramcap::write_bytes(&vramscope::model::Capture::new(
+        vramscope::model::CaptureMeta::default(),
+        Vec::new(),
+    ));
+    let text = error_text(&capture);
+    assert!(
+        text.contains("vramscope capture") && text.contains("vramscope inspect"),
+        "{text}"
+    );
     // A valid pickle of {'a': 1}.
     let mut dict = vec![0x80, 0x04, b'}', 0x94];
     dict.extend(short_str("a"));

@@ -48,7 +48,10 @@ struct CaptureSummary {
     source: &'static str,
     host: String,
     driver_version: String,
-    cuda_driver_version: Option<u32>,
+    /// "13.0", as `info --json` and `check --json` write it.
+    cuda_driver_version: Option<String>,
+    /// The driver's number (1000 × major + 10 × minor), as `check --json` also gives it.
+    cuda_driver_version_raw: Option<u32>,
     writer: String,
     started_ms: UnixMs,
     interval_ms: u32,
@@ -108,7 +111,11 @@ impl CaptureSummary {
             },
             host: capture.meta.host.clone(),
             driver_version: capture.meta.driver_version.clone(),
-            cuda_driver_version: capture.meta.cuda_driver_version,
+            cuda_driver_version: capture
+                .meta
+                .cuda_driver_version
+                .map(|v| format!("{}.{}", v / 1000, v % 1000 / 10)),
+            cuda_driver_version_raw: capture.meta.cuda_driver_version,
             writer: capture.meta.writer.clone(),
             started_ms: capture.meta.started_ms,
             interval_ms: capture.meta.interval_ms,
@@ -188,7 +195,8 @@ impl CaptureSummary {
             )?;
             let cuda = self
                 .cuda_driver_version
-                .map(|v| format!(", CUDA {}.{}", v / 1000, v % 1000 / 10))
+                .as_ref()
+                .map(|v| format!(", CUDA {v}"))
                 .unwrap_or_default();
             writeln!(
                 out,

@@ -92,7 +92,13 @@ pub fn read_bytes(
         }),
         Encoding::Other => Err(SnapshotError::NotASnapshot {
             name: name.to_owned(),
-            reason: "it is neither a pickle nor JSON".to_owned(),
+            reason: if bytes.starts_with(&crate::formats::vramcap::MAGIC) {
+                "it is a vramscope capture, not an allocator snapshot (run `vramscope inspect` on \
+                 it, or open it in the app)"
+                    .to_owned()
+            } else {
+                "it is neither a pickle nor JSON".to_owned()
+            },
         }),
     }
 }

@@ -267,7 +267,8 @@ fn describe_foreign(bytes: &[u8]) -> String {
     } else if bytes.starts_with(b"PK\x03\x04") {
         "it is a ZIP archive (a PyTorch .pt file?)"
     } else if bytes.len() >= 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1]) {
-        "it is a Python pickle (an allocator snapshot? open it as a snapshot)"
+        "it is a Python pickle, not a capture (an allocator snapshot? run `vramscope analyze` on it, \
+         or open it in the app)"
     } else if matches!(
         bytes.iter().find(|b| !b.is_ascii_whitespace()),
         Some(b'{' | b'[')
