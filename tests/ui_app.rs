@@ -357,6 +357,22 @@ fn bad_and_damaged_files_are_reported_by_name() {
     );
     assert_eq!(harness.state().sessions().len(), 1);
     harness.snapshot("app_damaged_file_notices");
+
+    // A cut snapshot: the error names the file once and says where it ends.
+    let mut pickle = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/pytorch/oom.pickle"
+    ))
+    .expect("fixture");
+    pickle.truncate(4000);
+    drop_file(&mut harness, "cut.pickle", pickle);
+    let errors = notice_texts(&harness, NoticeLevel::Error);
+    let cut = errors
+        .iter()
+        .find(|e| e.contains("cut.pickle"))
+        .unwrap_or_else(|| panic!("{errors:?}"));
+    assert!(cut.contains("truncated"), "{cut}");
+    assert_eq!(cut.matches("cut.pickle").count(), 1, "{cut}");
 }
 
 #[test]

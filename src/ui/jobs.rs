@@ -465,7 +465,8 @@ fn snapshot_outcome(
 ) -> OpenOutcome {
     match read {
         Err(pytorch::SnapshotError::Cancelled { .. }) => OpenOutcome::Cancelled,
-        Err(err) => OpenOutcome::Failed(format!("{file_name}: {err}")),
+        // The error already starts with the file's name.
+        Err(err) => OpenOutcome::Failed(err.to_string()),
         Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
         Ok(snapshot) => {
             let snapshot = Arc::new(snapshot);

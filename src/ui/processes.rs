@@ -42,7 +42,7 @@ impl ProcessColumn {
             ProcessColumn::Pid => "PID",
             ProcessColumn::Name => "Name",
             ProcessColumn::Gpu => "GPU",
-            ProcessColumn::MemoryNow => "Memory now",
+            ProcessColumn::MemoryNow => "Memory (latest)",
             ProcessColumn::MemoryPeak => "Peak",
             ProcessColumn::FirstSeen => "First seen",
             ProcessColumn::LastSeen => "Last seen",

@@ -467,7 +467,7 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
                 if settings.show_reserved {
                     plot_ui.line(
                         Line::new(
-                            "reserved",
+                            "driver-reserved",
                             device
                                 .reserved
                                 .points(&device.x_secs, range.clone(), max_buckets),
