@@ -97,8 +97,7 @@ fn promote_leak_behind_capacity_oom(findings: &mut Vec<Finding>) {
     };
     let Some(index) = findings.iter().position(|f| {
         f.category == Category::Leak && f.severity != Severity::Info && same_device(f)
-    })
-    else {
+    }) else {
         return;
     };
     let mut leak = findings.remove(index);

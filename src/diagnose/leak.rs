@@ -107,7 +107,7 @@ fn floor_rises(readings: &[(i64, u64)]) -> bool {
     if width_ms <= 0 {
         return false;
     }
-    let mut floors = vec![u64::MAX; thresholds::LEAK_FLOOR_WINDOWS];
+    let mut floors = [u64::MAX; thresholds::LEAK_FLOOR_WINDOWS];
     for &(t, bytes) in readings {
         let window = (((t - first.0) / width_ms).min(windows - 1)) as usize;
         if let Some(floor) = floors.get_mut(window) {
@@ -414,7 +414,8 @@ pub fn same_process(earlier: &SnapshotFacts, later: &SnapshotFacts) -> Option<Sa
     if shared_events > 0 {
         return Some(SameProcess::SharedTraceEvents(shared_events));
     }
-    let trace_can_tell = !a.trace_events.is_empty() && !b.trace_events.is_empty() && !b.trace_wrapped;
+    let trace_can_tell =
+        !a.trace_events.is_empty() && !b.trace_events.is_empty() && !b.trace_wrapped;
     if trace_can_tell || a.settings != b.settings {
         return None;
     }
@@ -566,9 +567,9 @@ fn growth_finding(d: u32, run: &[&SnapshotFacts], links: &[SameProcess], out: &m
         Some(SameProcess::SharedSegments(n)) => format!(
             " They are taken to come from one process because they share {n} segment(s) at the same address and size with the same allocator settings (no trace could confirm it)."
         ),
-        Some(SameProcess::SharedTraceEvents(n)) => format!(
-            " Their traces share {n} recorded event(s), so one process took them."
-        ),
+        Some(SameProcess::SharedTraceEvents(n)) => {
+            format!(" Their traces share {n} recorded event(s), so one process took them.")
+        }
         None => String::new(),
     };
     let top = sites
@@ -729,7 +730,11 @@ mod tests {
             Some(SameProcess::SharedTraceEvents(1))
         );
         let other = facts("c", 2 * GIB, traced(&[(5, 0x20), (6, 0x30)]));
-        assert_eq!(same_process(&early, &other), None, "same address, other time");
+        assert_eq!(
+            same_process(&early, &other),
+            None,
+            "same address, other time"
+        );
 
         let untraced = |segments: &[(u64, u64)]| SnapshotIdentity {
             file_modified_ms: Some(1),
@@ -767,7 +772,11 @@ mod tests {
         snapshot_findings(&[step2.clone(), step1.clone()], &mut out);
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(out[0].severity, Severity::Warning);
-        assert!(out[0].title.contains("grew by 2.00 GiB"), "{}", out[0].title);
+        assert!(
+            out[0].title.contains("grew by 2.00 GiB"),
+            "{}",
+            out[0].title
+        );
 
         // Another job's snapshot in between: no leak, a note instead.
         let stranger = facts("other", 2 * GIB, traced(&[(1_500, 0x99)]));

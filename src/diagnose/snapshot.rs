@@ -78,7 +78,10 @@ fn identity(snapshot: &AllocatorSnapshot, device: &DeviceAllocState) -> Snapshot
     trace_events.sort_unstable();
     trace_events.dedup();
     let settings = snapshot.settings.clone();
-    let ring_full = match (trace, settings.as_ref().and_then(|s| s.trace_alloc_max_entries)) {
+    let ring_full = match (
+        trace,
+        settings.as_ref().and_then(|s| s.trace_alloc_max_entries),
+    ) {
         (Some(t), Some(max)) => t.len() as u64 >= max,
         _ => false,
     };
