@@ -231,3 +231,105 @@ fn snapshots_after_one_flag_and_a_bad_snapshot() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("leak.log"));
 }
+
+/// `(category, severity, title)` of every finding of a `--json` report.
+fn findings_of(doc: &Value) -> Vec<(String, String, String)> {
+    doc["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            let text = |key: &str| f[key].as_str().unwrap_or_default().to_owned();
+            (text("category"), text("severity"), text("title"))
+        })
+        .collect()
+}
+
+fn snapshot_fixture(path: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(path)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn snapshots_of_unrelated_jobs_are_no_leak_and_each_keeps_its_oom() {
+    let oom = snapshot_fixture("pytorch/oom.pickle");
+    let fragmentation = snapshot_fixture("cases/fragmentation.pickle");
+    let streams = snapshot_fixture("pytorch/streams.pickle");
+    let out = vramscope(&["diagnose", "--snapshot", &oom, &fragmentation, "--json"]);
+    let findings = findings_of(&json_of(&out));
+    assert!(
+        findings
+            .iter()
+            .all(|(category, severity, _)| category != "leak" || severity == "info"),
+        "two jobs' snapshots are no leak: {findings:?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|(category, _, title)| category == "leak" && title.contains("not compared")),
+        "the note says why they were not compared: {findings:?}"
+    );
+
+    let out = vramscope(&[
+        "diagnose",
+        "--snapshot",
+        &oom,
+        "--snapshot",
+        &fragmentation,
+        "--snapshot",
+        &streams,
+        "--json",
+    ]);
+    let findings = findings_of(&json_of(&out));
+    let cause_of = |file: &str| {
+        findings
+            .iter()
+            .find(|(category, severity, title)| {
+                category != "leak" && severity == "critical" && title.contains(file)
+            })
+            .map(|(category, _, _)| category.clone())
+    };
+    assert_eq!(
+        cause_of("oom.pickle").as_deref(),
+        Some("memory-cap"),
+        "{findings:?}"
+    );
+    assert_eq!(
+        cause_of("fragmentation.pickle").as_deref(),
+        Some("fragmentation"),
+        "{findings:?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .all(|(category, severity, _)| category != "leak" || severity == "info"),
+        "{findings:?}"
+    );
+}
+
+#[test]
+fn a_twenty_second_demo_recording_is_no_leak() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("demo20.vramcap");
+    let capture = vramscope::source::demo::generate_capture(
+        &vramscope::source::demo::DemoConfig::default(),
+        1_795_941_000_000,
+        20 * 1000,
+        1000,
+    );
+    vramscope::formats::vramcap::write_file(&path, &capture).unwrap_or_else(|e| panic!("{e}"));
+    let out = vramscope(&[
+        "diagnose",
+        "--capture",
+        &path.display().to_string(),
+        "--json",
+    ]);
+    let findings = findings_of(&json_of(&out));
+    assert!(
+        findings.iter().all(|(category, _, _)| category != "leak"),
+        "a start-up is no leak: {findings:?}"
+    );
+}

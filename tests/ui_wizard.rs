@@ -142,11 +142,13 @@ fn capture_with_health(
             ..Default::default()
         }],
     );
+    // A reading every 12 s for 12 minutes: long enough for growth to count as a leak.
+    const STEP_S: u64 = 12;
     for s in 0..60u64 {
-        let used = 20 * GIB + s * growth_per_s;
+        let used = 20 * GIB + s * STEP_S * growth_per_s;
         c.ingest(&SampleBatch {
             devices: vec![DeviceSample {
-                t_ms: s as i64 * 1000,
+                t_ms: (s * STEP_S * 1000) as i64,
                 device_index: 0,
                 memory: Some(MemoryReading {
                     used_bytes: used,
@@ -157,7 +159,7 @@ fn capture_with_health(
                 ..Default::default()
             }],
             processes: Some(vec![ProcessSample {
-                t_ms: s as i64 * 1000,
+                t_ms: (s * STEP_S * 1000) as i64,
                 device_index: 0,
                 pid: 4242,
                 name: "python".into(),
@@ -240,12 +242,12 @@ fn leak_wizard_shows_the_slope_and_time_to_full() {
                 text: "start".into(),
             },
         }],
-        200 * MIB,
+        100 * MIB,
     ));
     let mut harness = harness(view);
     assert!(has(&harness, "capture run.vramcap"), "evidence so far");
     next(&mut harness);
-    assert!(has(&harness, "grows steadily by 703 GiB/h"));
+    assert!(has(&harness, "grows steadily by 352 GiB/h"));
     assert!(
         harness
             .query_by_label("time until the GPU is full")

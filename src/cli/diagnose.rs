@@ -48,8 +48,9 @@ fn parse_cuda_version(text: &str) -> Result<(u32, u32), String> {
     }
 }
 
-/// Seconds of the simulated day `--live --demo` records: past its OOM (at 7:59).
-const DEMO_DURATION_MS: u64 = 9 * 60 * 1000;
+/// Milliseconds of the simulated day `--live --demo` records: the whole day, past its OOM (at
+/// 7:59) and long enough for the serving GPU's leak to count (`LEAK_MIN_OBSERVATION_MS`).
+const DEMO_DURATION_MS: u64 = source::demo::scenario::SCENARIO_CYCLE_MS as u64;
 
 pub fn run(args: DiagnoseArgs) -> ExitCode {
     if !args.live && args.capture.is_empty() && args.snapshot.is_empty() && args.log.is_empty() {
@@ -221,7 +222,17 @@ mod snapshots {
             let snapshot = std::sync::Arc::new(
                 crate::formats::pytorch::read_file(path, &|_| true).map_err(|e| e.to_string())?,
             );
-            facts.extend(crate::diagnose::snapshot::facts(&snapshot));
+            // The file time orders snapshots whose trace recorded no times.
+            let file_modified_ms = std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .and_then(|d| i64::try_from(d.as_millis()).ok());
+            let mut of_file = crate::diagnose::snapshot::facts(&snapshot);
+            for fact in &mut of_file {
+                fact.identity.file_modified_ms = file_modified_ms;
+            }
+            facts.extend(of_file);
         }
         Ok(facts)
     }

@@ -37,8 +37,18 @@ pub struct DiagnosisInput {
 /// Runs all rules.
 pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
     let mut findings = Vec::new();
-    if let Some(case) = oom_case(input) {
-        findings.extend(oom::findings(&case));
+    let cases = oom_cases(input);
+    for case in &cases {
+        let mut case_findings = oom::findings(case);
+        if cases.len() > 1 {
+            // Several failures: each finding says which file it explains.
+            if let Some(file) = source_file(&case.source) {
+                for f in &mut case_findings {
+                    f.title.push_str(&format!(" (in {file})"));
+                }
+            }
+        }
+        findings.extend(case_findings);
     }
     for log in &input.logs {
         hardware::log_findings(log, &mut findings);
@@ -85,10 +95,9 @@ fn promote_leak_behind_capacity_oom(findings: &mut Vec<Finding>) {
         (Some(a), Some(b)) => a == b,
         _ => true,
     };
-    let Some(index) = findings
-        .iter()
-        .position(|f| f.category == Category::Leak && same_device(f))
-    else {
+    let Some(index) = findings.iter().position(|f| {
+        f.category == Category::Leak && f.severity != Severity::Info && same_device(f)
+    }) else {
         return;
     };
     let mut leak = findings.remove(index);
@@ -162,9 +171,22 @@ fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
     inputs
 }
 
-/// Picks the most informative OOM among logs, snapshots and capture events, and enriches it with
-/// the other sources (largest free block from a snapshot, other processes from a capture).
-fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
+/// The file a piece of evidence names, if any.
+fn source_file(source: &EvidenceSource) -> Option<&str> {
+    match source {
+        EvidenceSource::LogLine { file, .. }
+        | EvidenceSource::Capture { file, .. }
+        | EvidenceSource::Snapshot { file, .. } => Some(file),
+        EvidenceSource::User { .. } | EvidenceSource::Derived => None,
+    }
+}
+
+/// Every out-of-memory failure of the evidence, the primary one first: the most informative OOM
+/// of the logs, enriched with the other sources (largest free block and settings from a snapshot
+/// of its device, other processes from a capture), else the latest snapshot OOM, else a capture's
+/// OOM event. Then every snapshot OOM (in time order) that did not serve the primary one, each on
+/// its own numbers: snapshots of several jobs each keep their own cause.
+fn oom_cases(input: &DiagnosisInput) -> Vec<OomCase> {
     let occurrences: usize = input.logs.iter().map(|l| l.ooms().count()).sum::<usize>()
         + input
             .captures
@@ -177,8 +199,14 @@ fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
                     .count()
             })
             .sum::<usize>();
+    let snapshots = leak::in_time_order(&input.snapshots);
+    let with_oom: Vec<&SnapshotFacts> = snapshots
+        .iter()
+        .copied()
+        .filter(|s| s.oom.is_some())
+        .collect();
 
-    let mut case = input
+    let log_case = input
         .logs
         .iter()
         .filter_map(|log| {
@@ -196,49 +224,78 @@ fn oom_case(input: &DiagnosisInput) -> Option<OomCase> {
                 expandable_segments: None,
             })
         })
-        .max_by_key(|c| richness(&c.numbers))
-        .or_else(|| snapshot_oom(&input.snapshots))
-        .or_else(|| capture_oom(&input.captures))?;
+        .max_by_key(|c| richness(&c.numbers));
+    // The snapshot whose numbers the primary case uses; its own OOM is not listed again.
+    let (mut primary, used_snapshot) = match log_case {
+        Some(mut case) => {
+            let device = case.numbers.device_index.unwrap_or(0);
+            let used = latest_on(&with_oom, device).or_else(|| latest_on(&snapshots, device));
+            if let Some(s) = used {
+                enrich_from_snapshot(&mut case, s, device);
+            }
+            (Some(case), used)
+        }
+        None => {
+            let used = with_oom.last().copied();
+            let case = used
+                .and_then(snapshot_oom)
+                .or_else(|| capture_oom(&input.captures));
+            (case, used)
+        }
+    };
+    let Some(case) = primary.as_mut() else {
+        return Vec::new();
+    };
     case.occurrences = occurrences.max(1);
-
     let device = case.numbers.device_index.unwrap_or(0);
-    if let Some(s) = input
-        .snapshots
-        .iter()
-        .rev()
-        .find(|s| s.device_index == device)
-    {
-        let source = EvidenceSource::Snapshot {
-            file: s.name.clone(),
-            device_index: Some(device),
-        };
-        if case.largest_free_block.is_none() {
-            // At the OOM when the snapshot recorded it, else at the snapshot's end.
-            let largest = s
-                .oom
-                .as_ref()
-                .map_or(s.largest_free_block_bytes, |o| o.largest_usable_free_bytes);
-            case.largest_free_block = Some((largest, source));
-        }
-        if case.expandable_segments.is_none() {
-            case.expandable_segments = s.expandable_segments;
-        }
-        if case.numbers.reserved_unallocated_bytes.is_none() {
-            let (allocated, reserved) = s
-                .oom
-                .as_ref()
-                .map_or((s.allocated_bytes, s.reserved_bytes), |o| {
-                    (o.allocated_bytes, o.reserved_bytes)
-                });
-            case.numbers.allocated_bytes = Some(allocated);
-            case.numbers.reserved_bytes = Some(reserved);
-            case.numbers.reserved_unallocated_bytes = Some(reserved.saturating_sub(allocated));
-        }
-    }
     if case.numbers.other_processes.is_empty() {
         case.other_processes_from_capture = capture_others_at_oom(&input.captures, device);
     }
-    Some(case)
+    let others = with_oom
+        .into_iter()
+        .filter(|s| used_snapshot.is_none_or(|used| !std::ptr::eq(*s, used)))
+        .filter_map(snapshot_oom);
+    primary.into_iter().chain(others).collect()
+}
+
+/// The latest of the snapshots (in time order) that is of `device`.
+fn latest_on<'a>(snapshots: &[&'a SnapshotFacts], device: u32) -> Option<&'a SnapshotFacts> {
+    snapshots
+        .iter()
+        .rev()
+        .find(|s| s.device_index == device)
+        .copied()
+}
+
+/// Fills what a log's OOM message lacks from a snapshot of the same device: the largest free
+/// block, the expandable-segments setting, and the allocator's numbers.
+fn enrich_from_snapshot(case: &mut OomCase, s: &SnapshotFacts, device: u32) {
+    let source = EvidenceSource::Snapshot {
+        file: s.name.clone(),
+        device_index: Some(device),
+    };
+    if case.largest_free_block.is_none() {
+        // At the OOM when the snapshot recorded it, else at the snapshot's end.
+        let largest = s
+            .oom
+            .as_ref()
+            .map_or(s.largest_free_block_bytes, |o| o.largest_usable_free_bytes);
+        case.largest_free_block = Some((largest, source));
+    }
+    if case.expandable_segments.is_none() {
+        case.expandable_segments = s.expandable_segments;
+    }
+    if case.numbers.reserved_unallocated_bytes.is_none() {
+        let (allocated, reserved) = s
+            .oom
+            .as_ref()
+            .map_or((s.allocated_bytes, s.reserved_bytes), |o| {
+                (o.allocated_bytes, o.reserved_bytes)
+            });
+        case.numbers.allocated_bytes = Some(allocated);
+        case.numbers.reserved_bytes = Some(reserved);
+        case.numbers.reserved_unallocated_bytes = Some(reserved.saturating_sub(allocated));
+    }
 }
 
 fn richness(n: &OomNumbers) -> usize {
@@ -256,8 +313,8 @@ fn richness(n: &OomNumbers) -> usize {
     .count()
 }
 
-fn snapshot_oom(snapshots: &[SnapshotFacts]) -> Option<OomCase> {
-    let s = snapshots.iter().rev().find(|s| s.oom.is_some())?;
+/// The OOM a snapshot recorded, on the snapshot's own numbers.
+fn snapshot_oom(s: &SnapshotFacts) -> Option<OomCase> {
     let oom = s.oom.as_ref()?;
     let source = EvidenceSource::Snapshot {
         file: s.name.clone(),
@@ -538,7 +595,7 @@ pub struct OomComposition {
 
 /// The composition of the card at the most informative OOM of the evidence, if any.
 pub fn oom_composition(input: &DiagnosisInput) -> Option<OomComposition> {
-    let case = oom_case(input)?;
+    let case = oom_cases(input).into_iter().next()?;
     let n = &case.numbers;
     let others: u64 = oom::other_processes(&case).iter().map(|(_, b)| b).sum();
     Some(OomComposition {

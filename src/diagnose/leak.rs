@@ -4,14 +4,26 @@
 //! Growth is judged with a least-squares line through the samples: a leak is a good fit
 //! (R² ≥ 0.8), a total rise of at least [`MIN_LEAK_GROWTH_BYTES`], still rising in the second half
 //! of the capture (so a warm-up that levels off is not a leak), and at least three separate rises
-//! (so one big allocation is not a leak).
+//! (so one big allocation is not a leak). A capture's readings must also span at least
+//! [`thresholds::LEAK_MIN_OBSERVATION_MS`]; the first [`thresholds::LEAK_WARM_UP_FRACTION`] of the
+//! span (the model load) is skipped, and the floor (lowest reading) of each of
+//! [`thresholds::LEAK_FLOOR_WINDOWS`] windows of the rest must rise, so a start-up ramp or a
+//! sawtooth of steps is not a leak.
+//!
+//! Snapshots are compared in time order (latest trace event, else the file's modification time),
+//! and only neighbours that come from the same process, by [`same_process`]: a trace event (same
+//! microsecond and address) recorded in both, or, when a trace cannot show it (one has no trace, or
+//! the later one's ring buffer wrapped), a segment at the same address and size in both with the
+//! same allocator settings. Anything else is not compared, and a low-severity note says why.
 
 use super::finding::{Category, Evidence, EvidenceSource, Finding, Severity, Unit, Wizard};
 use super::log::{LogAnalysis, StepSeries};
 use super::recommend::{self, MIN_LEAK_GROWTH_BYTES};
+use super::thresholds;
 use std::sync::Arc;
 
 use crate::analysis::timetravel::AllocatorState;
+use crate::model::allocator::AllocatorSettings;
 use crate::model::{Capture, format_bytes};
 
 /// Minimum number of readings for a slope.
@@ -58,14 +70,51 @@ pub fn fit(points: &[(f64, f64)]) -> Option<Trend> {
     })
 }
 
-/// Whether a series of (t_ms, bytes) readings is a leak by the rules in the module comment.
+/// Whether a series of (t_ms, bytes) readings, oldest first, is a leak by the rules in the module
+/// comment: long enough, judged after the start-up ramp, with a rising floor and a steady line.
+/// The trend describes the judged span (after the ramp).
 pub fn leak_trend(readings: &[(i64, u64)]) -> Option<Trend> {
-    let t0 = readings.first()?.0;
-    let points: Vec<(f64, f64)> = readings
+    let first_ms = readings.first()?.0;
+    let span_ms = readings.last()?.0.saturating_sub(first_ms);
+    if span_ms < thresholds::LEAK_MIN_OBSERVATION_MS {
+        return None;
+    }
+    let ramp_end_ms = first_ms + (span_ms as f64 * thresholds::LEAK_WARM_UP_FRACTION) as i64;
+    let judged: Vec<(i64, u64)> = readings
+        .iter()
+        .copied()
+        .filter(|r| r.0 >= ramp_end_ms)
+        .collect();
+    if !floor_rises(&judged) {
+        return None;
+    }
+    let t0 = judged.first()?.0;
+    let points: Vec<(f64, f64)> = judged
         .iter()
         .map(|&(t, b)| ((t - t0) as f64 / 1000.0, b as f64))
         .collect();
     growth_trend(&points)
+}
+
+/// Whether the lowest reading of every one of [`thresholds::LEAK_FLOOR_WINDOWS`] equal time
+/// windows is higher than that of the window before (an empty window fails).
+fn floor_rises(readings: &[(i64, u64)]) -> bool {
+    let (Some(first), Some(last)) = (readings.first(), readings.last()) else {
+        return false;
+    };
+    let windows = thresholds::LEAK_FLOOR_WINDOWS as i64;
+    let width_ms = (last.0 - first.0) / windows;
+    if width_ms <= 0 {
+        return false;
+    }
+    let mut floors = [u64::MAX; thresholds::LEAK_FLOOR_WINDOWS];
+    for &(t, bytes) in readings {
+        let window = (((t - first.0) / width_ms).min(windows - 1)) as usize;
+        if let Some(floor) = floors.get_mut(window) {
+            *floor = (*floor).min(bytes);
+        }
+    }
+    floors.iter().all(|&f| f != u64::MAX) && floors.windows(2).all(|w| w[1] > w[0])
 }
 
 /// The leak test on (x, bytes) points, x in seconds or steps; the slope is then per x.
@@ -249,7 +298,7 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                     source(first_t),
                 ),
                 Evidence::number(
-                    "capture span",
+                    "span judged, after the start-up ramp",
                     trend.span_seconds,
                     Unit::Seconds,
                     duration_text(trend.span_seconds),
@@ -278,7 +327,7 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 ),
                 evidence,
                 explanation: format!(
-                    "Memory rose by {} over {} along a straight line (R² {:.2}) and was still rising at the end, in {} separate steps: something keeps allocations alive from step to step. NVML shows the allocator's reserved memory, so take two snapshots to see which tensors grow.",
+                    "After the start-up ramp, memory rose by {} over {} along a straight line (R² {:.2}), its floor rose in every part of that span and it was still rising at the end, in {} separate steps: something keeps allocations alive from step to step. NVML shows the allocator's reserved memory, so take two snapshots to see which tensors grow.",
                     format_bytes(trend.growth_bytes as u64),
                     duration_text(trend.span_seconds),
                     trend.r_squared,
@@ -313,6 +362,90 @@ pub struct SnapshotFacts {
     /// The device's allocator state at the end of the snapshot (segments and blocks), which
     /// reports draw as a block map; `None` when the facts did not come from a snapshot file.
     pub final_state: Option<Arc<AllocatorState>>,
+    /// When the snapshot was taken and what shows which process it came from.
+    pub identity: SnapshotIdentity,
+}
+
+impl SnapshotFacts {
+    /// When the snapshot was taken (Unix ms): its latest trace event, else the file's
+    /// modification time; `None` when neither is known.
+    pub fn taken_at_ms(&self) -> Option<i64> {
+        self.identity
+            .last_trace_time_us
+            .map(|t| t.div_euclid(1000))
+            .or(self.identity.file_modified_ms)
+    }
+}
+
+/// What orders snapshots in time and tells whether two come from the same process; filled from
+/// the snapshot by `diagnose::snapshot::facts`, the file time by whoever read the file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SnapshotIdentity {
+    /// Time of the device's latest trace event (Unix µs), when the trace recorded times.
+    pub last_trace_time_us: Option<i64>,
+    /// The file's modification time (Unix ms), the order of last resort.
+    pub file_modified_ms: Option<i64>,
+    /// `(time µs, address)` of the device's trace events with a time, sorted: one event in two
+    /// snapshots proves one process recorded both.
+    pub trace_events: Vec<(i64, u64)>,
+    /// Whether the trace ring buffer was full or wrapped, so that older events are lost.
+    pub trace_wrapped: bool,
+    /// `(address, bytes)` of the device's segments, sorted.
+    pub segments: Vec<(u64, u64)>,
+    /// The allocator settings recorded in the snapshot.
+    pub settings: Option<AllocatorSettings>,
+}
+
+/// Why two snapshots, in time order, are taken to come from the same process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SameProcess {
+    /// Both traces hold this many of the same events (time and address).
+    SharedTraceEvents(usize),
+    /// Both hold this many segments at the same address and size, with the same allocator
+    /// settings, and no trace can tell more.
+    SharedSegments(usize),
+}
+
+/// Whether `later` (taken after `earlier`) comes from the same process, by the rule in the module
+/// comment; `None` when nothing shows it.
+pub fn same_process(earlier: &SnapshotFacts, later: &SnapshotFacts) -> Option<SameProcess> {
+    let (a, b) = (&earlier.identity, &later.identity);
+    let shared_events = count_shared(&a.trace_events, &b.trace_events);
+    if shared_events > 0 {
+        return Some(SameProcess::SharedTraceEvents(shared_events));
+    }
+    let trace_can_tell =
+        !a.trace_events.is_empty() && !b.trace_events.is_empty() && !b.trace_wrapped;
+    if trace_can_tell || a.settings != b.settings {
+        return None;
+    }
+    let shared_segments = count_shared(&a.segments, &b.segments);
+    (shared_segments > 0).then_some(SameProcess::SharedSegments(shared_segments))
+}
+
+/// Number of items in both sorted lists.
+fn count_shared<T: Ord>(a: &[T], b: &[T]) -> usize {
+    let (mut i, mut j, mut shared) = (0, 0, 0);
+    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+        match x.cmp(y) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                shared += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    shared
+}
+
+/// The snapshots in the order they were taken ([`SnapshotFacts::taken_at_ms`]); those without a
+/// time keep their given order, after the others.
+pub fn in_time_order(snapshots: &[SnapshotFacts]) -> Vec<&SnapshotFacts> {
+    let mut ordered: Vec<&SnapshotFacts> = snapshots.iter().collect();
+    ordered.sort_by_key(|s| (s.taken_at_ms().is_none(), s.taken_at_ms()));
+    ordered
 }
 
 /// An out-of-memory event in a snapshot's trace.
@@ -328,80 +461,177 @@ pub struct SnapshotOom {
     pub largest_usable_free_bytes: u64,
 }
 
-/// Leak findings from two or more snapshots of the same device, in the order given.
+/// Leak findings from two or more snapshots of one device: per run of neighbours (in time order)
+/// that come from the same process, growth in every step; a low-severity note for neighbours that
+/// were not compared.
 pub fn snapshot_findings(snapshots: &[SnapshotFacts], out: &mut Vec<Finding>) {
-    let mut devices: Vec<u32> = snapshots.iter().map(|s| s.device_index).collect();
+    let ordered = in_time_order(snapshots);
+    let mut devices: Vec<u32> = ordered.iter().map(|s| s.device_index).collect();
     devices.sort_unstable();
     devices.dedup();
     for d in devices {
-        let series: Vec<&SnapshotFacts> =
-            snapshots.iter().filter(|s| s.device_index == d).collect();
-        let (Some(first), Some(last)) = (series.first(), series.last()) else {
-            continue;
-        };
-        if series.len() < 2 {
-            continue;
-        }
-        let growth = last.allocated_bytes.saturating_sub(first.allocated_bytes);
-        let monotonic = series
-            .windows(2)
-            .all(|w| w[1].allocated_bytes >= w[0].allocated_bytes);
-        if growth < MIN_LEAK_GROWTH_BYTES || !monotonic {
-            continue;
-        }
-        let mut sites: Vec<(String, i128)> = last
-            .allocated_by_call_site
+        let series: Vec<&SnapshotFacts> = ordered
             .iter()
-            .map(|(site, bytes)| {
-                let before = first
-                    .allocated_by_call_site
-                    .iter()
-                    .find(|(s, _)| s == site)
-                    .map(|(_, b)| *b)
-                    .unwrap_or(0);
-                (site.clone(), *bytes as i128 - before as i128)
-            })
-            .filter(|(_, delta)| *delta > 0)
+            .copied()
+            .filter(|s| s.device_index == d)
             .collect();
-        sites.sort_by_key(|site| std::cmp::Reverse(site.1));
-        let mut evidence = vec![
-            Evidence::bytes(
-                "allocated in the first snapshot",
-                first.allocated_bytes,
-                EvidenceSource::Snapshot {
-                    file: first.name.clone(),
-                    device_index: Some(d),
-                },
-            ),
-            Evidence::bytes(
-                "allocated in the last snapshot",
-                last.allocated_bytes,
-                EvidenceSource::Snapshot {
-                    file: last.name.clone(),
-                    device_index: Some(d),
-                },
-            ),
-        ];
-        for (site, delta) in sites.iter().take(5) {
+        let mut run: Vec<&SnapshotFacts> = Vec::new();
+        let mut links: Vec<SameProcess> = Vec::new();
+        let mut not_compared: Vec<(&SnapshotFacts, &SnapshotFacts)> = Vec::new();
+        for s in series {
+            let link = run.last().and_then(|prev| {
+                prev.taken_at_ms()
+                    .zip(s.taken_at_ms())
+                    .and_then(|_| same_process(prev, s))
+            });
+            match (run.last().copied(), link) {
+                (Some(_), Some(link)) => links.push(link),
+                (Some(prev), None) => {
+                    not_compared.push((prev, s));
+                    growth_finding(d, &run, &links, out);
+                    run.clear();
+                    links.clear();
+                }
+                (None, _) => {}
+            }
+            run.push(s);
+        }
+        growth_finding(d, &run, &links, out);
+        if !not_compared.is_empty() {
+            out.push(not_compared_note(d, &not_compared));
+        }
+    }
+}
+
+/// The leak finding for one run of snapshots of the same process, if allocated memory grew in
+/// every step by at least [`MIN_LEAK_GROWTH_BYTES`] in all.
+fn growth_finding(d: u32, run: &[&SnapshotFacts], links: &[SameProcess], out: &mut Vec<Finding>) {
+    let (Some(first), Some(last)) = (run.first(), run.last()) else {
+        return;
+    };
+    if run.len() < 2 {
+        return;
+    }
+    let growth = last.allocated_bytes.saturating_sub(first.allocated_bytes);
+    let monotonic = run
+        .windows(2)
+        .all(|w| w[1].allocated_bytes >= w[0].allocated_bytes);
+    if growth < MIN_LEAK_GROWTH_BYTES || !monotonic {
+        return;
+    }
+    let mut sites: Vec<(String, i128)> = last
+        .allocated_by_call_site
+        .iter()
+        .map(|(site, bytes)| {
+            let before = first
+                .allocated_by_call_site
+                .iter()
+                .find(|(s, _)| s == site)
+                .map(|(_, b)| *b)
+                .unwrap_or(0);
+            (site.clone(), *bytes as i128 - before as i128)
+        })
+        .filter(|(_, delta)| *delta > 0)
+        .collect();
+    sites.sort_by_key(|site| std::cmp::Reverse(site.1));
+    let mut evidence = vec![
+        Evidence::bytes(
+            "allocated in the first snapshot",
+            first.allocated_bytes,
+            EvidenceSource::Snapshot {
+                file: first.name.clone(),
+                device_index: Some(d),
+            },
+        ),
+        Evidence::bytes(
+            "allocated in the last snapshot",
+            last.allocated_bytes,
+            EvidenceSource::Snapshot {
+                file: last.name.clone(),
+                device_index: Some(d),
+            },
+        ),
+    ];
+    for (site, delta) in sites.iter().take(5) {
+        evidence.push(Evidence::bytes(
+            format!("growth at {site}"),
+            *delta as u64,
+            EvidenceSource::Derived,
+        ));
+    }
+    let weakest_link = links
+        .iter()
+        .find(|l| matches!(l, SameProcess::SharedSegments(_)))
+        .or(links.first());
+    let same_process_text = match weakest_link {
+        Some(SameProcess::SharedSegments(n)) => format!(
+            " They are taken to come from one process because they share {n} segment(s) at the same address and size with the same allocator settings (no trace could confirm it)."
+        ),
+        Some(SameProcess::SharedTraceEvents(n)) => {
+            format!(" Their traces share {n} recorded event(s), so one process took them.")
+        }
+        None => String::new(),
+    };
+    let top = sites
+        .first()
+        .map(|(s, _)| format!("; most at {s}"))
+        .unwrap_or_default();
+    out.push(Finding {
+        category: Category::Leak,
+        severity: Severity::Warning,
+        title: format!(
+            "Allocated memory on GPU {d} grew by {} across {} snapshots{top}",
+            format_bytes(growth),
+            run.len()
+        ),
+        evidence,
+        explanation: format!(
+            "Live tensors grew between every pair of snapshots, in the order they were taken; the call sites that grew most are listed.{same_process_text} Tensors kept in Python lists, accumulated losses with their graph, or caches that never evict are the usual causes."
+        ),
+        recommendations: vec![recommend::find_leak(None)],
+        wizard: Some(Wizard::Leak),
+    });
+}
+
+/// The note that neighbouring snapshots were not compared for a leak, and why.
+fn not_compared_note(d: u32, pairs: &[(&SnapshotFacts, &SnapshotFacts)]) -> Finding {
+    let mut evidence = Vec::new();
+    let mut unordered = false;
+    for (a, b) in pairs {
+        unordered |= a.taken_at_ms().is_none() || b.taken_at_ms().is_none();
+        for s in [a, b] {
             evidence.push(Evidence::bytes(
-                format!("growth at {site}"),
-                *delta as u64,
-                EvidenceSource::Derived,
+                "allocated",
+                s.allocated_bytes,
+                EvidenceSource::Snapshot {
+                    file: s.name.clone(),
+                    device_index: Some(d),
+                },
             ));
         }
-        let top = sites
-            .first()
-            .map(|(s, _)| format!("; most at {s}"))
-            .unwrap_or_default();
-        out.push(Finding {
-            category: Category::Leak,
-            severity: Severity::Warning,
-            title: format!("Allocated memory on GPU {d} grew by {} across {} snapshots{top}", format_bytes(growth), series.len()),
-            evidence,
-            explanation: "Live tensors grew between every pair of snapshots; the call sites that grew most are listed. Tensors kept in Python lists, accumulated losses with their graph, or caches that never evict are the usual causes.".into(),
-            recommendations: vec![recommend::find_leak(None)],
-            wizard: Some(Wizard::Leak),
-        });
+    }
+    let names: Vec<String> = pairs
+        .iter()
+        .map(|(a, b)| format!("{} and {}", a.name, b.name))
+        .collect();
+    let why = if unordered {
+        "When a snapshot was taken is not known (no trace times, no file time), or"
+    } else {
+        "In time order,"
+    };
+    Finding {
+        category: Category::Leak,
+        severity: Severity::Info,
+        title: format!(
+            "Snapshots on GPU {d} not compared for a leak: {}",
+            names.join("; ")
+        ),
+        evidence,
+        explanation: format!(
+            "{why} nothing shows these snapshots come from the same process: their traces share no event and they share no segment at the same address and size with the same allocator settings. Growth between snapshots of different jobs or runs says nothing about a leak; take two snapshots of the same process a few steps apart."
+        ),
+        recommendations: Vec::new(),
+        wizard: Some(Wizard::Leak),
     }
 }
 
@@ -430,21 +660,130 @@ mod tests {
         assert!(fit(&[(1.0, 1.0), (1.0, 2.0)]).is_none());
     }
 
+    /// Readings every 10 s for `minutes`, of `bytes(t_s)`.
+    fn readings(minutes: i64, bytes: impl Fn(i64) -> u64) -> Vec<(i64, u64)> {
+        (0..=minutes * 6)
+            .map(|i| (i * 10_000, bytes(i * 10)))
+            .collect()
+    }
+
     #[test]
     fn steady_growth_is_a_leak_but_warm_up_and_one_jump_are_not() {
-        let steady: Vec<(i64, u64)> = (0..20)
-            .map(|i| (i * 1000, GIB + i as u64 * 100 * MIB))
-            .collect();
+        let steady = readings(20, |t| GIB + t as u64 * MIB);
         assert!(leak_trend(&steady).is_some());
-        let warm_up: Vec<(i64, u64)> = (0..20)
-            .map(|i| (i * 1000, GIB + (i.min(5) as u64) * 500 * MIB))
-            .collect();
-        assert!(leak_trend(&warm_up).is_none(), "levels off after 5 s");
-        let one_jump: Vec<(i64, u64)> = (0..20)
-            .map(|i| (i * 1000, if i < 10 { GIB } else { 5 * GIB }))
-            .collect();
+        let warm_up = readings(20, |t| GIB + (t.min(300) as u64) * 50 * MIB);
+        assert!(leak_trend(&warm_up).is_none(), "levels off after 5 min");
+        let one_jump = readings(20, |t| if t < 600 { GIB } else { 5 * GIB });
         assert!(leak_trend(&one_jump).is_none());
-        let small: Vec<(i64, u64)> = (0..20).map(|i| (i * 1000, GIB + i as u64 * MIB)).collect();
-        assert!(leak_trend(&small).is_none(), "20 MiB is noise");
+        let small = readings(20, |t| GIB + t as u64 * 1024);
+        assert!(leak_trend(&small).is_none(), "1.2 MiB is noise");
+    }
+
+    #[test]
+    fn a_short_start_up_ramp_is_not_a_leak() {
+        // 20 s of a model load at 2 GiB/s: steep and steady, but far too short to tell.
+        let ramp: Vec<(i64, u64)> = (0..=20).map(|s| (s * 1000, s as u64 * 2 * GIB)).collect();
+        assert!(leak_trend(&ramp).is_none());
+        // Nine minutes of steady growth is still too short.
+        assert!(leak_trend(&readings(9, |t| GIB + t as u64 * MIB)).is_none());
+    }
+
+    #[test]
+    fn a_sawtooth_of_growing_teeth_on_a_flat_floor_is_not_a_leak() {
+        // Steps every 60 s fall back to 10 GiB; the peaks grow (longer sequences), the floor not.
+        let steps = readings(30, |t| {
+            let in_step = (t % 60) as u64;
+            10 * GIB + in_step * (t as u64 / 60 + 1) * 20 * MIB
+        });
+        assert!(leak_trend(&steps).is_none());
+        // Small teeth on a floor that rises 50 MiB a step is a leak.
+        let leaking = readings(30, |t| {
+            let in_step = (t % 60) as u64;
+            10 * GIB + (t as u64 / 60) * 50 * MIB + in_step * 2 * MIB
+        });
+        assert!(leak_trend(&leaking).is_some());
+    }
+
+    fn facts(name: &str, allocated: u64, identity: SnapshotIdentity) -> SnapshotFacts {
+        SnapshotFacts {
+            name: name.into(),
+            allocated_bytes: allocated,
+            identity,
+            ..Default::default()
+        }
+    }
+
+    fn traced(events: &[(i64, u64)]) -> SnapshotIdentity {
+        SnapshotIdentity {
+            last_trace_time_us: events.iter().map(|e| e.0).max(),
+            trace_events: events.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn same_process_needs_a_shared_event_or_a_shared_segment_without_a_trace() {
+        let early = facts("a", GIB, traced(&[(1, 0x10), (2, 0x20)]));
+        let later = facts("b", 2 * GIB, traced(&[(2, 0x20), (3, 0x30)]));
+        assert_eq!(
+            same_process(&early, &later),
+            Some(SameProcess::SharedTraceEvents(1))
+        );
+        let other = facts("c", 2 * GIB, traced(&[(5, 0x20), (6, 0x30)]));
+        assert_eq!(
+            same_process(&early, &other),
+            None,
+            "same address, other time"
+        );
+
+        let untraced = |segments: &[(u64, u64)]| SnapshotIdentity {
+            file_modified_ms: Some(1),
+            segments: segments.to_vec(),
+            ..Default::default()
+        };
+        let a = facts("a", GIB, untraced(&[(0x100, GIB), (0x200, GIB)]));
+        let b = facts("b", 2 * GIB, untraced(&[(0x100, GIB), (0x300, GIB)]));
+        assert_eq!(same_process(&a, &b), Some(SameProcess::SharedSegments(1)));
+        let mut other_settings = b.clone();
+        other_settings.identity.settings = Some(AllocatorSettings {
+            expandable_segments: Some(true),
+            ..Default::default()
+        });
+        assert_eq!(same_process(&a, &other_settings), None);
+        // Both traced, no shared event, no wrap: the traces say they are different processes.
+        let mut traced_a = a.clone();
+        traced_a.identity.trace_events = vec![(1, 0x100)];
+        let mut traced_b = b.clone();
+        traced_b.identity.trace_events = vec![(9, 0x100)];
+        assert_eq!(same_process(&traced_a, &traced_b), None);
+        traced_b.identity.trace_wrapped = true;
+        assert_eq!(
+            same_process(&traced_a, &traced_b),
+            Some(SameProcess::SharedSegments(1))
+        );
+    }
+
+    #[test]
+    fn snapshots_are_compared_in_time_order_and_only_within_one_process() {
+        // Given latest first; in time order the process grew from 1 to 3 GiB.
+        let step1 = facts("step1", GIB, traced(&[(1_000, 0x10)]));
+        let step2 = facts("step2", 3 * GIB, traced(&[(1_000, 0x10), (2_000, 0x20)]));
+        let mut out = Vec::new();
+        snapshot_findings(&[step2.clone(), step1.clone()], &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].severity, Severity::Warning);
+        assert!(
+            out[0].title.contains("grew by 2.00 GiB"),
+            "{}",
+            out[0].title
+        );
+
+        // Another job's snapshot in between: no leak, a note instead.
+        let stranger = facts("other", 2 * GIB, traced(&[(1_500, 0x99)]));
+        let mut out = Vec::new();
+        snapshot_findings(&[step1, stranger, step2], &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].severity, Severity::Info);
+        assert!(out[0].title.contains("not compared"), "{}", out[0].title);
     }
 }

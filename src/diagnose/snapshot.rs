@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::leak::{SnapshotFacts, SnapshotOom};
+use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
 use crate::analysis::timetravel::TimeTravel;
 use crate::analysis::{fragmentation, oom};
-use crate::model::allocator::{AllocatorSnapshot, BlockState, StackId};
+use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState, StackId};
 
 /// Call sites listed per snapshot, largest first.
 const MAX_CALL_SITES: usize = 50;
@@ -58,9 +58,52 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
                     .and_then(|s| s.expandable_segments),
                 allocated_by_call_site,
                 final_state: Some(Arc::new(state)),
+                identity: identity(snapshot, device),
             }
         })
         .collect()
+}
+
+/// The device's trace times and addresses, segments and allocator settings (the file time is
+/// left to whoever read the file).
+fn identity(snapshot: &AllocatorSnapshot, device: &DeviceAllocState) -> SnapshotIdentity {
+    let trace = device.trace.and_then(|i| snapshot.traces.get(i));
+    let mut trace_events: Vec<(i64, u64)> = trace
+        .map(|t| {
+            (0..t.len())
+                .filter_map(|i| Some((t.time_us(i)?, *t.addresses.get(i)?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    trace_events.sort_unstable();
+    trace_events.dedup();
+    let settings = snapshot.settings.clone();
+    let ring_full = match (
+        trace,
+        settings.as_ref().and_then(|s| s.trace_alloc_max_entries),
+    ) {
+        (Some(t), Some(max)) => t.len() as u64 >= max,
+        _ => false,
+    };
+    let trace_wrapped = ring_full
+        || settings
+            .as_ref()
+            .and_then(|s| s.trace_alloc_overflowed)
+            .unwrap_or(false);
+    let mut segments: Vec<(u64, u64)> = snapshot
+        .device_segments(device)
+        .iter()
+        .map(|s| (s.address, s.total_bytes))
+        .collect();
+    segments.sort_unstable();
+    SnapshotIdentity {
+        last_trace_time_us: trace_events.iter().map(|e| e.0).max(),
+        file_modified_ms: None,
+        trace_events,
+        trace_wrapped,
+        segments,
+        settings,
+    }
 }
 
 /// The innermost frame of user code (a `.py` file outside torch and site-packages), as
