@@ -32,11 +32,12 @@ fn sample_report() -> Report {
             ..Default::default()
         }],
     );
+    // 15 minutes at 30 s: long enough for the leak rule (at least 10 minutes of readings).
     for s in 0..30u64 {
         let used = 60 * GIB + s * 100 * MIB;
         capture.ingest(&SampleBatch {
             devices: vec![DeviceSample {
-                t_ms: s as i64 * 1000,
+                t_ms: s as i64 * 30_000,
                 device_index: 0,
                 memory: Some(MemoryReading {
                     used_bytes: used,
@@ -47,7 +48,7 @@ fn sample_report() -> Report {
                 ..Default::default()
             }],
             processes: Some(vec![ProcessSample {
-                t_ms: s as i64 * 1000,
+                t_ms: s as i64 * 30_000,
                 device_index: 0,
                 pid: 4242,
                 name: HOSTILE.into(),
