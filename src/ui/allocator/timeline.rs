@@ -46,7 +46,13 @@ impl TimelineColumns {
         let width = width.max(1);
         let times = &travel.trace().times_us;
         let span = match (times.first(), times.last()) {
-            (Some(&t0), Some(&t1)) if t1 > t0 && travel.times_are_monotonic() => Some((t0, t1)),
+            (Some(&t0), Some(&t1))
+                if t1 > t0
+                    && travel.times_are_monotonic()
+                    && time_axis_is_informative(times, width) =>
+            {
+                Some((t0, t1))
+            }
             _ => None,
         };
         let mut columns = Vec::with_capacity(width);
@@ -96,6 +102,32 @@ impl TimelineColumns {
             .partition_point(|c| c.end_event < position)
             .min(self.columns.len().saturating_sub(1))
     }
+}
+
+/// Whether columns of equal trace time would show the trace: not when most of them would be
+/// empty (events in bursts with long pauses between them, e.g. a job that allocated everything
+/// in its first second and then hit an OOM minutes later), where equal event counts show more.
+/// `times` must be sorted.
+fn time_axis_is_informative(times: &[i64], width: usize) -> bool {
+    let (Some(&t0), Some(&t1)) = (times.first(), times.last()) else {
+        return false;
+    };
+    if t1 <= t0 || width == 0 {
+        return false;
+    }
+    let span = (t1 - t0) as f64;
+    let mut occupied = 0usize;
+    let mut last_column = usize::MAX;
+    for &t in times {
+        let column = (((t - t0) as f64 / span) * width as f64) as usize;
+        let column = column.min(width - 1);
+        if column != last_column {
+            occupied += 1;
+            last_column = column;
+        }
+    }
+    // At least half the columns hold events, or every event has a column of its own.
+    occupied * 2 >= width || occupied == times.len()
 }
 
 /// Draws the timeline and returns the position the user clicked or dragged to, if any.
@@ -168,7 +200,7 @@ pub fn timeline_ui(
             if data.by_time {
                 "x: trace time"
             } else {
-                "x: event index"
+                "x: event index (events are evenly spaced, not their times)"
             }
         ),
         font,
@@ -181,4 +213,24 @@ pub fn timeline_ui(
         .map(|p| data.position_at(((p.x - rect.left()).max(0.0)) as usize));
     response.on_hover_text("Click or drag to move the block map to that moment");
     clicked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_axis_is_informative;
+
+    #[test]
+    fn bursts_with_long_pauses_are_drawn_by_event_index() {
+        // Steady events every 10 ms: time is a fine axis.
+        let steady: Vec<i64> = (0..10_000).map(|i| i * 10_000).collect();
+        assert!(time_axis_is_informative(&steady, 800));
+        // 10,000 events in the first second, then one OOM ten minutes later.
+        let mut burst: Vec<i64> = (0..10_000).map(|i| i * 100).collect();
+        burst.push(600_000_000);
+        assert!(!time_axis_is_informative(&burst, 800));
+        // Few events, each in its own column: time is fine even with gaps.
+        assert!(time_axis_is_informative(&[0, 500_000, 1_000_000], 800));
+        assert!(!time_axis_is_informative(&[], 800));
+        assert!(!time_axis_is_informative(&[7, 7, 7], 800));
+    }
 }
