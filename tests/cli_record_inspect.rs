@@ -347,3 +347,14 @@ fn record_to_a_file_that_cannot_be_synced_still_succeeds() {
     ]);
     assert!(output.status.success(), "{}", text(&output.stderr));
 }
+
+#[test]
+fn watch_needs_an_existing_folder() {
+    let output = run(&["--watch", "/nonexistent-vramscope-folder"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("--watch /nonexistent-vramscope-folder: not a folder"),
+        "{}",
+        text(&output.stderr)
+    );
+}

@@ -36,9 +36,14 @@ struct ScriptedDialogs {
     open_answers: Arc<Mutex<Vec<PathBuf>>>,
     save_answers: Arc<Mutex<Vec<PathBuf>>>,
     asked: Arc<Mutex<Vec<&'static str>>>,
+    /// Behave like a machine with no desktop portal and no zenity.
+    unavailable: bool,
 }
 
 impl FileDialogs for ScriptedDialogs {
+    fn available(&self) -> bool {
+        !self.unavailable
+    }
     fn pick_file_to_open(&mut self) -> Option<PathBuf> {
         self.asked.lock().ok()?.push("open");
         self.open_answers.lock().ok()?.pop()
@@ -629,6 +634,40 @@ fn zoom_pan_and_double_click_reset_act_on_all_linked_plots() {
         (reset.0 - full.0).abs() < 1e-6 && (reset.1 - full.1).abs() < 1e-6,
         "{reset:?} != {full:?}"
     );
+}
+
+#[test]
+fn without_a_file_dialog_the_app_asks_for_the_path_itself() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("typed.vramcap");
+    std::fs::write(&path, vramcap::write_bytes(&demo_capture())).expect("writes");
+    let dialogs = ScriptedDialogs {
+        unavailable: true,
+        ..Default::default()
+    };
+    let mut harness = harness(&dialogs, None);
+    harness.run_steps(1);
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::O);
+    harness.run_steps(2);
+    assert!(harness.state().path_prompt_open());
+    assert!(
+        dialogs.asked.lock().expect("lock").is_empty(),
+        "no dialog tried"
+    );
+    assert!(
+        harness
+            .query_by_label_contains("No file dialog is available here")
+            .is_some()
+    );
+    harness
+        .state_mut()
+        .set_path_prompt_text(path.to_str().expect("utf-8 path"));
+    harness.get_by_label("OK").click();
+    harness.run_steps(1);
+    wait_for_jobs(&mut harness);
+    assert!(!harness.state().path_prompt_open());
+    assert!(harness.query_by_label("typed.vramcap").is_some());
+    assert_eq!(harness.state().sessions().len(), 1);
 }
 
 #[test]

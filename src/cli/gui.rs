@@ -1,4 +1,4 @@
-//! Starting the GUI from the command line: `vramscope [FILES…] [--demo]`.
+//! Starting the GUI from the command line: `vramscope [FILES…] [--demo] [--watch DIR]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +9,14 @@ use crate::ui::{AppOptions, VramscopeApp, dialogs};
 /// Opens the window. With files, shows them (read in the background); without, samples the live
 /// GPUs through NVML, or the simulated demo machine (with a visible notice saying why) when
 /// `demo` is set or no NVIDIA driver can be loaded.
-pub fn run(files: Vec<PathBuf>, demo: bool) -> ExitCode {
+///
+/// `watch` is a folder whose new allocator snapshots open as they are written.
+pub fn run(files: Vec<PathBuf>, demo: bool, watch: Option<PathBuf>) -> ExitCode {
+    if let Some(dir) = &watch
+        && !dir.is_dir()
+    {
+        return super::fail(format!("--watch {}: not a folder", dir.display()));
+    }
     let live = if files.is_empty() || demo {
         let (source, demo_notice) = crate::source::open_default(demo);
         Some(LiveStart {
@@ -45,7 +52,13 @@ pub fn run(files: Vec<PathBuf>, demo: bool) -> ExitCode {
     let result = eframe::run_native(
         "vramscope",
         native_options,
-        Box::new(|cc| Ok(Box::new(VramscopeApp::new(cc, options)))),
+        Box::new(|cc| {
+            let mut app = VramscopeApp::new(cc, options);
+            if let Some(dir) = watch {
+                app.watch_folder(dir);
+            }
+            Ok(Box::new(app))
+        }),
     );
     match result {
         Ok(()) => ExitCode::SUCCESS,

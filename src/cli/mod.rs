@@ -26,6 +26,10 @@ pub struct Cli {
     /// Use the built-in simulated machine instead of real GPUs.
     #[arg(long)]
     pub demo: bool,
+    /// Watch this folder in the GUI: allocator snapshots written into it open as they appear
+    /// (as File › Watch folder… does).
+    #[arg(long, value_name = "DIR")]
+    pub watch: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -63,7 +67,7 @@ pub fn main() -> ExitCode {
         exit_quietly_on_closed_pipe();
     }
     match cli.command {
-        None => gui::run(cli.files, cli.demo),
+        None => gui::run(cli.files, cli.demo, cli.watch),
         Some(Command::Record(args)) => record::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Info(args)) => info::run(args),

@@ -113,6 +113,8 @@ pub struct VramscopeApp {
     /// Saves in progress: path, session index and how many of its unsaved notes the save holds
     /// (they count as saved once the write succeeds).
     pending_saves: Vec<(PathBuf, usize, usize)>,
+    /// The in-app path field, shown when no file dialog can appear.
+    path_prompt: Option<PathPrompt>,
     /// Settings last applied to the sampler and the theme.
     applied: Option<Settings>,
     /// The view the central area shows.
@@ -160,6 +162,7 @@ impl VramscopeApp {
             quit_confirm_open: false,
             discard_unsaved_notes: false,
             pending_saves: Vec::new(),
+            path_prompt: None,
             applied: None,
             view: View::Timeline,
             allocators: Vec::new(),
@@ -290,8 +293,8 @@ impl VramscopeApp {
     /// File › Watch folder…: asks for a folder and watches it.
     pub fn watch_folder_with_dialog(&mut self) {
         #[cfg(feature = "native")]
-        if let Some(folder) = self.dialogs.pick_folder() {
-            self.watch_folder(folder);
+        if let Some(folder) = self.pick_path(PathAction::WatchFolder, "") {
+            self.finish_path_action(PathAction::WatchFolder, folder);
         }
         #[cfg(not(feature = "native"))]
         self.notices.push(
@@ -634,8 +637,113 @@ impl VramscopeApp {
 
     /// File › Open… and Ctrl+O.
     pub fn open_with_dialog(&mut self) {
-        if let Some(path) = self.dialogs.pick_file_to_open() {
-            self.open_path(path);
+        if let Some(path) = self.pick_path(PathAction::Open, "") {
+            self.finish_path_action(PathAction::Open, path);
+        }
+    }
+
+    /// Asks for a path with the native dialog. Where no native dialog can appear (no desktop
+    /// portal or zenity, e.g. over `ssh -X`), or the dialog came back at once without the user
+    /// seeing it, a path field in the app asks instead and the action finishes from there.
+    fn pick_path(&mut self, action: PathAction, suggested_name: &str) -> Option<PathBuf> {
+        let prompt = |why: &str| PathPrompt {
+            action,
+            text: suggested_path_text(suggested_name),
+            why: why.to_owned(),
+        };
+        if !self.dialogs.available() {
+            self.path_prompt = Some(prompt(
+                "No file dialog is available here (no desktop portal or zenity), so type the path.",
+            ));
+            return None;
+        }
+        let asked = web_time::Instant::now();
+        let picked = match action {
+            PathAction::Open => self.dialogs.pick_file_to_open(),
+            PathAction::Save => self.dialogs.pick_save_path(suggested_name),
+            PathAction::WatchFolder => self.dialogs.pick_folder(),
+            PathAction::ExportPng => self.dialogs.pick_png_path(suggested_name),
+            PathAction::ExportReport => self.dialogs.pick_report_path(suggested_name),
+        };
+        if picked.is_none()
+            && self.dialogs.instant_none_means_failure()
+            && asked.elapsed() < DIALOG_FAILED_WITHIN
+        {
+            self.path_prompt = Some(prompt(
+                "The file dialog did not open (it returned at once), so type the path.",
+            ));
+        }
+        picked
+    }
+
+    /// Carries out `action` on the chosen `path`.
+    fn finish_path_action(&mut self, action: PathAction, path: PathBuf) {
+        match action {
+            PathAction::Open => self.open_path(path),
+            PathAction::Save => self.save_to(path),
+            PathAction::WatchFolder => {
+                #[cfg(feature = "native")]
+                self.watch_folder(path);
+            }
+            PathAction::ExportPng => {
+                self.png_export = Some(PngExport::Requested(path));
+                self.jobs.ctx().request_repaint();
+            }
+            PathAction::ExportReport => self.jobs.write_report(path, self.wizard.report()),
+        }
+    }
+
+    /// The in-app path field used when no file dialog can be shown.
+    fn path_prompt_ui(&mut self, ctx: &egui::Context) {
+        let Some(prompt) = &mut self.path_prompt else {
+            return;
+        };
+        let mut choice = None;
+        egui::Modal::new(egui::Id::unique("vramscope-path-prompt")).show(ctx, |ui| {
+            ui.heading(prompt.action.title());
+            ui.label(&prompt.why);
+            let field = ui.add(
+                egui::TextEdit::singleline(&mut prompt.text)
+                    .hint_text(prompt.action.hint())
+                    .desired_width(480.0),
+            );
+            field.request_focus();
+            let entered = field.lost_focus() && ui.input(|i| i.key_pressed(Key::Enter));
+            ui.horizontal(|ui| {
+                if ui.button("OK").clicked() || entered {
+                    choice = Some(true);
+                }
+                if ui.button("Cancel").clicked() || ui.input(|i| i.key_pressed(Key::Escape)) {
+                    choice = Some(false);
+                }
+            });
+        });
+        match choice {
+            Some(true) => {
+                let Some(prompt) = self.path_prompt.take() else {
+                    return;
+                };
+                let text = prompt.text.trim();
+                if text.is_empty() {
+                    self.path_prompt = Some(prompt);
+                    return;
+                }
+                self.finish_path_action(prompt.action, expand_home(text));
+            }
+            Some(false) => self.path_prompt = None,
+            None => {}
+        }
+    }
+
+    /// Whether the in-app path field is shown.
+    pub fn path_prompt_open(&self) -> bool {
+        self.path_prompt.is_some()
+    }
+
+    /// Types `text` into the in-app path field (tests).
+    pub fn set_path_prompt_text(&mut self, text: &str) {
+        if let Some(prompt) = &mut self.path_prompt {
+            text.clone_into(&mut prompt.text);
         }
     }
 
@@ -654,24 +762,32 @@ impl VramscopeApp {
                 default_recording_name(session.capture.meta.started_ms, session.is_simulated())
             }
         };
+        if let Some(path) = self.pick_path(PathAction::Save, &suggested) {
+            self.finish_path_action(PathAction::Save, path);
+        }
+    }
+
+    /// Writes the shown capture to `path` in the background.
+    fn save_to(&mut self, path: PathBuf) {
+        let Some(session) = self.active_session() else {
+            return;
+        };
         let capture = session.capture.clone();
         let notes = session.unsaved_notes;
         let index = self.active.unwrap_or_default();
-        if let Some(path) = self.dialogs.pick_save_path(&suggested) {
-            self.pending_saves.push((path.clone(), index, notes));
-            #[cfg(feature = "native")]
-            self.jobs.save(path, capture);
-            #[cfg(not(feature = "native"))]
-            {
-                let _ = capture;
-                self.notices.push(
-                    NoticeLevel::Error,
-                    format!(
-                        "{}: saving is not available in the web viewer",
-                        path.display()
-                    ),
-                );
-            }
+        self.pending_saves.push((path.clone(), index, notes));
+        #[cfg(feature = "native")]
+        self.jobs.save(path, capture);
+        #[cfg(not(feature = "native"))]
+        {
+            let _ = capture;
+            self.notices.push(
+                NoticeLevel::Error,
+                format!(
+                    "{}: saving is not available in the web viewer",
+                    path.display()
+                ),
+            );
         }
     }
 
@@ -725,9 +841,8 @@ impl VramscopeApp {
             }
             _ => "vramscope-timeline.png".to_owned(),
         };
-        if let Some(path) = self.dialogs.pick_png_path(&suggested) {
-            self.png_export = Some(PngExport::Requested(path));
-            self.jobs.ctx().request_repaint();
+        if let Some(path) = self.pick_path(PathAction::ExportPng, &suggested) {
+            self.finish_path_action(PathAction::ExportPng, path);
         }
     }
 
@@ -811,8 +926,8 @@ impl VramscopeApp {
             );
             return;
         }
-        if let Some(path) = self.dialogs.pick_report_path("vramscope-report.html") {
-            self.jobs.write_report(path, self.wizard.report());
+        if let Some(path) = self.pick_path(PathAction::ExportReport, "vramscope-report.html") {
+            self.finish_path_action(PathAction::ExportReport, path);
         }
     }
 
@@ -1429,6 +1544,68 @@ fn default_recording_name(started_ms: UnixMs, simulated: bool) -> String {
     format!("vramscope-{date}-{time}{suffix}.vramcap")
 }
 
+/// A native dialog that returns "nothing chosen" faster than this never reached the screen (a
+/// person cannot cancel a dialog that quickly): the in-app path field asks instead.
+const DIALOG_FAILED_WITHIN: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// What a path is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PathAction {
+    Open,
+    Save,
+    WatchFolder,
+    ExportPng,
+    ExportReport,
+}
+
+impl PathAction {
+    fn title(self) -> &'static str {
+        match self {
+            PathAction::Open => "Open a file",
+            PathAction::Save => "Save the capture as",
+            PathAction::WatchFolder => "Watch a folder for new snapshots",
+            PathAction::ExportPng => "Export the timeline as PNG",
+            PathAction::ExportReport => "Export the diagnosis report",
+        }
+    }
+
+    fn hint(self) -> &'static str {
+        match self {
+            PathAction::Open => "path of a .vramcap capture, a snapshot (.pickle, .json) or a log",
+            PathAction::Save => "path of the .vramcap file to write",
+            PathAction::WatchFolder => "path of the folder",
+            PathAction::ExportPng => "path of the .png file to write",
+            PathAction::ExportReport => "path ending in .html, .md or .json",
+        }
+    }
+}
+
+/// The in-app path field's state.
+struct PathPrompt {
+    action: PathAction,
+    text: String,
+    why: String,
+}
+
+/// The path first shown in the in-app field: the suggested name in the home folder (a full
+/// path, so the user sees where the file goes).
+fn suggested_path_text(suggested_name: &str) -> String {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    match (home, suggested_name.is_empty()) {
+        (Some(home), true) => format!("{}/", home.display()),
+        (Some(home), false) => home.join(suggested_name).display().to_string(),
+        (None, _) => suggested_name.to_owned(),
+    }
+}
+
+/// `~/x` as the shell would read it.
+fn expand_home(text: &str) -> PathBuf {
+    match (text.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(text),
+    }
+}
+
 /// What the "unsaved notes" question was answered with.
 enum QuitChoice {
     Save,
@@ -1483,6 +1660,7 @@ impl eframe::App for VramscopeApp {
         self.settings_window(&ctx);
         self.drop_preview(&ctx);
         self.quit_confirm_ui(&ctx);
+        self.path_prompt_ui(&ctx);
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {

@@ -6,6 +6,16 @@ use std::path::PathBuf;
 /// Asks the user for files. The app calls these from the UI thread in response to a menu item or
 /// a shortcut; implementations may block while a native dialog is open (as native dialogs do).
 pub trait FileDialogs {
+    /// Whether a dialog can appear at all; when not, the app asks for paths itself.
+    fn available(&self) -> bool {
+        true
+    }
+    /// Whether a "nothing chosen" that comes back at once means the dialog failed to appear
+    /// (true for real dialogs, which a person cannot cancel within a fraction of a second;
+    /// scripted test dialogs answer at once on purpose).
+    fn instant_none_means_failure(&self) -> bool {
+        false
+    }
     /// A capture (or other supported file) to open; `None` if the user cancelled.
     fn pick_file_to_open(&mut self) -> Option<PathBuf>;
     /// Where to save the current recording; `None` if the user cancelled.
@@ -34,6 +44,26 @@ pub struct NativeDialogs;
 
 #[cfg(feature = "native")]
 impl FileDialogs for NativeDialogs {
+    /// On Linux `rfd` needs the desktop portal (over the session D-Bus) or the `zenity`
+    /// program; over `ssh -X` or a bare X server there is often neither, and every dialog would
+    /// silently return nothing.
+    fn available(&self) -> bool {
+        if !cfg!(target_os = "linux") {
+            return true;
+        }
+        let session_bus = std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some()
+            || std::env::var_os("XDG_RUNTIME_DIR")
+                .is_some_and(|dir| std::path::Path::new(&dir).join("bus").exists());
+        let zenity = std::env::var_os("PATH").is_some_and(|path| {
+            std::env::split_paths(&path).any(|dir| dir.join("zenity").is_file())
+        });
+        session_bus || zenity
+    }
+
+    fn instant_none_means_failure(&self) -> bool {
+        true
+    }
+
     fn pick_file_to_open(&mut self) -> Option<PathBuf> {
         rfd::FileDialog::new()
             .set_title("Open a capture, snapshot or log")

@@ -141,20 +141,34 @@ pub fn timeline_ui(
     oom_positions: &[usize],
 ) -> Option<usize> {
     let width = ui.available_width().max(50.0);
+    let columns = width.round() as usize;
+    if cache.as_ref().is_none_or(|c| c.columns.len() != columns) {
+        *cache = Some(TimelineColumns::new(travel, columns));
+    }
+    let data = cache.as_ref()?;
+    // The caption sits above the plot, not on it.
+    ui.label(
+        egui::RichText::new(format!(
+            "reserved (grey) vs allocated (blue), peak {} — {}",
+            format_bytes(data.peak_bytes),
+            if data.by_time {
+                "x: trace time"
+            } else {
+                "x: event index (events are evenly spaced, not their times)"
+            }
+        ))
+        .small()
+        .weak(),
+    );
     let (response, painter) =
         ui.allocate_painter(vec2(width, TIMELINE_HEIGHT), Sense::click_and_drag());
     response.widget_info(|| {
         egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Allocated vs reserved timeline")
     });
     let rect = response.rect;
-    let columns = rect.width().round() as usize;
-    if cache.as_ref().is_none_or(|c| c.columns.len() != columns) {
-        *cache = Some(TimelineColumns::new(travel, columns));
-    }
-    let data = cache.as_ref()?;
     painter.rect_filled(rect, 2.0, ui.visuals().extreme_bg_color);
     let peak = data.peak_bytes.max(1) as f32;
-    let y_of = |bytes: u64| rect.bottom() - 4.0 - (rect.height() - 18.0) * bytes as f32 / peak;
+    let y_of = |bytes: u64| rect.bottom() - 4.0 - (rect.height() - 8.0) * bytes as f32 / peak;
     let mut reserved_line: Vec<Pos2> = Vec::with_capacity(data.columns.len());
     for (i, column) in data.columns.iter().enumerate() {
         let x = rect.left() + i as f32 + 0.5;
@@ -189,22 +203,6 @@ pub fn timeline_ui(
     painter.line_segment(
         [pos2(cursor_x, rect.top()), pos2(cursor_x, rect.bottom())],
         Stroke::new(1.5, CURSOR_COLOR),
-    );
-    let font = egui::FontId::proportional(11.0);
-    painter.text(
-        rect.left_top() + vec2(4.0, 2.0),
-        egui::Align2::LEFT_TOP,
-        format!(
-            "reserved (grey) vs allocated (blue), peak {} — {}",
-            format_bytes(data.peak_bytes),
-            if data.by_time {
-                "x: trace time"
-            } else {
-                "x: event index (events are evenly spaced, not their times)"
-            }
-        ),
-        font,
-        ui.visuals().weak_text_color(),
     );
     let clicked = (response.clicked() || response.dragged())
         .then(|| response.interact_pointer_pos())
