@@ -648,7 +648,7 @@ impl VramscopeApp {
     fn pick_path(&mut self, action: PathAction, suggested_name: &str) -> Option<PathBuf> {
         let prompt = |why: &str| PathPrompt {
             action,
-            text: suggested_path_text(suggested_name),
+            text: super::dialogs::path_in_home(suggested_name),
             why: why.to_owned(),
         };
         if !self.dialogs.available() {
@@ -728,7 +728,7 @@ impl VramscopeApp {
                     self.path_prompt = Some(prompt);
                     return;
                 }
-                self.finish_path_action(prompt.action, expand_home(text));
+                self.finish_path_action(prompt.action, super::dialogs::expand_home(text));
             }
             Some(false) => self.path_prompt = None,
             None => {}
@@ -1585,25 +1585,6 @@ struct PathPrompt {
     action: PathAction,
     text: String,
     why: String,
-}
-
-/// The path first shown in the in-app field: the suggested name in the home folder (a full
-/// path, so the user sees where the file goes).
-fn suggested_path_text(suggested_name: &str) -> String {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    match (home, suggested_name.is_empty()) {
-        (Some(home), true) => format!("{}/", home.display()),
-        (Some(home), false) => home.join(suggested_name).display().to_string(),
-        (None, _) => suggested_name.to_owned(),
-    }
-}
-
-/// `~/x` as the shell would read it.
-fn expand_home(text: &str) -> PathBuf {
-    match (text.strip_prefix("~/"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
-        _ => PathBuf::from(text),
-    }
 }
 
 /// What the "unsaved notes" question was answered with.

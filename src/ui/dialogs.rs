@@ -135,3 +135,41 @@ pub fn default_dialogs() -> Box<dyn FileDialogs> {
         Box::new(NoDialogs)
     }
 }
+
+/// `name` in the home folder, as text for a path field (a full path, so the user sees where the
+/// file goes); the home folder itself (ending in `/`) when `name` is empty.
+pub fn path_in_home(name: &str) -> String {
+    match (std::env::var_os("HOME").map(PathBuf::from), name.is_empty()) {
+        (Some(home), true) => format!("{}/", home.display()),
+        (Some(home), false) => home.join(name).display().to_string(),
+        (None, _) => name.to_owned(),
+    }
+}
+
+/// A typed path with `~/` read as the shell reads it.
+pub fn expand_home(text: &str) -> PathBuf {
+    match (text.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_paths_start_in_home_and_read_the_tilde() {
+        let Some(home) = std::env::var_os("HOME").map(PathBuf::from) else {
+            return;
+        };
+        assert_eq!(
+            path_in_home("r.html"),
+            home.join("r.html").display().to_string()
+        );
+        assert_eq!(path_in_home(""), format!("{}/", home.display()));
+        assert_eq!(expand_home("~/x/y.md"), home.join("x/y.md"));
+        assert_eq!(expand_home("/abs/y.md"), PathBuf::from("/abs/y.md"));
+        assert_eq!(expand_home("rel.md"), PathBuf::from("rel.md"));
+    }
+}

@@ -197,7 +197,7 @@ impl WizardView {
             pasted_count: 0,
             cuda_text: String::new(),
             cuda_error: None,
-            report_path: "vramscope-report.html".to_owned(),
+            report_path: crate::ui::dialogs::path_in_home("vramscope-report.html"),
             report_write: ReportWrite::Idle,
             check_evidence: None,
             allocator_figures: allocator_figures::AllocatorFigures::default(),
@@ -690,7 +690,7 @@ impl WizardView {
 
     #[cfg(not(target_arch = "wasm32"))]
     fn start_report_write(&mut self, ctx: egui::Context) {
-        let path = std::path::PathBuf::from(self.report_path.trim());
+        let path = crate::ui::dialogs::expand_home(self.report_path.trim());
         let report = self.report();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
