@@ -115,16 +115,22 @@ fn time_axis_is_informative(times: &[i64], width: usize) -> bool {
     if t1 <= t0 || width == 0 {
         return false;
     }
+    // One binary search per column boundary (not a pass over millions of events): a column is
+    // occupied when an event falls in its time range; the last column is closed on the right.
     let span = (t1 - t0) as f64;
     let mut occupied = 0usize;
-    let mut last_column = usize::MAX;
-    for &t in times {
-        let column = (((t - t0) as f64 / span) * width as f64) as usize;
-        let column = column.min(width - 1);
-        if column != last_column {
+    let mut start = 0usize;
+    for column in 0..width {
+        let end = if column + 1 == width {
+            times.len()
+        } else {
+            let limit = t0 as f64 + span * (column + 1) as f64 / width as f64;
+            times.partition_point(|&t| (t as f64) < limit)
+        };
+        if end > start {
             occupied += 1;
-            last_column = column;
         }
+        start = end;
     }
     // At least half the columns hold events, or every event has a column of its own.
     occupied * 2 >= width || occupied == times.len()
