@@ -418,6 +418,7 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
         .show_x(false)
         .show_y(false)
         .y_axis_min_width(48.0)
+        .x_grid_spacer(egui_plot::uniform_grid_spacer(time_grid_steps))
         .x_axis_formatter(|mark, _| format_elapsed_secs(mark.value))
         .y_axis_formatter(|mark, _| format!("{} GiB", mark.value))
         .legend(
@@ -758,5 +759,69 @@ fn add_event_markers(
             .id(("event label", i))
             .allow_hover(false),
         );
+    }
+}
+
+/// Clock-friendly grid steps for the time axis, in seconds (the default log-10 grid labels a
+/// 20-second capture only at 0:00 and 0:10, and a day at odd multiples of 10,000 s).
+const TIME_GRID_STEPS_SECS: [f64; 22] = [
+    0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0,
+    3600.0, 7200.0, 10800.0, 21600.0, 43200.0, 86400.0, 172800.0,
+];
+
+/// The three grid levels (fine, medium, coarse) for a time axis: the coarse step gives about
+/// eight labelled lines across the visible range; each finer level is the largest clock-friendly
+/// step that divides the one above, so the lines nest (labels 0:00, 0:05, 0:10, not 0:04, 0:05,
+/// 0:06), and none is finer than `input.base_step_size`, the smallest step the plot can show.
+fn time_grid_steps(input: egui_plot::GridInput) -> [f64; 3] {
+    let last = TIME_GRID_STEPS_SECS.len() - 1;
+    let range = (input.bounds.1 - input.bounds.0).abs();
+    let index_of = |at_least: f64| {
+        TIME_GRID_STEPS_SECS
+            .iter()
+            .position(|&step| step >= at_least)
+            .unwrap_or(last)
+    };
+    let finest = index_of(input.base_step_size);
+    let coarse = index_of(range / 8.0).max(finest);
+    let divides = |small: f64, big: f64| {
+        let ratio = big / small;
+        (ratio - ratio.round()).abs() < 1e-6
+    };
+    let finer = |index: usize| {
+        (finest..index)
+            .rev()
+            .find(|&i| divides(TIME_GRID_STEPS_SECS[i], TIME_GRID_STEPS_SECS[index]))
+            .unwrap_or(index)
+    };
+    let medium = finer(coarse);
+    let fine = finer(medium);
+    [
+        TIME_GRID_STEPS_SECS[fine],
+        TIME_GRID_STEPS_SECS[medium],
+        TIME_GRID_STEPS_SECS[coarse],
+    ]
+}
+
+#[cfg(test)]
+mod grid_tests {
+    use super::*;
+
+    #[test]
+    fn time_grid_steps_are_clock_friendly() {
+        let steps = |range: f64, base_step_size| {
+            time_grid_steps(egui_plot::GridInput {
+                bounds: (0.0, range),
+                base_step_size,
+            })
+        };
+        // 20 s: labels every 5 s, lines every second.
+        assert_eq!(steps(20.0, 0.05), [0.5, 1.0, 5.0]);
+        // A day: labels every 3 h, lines every hour and half hour.
+        assert_eq!(steps(86_400.0, 30.0), [1800.0, 3600.0, 10800.0]);
+        // 15 minutes: labels every 2 minutes.
+        assert_eq!(steps(900.0, 1.0), [30.0, 60.0, 120.0]);
+        // Never finer than the plot can draw.
+        assert_eq!(steps(20.0, 3.0), [5.0, 5.0, 5.0]);
     }
 }
