@@ -333,3 +333,18 @@ fn a_twenty_second_demo_recording_is_no_leak() {
         "a start-up is no leak: {findings:?}"
     );
 }
+
+#[test]
+fn a_snapshot_given_as_a_log_is_refused_not_called_healthy() {
+    let pickle = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cases/leak.pickle")
+        .display()
+        .to_string();
+    let out = vramscope(&["diagnose", "--log", &pickle]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("leak.pickle"), "{stderr}");
+    assert!(stderr.contains("not a text log"), "{stderr}");
+    assert!(stderr.contains("--snapshot"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("healthy"));
+}

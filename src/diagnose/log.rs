@@ -219,31 +219,152 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is binary: reading it as text would find nothing and call it healthy.
+    #[error("{file} is not a text log: it is {}; {}", .kind.describe(), .kind.hint())]
+    NotText { file: String, kind: NotTextKind },
 }
 
-/// Reads and analyses a log file.
+/// What a file given as a log turned out to be, from its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotTextKind {
+    /// A Python pickle (protocol 2 to 5), e.g. a PyTorch memory snapshot.
+    Pickle,
+    /// A vramscope capture (`VRAMCAP\x1a`).
+    Capture,
+    Png,
+    Gzip,
+    Zip,
+    /// Text in UTF-16 (PowerShell's `>` writes it); the analyzer reads UTF-8.
+    Utf16,
+    /// Any other file with NUL bytes near its start.
+    Binary,
+}
+
+impl NotTextKind {
+    /// What the file is, for an error message.
+    pub fn describe(self) -> &'static str {
+        match self {
+            NotTextKind::Pickle => "a Python pickle (a PyTorch memory snapshot?)",
+            NotTextKind::Capture => "a vramscope capture (.vramcap)",
+            NotTextKind::Png => "a PNG image",
+            NotTextKind::Gzip => "gzip-compressed data",
+            NotTextKind::Zip => "a zip archive",
+            NotTextKind::Utf16 => "UTF-16 text",
+            NotTextKind::Binary => "binary data (it contains NUL bytes)",
+        }
+    }
+
+    /// What to do instead, for the command line.
+    pub fn hint(self) -> &'static str {
+        match self {
+            NotTextKind::Pickle => "give it with --snapshot",
+            NotTextKind::Capture => "give it with --capture",
+            NotTextKind::Gzip => "decompress it first (zcat FILE > FILE.log) and give the text",
+            NotTextKind::Zip => "extract the log from it first",
+            NotTextKind::Utf16 => {
+                "convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8 FILE > FILE.log)"
+            }
+            NotTextKind::Png | NotTextKind::Binary => {
+                "give a text log (training output, dmesg, journalctl -k), --snapshot for a PyTorch snapshot or --capture for a .vramcap"
+            }
+        }
+    }
+}
+
+/// Bytes at the start of a file that are looked at to tell a binary file from a log.
+const SNIFF_BYTES: usize = 4096;
+
+/// Tells a binary file from a text log by its first bytes (magic numbers, then NUL bytes).
+pub fn sniff_not_text(head: &[u8]) -> Option<NotTextKind> {
+    let head = &head[..head.len().min(SNIFF_BYTES)];
+    let kind = match head {
+        [0x80, 2..=5, ..] => NotTextKind::Pickle,
+        _ if head.starts_with(&crate::formats::vramcap::MAGIC) => NotTextKind::Capture,
+        _ if head.starts_with(b"\x89PNG\r\n\x1a\n") => NotTextKind::Png,
+        [0x1f, 0x8b, ..] => NotTextKind::Gzip,
+        [b'P', b'K', 3 | 5, 4 | 6, ..] => NotTextKind::Zip,
+        [0xff, 0xfe, ..] | [0xfe, 0xff, ..] => NotTextKind::Utf16,
+        _ if head.contains(&0) => NotTextKind::Binary,
+        _ => return None,
+    };
+    Some(kind)
+}
+
+/// Reads and analyses a log file. A binary file is refused ([`LogError::NotText`]).
 pub fn analyze_file(path: &Path) -> Result<LogAnalysis, LogError> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| LogError::Io {
         file: name.clone(),
         source,
     })?;
-    analyze_reader(BufReader::new(file), &name)
-        .map_err(|source| LogError::Io { file: name, source })
+    analyze_reader(BufReader::new(file), &name).map_err(|source| match not_text_kind(&source) {
+        Some(kind) => LogError::NotText { file: name, kind },
+        None => LogError::Io { file: name, source },
+    })
 }
 
-/// Analyses pasted text.
+/// Analyses a file's bytes (a file dropped on the window). A binary file is refused
+/// ([`LogError::NotText`]).
+pub fn analyze_bytes(bytes: &[u8], name: &str) -> Result<LogAnalysis, LogError> {
+    if let Some(kind) = sniff_not_text(bytes) {
+        return Err(LogError::NotText {
+            file: name.to_owned(),
+            kind,
+        });
+    }
+    analyze_reader(bytes, name).map_err(|source| LogError::Io {
+        file: name.to_owned(),
+        source,
+    })
+}
+
+/// Analyses pasted text. Text with NUL characters is not refused here (it was typed or pasted)
+/// but only its lines are analysed, as for any text.
 pub fn analyze_text(text: &str, name: &str) -> LogAnalysis {
+    let mut reader = BufReader::new(text.as_bytes());
     // Reading from a slice cannot fail.
-    analyze_reader(text.as_bytes(), name).unwrap_or_else(|_| LogAnalysis {
+    scan(&mut reader, name).unwrap_or_else(|_| LogAnalysis {
         name: name.to_owned(),
         ..Default::default()
     })
 }
 
-/// Analyses a log from any reader, line by line, with bounded memory.
+/// The kind of binary file an error from [`analyze_reader`] reports, if that is what it reports.
+fn not_text_kind(error: &std::io::Error) -> Option<NotTextKind> {
+    error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<NotTextError>())
+        .map(|e| e.0)
+}
+
+/// The error [`analyze_reader`] returns for a binary file (kind `InvalidData`).
+#[derive(Debug, thiserror::Error)]
+#[error("not a text log: it is {}", .0.describe())]
+struct NotTextError(NotTextKind);
+
+/// Analyses a log from any reader, line by line, with bounded memory. A binary input (see
+/// [`sniff_not_text`]) is refused with an `InvalidData` error saying what it is, so a snapshot or
+/// an image is never reported as a healthy log.
 pub fn analyze_reader(reader: impl Read, name: &str) -> std::io::Result<LogAnalysis> {
-    let mut reader = BufReader::new(reader);
+    let mut reader = BufReader::with_capacity(SNIFF_BYTES.max(8 * 1024), reader);
+    let head = loop {
+        match reader.fill_buf() {
+            Ok(head) => break head,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    if let Some(kind) = sniff_not_text(head) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            NotTextError(kind),
+        ));
+    }
+    scan(&mut reader, name)
+}
+
+/// Scans every line of `reader`.
+fn scan(reader: &mut impl BufRead, name: &str) -> std::io::Result<LogAnalysis> {
     let mut analysis = LogAnalysis {
         name: name.to_owned(),
         ..Default::default()
@@ -252,7 +373,7 @@ pub fn analyze_reader(reader: impl Read, name: &str) -> std::io::Result<LogAnaly
     let mut buffer = Vec::with_capacity(4096);
     loop {
         buffer.clear();
-        let (read_any, too_long) = read_bounded_line(&mut reader, &mut buffer)?;
+        let (read_any, too_long) = read_bounded_line(reader, &mut buffer)?;
         if !read_any {
             break;
         }
