@@ -444,3 +444,24 @@ fn binary_files_given_as_logs_are_refused_saying_what_they_are() {
     assert!(message.contains("pickle"), "{message}");
     assert!(message.contains("--snapshot"), "{message}");
 }
+
+#[test]
+fn per_step_memory_lines_count_as_recognised() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases/leak.log");
+    let log = analyze_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(log.lines_read, 42);
+    assert!(log.matches.is_empty());
+    assert_eq!(log.recognised_lines(), 40);
+    assert_eq!(log.recognised_summary(), "40 recognised lines of 42");
+
+    let one = analyze_text("hello\nstep 3 allocated 2.5 GiB\n", "one.log");
+    assert_eq!(one.recognised_summary(), "1 recognised line of 2");
+    // A line that is both an OOM and a step figure counts once.
+    let both = analyze_text(
+        "step 7 memory 3 GiB RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+        "both.log",
+    );
+    assert_eq!(both.matches.len(), 1);
+    assert_eq!(both.recognised_lines(), 1);
+}

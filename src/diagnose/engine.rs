@@ -125,11 +125,7 @@ fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
         inputs.push(InputSummary {
             kind: "log".into(),
             name: log.name.clone(),
-            summary: format!(
-                "{} recognised lines of {}",
-                log.matches.len() + log.dropped_matches,
-                log.lines_read
-            ),
+            summary: log.recognised_summary(),
         });
     }
     for c in &input.captures {

@@ -170,9 +170,27 @@ pub struct LogAnalysis {
     pub versions: LogVersions,
     /// Memory figures printed per training step, one series per label.
     pub step_series: Vec<StepSeries>,
+    /// Lines with a per-step memory figure that are not also in `matches` (they drive the
+    /// per-step leak rule, so they count as recognised).
+    pub step_memory_lines: usize,
 }
 
 impl LogAnalysis {
+    /// Every line the analyzer recognised: kept and dropped matches, and per-step memory lines.
+    pub fn recognised_lines(&self) -> usize {
+        self.matches.len() + self.dropped_matches + self.step_memory_lines
+    }
+
+    /// "3 recognised lines of 1200" / "1 recognised line of 8", for notices and summaries.
+    pub fn recognised_summary(&self) -> String {
+        let recognised = self.recognised_lines();
+        format!(
+            "{recognised} recognised {} of {}",
+            if recognised == 1 { "line" } else { "lines" },
+            self.lines_read
+        )
+    }
+
     /// The out-of-memory matches, in log order.
     pub fn ooms(&self) -> impl Iterator<Item = (&LineMatch, &OomNumbers, Framework)> {
         self.matches.iter().filter_map(|m| match &m.kind {
@@ -644,7 +662,21 @@ fn push(analysis: &mut LogAnalysis, m: LineMatch) -> Option<usize> {
 
 fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usize, line: &str) {
     scan_versions(analysis, line_number, line);
-    scan_step_memory(analysis, state, line_number, line);
+    let has_step_memory = scan_step_memory(analysis, state, line_number, line);
+    let matched_before = analysis.matches.len() + analysis.dropped_matches;
+    classify_line(analysis, state, line_number, line);
+    if has_step_memory && analysis.matches.len() + analysis.dropped_matches == matched_before {
+        analysis.step_memory_lines += 1;
+    }
+}
+
+/// Recognises what the line says (errors, OOMs, Xids, ...), folding multi-line messages.
+fn classify_line(
+    analysis: &mut LogAnalysis,
+    state: &mut ScanState,
+    line_number: usize,
+    line: &str,
+) {
     if continue_async_oom(analysis, state, line) {
         return;
     }
@@ -698,35 +730,40 @@ fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usi
     }
 }
 
-/// Records `step N ... allocated X GiB`-style figures.
+/// Records `step N ... allocated X GiB`-style figures. Returns true when the line has one (kept
+/// or skipped by the sampling).
 fn scan_step_memory(
     analysis: &mut LogAnalysis,
     state: &mut ScanState,
     line_number: usize,
     line: &str,
-) {
+) -> bool {
     if !(line.contains("step")
         || line.contains("Step")
         || line.contains("STEP")
         || line.contains("iter")
         || line.contains("Iter"))
     {
-        return;
+        return false;
     }
     let Some(step) = STEP
         .captures(line)
         .and_then(|c| c["step"].parse::<u64>().ok())
     else {
-        return;
+        return false;
     };
     state.step_lines += 1;
     if !state.step_lines.is_multiple_of(state.step_stride) {
-        return;
+        return STEP_MEMORY
+            .captures_iter(line)
+            .any(|caps| parse_size(&caps["size"]).is_some());
     }
+    let mut found = false;
     for caps in STEP_MEMORY.captures_iter(line) {
         let Some(bytes) = parse_size(&caps["size"]) else {
             continue;
         };
+        found = true;
         let label = caps["label"].to_ascii_lowercase().replace(' ', "_");
         let point = StepPoint {
             step,
@@ -751,6 +788,7 @@ fn scan_step_memory(
         }
         state.step_stride = state.step_stride.saturating_mul(2);
     }
+    found
 }
 
 fn scan_versions(analysis: &mut LogAnalysis, line_number: usize, line: &str) {
