@@ -348,3 +348,21 @@ fn a_snapshot_given_as_a_log_is_refused_not_called_healthy() {
     assert!(stderr.contains("--snapshot"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("healthy"));
 }
+
+#[test]
+fn live_without_a_gpu_does_not_claim_to_show_a_simulated_machine() {
+    let out = vramscope(&["diagnose", "--live"]);
+    // With a GPU (a developer's machine) this diagnoses it; without one (CI) it must say so.
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("no NVIDIA GPU could be opened ("),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("add --demo to diagnose the simulated machine"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("showing a simulated machine"), "{stderr}");
+    }
+}
