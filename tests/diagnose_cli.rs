@@ -366,3 +366,33 @@ fn live_without_a_gpu_does_not_claim_to_show_a_simulated_machine() {
         assert!(!stderr.contains("showing a simulated machine"), "{stderr}");
     }
 }
+
+#[test]
+fn fragmentation_split_limit_makes_the_failing_request_oversize() {
+    let case = |name: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/cases")
+            .join(name)
+            .display()
+            .to_string()
+    };
+    let out = vramscope(&[
+        "diagnose",
+        "--log",
+        &case("fragmentation.log"),
+        "--snapshot",
+        &case("fragmentation.pickle"),
+        "--json",
+    ]);
+    let doc = json_of(&out);
+    let split = doc["findings"][0]["recommendations"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["id"] == "max-split-size"))
+        .cloned()
+        .unwrap_or_default();
+    // 1.5 GiB request, 2 GiB segments: a limit of 1024 MiB, not 2048.
+    assert_eq!(
+        split["action"],
+        "export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:1024"
+    );
+}
