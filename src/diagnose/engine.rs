@@ -50,9 +50,10 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
         }
         findings.extend(case_findings);
     }
+    let capture_capacity = capture_capacity(&input.captures);
     for log in &input.logs {
         hardware::log_findings(log, &mut findings);
-        leak::log_findings(log, &mut findings);
+        leak::log_findings(log, capture_capacity.as_ref(), &mut findings);
     }
     for c in &input.captures {
         hardware::capture_findings(&c.name, &c.capture, &mut findings);
@@ -108,6 +109,27 @@ fn promote_leak_behind_capacity_oom(findings: &mut Vec<Finding>) {
         oom.explanation.push_str(" Memory grew steadily before the failure: the leak above is the cause, a smaller batch only delays it.");
     }
     findings.insert(0, leak);
+}
+
+/// The GPU size the captures show, when every device in them has the same (so a log's training
+/// ran on a GPU of that size, whichever it was).
+fn capture_capacity(captures: &[NamedCapture]) -> Option<leak::KnownCapacity> {
+    let mut devices = captures
+        .iter()
+        .flat_map(|c| c.capture.devices.iter().map(move |d| (c, d)));
+    let (capture, first) = devices.next()?;
+    let total_bytes = first.memory_total_bytes;
+    if total_bytes == 0 || devices.any(|(_, d)| d.memory_total_bytes != total_bytes) {
+        return None;
+    }
+    Some(leak::KnownCapacity {
+        total_bytes,
+        source: EvidenceSource::Capture {
+            file: capture.name.clone(),
+            device_index: None,
+            t_ms: None,
+        },
+    })
 }
 
 /// The device a finding's evidence names, if any.
