@@ -610,3 +610,17 @@ fn a_per_step_leak_says_how_many_steps_until_the_gpu_is_full() {
         f.explanation
     );
 }
+
+#[test]
+fn an_xid_explanation_ends_with_one_period() {
+    let d = text_case(
+        "NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=python, Ch 00000008, intr 10000000. MMU Fault\n",
+    );
+    let f = d
+        .findings
+        .iter()
+        .find(|f| f.title.starts_with("Xid 31"))
+        .unwrap_or_else(|| panic!("no Xid finding: {:?}", d.findings));
+    assert!(f.explanation.ends_with("hardware."), "{}", f.explanation);
+    assert!(!f.explanation.contains(".."), "{}", f.explanation);
+}
