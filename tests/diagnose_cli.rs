@@ -125,9 +125,10 @@ fn a_recorded_capture_file_is_diagnosed() {
     let text = std::fs::read_to_string(&md).unwrap_or_else(|e| panic!("{e}"));
     assert!(text.contains("### 1. CRITICAL [capacity]"), "{text}");
     assert!(
-        text.contains("day\\.vramcap"),
-        "file names are cited (escaped)"
+        text.contains("day.vramcap`"),
+        "file names are cited, as code spans: {text}"
     );
+    assert!(!text.contains("\\."), "no needless escapes: {text}");
 }
 
 #[test]
