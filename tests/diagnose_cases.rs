@@ -548,3 +548,79 @@ fn the_cap_finding_under_fragmentation_does_not_deny_fragmentation() {
         d.findings[1].explanation
     );
 }
+
+fn step_log(extra: &str) -> String {
+    let mut text: String = (0..40)
+        .map(|n| {
+            format!(
+                "step {n} allocated {:.2} GiB reserved {:.2} GiB\n",
+                1.0 + 0.25 * n as f64,
+                2.0 + 0.25 * n as f64
+            )
+        })
+        .collect();
+    text.push_str(extra);
+    text
+}
+
+fn leak_finding(d: &Diagnosis) -> vramscope::diagnose::Finding {
+    d.findings
+        .iter()
+        .find(|f| f.category == Category::Leak)
+        .cloned()
+        .unwrap_or_else(|| panic!("no leak finding: {:?}", d.findings))
+}
+
+#[test]
+fn a_per_step_leak_says_how_many_steps_until_the_gpu_is_full() {
+    // 256 MiB per step; 11.75 GiB reserved at step 39; the OOM message says the GPU has 20 GiB.
+    let d = text_case(&step_log(
+        "RuntimeError: CUDA out of memory. Tried to allocate 256.00 MiB (GPU 0; 20.00 GiB total capacity; 10.75 GiB already allocated; 100.00 MiB free; 12.00 GiB reserved in total by PyTorch)\n",
+    ));
+    let f = leak_finding(&d);
+    assert!(f.title.ends_with("; full in about 33 steps"), "{}", f.title);
+    let steps = f
+        .evidence
+        .iter()
+        .find(|e| e.label == "steps until the GPU is full")
+        .and_then(|e| e.value);
+    assert_eq!(steps, Some(33.0));
+    assert!(f.explanation.contains("no step times"), "{}", f.explanation);
+
+    // Without a size in the log, a capture's device gives it (140 GiB: (140 - 11.75) / 0.25).
+    let d = diagnose(&DiagnosisInput {
+        logs: vec![analyze_text(&step_log(""), "train.log")],
+        captures: vec![capture(60, |_| vec![(100, 30 * GIB)], vec![], vec![])],
+        ..Default::default()
+    });
+    let f = leak_finding(&d);
+    assert!(
+        f.title.ends_with("; full in about 513 steps"),
+        "{}",
+        f.title
+    );
+
+    // Nothing says how large the GPU is: the finding says what is missing.
+    let f = leak_finding(&text_case(&step_log("")));
+    assert!(!f.title.contains("full in"), "{}", f.title);
+    assert!(
+        f.explanation.contains("does not say how large the GPU is")
+            && f.explanation.contains("--capture"),
+        "{}",
+        f.explanation
+    );
+}
+
+#[test]
+fn an_xid_explanation_ends_with_one_period() {
+    let d = text_case(
+        "NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=python, Ch 00000008, intr 10000000. MMU Fault\n",
+    );
+    let f = d
+        .findings
+        .iter()
+        .find(|f| f.title.starts_with("Xid 31"))
+        .unwrap_or_else(|| panic!("no Xid finding: {:?}", d.findings));
+    assert!(f.explanation.ends_with("hardware."), "{}", f.explanation);
+    assert!(!f.explanation.contains(".."), "{}", f.explanation);
+}

@@ -125,9 +125,10 @@ fn a_recorded_capture_file_is_diagnosed() {
     let text = std::fs::read_to_string(&md).unwrap_or_else(|e| panic!("{e}"));
     assert!(text.contains("### 1. CRITICAL [capacity]"), "{text}");
     assert!(
-        text.contains("day\\.vramcap"),
-        "file names are cited (escaped)"
+        text.contains("day.vramcap`"),
+        "file names are cited, as code spans: {text}"
     );
+    assert!(!text.contains("\\."), "no needless escapes: {text}");
 }
 
 #[test]
@@ -331,5 +332,68 @@ fn a_twenty_second_demo_recording_is_no_leak() {
     assert!(
         findings.iter().all(|(category, _, _)| category != "leak"),
         "a start-up is no leak: {findings:?}"
+    );
+}
+
+#[test]
+fn a_snapshot_given_as_a_log_is_refused_not_called_healthy() {
+    let pickle = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cases/leak.pickle")
+        .display()
+        .to_string();
+    let out = vramscope(&["diagnose", "--log", &pickle]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("leak.pickle"), "{stderr}");
+    assert!(stderr.contains("not a text log"), "{stderr}");
+    assert!(stderr.contains("--snapshot"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("healthy"));
+}
+
+#[test]
+fn live_without_a_gpu_does_not_claim_to_show_a_simulated_machine() {
+    let out = vramscope(&["diagnose", "--live"]);
+    // With a GPU (a developer's machine) this diagnoses it; without one (CI) it must say so.
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("no NVIDIA GPU could be opened ("),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("add --demo to diagnose the simulated machine"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("showing a simulated machine"), "{stderr}");
+    }
+}
+
+#[test]
+fn fragmentation_split_limit_makes_the_failing_request_oversize() {
+    let case = |name: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/cases")
+            .join(name)
+            .display()
+            .to_string()
+    };
+    let out = vramscope(&[
+        "diagnose",
+        "--log",
+        &case("fragmentation.log"),
+        "--snapshot",
+        &case("fragmentation.pickle"),
+        "--json",
+    ]);
+    let doc = json_of(&out);
+    let split = doc["findings"][0]["recommendations"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["id"] == "max-split-size"))
+        .cloned()
+        .unwrap_or_default();
+    // 1.5 GiB request, 2 GiB segments: a limit of 1024 MiB, not 2048.
+    assert_eq!(
+        split["action"],
+        "export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:1024"
     );
 }

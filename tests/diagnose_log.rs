@@ -276,11 +276,22 @@ fn versions_found_in_logs() {
 
 #[test]
 fn binary_garbage_and_empty_input_are_harmless() {
-    let mut bytes: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    // Text first: bytes that are not UTF-8 later on cost nothing and hide no line.
+    let mut bytes: Vec<u8> = b"epoch 1\n".repeat(1000);
+    bytes.extend((1..=255u8).cycle().take(100_000));
     bytes.extend_from_slice(b"\nCUDA_ERROR_LAUNCH_FAILED\n");
-    let log = vramscope::diagnose::log::analyze_reader(bytes.as_slice(), "garbage.bin")
+    let log = vramscope::diagnose::log::analyze_reader(bytes.as_slice(), "garbage.txt")
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(log.matches.len(), 1);
+    // Binary from the first byte is refused, not read as an empty (healthy) log.
+    let binary: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    let refused = vramscope::diagnose::log::analyze_reader(binary.as_slice(), "garbage.bin");
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::InvalidData),
+        "{refused:?}"
+    );
     assert_eq!(analyze_text("", "empty").lines_read, 0);
     let missing = analyze_file(std::path::Path::new("/nonexistent/dir/train.log"));
     let message = missing.err().map(|e| e.to_string()).unwrap_or_default();
@@ -390,4 +401,67 @@ fn per_step_figures_stay_bounded_and_cover_the_whole_log() {
         "sampled to the end"
     );
     assert!(points.windows(2).all(|w| w[1].step > w[0].step));
+}
+
+#[test]
+fn binary_files_given_as_logs_are_refused_saying_what_they_are() {
+    use vramscope::diagnose::log::{LogError, NotTextKind, analyze_bytes, sniff_not_text};
+    let cases: [(&[u8], NotTextKind); 7] = [
+        (b"\x80\x04\x95\x10\x00\x00\x00", NotTextKind::Pickle),
+        (b"\x80\x02}q\x00", NotTextKind::Pickle),
+        (b"VRAMCAP\x1a\x01\x00", NotTextKind::Capture),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", NotTextKind::Png),
+        (b"\x1f\x8b\x08\x00", NotTextKind::Gzip),
+        (b"PK\x03\x04\x14\x00", NotTextKind::Zip),
+        (b"\xff\xfes\x00t\x00", NotTextKind::Utf16),
+    ];
+    for (head, kind) in cases {
+        assert_eq!(sniff_not_text(head), Some(kind), "{head:?}");
+        let error = analyze_bytes(head, "x.log").err();
+        assert!(
+            matches!(error, Some(LogError::NotText { kind: k, .. }) if k == kind),
+            "{error:?}"
+        );
+    }
+    assert_eq!(
+        sniff_not_text(b"step 1\x00 allocated"),
+        Some(NotTextKind::Binary)
+    );
+    assert_eq!(
+        sniff_not_text("step 1 allocated 2 GiB \u{2192} ok\n".as_bytes()),
+        None
+    );
+    assert_eq!(sniff_not_text(b""), None);
+
+    // The pickle of a real case, given as a log: an error naming the file, what it is and the flag.
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases/leak.pickle");
+    let message = analyze_file(&path)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(message.contains("leak.pickle"), "{message}");
+    assert!(message.contains("pickle"), "{message}");
+    assert!(message.contains("--snapshot"), "{message}");
+}
+
+#[test]
+fn per_step_memory_lines_count_as_recognised() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases/leak.log");
+    let log = analyze_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(log.lines_read, 42);
+    assert!(log.matches.is_empty());
+    assert_eq!(log.recognised_lines(), 40);
+    assert_eq!(log.recognised_summary(), "40 recognised lines of 42");
+
+    let one = analyze_text("hello\nstep 3 allocated 2.5 GiB\n", "one.log");
+    assert_eq!(one.recognised_summary(), "1 recognised line of 2");
+    // A line that is both an OOM and a step figure counts once.
+    let both = analyze_text(
+        "step 7 memory 3 GiB RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+        "both.log",
+    );
+    assert_eq!(both.matches.len(), 1);
+    assert_eq!(both.recognised_lines(), 1);
 }

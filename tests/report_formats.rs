@@ -337,6 +337,29 @@ fn unescaped_pipes(line: &str) -> usize {
         .count()
 }
 
+/// The line with its inline code spans (a backtick run, up to the same run) and its escaped
+/// backticks removed.
+fn without_code_spans(line: &str) -> String {
+    let line = line.replace("\\`", "");
+    let mut out = String::new();
+    let mut rest = line.as_str();
+    while let Some(start) = rest.find('`') {
+        out.push_str(&rest[..start]);
+        let run = rest[start..].chars().take_while(|&c| c == '`').count();
+        let fence = "`".repeat(run);
+        let after = &rest[start + run..];
+        match after.find(&fence) {
+            Some(end) => rest = &after[end + run..],
+            None => {
+                out.push_str(&rest[start..]);
+                return out;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[test]
 fn markdown_is_structurally_sound_and_escaped() {
     let report = sample_report();
@@ -367,11 +390,22 @@ fn markdown_is_structurally_sound_and_escaped() {
         } else {
             table_columns = None;
         }
-        let bytes = line.as_bytes();
+        let text = without_code_spans(line);
+        let bytes = text.as_bytes();
         let raw_angle =
             (0..bytes.len()).any(|i| bytes[i] == b'<' && (i == 0 || bytes[i - 1] != b'\\'));
         assert!(!raw_angle, "raw HTML outside code: {line}");
+        for over_escaped in ["\\/", "\\,", "\\'", "\\:", "\\("] {
+            assert!(
+                !text.contains(over_escaped),
+                "over-escaped {over_escaped}: {line}"
+            );
+        }
     }
+    assert!(
+        !md.contains("Continue in the"),
+        "the wizard hint is the GUI's"
+    );
     assert!(in_fence.is_none(), "unclosed code fence");
     assert_eq!(headings, report.diagnosis.findings.len());
     assert!(md.starts_with("# vramscope diagnosis\n"));
@@ -460,4 +494,104 @@ fn html_of_a_snapshot_diagnosis_embeds_the_block_map() {
     for (label, _) in report::blockmap::LEGEND {
         assert!(html.contains(label), "legend lists {label}");
     }
+}
+
+#[test]
+fn html_timeline_has_one_chart_per_gpu_with_its_events_marked() {
+    use vramscope::model::{Event, EventKind};
+    let total = 80 * GIB;
+    let mut capture = Capture::new(
+        CaptureMeta::default(),
+        (0..2)
+            .map(|index| DeviceFacts {
+                index,
+                memory_total_bytes: total,
+                ..Default::default()
+            })
+            .collect(),
+    );
+    // GPU 0 flat at 10 GiB; GPU 1 climbs 2 GiB a minute past 90 % (72 GiB) and runs out.
+    for minute in 0..40u64 {
+        let t_ms = minute as i64 * 60_000;
+        let devices: Vec<DeviceSample> = [10 * GIB, (2 * minute * GIB).min(total)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, used)| DeviceSample {
+                t_ms,
+                device_index: i as u32,
+                memory: Some(MemoryReading {
+                    used_bytes: used,
+                    reserved_bytes: 0,
+                    free_bytes: total - used,
+                    total_bytes: total,
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let used_1 = devices[1].memory.map(|m| m.used_bytes).unwrap_or(0);
+        capture.ingest(&SampleBatch {
+            devices,
+            processes: Some(vec![ProcessSample {
+                t_ms,
+                device_index: 1,
+                pid: 77,
+                name: "train.py".into(),
+                used_bytes: Some(used_1),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+    }
+    capture.ingest(&SampleBatch {
+        events: vec![
+            Event {
+                t_ms: 39 * 60_000,
+                device_index: Some(1),
+                kind: EventKind::OutOfMemory {
+                    pid: Some(77),
+                    requested_bytes: None,
+                    detail: String::new(),
+                },
+            },
+            Event {
+                t_ms: 30 * 60_000,
+                device_index: Some(1),
+                kind: EventKind::Xid {
+                    code: 31,
+                    mig_instance: None,
+                },
+            },
+        ],
+        ..Default::default()
+    });
+    let timeline = Timeline::from_capture("two.vramcap", &capture);
+    let panels: Vec<(u32, usize)> = timeline
+        .iter()
+        .flat_map(|t| t.panels.iter())
+        .map(|p| (p.device_index, p.markers.len()))
+        .collect();
+    assert_eq!(
+        panels,
+        [(0, 0), (1, 3)],
+        "both GPUs; OOM, Xid and the 90 % crossing on GPU 1"
+    );
+    let report = Report {
+        timeline,
+        ..sample_report()
+    };
+    let html = report::render(&report, ReportFormat::Html);
+    let pngs = embedded_pngs(&html);
+    assert_eq!(pngs.len(), 2, "one chart per GPU");
+    assert!(pngs.iter().all(|p| p.width() <= 1000 && p.height() <= 300));
+    assert!(
+        html.contains("<h3>GPU 1: peak 78.0 GiB of 80.0 GiB</h3>"),
+        "{html}"
+    );
+    assert!(html.contains("out of memory (PID 77)"));
+    assert!(html.contains("Xid 31"));
+    // 2 GiB a minute: 72 GiB (90 %) at minute 36.
+    assert!(html.contains("1970-01-01T00:36:00Z: used memory first reached 90% of 80.0 GiB"));
+    // The process line is visible on GPU 1's chart (drawn over the GPU line).
+    let process = vramscope::report::chart::SERIES_COLORS[1];
+    assert!(pngs[1].pixels().any(|p| p.0 == process));
 }

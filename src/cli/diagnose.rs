@@ -10,7 +10,7 @@ use crate::diagnose::finding::Diagnosis;
 use crate::diagnose::{DiagnosisInput, NamedCapture, diagnose, log};
 use crate::model::Capture;
 use crate::report::{self, Report, ReportFormat, Timeline};
-use crate::source::{self, Tiers};
+use crate::source::{self, Source, Tiers};
 
 #[derive(Debug, clap::Args)]
 pub struct DiagnoseArgs {
@@ -143,12 +143,7 @@ fn live_capture(demo: bool) -> Result<NamedCapture, String> {
             capture,
         });
     }
-    let (mut live, fallback_reason) = source::open_default(false);
-    if let Some(reason) = fallback_reason {
-        return Err(format!(
-            "--live: {reason}; add --demo to diagnose the simulated machine instead"
-        ));
-    }
+    let mut live = source::nvml::NvmlSource::open().map_err(|err| no_gpu_message(&err))?;
     let description = live.describe();
     let mut capture = Capture::new(description.meta, description.devices);
     capture.ingest(&live.poll(
@@ -162,6 +157,14 @@ fn live_capture(demo: bool) -> Result<NamedCapture, String> {
         name: "live".to_owned(),
         capture,
     })
+}
+
+/// Why `--live` found nothing to read: nothing is shown on the command line, so no word of a
+/// simulated machine unless the user asks for it.
+fn no_gpu_message(err: &dyn std::fmt::Display) -> String {
+    format!(
+        "--live: no NVIDIA GPU could be opened ({err}); add --demo to diagnose the simulated machine"
+    )
 }
 
 /// The findings as plain text for a terminal.
@@ -235,5 +238,17 @@ mod snapshots {
             facts.extend(of_file);
         }
         Ok(facts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn no_gpu_message_shows_nothing_simulated_and_offers_the_demo() {
+        let message = super::no_gpu_message(&"libnvidia-ml.so.1: cannot open shared object file");
+        assert_eq!(
+            message,
+            "--live: no NVIDIA GPU could be opened (libnvidia-ml.so.1: cannot open shared object file); add --demo to diagnose the simulated machine"
+        );
     }
 }

@@ -50,9 +50,10 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
         }
         findings.extend(case_findings);
     }
+    let capture_capacity = capture_capacity(&input.captures);
     for log in &input.logs {
         hardware::log_findings(log, &mut findings);
-        leak::log_findings(log, &mut findings);
+        leak::log_findings(log, capture_capacity.as_ref(), &mut findings);
     }
     for c in &input.captures {
         hardware::capture_findings(&c.name, &c.capture, &mut findings);
@@ -110,6 +111,27 @@ fn promote_leak_behind_capacity_oom(findings: &mut Vec<Finding>) {
     findings.insert(0, leak);
 }
 
+/// The GPU size the captures show, when every device in them has the same (so a log's training
+/// ran on a GPU of that size, whichever it was).
+fn capture_capacity(captures: &[NamedCapture]) -> Option<leak::KnownCapacity> {
+    let mut devices = captures
+        .iter()
+        .flat_map(|c| c.capture.devices.iter().map(move |d| (c, d)));
+    let (capture, first) = devices.next()?;
+    let total_bytes = first.memory_total_bytes;
+    if total_bytes == 0 || devices.any(|(_, d)| d.memory_total_bytes != total_bytes) {
+        return None;
+    }
+    Some(leak::KnownCapacity {
+        total_bytes,
+        source: EvidenceSource::Capture {
+            file: capture.name.clone(),
+            device_index: None,
+            t_ms: None,
+        },
+    })
+}
+
 /// The device a finding's evidence names, if any.
 fn finding_device(f: &Finding) -> Option<u32> {
     f.evidence.iter().find_map(|e| match &e.source {
@@ -125,11 +147,7 @@ fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
         inputs.push(InputSummary {
             kind: "log".into(),
             name: log.name.clone(),
-            summary: format!(
-                "{} recognised lines of {}",
-                log.matches.len() + log.dropped_matches,
-                log.lines_read
-            ),
+            summary: log.recognised_summary(),
         });
     }
     for c in &input.captures {

@@ -141,7 +141,7 @@ fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Findi
         evidence,
         explanation: format!(
             "The NVIDIA driver logged Xid {code}: {}.",
-            xid_meaning(code)
+            xid_meaning(code).trim_end_matches('.')
         ),
         recommendations,
         wizard: Some(Wizard::HardwareAndDriver),

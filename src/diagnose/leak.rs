@@ -140,9 +140,18 @@ fn growth_trend(points: &[(f64, f64)]) -> Option<Trend> {
     Some(trend)
 }
 
+/// The size of the GPU a log's training ran on, when another input says it, with where it comes
+/// from (a capture's device total; the log's own OOM message is looked at first).
+#[derive(Clone, Debug)]
+pub struct KnownCapacity {
+    pub total_bytes: u64,
+    pub source: EvidenceSource,
+}
+
 /// Leak findings from memory figures a log prints per step (`step 12 allocated 4.06 GiB`): one
-/// finding per log, for the series that grew most.
-pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
+/// finding per log, for the series that grew most, with the number of steps until the GPU is full
+/// when its size is known (from the log's OOM message, else `capacity`).
+pub fn log_findings(log: &LogAnalysis, capacity: Option<&KnownCapacity>, out: &mut Vec<Finding>) {
     let mut leaking: Vec<(&StepSeries, Trend)> = log
         .step_series
         .iter()
@@ -202,11 +211,65 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
             EvidenceSource::Derived,
         ));
     }
+    let capacity = log
+        .best_oom()
+        .and_then(|(m, n, _)| {
+            n.total_bytes.map(|total_bytes| KnownCapacity {
+                total_bytes,
+                source: line(m.line),
+            })
+        })
+        .or_else(|| capacity.cloned());
+    // What the process holds at the end: the largest figure printed at the last step (reserved
+    // memory when the log prints it).
+    let held = log
+        .step_series
+        .iter()
+        .filter_map(|s| s.points.last())
+        .filter(|p| p.step == last.step)
+        .max_by_key(|p| p.bytes)
+        .copied()
+        .unwrap_or(*last);
+    let (until_full, full_title) = match &capacity {
+        Some(capacity) if per_step > 0 => {
+            let steps_left = capacity.total_bytes.saturating_sub(held.bytes) / per_step;
+            evidence.push(Evidence::bytes(
+                "device capacity",
+                capacity.total_bytes,
+                capacity.source.clone(),
+            ));
+            evidence.push(Evidence::bytes(
+                format!("held at step {}", held.step),
+                held.bytes,
+                line(held.line),
+            ));
+            evidence.push(Evidence::number(
+                "steps until the GPU is full",
+                steps_left as f64,
+                Unit::Count,
+                format!("about {steps_left} steps"),
+                EvidenceSource::Derived,
+            ));
+            (
+                format!(
+                    " At this rate the {} GPU is full in about {steps_left} steps after step {} ({} held then); the log prints no step times, so this cannot be given in hours.",
+                    format_bytes(capacity.total_bytes),
+                    held.step,
+                    format_bytes(held.bytes)
+                ),
+                format!("; full in about {steps_left} steps"),
+            )
+        }
+        _ => (
+            " How many steps are left until the GPU is full is unknown: the log does not say how large the GPU is (no out-of-memory message with its total); add a capture (--capture, or record one while training) to estimate it.".to_owned(),
+            String::new(),
+        ),
+    };
     out.push(Finding {
         category: Category::Leak,
         severity: Severity::Warning,
         title: format!(
-            "{} memory grows by {} per step ({} → {} over {} steps)",
+            "{} memory grows by {} per step ({} → {} over {} steps){full_title}",
             series.label,
             format_bytes(per_step),
             format_bytes(first.bytes),
@@ -215,7 +278,7 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
         ),
         evidence,
         explanation: format!(
-            "The log prints {} memory at every step and it rises along a straight line (R² {:.2}) instead of levelling off after the first steps: each step keeps about {} alive. A training loop that frees its activations stays flat.",
+            "The log prints {} memory at every step and it rises along a straight line (R² {:.2}) instead of levelling off after the first steps: each step keeps about {} alive. A training loop that frees its activations stays flat.{until_full}",
             series.label,
             trend.r_squared,
             format_bytes(per_step)

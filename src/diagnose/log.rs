@@ -170,9 +170,27 @@ pub struct LogAnalysis {
     pub versions: LogVersions,
     /// Memory figures printed per training step, one series per label.
     pub step_series: Vec<StepSeries>,
+    /// Lines with a per-step memory figure that are not also in `matches` (they drive the
+    /// per-step leak rule, so they count as recognised).
+    pub step_memory_lines: usize,
 }
 
 impl LogAnalysis {
+    /// Every line the analyzer recognised: kept and dropped matches, and per-step memory lines.
+    pub fn recognised_lines(&self) -> usize {
+        self.matches.len() + self.dropped_matches + self.step_memory_lines
+    }
+
+    /// "3 recognised lines of 1200" / "1 recognised line of 8", for notices and summaries.
+    pub fn recognised_summary(&self) -> String {
+        let recognised = self.recognised_lines();
+        format!(
+            "{recognised} recognised {} of {}",
+            if recognised == 1 { "line" } else { "lines" },
+            self.lines_read
+        )
+    }
+
     /// The out-of-memory matches, in log order.
     pub fn ooms(&self) -> impl Iterator<Item = (&LineMatch, &OomNumbers, Framework)> {
         self.matches.iter().filter_map(|m| match &m.kind {
@@ -219,31 +237,152 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is binary: reading it as text would find nothing and call it healthy.
+    #[error("{file} is not a text log: it is {}; {}", .kind.describe(), .kind.hint())]
+    NotText { file: String, kind: NotTextKind },
 }
 
-/// Reads and analyses a log file.
+/// What a file given as a log turned out to be, from its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotTextKind {
+    /// A Python pickle (protocol 2 to 5), e.g. a PyTorch memory snapshot.
+    Pickle,
+    /// A vramscope capture (`VRAMCAP\x1a`).
+    Capture,
+    Png,
+    Gzip,
+    Zip,
+    /// Text in UTF-16 (PowerShell's `>` writes it); the analyzer reads UTF-8.
+    Utf16,
+    /// Any other file with NUL bytes near its start.
+    Binary,
+}
+
+impl NotTextKind {
+    /// What the file is, for an error message.
+    pub fn describe(self) -> &'static str {
+        match self {
+            NotTextKind::Pickle => "a Python pickle (a PyTorch memory snapshot?)",
+            NotTextKind::Capture => "a vramscope capture (.vramcap)",
+            NotTextKind::Png => "a PNG image",
+            NotTextKind::Gzip => "gzip-compressed data",
+            NotTextKind::Zip => "a zip archive",
+            NotTextKind::Utf16 => "UTF-16 text",
+            NotTextKind::Binary => "binary data (it contains NUL bytes)",
+        }
+    }
+
+    /// What to do instead, for the command line.
+    pub fn hint(self) -> &'static str {
+        match self {
+            NotTextKind::Pickle => "give it with --snapshot",
+            NotTextKind::Capture => "give it with --capture",
+            NotTextKind::Gzip => "decompress it first (zcat FILE > FILE.log) and give the text",
+            NotTextKind::Zip => "extract the log from it first",
+            NotTextKind::Utf16 => {
+                "convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8 FILE > FILE.log)"
+            }
+            NotTextKind::Png | NotTextKind::Binary => {
+                "give a text log (training output, dmesg, journalctl -k), --snapshot for a PyTorch snapshot or --capture for a .vramcap"
+            }
+        }
+    }
+}
+
+/// Bytes at the start of a file that are looked at to tell a binary file from a log.
+const SNIFF_BYTES: usize = 4096;
+
+/// Tells a binary file from a text log by its first bytes (magic numbers, then NUL bytes).
+pub fn sniff_not_text(head: &[u8]) -> Option<NotTextKind> {
+    let head = &head[..head.len().min(SNIFF_BYTES)];
+    let kind = match head {
+        [0x80, 2..=5, ..] => NotTextKind::Pickle,
+        _ if head.starts_with(&crate::formats::vramcap::MAGIC) => NotTextKind::Capture,
+        _ if head.starts_with(b"\x89PNG\r\n\x1a\n") => NotTextKind::Png,
+        [0x1f, 0x8b, ..] => NotTextKind::Gzip,
+        [b'P', b'K', 3 | 5, 4 | 6, ..] => NotTextKind::Zip,
+        [0xff, 0xfe, ..] | [0xfe, 0xff, ..] => NotTextKind::Utf16,
+        _ if head.contains(&0) => NotTextKind::Binary,
+        _ => return None,
+    };
+    Some(kind)
+}
+
+/// Reads and analyses a log file. A binary file is refused ([`LogError::NotText`]).
 pub fn analyze_file(path: &Path) -> Result<LogAnalysis, LogError> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| LogError::Io {
         file: name.clone(),
         source,
     })?;
-    analyze_reader(BufReader::new(file), &name)
-        .map_err(|source| LogError::Io { file: name, source })
+    analyze_reader(BufReader::new(file), &name).map_err(|source| match not_text_kind(&source) {
+        Some(kind) => LogError::NotText { file: name, kind },
+        None => LogError::Io { file: name, source },
+    })
 }
 
-/// Analyses pasted text.
+/// Analyses a file's bytes (a file dropped on the window). A binary file is refused
+/// ([`LogError::NotText`]).
+pub fn analyze_bytes(bytes: &[u8], name: &str) -> Result<LogAnalysis, LogError> {
+    if let Some(kind) = sniff_not_text(bytes) {
+        return Err(LogError::NotText {
+            file: name.to_owned(),
+            kind,
+        });
+    }
+    analyze_reader(bytes, name).map_err(|source| LogError::Io {
+        file: name.to_owned(),
+        source,
+    })
+}
+
+/// Analyses pasted text. Text with NUL characters is not refused here (it was typed or pasted)
+/// but only its lines are analysed, as for any text.
 pub fn analyze_text(text: &str, name: &str) -> LogAnalysis {
+    let mut reader = BufReader::new(text.as_bytes());
     // Reading from a slice cannot fail.
-    analyze_reader(text.as_bytes(), name).unwrap_or_else(|_| LogAnalysis {
+    scan(&mut reader, name).unwrap_or_else(|_| LogAnalysis {
         name: name.to_owned(),
         ..Default::default()
     })
 }
 
-/// Analyses a log from any reader, line by line, with bounded memory.
+/// The kind of binary file an error from [`analyze_reader`] reports, if that is what it reports.
+fn not_text_kind(error: &std::io::Error) -> Option<NotTextKind> {
+    error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<NotTextError>())
+        .map(|e| e.0)
+}
+
+/// The error [`analyze_reader`] returns for a binary file (kind `InvalidData`).
+#[derive(Debug, thiserror::Error)]
+#[error("not a text log: it is {}", .0.describe())]
+struct NotTextError(NotTextKind);
+
+/// Analyses a log from any reader, line by line, with bounded memory. A binary input (see
+/// [`sniff_not_text`]) is refused with an `InvalidData` error saying what it is, so a snapshot or
+/// an image is never reported as a healthy log.
 pub fn analyze_reader(reader: impl Read, name: &str) -> std::io::Result<LogAnalysis> {
-    let mut reader = BufReader::new(reader);
+    let mut reader = BufReader::with_capacity(SNIFF_BYTES.max(8 * 1024), reader);
+    let head = loop {
+        match reader.fill_buf() {
+            Ok(head) => break head,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    if let Some(kind) = sniff_not_text(head) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            NotTextError(kind),
+        ));
+    }
+    scan(&mut reader, name)
+}
+
+/// Scans every line of `reader`.
+fn scan(reader: &mut impl BufRead, name: &str) -> std::io::Result<LogAnalysis> {
     let mut analysis = LogAnalysis {
         name: name.to_owned(),
         ..Default::default()
@@ -252,7 +391,7 @@ pub fn analyze_reader(reader: impl Read, name: &str) -> std::io::Result<LogAnaly
     let mut buffer = Vec::with_capacity(4096);
     loop {
         buffer.clear();
-        let (read_any, too_long) = read_bounded_line(&mut reader, &mut buffer)?;
+        let (read_any, too_long) = read_bounded_line(reader, &mut buffer)?;
         if !read_any {
             break;
         }
@@ -523,7 +662,21 @@ fn push(analysis: &mut LogAnalysis, m: LineMatch) -> Option<usize> {
 
 fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usize, line: &str) {
     scan_versions(analysis, line_number, line);
-    scan_step_memory(analysis, state, line_number, line);
+    let has_step_memory = scan_step_memory(analysis, state, line_number, line);
+    let matched_before = analysis.matches.len() + analysis.dropped_matches;
+    classify_line(analysis, state, line_number, line);
+    if has_step_memory && analysis.matches.len() + analysis.dropped_matches == matched_before {
+        analysis.step_memory_lines += 1;
+    }
+}
+
+/// Recognises what the line says (errors, OOMs, Xids, ...), folding multi-line messages.
+fn classify_line(
+    analysis: &mut LogAnalysis,
+    state: &mut ScanState,
+    line_number: usize,
+    line: &str,
+) {
     if continue_async_oom(analysis, state, line) {
         return;
     }
@@ -577,35 +730,40 @@ fn scan_line(analysis: &mut LogAnalysis, state: &mut ScanState, line_number: usi
     }
 }
 
-/// Records `step N ... allocated X GiB`-style figures.
+/// Records `step N ... allocated X GiB`-style figures. Returns true when the line has one (kept
+/// or skipped by the sampling).
 fn scan_step_memory(
     analysis: &mut LogAnalysis,
     state: &mut ScanState,
     line_number: usize,
     line: &str,
-) {
+) -> bool {
     if !(line.contains("step")
         || line.contains("Step")
         || line.contains("STEP")
         || line.contains("iter")
         || line.contains("Iter"))
     {
-        return;
+        return false;
     }
     let Some(step) = STEP
         .captures(line)
         .and_then(|c| c["step"].parse::<u64>().ok())
     else {
-        return;
+        return false;
     };
     state.step_lines += 1;
     if !state.step_lines.is_multiple_of(state.step_stride) {
-        return;
+        return STEP_MEMORY
+            .captures_iter(line)
+            .any(|caps| parse_size(&caps["size"]).is_some());
     }
+    let mut found = false;
     for caps in STEP_MEMORY.captures_iter(line) {
         let Some(bytes) = parse_size(&caps["size"]) else {
             continue;
         };
+        found = true;
         let label = caps["label"].to_ascii_lowercase().replace(' ', "_");
         let point = StepPoint {
             step,
@@ -630,6 +788,7 @@ fn scan_step_memory(
         }
         state.step_stride = state.step_stride.saturating_mul(2);
     }
+    found
 }
 
 fn scan_versions(analysis: &mut LogAnalysis, line_number: usize, line: &str) {

@@ -392,13 +392,15 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                 },
                 recommendations: if case.expandable_segments == Some(true) {
                     // Already on (the snapshot's settings say so): limit splitting instead.
-                    vec![recommend::max_split_size(n.requested_bytes), recommend::empty_cache()]
+                    recommend::max_split_size(n.requested_bytes)
+                        .into_iter()
+                        .chain([recommend::empty_cache()])
+                        .collect()
                 } else {
-                    vec![
-                        recommend::expandable_segments(unallocated),
-                        recommend::max_split_size(n.requested_bytes),
-                        recommend::empty_cache(),
-                    ]
+                    std::iter::once(recommend::expandable_segments(unallocated))
+                        .chain(recommend::max_split_size(n.requested_bytes))
+                        .chain([recommend::empty_cache()])
+                        .collect()
                 },
                 wizard: Some(Wizard::Fragmentation),
             });

@@ -128,21 +128,34 @@ pub fn expandable_segments(stranded_bytes: Option<u64>) -> Recommendation {
     )
 }
 
-/// `max_split_size_mb`: stop large cached blocks from being split by small requests.
-pub fn max_split_size(requested_bytes: Option<u64>) -> Recommendation {
-    // A split limit at or above the failing request keeps blocks of that size whole.
-    let mb = requested_bytes
-        .map(|b| (b.div_ceil(MIB)).next_power_of_two().clamp(128, 4096))
-        .unwrap_or(512);
-    rec(
+/// Smallest `max_split_size_mb` PyTorch accepts is above 20 (`kLargeBuffer`); the smallest power
+/// of two above it.
+const MIN_MAX_SPLIT_SIZE_MB: u64 = 32;
+
+/// `max_split_size_mb` for a request that failed although enough memory was cached: the largest
+/// power of two MiB at or below the request, so the request is "oversize" (c10
+/// `CUDACachingAllocator`: blocks of at least the limit are never split, a smaller request never
+/// takes one, and when an oversize request finds no block the allocator frees whole cached
+/// oversize blocks and reserves one of the right size). A limit above the request would do the
+/// opposite: the request could no longer use the larger cached segments at all. `None` when the
+/// request is unknown or too small for any allowed limit to help.
+pub fn max_split_size(requested_bytes: Option<u64>) -> Option<Recommendation> {
+    let requested_mb = requested_bytes? / MIB;
+    if requested_mb < MIN_MAX_SPLIT_SIZE_MB {
+        return None;
+    }
+    // Largest power of two <= requested_mb.
+    let mb = 1u64 << (63 - requested_mb.leading_zeros());
+    let requested = format_bytes(requested_bytes?);
+    Some(rec(
         "max-split-size",
-        "Limit block splitting with max_split_size_mb",
+        "Stop large cached blocks from being split with max_split_size_mb",
         format!(
-            "Blocks larger than {mb} MiB are no longer split by small allocations, so a request of that size finds a whole block."
+            "With a limit of {mb} MiB (the largest power of two not above the {requested} request) blocks of {mb} MiB or more are never split by smaller allocations, and the {requested} request counts as oversize: when no cached block fits it, the allocator frees whole unused large blocks and reserves one of the right size instead of failing. A limit above the request would keep the request out of the larger cached segments."
         ),
         &format!("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{mb}"),
         None,
-    )
+    ))
 }
 
 /// Smaller batches (with gradient accumulation to keep the effective batch).
@@ -368,16 +381,27 @@ mod tests {
     }
 
     #[test]
-    fn split_size_covers_the_request() {
-        assert!(
-            max_split_size(Some(300 * MIB))
-                .action
-                .ends_with("max_split_size_mb:512")
+    fn split_size_makes_the_request_oversize() {
+        let action = |bytes| max_split_size(Some(bytes)).map(|r| r.action);
+        // 1.5 GiB with 2 GiB segments: 1024, not 2048 (which would keep it out of them).
+        assert_eq!(
+            action(1536 * MIB).as_deref(),
+            Some("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:1024")
         );
-        assert!(
-            max_split_size(Some(MIB))
-                .action
-                .ends_with("max_split_size_mb:128")
+        assert_eq!(
+            action(2 * GIB).as_deref(),
+            Some("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:2048")
         );
+        assert_eq!(
+            action(300 * MIB).as_deref(),
+            Some("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:256")
+        );
+        // Below the smallest limit PyTorch accepts, or unknown: nothing to recommend.
+        assert_eq!(action(20 * MIB), None);
+        assert!(max_split_size(None).is_none());
+        let text = max_split_size(Some(1536 * MIB))
+            .map(|r| r.expected_effect)
+            .unwrap_or_default();
+        assert!(text.contains("oversize"), "{text}");
     }
 }

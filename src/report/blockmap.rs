@@ -15,14 +15,16 @@ use image::{ImageFormat, Rgb, RgbImage};
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, StateSegment};
 use crate::model::allocator::{PoolId, PoolKind};
 
-/// Colour of bytes handed out to tensors.
-pub const ALLOCATED: [u8; 3] = [31, 78, 160];
-/// Colour of the rounding waste inside allocated blocks.
-pub const ROUNDING_WASTE: [u8; 3] = [230, 120, 20];
-/// Colour of blocks freed but waiting for other streams.
-pub const PENDING_FREE: [u8; 3] = [150, 60, 170];
-/// Colour of cached free blocks: reserved by the allocator, unused.
-pub const CACHED_FREE: [u8; 3] = [120, 200, 120];
+// The same colours as the app's block map (`ui::allocator::block_map::BlockPaint::color`), so a
+// report reads like the screen; a test checks they agree.
+/// Colour of bytes handed out to tensors (blue).
+pub const ALLOCATED: [u8; 3] = [66, 133, 214];
+/// Colour of the rounding waste inside allocated blocks (red).
+pub const ROUNDING_WASTE: [u8; 3] = [222, 84, 62];
+/// Colour of blocks freed but waiting for other streams (amber).
+pub const PENDING_FREE: [u8; 3] = [224, 172, 44];
+/// Colour of cached free blocks: reserved by the allocator, unused (grey).
+pub const CACHED_FREE: [u8; 3] = [92, 96, 104];
 /// Legend of the block colours, in drawing priority order, for the report.
 pub const LEGEND: [(&str, [u8; 3]); 4] = [
     ("allocated", ALLOCATED),
@@ -324,6 +326,19 @@ mod tests {
         // The small pool's band starts below the large pool's, allocated throughout.
         let small_top = drawn.height - ROW_PX - ROW_GAP_PX;
         assert_eq!(img.get_pixel(0, small_top + ROW_PX / 2).0, ALLOCATED);
+    }
+
+    #[test]
+    fn colours_are_the_apps() {
+        use crate::ui::allocator::block_map::BlockPaint;
+        let app = |paint: BlockPaint| {
+            let c = paint.color();
+            [c.r(), c.g(), c.b()]
+        };
+        assert_eq!(ALLOCATED, app(BlockPaint::Allocated));
+        assert_eq!(ROUNDING_WASTE, app(BlockPaint::RoundingWaste));
+        assert_eq!(PENDING_FREE, app(BlockPaint::PendingFree));
+        assert_eq!(CACHED_FREE, app(BlockPaint::Free));
     }
 
     #[test]

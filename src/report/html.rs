@@ -11,6 +11,8 @@ use crate::model::format_bytes;
 /// Chart size in pixels.
 const CHART_WIDTH_PX: u32 = 900;
 const CHART_HEIGHT_PX: u32 = 260;
+/// Height of each GPU's chart when there are several (8 GPUs stay under 1.3k pixels).
+const CHART_PANEL_HEIGHT_PX: u32 = 150;
 /// Block map width in pixels (its height follows from the segments).
 const BLOCK_MAP_WIDTH_PX: u32 = 900;
 /// Block maps drawn at most (one per snapshot and device), to keep the page small.
@@ -132,14 +134,58 @@ pub fn render(report: &Report) -> String {
     out
 }
 
+/// One chart per GPU on a shared time axis (small multiples), each with its legend and the
+/// events marked on it.
 fn timeline_section(out: &mut String, timeline: &super::Timeline) {
     out.push_str("<h2>Memory timeline</h2>\n");
-    match chart::render_png(timeline, CHART_WIDTH_PX, CHART_HEIGHT_PX) {
+    let Some((t_min, t_max)) = timeline.time_range() else {
+        return;
+    };
+    let span_s = (t_max - t_min) as f64 / 1000.0;
+    let _ = writeln!(
+        out,
+        "<p class=\"muted\">{}: {} GPU(s) on one time axis, {span_s:.0} s from {}. Each chart runs from 0 (bottom) to its GPU's capacity (the grey line, grid every quarter); the dashed amber line is {:.0}% of the capacity.</p>",
+        escape(&timeline.caption),
+        timeline.panels.len(),
+        iso8601_utc(t_min),
+        super::NEAR_FULL_FRACTION * 100.0
+    );
+    let height_px = if timeline.panels.len() > 1 {
+        CHART_PANEL_HEIGHT_PX
+    } else {
+        CHART_HEIGHT_PX
+    };
+    for panel in &timeline.panels {
+        timeline_panel(out, panel, (t_min, t_max), height_px);
+    }
+    if timeline.panels_left_out > 0 {
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\">{} more GPU(s) are left out; open the capture in vramscope to see them.</p>",
+            timeline.panels_left_out
+        );
+    }
+}
+
+fn timeline_panel(
+    out: &mut String,
+    panel: &super::TimelinePanel,
+    time_range: (i64, i64),
+    height_px: u32,
+) {
+    let _ = writeln!(
+        out,
+        "<h3>GPU {}: peak {} of {}</h3>",
+        panel.device_index,
+        format_bytes(panel.peak_bytes()),
+        format_bytes(panel.total_bytes)
+    );
+    match chart::render_png(panel, time_range, CHART_WIDTH_PX, height_px) {
         Ok(png) => {
             let _ = writeln!(
                 out,
-                "<img class=\"chart\" width=\"{CHART_WIDTH_PX}\" height=\"{CHART_HEIGHT_PX}\" alt=\"Memory over time: {}\" src=\"data:image/png;base64,{}\"/>",
-                escape(&timeline.caption),
+                "<img class=\"chart\" width=\"{CHART_WIDTH_PX}\" height=\"{height_px}\" alt=\"Memory over time on GPU {}\" src=\"data:image/png;base64,{}\"/>",
+                panel.device_index,
                 base64(&png)
             );
         }
@@ -151,30 +197,8 @@ fn timeline_section(out: &mut String, timeline: &super::Timeline) {
             );
         }
     }
-    let (t_min, t_max) = timeline
-        .series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
-    let span_s = if t_max > t_min {
-        (t_max - t_min) as f64 / 1000.0
-    } else {
-        0.0
-    };
-    let _ = writeln!(
-        out,
-        "<p class=\"muted\">{}. Horizontal: {span_s:.0} s from {}. Vertical: 0 to {} (grid every quarter); the red line is the device capacity ({}).</p>",
-        escape(&timeline.caption),
-        if t_max >= t_min {
-            iso8601_utc(t_min)
-        } else {
-            "-".into()
-        },
-        format_bytes(chart::y_max(timeline)),
-        format_bytes(timeline.total_bytes)
-    );
     out.push_str("<p class=\"legend\">");
-    for (i, s) in timeline.series.iter().enumerate() {
+    for (i, s) in panel.series.iter().enumerate() {
         let peak = s.points.iter().map(|p| p.1).max().unwrap_or(0);
         let _ = write!(
             out,
@@ -185,6 +209,19 @@ fn timeline_section(out: &mut String, timeline: &super::Timeline) {
         );
     }
     out.push_str("</p>\n");
+    if !panel.markers.is_empty() {
+        out.push_str("<ul class=\"markers\">\n");
+        for marker in &panel.markers {
+            let _ = writeln!(
+                out,
+                "<li><span class=\"swatch\" style=\"background:{}\"></span>{}: {}</li>",
+                chart::hex(chart::marker_color(marker.kind)),
+                iso8601_utc(marker.t_ms),
+                escape(&marker.label)
+            );
+        }
+        out.push_str("</ul>\n");
+    }
 }
 
 /// The block map of one snapshot device's final allocator state, with its pool groups and legend.
@@ -267,13 +304,6 @@ fn finding(out: &mut String, number: usize, f: &Finding) {
         escape(&f.title)
     );
     let _ = writeln!(out, "<p>{}</p>", escape(&f.explanation));
-    if let Some(w) = f.wizard {
-        let _ = writeln!(
-            out,
-            "<p class=\"muted\">Continue in the <em>{}</em> wizard.</p>",
-            w.label()
-        );
-    }
     if !f.evidence.is_empty() {
         out.push_str("<table>\n<tr><th>Evidence</th><th>Value</th><th>Source</th></tr>\n");
         for e in &f.evidence {

@@ -15,7 +15,7 @@ pub mod markdown;
 use std::path::Path;
 
 use crate::diagnose::Diagnosis;
-use crate::model::{Capture, UnixMs};
+use crate::model::{Capture, EventKind, UnixMs};
 
 /// Everything a report shows.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -29,13 +29,29 @@ pub struct Report {
     pub timeline: Option<Timeline>,
 }
 
-/// Memory over time on one device, for the chart.
+/// Memory over time on every GPU of a capture, one panel per GPU (small multiples on one shared
+/// time axis), for the chart.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Timeline {
-    /// Where it came from (file name and device), for the caption.
+    /// Where it came from (the file name, and SIMULATED for the demo machine), for the caption.
     pub caption: String,
+    /// One panel per GPU, in device order (at most [`MAX_TIMELINE_PANELS`]).
+    pub panels: Vec<TimelinePanel>,
+    /// GPUs left out beyond [`MAX_TIMELINE_PANELS`].
+    pub panels_left_out: usize,
+}
+
+/// One GPU's memory over time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TimelinePanel {
+    pub device_index: u32,
+    /// Device capacity (the last reading's total).
     pub total_bytes: u64,
+    /// The GPU's used memory first, then its largest processes.
     pub series: Vec<TimelineSeries>,
+    /// Out-of-memory and Xid events on this GPU, and when used memory first crossed
+    /// [`NEAR_FULL_FRACTION`] of the capacity.
+    pub markers: Vec<TimelineMarker>,
 }
 
 /// One line of the chart.
@@ -46,65 +62,171 @@ pub struct TimelineSeries {
     pub points: Vec<(UnixMs, u64)>,
 }
 
-/// How many process lines a timeline shows at most (the largest by peak).
+/// A moment marked on a panel with a vertical line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimelineMarker {
+    pub t_ms: UnixMs,
+    pub kind: MarkerKind,
+    /// What happened, e.g. "Xid 79" or "out of memory (PID 4242)".
+    pub label: String,
+}
+
+/// What a marker marks (each has its own colour in the chart and the legend).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerKind {
+    OutOfMemory,
+    Xid,
+    /// Used memory first reached [`NEAR_FULL_FRACTION`] of the capacity.
+    NearFull,
+}
+
+/// The fraction of a GPU's memory above which the chart draws its threshold line and marks the
+/// first crossing: past it a fragmented allocator starts failing large requests.
+pub const NEAR_FULL_FRACTION: f64 = 0.9;
+
+/// How many GPUs a timeline shows at most (an 8-GPU node fits; the image stays a sane size).
+pub const MAX_TIMELINE_PANELS: usize = 8;
+
+/// How many process lines a panel shows at most (the largest by peak).
 const MAX_PROCESS_SERIES: usize = 6;
 
 impl Timeline {
-    /// The device's used memory plus its largest processes, for the device with the highest peak.
+    /// Every GPU of the capture that has memory readings: its used memory, its largest
+    /// processes, its OOM and Xid events and its first crossing of the threshold.
     pub fn from_capture(name: &str, capture: &Capture) -> Option<Timeline> {
-        let series = capture
+        let mut devices: Vec<_> = capture
             .series
             .iter()
-            .filter(|s| s.peak_used().is_some())
-            .max_by_key(|s| s.peak_used().map(|(_, used)| used))?;
-        let device = series.device_index;
-        let total_bytes = series
-            .samples
-            .iter()
-            .rev()
-            .find_map(|s| s.memory.map(|m| m.total_bytes))
-            .unwrap_or(0);
-        let mut lines = vec![TimelineSeries {
-            label: format!("GPU {device} used"),
-            points: series
-                .samples
-                .iter()
-                .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
-                .collect(),
-        }];
-        let mut tracks: Vec<_> = capture
-            .processes
-            .iter()
-            .filter(|p| p.device_index == device)
+            .filter(|s| s.samples.iter().any(|sample| sample.memory.is_some()))
             .collect();
-        tracks.sort_by_key(|p| std::cmp::Reverse(p.peak_used_bytes()));
-        for track in tracks.into_iter().take(MAX_PROCESS_SERIES) {
-            lines.push(TimelineSeries {
-                label: if track.name.is_empty() {
-                    format!("PID {}", track.pid)
-                } else {
-                    format!("PID {} {}", track.pid, track.name)
-                },
-                points: track
-                    .t_ms
-                    .iter()
-                    .zip(&track.used_bytes)
-                    .filter_map(|(&t, b)| b.map(|b| (t, b)))
-                    .collect(),
-            });
+        devices.sort_by_key(|s| s.device_index);
+        if devices.is_empty() {
+            return None;
         }
+        let panels_left_out = devices.len().saturating_sub(MAX_TIMELINE_PANELS);
+        let panels = devices
+            .into_iter()
+            .take(MAX_TIMELINE_PANELS)
+            .map(|series| panel(capture, series))
+            .collect();
         Some(Timeline {
             caption: format!(
-                "{name}, GPU {device}{}",
+                "{name}{}",
                 if capture.is_simulated() {
                     " (SIMULATED)"
                 } else {
                     ""
                 }
             ),
-            total_bytes,
-            series: lines,
+            panels,
+            panels_left_out,
         })
+    }
+
+    /// The first and last time of any point of any panel (the shared time axis).
+    pub fn time_range(&self) -> Option<(UnixMs, UnixMs)> {
+        self.panels
+            .iter()
+            .flat_map(|p| p.series.iter())
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .fold(None, |range, t| match range {
+                None => Some((t, t)),
+                Some((lo, hi)) => Some((t.min(lo), t.max(hi))),
+            })
+    }
+}
+
+impl TimelinePanel {
+    /// The highest used memory of the GPU.
+    pub fn peak_bytes(&self) -> u64 {
+        self.series
+            .first()
+            .and_then(|s| s.points.iter().map(|p| p.1).max())
+            .unwrap_or(0)
+    }
+}
+
+fn panel(capture: &Capture, series: &crate::model::DeviceSeries) -> TimelinePanel {
+    let device = series.device_index;
+    let total_bytes = series
+        .samples
+        .iter()
+        .rev()
+        .find_map(|s| s.memory.map(|m| m.total_bytes))
+        .unwrap_or(0);
+    let used: Vec<(UnixMs, u64)> = series
+        .samples
+        .iter()
+        .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
+        .collect();
+    let mut markers: Vec<TimelineMarker> = capture
+        .events
+        .iter()
+        .filter(|e| e.device_index == Some(device))
+        .filter_map(|e| {
+            let (kind, label) = match &e.kind {
+                EventKind::OutOfMemory { pid, .. } => (
+                    MarkerKind::OutOfMemory,
+                    match pid {
+                        Some(pid) => format!("out of memory (PID {pid})"),
+                        None => "out of memory".to_owned(),
+                    },
+                ),
+                EventKind::Xid { code, .. } => (MarkerKind::Xid, format!("Xid {code}")),
+                _ => return None,
+            };
+            Some(TimelineMarker {
+                t_ms: e.t_ms,
+                kind,
+                label,
+            })
+        })
+        .collect();
+    let threshold_bytes = (total_bytes as f64 * NEAR_FULL_FRACTION) as u64;
+    if total_bytes > 0
+        && let Some(&(t_ms, _)) = used.iter().find(|(_, bytes)| *bytes >= threshold_bytes)
+    {
+        markers.push(TimelineMarker {
+            t_ms,
+            kind: MarkerKind::NearFull,
+            label: format!(
+                "used memory first reached {:.0}% of {}",
+                NEAR_FULL_FRACTION * 100.0,
+                crate::model::format_bytes(total_bytes)
+            ),
+        });
+    }
+    markers.sort_by_key(|m| m.t_ms);
+    let mut lines = vec![TimelineSeries {
+        label: format!("GPU {device} used"),
+        points: used,
+    }];
+    let mut tracks: Vec<_> = capture
+        .processes
+        .iter()
+        .filter(|p| p.device_index == device)
+        .collect();
+    tracks.sort_by_key(|p| std::cmp::Reverse(p.peak_used_bytes()));
+    for track in tracks.into_iter().take(MAX_PROCESS_SERIES) {
+        lines.push(TimelineSeries {
+            label: if track.name.is_empty() {
+                format!("PID {}", track.pid)
+            } else {
+                format!("PID {} {}", track.pid, track.name)
+            },
+            points: track
+                .t_ms
+                .iter()
+                .zip(&track.used_bytes)
+                .filter_map(|(&t, b)| b.map(|b| (t, b)))
+                .collect(),
+        });
+    }
+    TimelinePanel {
+        device_index: device,
+        total_bytes,
+        series: lines,
+        markers,
     }
 }
 
