@@ -373,15 +373,11 @@ impl VramscopeApp {
             }
             OpenOutcome::Snapshot(opened) => self.snapshot_opened(file_name, *opened),
             OpenOutcome::Log(log) => {
-                let recognised = log.matches.len() + log.dropped_matches;
-                let lines_read = log.lines_read;
+                let summary = log.recognised_summary();
                 self.wizard.add_log(*log);
                 self.notices.push(
                     NoticeLevel::Info,
-                    format!(
-                        "Read the log {file_name}: {recognised} recognised line(s) of {lines_read}, \
-                         added to Diagnose."
-                    ),
+                    format!("Read the log {file_name}: {summary}, added to Diagnose."),
                 );
                 // Shown in Diagnose; go there unless something else was opened to look at.
                 if self.view == View::Timeline && self.sessions.is_empty() {

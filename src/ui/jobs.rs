@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 
 use crate::diagnose::NamedCapture;
 use crate::diagnose::leak::SnapshotFacts;
-use crate::diagnose::log::{LogAnalysis, analyze_text};
+use crate::diagnose::log::{LogAnalysis, analyze_bytes};
 use crate::formats::{pytorch, vramcap};
 use crate::model::allocator::AllocatorSnapshot;
 
@@ -426,14 +426,11 @@ fn read_bytes(bytes: &[u8], file_name: &str, progress: &ReadProgress) -> OpenOut
             file_name,
             progress,
         ),
-        FileKind::Log => {
-            let log = analyze_text(&String::from_utf8_lossy(bytes), file_name);
-            if progress.is_cancelled() {
-                OpenOutcome::Cancelled
-            } else {
-                OpenOutcome::Log(Box::new(log))
-            }
-        }
+        FileKind::Log => match analyze_bytes(bytes, file_name) {
+            Err(err) => OpenOutcome::Failed(err.to_string()),
+            Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
+            Ok(log) => OpenOutcome::Log(Box::new(log)),
+        },
     }
 }
 

@@ -226,15 +226,7 @@ pub fn recognised_lines_ui(
     let mut chosen = None;
     for log in logs {
         ui.add_space(6.0);
-        ui.label(
-            RichText::new(format!(
-                "{}: {} recognised line(s) of {}",
-                log.name,
-                log.matches.len() + log.dropped_matches,
-                log.lines_read
-            ))
-            .strong(),
-        );
+        ui.label(RichText::new(format!("{}: {}", log.name, log.recognised_summary())).strong());
         // One block per line, full width: a grid squeezes the wrapped meaning into a sliver.
         for m in &log.matches {
             ui.horizontal(|ui| {
