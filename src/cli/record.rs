@@ -124,8 +124,8 @@ fn record(
     }
     let devices = sampler.description().devices.clone();
     let recorder = Recorder::create(&args.out, &meta, &devices).map_err(|err| err.to_string())?;
-    if let Some(reason) = demo_reason {
-        eprintln!("vramscope: recording a SIMULATED machine, not real GPUs: {reason}");
+    if demo_reason.is_some() {
+        eprintln!("vramscope: recording the SIMULATED demo machine (--demo), not real GPUs");
     }
     eprintln!(
         "vramscope: recording {} GPU(s) every {} ms to {}{}; press Ctrl+C to stop",
