@@ -1549,6 +1549,8 @@ const DIALOG_FAILED_WITHIN: std::time::Duration = std::time::Duration::from_mill
 enum PathAction {
     Open,
     Save,
+    /// Only the desktop app watches folders (the web viewer has no file system).
+    #[cfg_attr(not(feature = "native"), allow(dead_code))]
     WatchFolder,
     ExportPng,
     ExportReport,
