@@ -642,6 +642,18 @@ impl VramscopeApp {
     /// portal or zenity, e.g. over `ssh -X`), or the dialog came back at once without the user
     /// seeing it, a path field in the app asks instead and the action finishes from there.
     fn pick_path(&mut self, action: PathAction, suggested_name: &str) -> Option<PathBuf> {
+        if !cfg!(feature = "native") {
+            // The web viewer has no file system: files come in by drag and drop, and saving or
+            // exporting to a file needs the desktop app.
+            self.notices.push(
+                NoticeLevel::Info,
+                match action {
+                    PathAction::Open => "Drop the file on the page to open it in the web viewer.",
+                    _ => "Writing files needs the desktop app; the web viewer only shows files.",
+                },
+            );
+            return None;
+        }
         let prompt = |why: &str| PathPrompt {
             action,
             text: super::dialogs::path_in_home(suggested_name),
@@ -1251,9 +1263,12 @@ impl VramscopeApp {
                 ui.centered_and_justified(|ui| {
                     let text = if self.jobs.running() > 0 {
                         "Opening…"
-                    } else {
+                    } else if cfg!(feature = "native") {
                         "Open a .vramcap capture, a PyTorch snapshot or a log with File › Open… \
                          (Ctrl+O) or drop it on this window."
+                    } else {
+                        "Drop a .vramcap capture, a PyTorch snapshot or a log on this page to \
+                         view it (nothing leaves your browser)."
                     };
                     ui.label(RichText::new(text).size(18.0));
                 });
@@ -1350,7 +1365,11 @@ impl VramscopeApp {
     fn source_ui(&mut self, ui: &mut Ui) {
         let Some(active) = self.active else {
             if self.view == View::Timeline {
-                ui.label("No source: open a capture (Ctrl+O) or drop one here");
+                ui.label(if cfg!(feature = "native") {
+                    "No source: open a capture (Ctrl+O) or drop one here"
+                } else {
+                    "No source: drop a capture, snapshot or log on the page"
+                });
             }
             return;
         };
