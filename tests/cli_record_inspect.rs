@@ -353,7 +353,7 @@ fn watch_needs_an_existing_folder() {
     let output = run(&["--watch", "/nonexistent-vramscope-folder"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(
-        text(&output.stderr).contains("--watch /nonexistent-vramscope-folder: not a folder"),
+        text(&output.stderr).contains("--watch /nonexistent-vramscope-folder: no such folder"),
         "{}",
         text(&output.stderr)
     );

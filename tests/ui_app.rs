@@ -463,6 +463,39 @@ fn quitting_with_unsaved_notes_asks_first() {
 }
 
 #[test]
+fn saving_from_the_quit_question_saves_then_quits() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("with-note.vramcap");
+    let dialogs = ScriptedDialogs::default();
+    dialogs
+        .save_answers
+        .lock()
+        .expect("lock")
+        .push(path.clone());
+    let mut harness = harness(&dialogs, Some(demo_capture()));
+    harness.run_steps(2);
+    harness.state_mut().set_annotation_draft("keep me");
+    harness.get_by_label("Add note").click();
+    harness.run_steps(2);
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Q);
+    harness.run_steps(2);
+    harness.get_by_label("Save as…").click();
+    harness.run_steps(1);
+    wait_for_jobs(&mut harness);
+    harness.run_steps(1);
+    assert_eq!(harness.state().unsaved_notes(), 0);
+    assert!(
+        harness.state().quit_requested(),
+        "quits once the notes are saved"
+    );
+    let saved = vramcap::read_file(&path).expect("saved");
+    assert!(saved.events.iter().any(|e| e.kind
+        == EventKind::Annotation {
+            text: "keep me".to_owned()
+        }));
+}
+
+#[test]
 fn live_demo_source_is_sampled_recorded_and_says_simulated() {
     let dir = tempfile::tempdir().expect("temp dir");
     let dialogs = ScriptedDialogs::default();
@@ -659,11 +692,13 @@ fn without_a_file_dialog_the_app_asks_for_the_path_itself() {
             .query_by_label_contains("No file dialog is available here")
             .is_some()
     );
+    // The suggested path is selected, so typing replaces it; Enter submits.
     harness
-        .state_mut()
-        .set_path_prompt_text(path.to_str().expect("utf-8 path"));
-    harness.get_by_label("OK").click();
+        .get_by_role(egui::accesskit::Role::TextInput)
+        .type_text(path.to_str().expect("utf-8 path"));
     harness.run_steps(1);
+    harness.key_press(Key::Enter);
+    harness.run_steps(2);
     wait_for_jobs(&mut harness);
     assert!(!harness.state().path_prompt_open());
     assert!(harness.query_by_label("typed.vramcap").is_some());

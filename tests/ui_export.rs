@@ -241,10 +241,11 @@ fn report_from_the_main_view_in_json_and_html() {
         html.contains("src=\"data:image/png;base64,"),
         "no embedded PNG"
     );
+    // The newest confirmation replaces the one before it.
     let info = notice_texts(&harness, NoticeLevel::Info);
+    assert_eq!(info.len(), 1, "{info:?}");
     assert!(
-        info.iter().any(|n| n.contains("report.html"))
-            && info.iter().any(|n| n.contains("report.json")),
+        info[0].starts_with("Exported ") && info[0].contains("report."),
         "{info:?}"
     );
 }

@@ -15,7 +15,12 @@ pub fn run(files: Vec<PathBuf>, demo: bool, watch: Option<PathBuf>) -> ExitCode 
     if let Some(dir) = &watch
         && !dir.is_dir()
     {
-        return super::fail(format!("--watch {}: not a folder", dir.display()));
+        let why = if dir.exists() {
+            "not a folder"
+        } else {
+            "no such folder"
+        };
+        return super::fail(format!("--watch {}: {why}", dir.display()));
     }
     let live = if files.is_empty() || demo {
         let (source, demo_notice) = crate::source::open_default(demo);

@@ -110,6 +110,8 @@ pub struct VramscopeApp {
     quit_confirm_open: bool,
     /// The user chose to quit without saving notes.
     discard_unsaved_notes: bool,
+    /// "Save as…" was chosen in the unsaved-notes question: quit once the save succeeds.
+    quit_after_save: bool,
     /// Saves in progress: path, session index and how many of its unsaved notes the save holds
     /// (they count as saved once the write succeeds).
     pending_saves: Vec<(PathBuf, usize, usize)>,
@@ -161,6 +163,7 @@ impl VramscopeApp {
             quit_requested: false,
             quit_confirm_open: false,
             discard_unsaved_notes: false,
+            quit_after_save: false,
             pending_saves: Vec::new(),
             path_prompt: None,
             applied: None,
@@ -503,10 +506,16 @@ impl VramscopeApp {
                             }
                             self.notices
                                 .push(NoticeLevel::Info, format!("Saved {}", path.display()));
+                            if self.quit_after_save && self.unsaved_notes() == 0 {
+                                let ctx = self.jobs.ctx().clone();
+                                self.quit(&ctx);
+                            }
                         }
-                        Err(message) => self
-                            .notices
-                            .push(NoticeLevel::Error, format!("Could not save: {message}")),
+                        Err(message) => {
+                            self.quit_after_save = false;
+                            self.notices
+                                .push(NoticeLevel::Error, format!("Could not save: {message}"));
+                        }
                     }
                 }
                 JobResult::Exported { path, result } => match result {
@@ -615,6 +624,7 @@ impl VramscopeApp {
         match choice {
             Some(QuitChoice::Save) => {
                 self.quit_confirm_open = false;
+                self.quit_after_save = true;
                 if let Some((index, _, _)) = waiting.first() {
                     self.select_session(*index);
                     self.set_view(View::Timeline);
@@ -658,6 +668,7 @@ impl VramscopeApp {
             action,
             text: super::dialogs::path_in_home(suggested_name),
             why: why.to_owned(),
+            fresh: true,
         };
         if !self.dialogs.available() {
             self.path_prompt = Some(prompt(
@@ -715,8 +726,21 @@ impl VramscopeApp {
                     .hint_text(prompt.action.hint())
                     .desired_width(480.0),
             );
-            field.request_focus();
-            let entered = field.lost_focus() && ui.input(|i| i.key_pressed(Key::Enter));
+            if prompt.fresh {
+                prompt.fresh = false;
+                field.request_focus();
+                if let Some(mut state) = egui::TextEdit::load_state(ui.ctx(), field.id) {
+                    state
+                        .cursor
+                        .set_char_range(Some(egui::text::CCursorRange::select_all_str(
+                            &prompt.text,
+                        )));
+                    state.store(ui.ctx(), field.id);
+                }
+            }
+            // Enter submits whether or not the field still has the focus (a single-line field
+            // gives it up on Enter).
+            let entered = ui.input(|i| i.key_pressed(Key::Enter));
             ui.horizontal(|ui| {
                 if ui.button("OK").clicked() || entered {
                     choice = Some(true);
@@ -738,7 +762,10 @@ impl VramscopeApp {
                 }
                 self.finish_path_action(prompt.action, super::dialogs::expand_home(text));
             }
-            Some(false) => self.path_prompt = None,
+            Some(false) => {
+                self.path_prompt = None;
+                self.quit_after_save = false;
+            }
             None => {}
         }
     }
@@ -748,15 +775,16 @@ impl VramscopeApp {
         self.path_prompt.is_some()
     }
 
-    /// Types `text` into the in-app path field (tests).
-    pub fn set_path_prompt_text(&mut self, text: &str) {
-        if let Some(prompt) = &mut self.path_prompt {
-            text.clone_into(&mut prompt.text);
-        }
-    }
-
     /// File › Save as… and Ctrl+S: writes the shown capture in the background.
     pub fn save_with_dialog(&mut self) {
+        if self.view == View::Allocator && !self.quit_confirm_open {
+            self.notices.push(
+                NoticeLevel::Info,
+                "Save as… writes a capture (the Timeline tab); an allocator snapshot on screen is \
+                 already a file of its own.",
+            );
+            return;
+        }
         let Some(session) = self.active_session() else {
             self.notices.push(
                 NoticeLevel::Warning,
@@ -772,6 +800,9 @@ impl VramscopeApp {
         };
         if let Some(path) = self.pick_path(PathAction::Save, &suggested) {
             self.finish_path_action(PathAction::Save, path);
+        } else if self.path_prompt.is_none() {
+            // Cancelled: a later Save as must not quit the app.
+            self.quit_after_save = false;
         }
     }
 
@@ -1602,6 +1633,9 @@ struct PathPrompt {
     action: PathAction,
     text: String,
     why: String,
+    /// Not shown yet: the first frame focuses the field and selects the suggested path, so
+    /// typing replaces it.
+    fresh: bool,
 }
 
 /// What the "unsaved notes" question was answered with.

@@ -29,13 +29,18 @@ pub struct Notices {
 const MAX_NOTICES: usize = 6;
 
 impl Notices {
-    /// Adds a message; the oldest goes when there are too many.
+    /// Adds a message; the oldest goes when there are too many. An information (a file saved,
+    /// exported, read) replaces the previous information, so confirmations do not pile up and push
+    /// the view down; warnings and errors stay until dismissed.
     pub fn push(&mut self, level: NoticeLevel, text: impl Into<String>) {
         let text = text.into();
         match level {
             NoticeLevel::Error => log::error!("{text}"),
             NoticeLevel::Warning => log::warn!("{text}"),
             NoticeLevel::Info => log::info!("{text}"),
+        }
+        if level == NoticeLevel::Info {
+            self.items.retain(|item| item.level != NoticeLevel::Info);
         }
         self.items.push(Notice { level, text });
         if self.items.len() > MAX_NOTICES {
@@ -95,5 +100,15 @@ mod tests {
         assert_eq!(notices.items().len(), MAX_NOTICES);
         assert_eq!(notices.items()[0].text, "problem 4");
         assert_eq!(notices.items()[MAX_NOTICES - 1].text, "problem 9");
+    }
+
+    #[test]
+    fn a_new_information_replaces_the_last_but_problems_stay() {
+        let mut notices = Notices::default();
+        notices.push(NoticeLevel::Error, "could not open a.pickle");
+        notices.push(NoticeLevel::Info, "Saved a.vramcap");
+        notices.push(NoticeLevel::Info, "Exported a.png");
+        let texts: Vec<&str> = notices.items().iter().map(|n| n.text.as_str()).collect();
+        assert_eq!(texts, ["could not open a.pickle", "Exported a.png"]);
     }
 }

@@ -782,7 +782,9 @@ fn time_grid_steps(input: egui_plot::GridInput) -> [f64; 3] {
             .position(|&step| step >= at_least)
             .unwrap_or(last)
     };
-    let finest = index_of(input.base_step_size);
+    // Labels show whole seconds, so no step is finer than one (half-second lines would repeat
+    // "0:01 0:01").
+    let finest = index_of(input.base_step_size.max(1.0));
     let coarse = index_of(range / 8.0).max(finest);
     let divides = |small: f64, big: f64| {
         let ratio = big / small;
@@ -816,7 +818,9 @@ mod grid_tests {
             })
         };
         // 20 s: labels every 5 s, lines every second.
-        assert_eq!(steps(20.0, 0.05), [0.5, 1.0, 5.0]);
+        assert_eq!(steps(20.0, 0.05), [1.0, 1.0, 5.0]);
+        // The first seconds of a live run: whole seconds only.
+        assert_eq!(steps(4.0, 0.01), [1.0, 1.0, 1.0]);
         // A day: labels every 3 h, lines every hour and half hour.
         assert_eq!(steps(86_400.0, 30.0), [1800.0, 3600.0, 10800.0]);
         // 15 minutes: labels every 2 minutes.
