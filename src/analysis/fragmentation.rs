@@ -297,15 +297,7 @@ mod tests {
     }
 
     fn segment(address: u64, stream: u64, pool: PoolKind, blocks: Vec<StateBlock>) -> StateSegment {
-        StateSegment {
-            address,
-            size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
-            stream,
-            pool,
-            pool_id: PoolId::default(),
-            expandable: false,
-            blocks,
-        }
+        StateSegment::for_test(address, stream, pool, blocks)
     }
 
     /// Two large segments on stream 0 (one split: 16 MiB used of which 1 MiB rounding, 4 MiB

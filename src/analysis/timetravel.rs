@@ -116,6 +116,26 @@ pub struct StateSegment {
 }
 
 impl StateSegment {
+    /// A non-expandable segment of the default pool made of `blocks`, for unit tests that build
+    /// allocator states by hand.
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        address: u64,
+        stream: u64,
+        pool: PoolKind,
+        blocks: Vec<StateBlock>,
+    ) -> Self {
+        StateSegment {
+            address,
+            size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
+            stream,
+            pool,
+            pool_id: PoolId::default(),
+            expandable: false,
+            blocks,
+        }
+    }
+
     /// First address past the segment.
     pub fn end_address(&self) -> u64 {
         self.address.saturating_add(self.size_bytes)
@@ -1217,15 +1237,12 @@ mod tests {
     use super::*;
 
     fn free_segment(address: u64, size_bytes: u64) -> StateSegment {
-        StateSegment {
+        StateSegment::for_test(
             address,
-            size_bytes,
-            stream: 0,
-            pool: PoolKind::Large,
-            pool_id: PoolId::default(),
-            expandable: false,
-            blocks: vec![StateBlock::free(address, size_bytes)],
-        }
+            0,
+            PoolKind::Large,
+            vec![StateBlock::free(address, size_bytes)],
+        )
     }
 
     fn starts(state: &AllocatorState) -> Vec<u64> {

@@ -265,15 +265,7 @@ mod tests {
     }
 
     fn segment(address: u64, pool: PoolKind, blocks: Vec<StateBlock>) -> StateSegment {
-        StateSegment {
-            address,
-            size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
-            stream: 0,
-            pool,
-            pool_id: PoolId(0, 0),
-            expandable: false,
-            blocks,
-        }
+        StateSegment::for_test(address, 0, pool, blocks)
     }
 
     #[test]

@@ -423,15 +423,7 @@ mod tests {
             };
             many.push(block(0x2000_0000 + i * 512, 512, 512 * (1 - i % 2), status));
         }
-        let segment = |address, stream, pool, blocks: Vec<StateBlock>| StateSegment {
-            address,
-            size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
-            stream,
-            pool,
-            pool_id: PoolId::default(),
-            expandable: false,
-            blocks,
-        };
+        let segment = StateSegment::for_test;
         AllocatorState {
             device: 0,
             segments: vec![
