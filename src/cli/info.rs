@@ -20,8 +20,7 @@ use serde::Serialize;
 use crate::model::{
     DeviceFacts, DeviceSample, FieldState, FieldStatus, HealthSample, ProcessSample, format_bytes,
 };
-use crate::source::nvml::NvmlSource;
-use crate::source::{Source, Tiers, now_unix_ms, open_default};
+use crate::source::{Source, Tiers, now_unix_ms, open_real_or_demo};
 
 /// Value of the `schema` field of `info --json`.
 pub const INFO_SCHEMA: &str = "vramscope.info/1";
@@ -37,16 +36,12 @@ pub struct InfoArgs {
 }
 
 pub fn run(args: InfoArgs) -> ExitCode {
-    let (mut source, notice): (Box<dyn Source>, Option<String>) = if args.demo {
-        open_default(true)
-    } else {
-        match NvmlSource::open() {
-            Ok(source) => (Box::new(source), None),
-            Err(err) => {
-                return super::fail(format_args!(
-                    "{err}; run `vramscope info --demo` to see the simulated machine"
-                ));
-            }
+    let (mut source, notice) = match open_real_or_demo(args.demo) {
+        Ok(opened) => opened,
+        Err(err) => {
+            return super::fail(format_args!(
+                "{err}; run `vramscope info --demo` to see the simulated machine"
+            ));
         }
     };
     let report = collect(source.as_mut(), notice, now_unix_ms());

@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::formats::vramcap::{Recorder, RecorderStatus};
 use crate::model::format_bytes;
-use crate::source::nvml::NvmlSource;
 use crate::source::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
-use crate::source::{Source, open_default};
+use crate::source::{Source, open_real_or_demo};
 
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
@@ -83,16 +82,12 @@ pub fn run(args: RecordArgs) -> ExitCode {
     }
     // Without --demo, a machine with no usable driver is an error, as in `info`: a scripted
     // recording on a server must never produce hours of simulated data and report success.
-    let (source, demo_reason): (Box<dyn Source>, Option<String>) = if args.demo {
-        open_default(true)
-    } else {
-        match NvmlSource::open() {
-            Ok(source) => (Box::new(source), None),
-            Err(err) => {
-                return super::fail(format_args!(
-                    "{err}; nothing was recorded (pass --demo to record the simulated machine)"
-                ));
-            }
+    let (source, demo_reason) = match open_real_or_demo(args.demo) {
+        Ok(opened) => opened,
+        Err(err) => {
+            return super::fail(format_args!(
+                "{err}; nothing was recorded (pass --demo to record the simulated machine)"
+            ));
         }
     };
     match record(source, demo_reason.as_deref(), &args, &stop_requested) {

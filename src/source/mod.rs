@@ -46,6 +46,20 @@ pub fn now_unix_ms() -> UnixMs {
         .unwrap_or(0)
 }
 
+/// What a headless command samples: the simulated demo machine when `demo` is set, otherwise the
+/// machine's GPUs. Unlike [`open_default`] (the GUI), no driver is an error here: a scripted
+/// command must never pass simulated data off as real. The second value is the demo's notice.
+#[cfg(feature = "native")]
+pub fn open_real_or_demo(
+    demo: bool,
+) -> Result<(Box<dyn Source>, Option<String>), nvml::NvmlOpenError> {
+    if demo {
+        return Ok(open_default(true));
+    }
+    let source = nvml::NvmlSource::open()?;
+    Ok((Box::new(source), None))
+}
+
 /// Opens the machine's GPUs through NVML, or the simulated demo machine when `force_demo` is set
 /// or NVML cannot be loaded. The second value says why the demo is used (shown to the user), and is
 /// `None` when real GPUs are being sampled.

@@ -335,16 +335,7 @@ impl AllocatorView {
 
     /// Screen rectangle of the first block at `address` in the last frame's map, if visible.
     pub fn block_screen_rect(&self, address: u64) -> Option<Rect> {
-        let device = self.devices.get(self.selected_device)?;
-        let (segment, block) = device.state.block_containing(address)?;
-        block_map::block_rect(
-            &device.layout,
-            &device.state,
-            &device.map,
-            device.map_rect,
-            segment,
-            block,
-        )
+        device_block_rect(self.devices.get(self.selected_device)?, address)
     }
 
     /// Moves time travel of the shown device to `position` events applied.
