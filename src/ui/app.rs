@@ -554,7 +554,7 @@ impl VramscopeApp {
     /// File › Quit and Ctrl+Q: closes the window (sessions stop in `on_exit`), after asking
     /// when notes would be lost.
     fn quit(&mut self, ctx: &egui::Context) {
-        if self.unsaved_notes() > 0 && !self.discard_unsaved_notes {
+        if self.quitting_would_lose_notes() {
             self.quit_confirm_open = true;
             return;
         }
@@ -567,6 +567,11 @@ impl VramscopeApp {
         self.sessions.iter().map(|s| s.unsaved_notes).sum()
     }
 
+    /// Whether closing now would drop notes the user has not chosen to discard.
+    fn quitting_would_lose_notes(&self) -> bool {
+        self.unsaved_notes() > 0 && !self.discard_unsaved_notes
+    }
+
     /// Whether the "unsaved notes" question is shown.
     pub fn quit_confirm_open(&self) -> bool {
         self.quit_confirm_open
@@ -575,7 +580,7 @@ impl VramscopeApp {
     /// The window's close button: held back, like Quit, while notes are unsaved.
     fn hold_close_for_unsaved_notes(&mut self, ctx: &egui::Context) {
         let close_requested = ctx.input(|i| i.viewport().close_requested());
-        if close_requested && self.unsaved_notes() > 0 && !self.discard_unsaved_notes {
+        if close_requested && self.quitting_would_lose_notes() {
             ctx.send_viewport_cmd(egui::ViewportCommand::CancelClose);
             self.quit_requested = false;
             self.quit_confirm_open = true;
