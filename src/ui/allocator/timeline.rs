@@ -45,24 +45,18 @@ impl TimelineColumns {
         let events = travel.len();
         let width = width.max(1);
         let times = &travel.trace().times_us;
-        let span = match (times.first(), times.last()) {
-            (Some(&t0), Some(&t1))
-                if t1 > t0
-                    && travel.times_are_monotonic()
-                    && time_axis_is_informative(times, width) =>
-            {
-                Some((t0, t1))
-            }
-            _ => None,
+        // Columns of equal trace time when the times allow it and show the trace, else columns
+        // of equal event counts.
+        let time_ends = if travel.times_are_monotonic() {
+            time_column_ends(times, width).filter(|ends| time_columns_are_informative(ends))
+        } else {
+            None
         };
         let mut columns = Vec::with_capacity(width);
         let mut start = 0usize;
         for column in 0..width {
-            let end = match span {
-                Some((t0, t1)) => {
-                    let limit = t0 as f64 + (t1 - t0) as f64 * (column + 1) as f64 / width as f64;
-                    times.partition_point(|&t| (t as f64) < limit)
-                }
+            let end = match &time_ends {
+                Some(ends) => ends[column],
                 None => (events * (column + 1)).div_ceil(width),
             };
             let end = if column + 1 == width {
@@ -85,7 +79,7 @@ impl TimelineColumns {
         TimelineColumns {
             peak_bytes: travel.series_extremes(0, events).reserved_max_bytes,
             columns,
-            by_time: span.is_some(),
+            by_time: time_ends.is_some(),
         }
     }
 
@@ -104,36 +98,46 @@ impl TimelineColumns {
     }
 }
 
-/// Whether columns of equal trace time would show the trace: not when most of them would be
-/// empty (events in bursts with long pauses between them, e.g. a job that allocated everything
-/// in its first second and then hit an OOM minutes later), where equal event counts show more.
-/// `times` must be sorted.
-fn time_axis_is_informative(times: &[i64], width: usize) -> bool {
+/// The end (exclusive event index) of each of `width` columns of equal trace time, or `None`
+/// when the times span no time. One binary search per column boundary, not a pass over millions
+/// of events; the last column is closed on the right. `times` must be sorted.
+fn time_column_ends(times: &[i64], width: usize) -> Option<Vec<usize>> {
     let (Some(&t0), Some(&t1)) = (times.first(), times.last()) else {
-        return false;
+        return None;
     };
     if t1 <= t0 || width == 0 {
-        return false;
+        return None;
     }
-    // One binary search per column boundary (not a pass over millions of events): a column is
-    // occupied when an event falls in its time range; the last column is closed on the right.
     let span = (t1 - t0) as f64;
+    Some(
+        (0..width)
+            .map(|column| {
+                if column + 1 == width {
+                    times.len()
+                } else {
+                    let limit = t0 as f64 + span * (column + 1) as f64 / width as f64;
+                    times.partition_point(|&t| (t as f64) < limit)
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Whether columns of equal trace time (their `ends`, see [`time_column_ends`]) show the
+/// trace: not when most of them would be empty (events in bursts with long pauses between
+/// them, e.g. a job that allocated everything in its first second and then hit an OOM minutes
+/// later), where equal event counts show more.
+fn time_columns_are_informative(ends: &[usize]) -> bool {
     let mut occupied = 0usize;
     let mut start = 0usize;
-    for column in 0..width {
-        let end = if column + 1 == width {
-            times.len()
-        } else {
-            let limit = t0 as f64 + span * (column + 1) as f64 / width as f64;
-            times.partition_point(|&t| (t as f64) < limit)
-        };
+    for &end in ends {
         if end > start {
             occupied += 1;
         }
         start = end;
     }
     // At least half the columns hold events, or every event has a column of its own.
-    occupied * 2 >= width || occupied == times.len()
+    occupied * 2 >= ends.len() || occupied == start
 }
 
 /// Draws the timeline and returns the position the user clicked or dragged to, if any.
@@ -221,7 +225,11 @@ pub fn timeline_ui(
 
 #[cfg(test)]
 mod tests {
-    use super::time_axis_is_informative;
+    use super::{time_column_ends, time_columns_are_informative};
+
+    fn time_axis_is_informative(times: &[i64], width: usize) -> bool {
+        time_column_ends(times, width).is_some_and(|ends| time_columns_are_informative(&ends))
+    }
 
     #[test]
     fn bursts_with_long_pauses_are_drawn_by_event_index() {
