@@ -234,7 +234,7 @@ class SmiLoggers:
             self.files.append(f)
             try:
                 self.procs.append(subprocess.Popen(
-                    ["nvidia-smi", query, "--format=csv", f"-lms={interval_ms}"],
+                    ["nvidia-smi", query, "--format=csv", "-lms", str(interval_ms)],
                     stdout=f, stderr=subprocess.STDOUT, start_new_session=True))
             except OSError as e:
                 f.write(f"nvidia-smi could not start: {e}\n")

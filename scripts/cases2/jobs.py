@@ -410,7 +410,7 @@ def job_two_streams():
             b.record_stream(main)
         b.add_(1)
     keep = batches[0::2]
-    del batches
+    del batches, b
     log(f"prefetch: kept {len(keep)} batches of {align(P['batch_bytes'] * s) / MiB:.0f} MiB, "
         f"{mem_line()}")
     phase("train step")

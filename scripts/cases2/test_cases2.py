@@ -8,6 +8,7 @@ argument handling, file naming, truth files and archives; its numbers are the mo
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -131,6 +132,10 @@ class DryRuns(unittest.TestCase):
                                capture_output=True, text=True, timeout=240)
             if r.returncode != 0:
                 raise AssertionError(f"{script} failed: {r.stdout[-2000:]} {r.stderr[-2000:]}")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
 
     def test_oom_archive_has_a_truth_file_for_every_case(self):
         archive = os.path.join(self.out, "cases2-oom-smoke.tar.xz")
