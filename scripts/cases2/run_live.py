@@ -182,7 +182,7 @@ class Runner:
         for d in (self.corpus, self.scratch):
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d)
-        set_log_file(os.path.join(self.corpus, "run.log"))
+        set_log_file(os.path.join(self.corpus, "run-live.log"))
         self.names = [n for n in C.LIVE_CASES if not args.cases or n in args.cases.split(",")]
         self.all_jobs = []
         self.vramscope = os.path.abspath(args.vramscope) if os.access(args.vramscope, os.X_OK) else None
@@ -224,7 +224,7 @@ class Runner:
                 job.kill()
             lines = ["| case | jobs | capture | expected |", "| --- | --- | --- | --- |"]
             lines += ["| " + " | ".join(r) + " |" for r in rows]
-            with open(os.path.join(self.corpus, "summary.md"), "w") as f:
+            with open(os.path.join(self.corpus, "summary-live.md"), "w") as f:
                 f.write("\n".join(lines) + "\n")
             say("== summary")
             for line in lines:

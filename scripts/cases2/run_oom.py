@@ -120,7 +120,7 @@ class Runner:
         for d in (self.corpus, self.scratch):
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d)
-        set_log_file(os.path.join(self.corpus, "run.log"))
+        set_log_file(os.path.join(self.corpus, "run-oom.log"))
         self.names = [n for n in C.CASES if not args.cases or n in args.cases.split(",")]
         self.records = {}   # name -> {"original": rec, "reruns": [rec, ...]}
         self.resolved = {}  # name -> parameters resolved by the original run
@@ -468,7 +468,7 @@ class Runner:
                 "still OOM", "other (not run / implied / error)")
         lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
-        with open(os.path.join(self.corpus, "summary.md"), "w") as f:
+        with open(os.path.join(self.corpus, "summary-oom.md"), "w") as f:
             f.write(f"# cases2 {'smoke ' if self.smoke else ''}run, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n")
             f.write(json.dumps(self.machine) + "\n\n" + "\n".join(lines) + "\n")
         say("== summary")

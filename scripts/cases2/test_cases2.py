@@ -157,7 +157,7 @@ class DryRuns(unittest.TestCase):
                 self.assertIn(rerun["change"]["kind"],
                               ("alloc-conf", "cap", "scale", "other-process-gone", "code-fix"))
                 self.assertIn(rerun["outcome"], ("completed", "oom", "not-run"))
-        self.assertIn("cases2-smoke/summary.md", names)
+        self.assertIn("cases2-smoke/summary-oom.md", names)
 
     def test_other_process_cases_record_the_other_process(self):
         archive = os.path.join(self.out, "cases2-oom-smoke.tar.xz")
