@@ -1,0 +1,165 @@
+//! Validation of diagnoses against real cases whose fixes were tried for real (issue 10,
+//! "Proven on real cases"): load a case's evidence the way a user hands it to `vramscope
+//! diagnose` (its log, its snapshots oldest first, its capture), diagnose it, map the first
+//! recommendation onto the re-runs ([`mapping`]) and judge it ([`truth::judge`]). The table of
+//! every case is `docs/diagnosis-validation.md`.
+
+pub mod mapping;
+pub mod truth;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use vramscope::diagnose::leak::SnapshotFacts;
+use vramscope::diagnose::log::analyze_file;
+use vramscope::diagnose::{DiagnosisInput, NamedCapture, diagnose};
+
+use mapping::recommended_change;
+use truth::{Truth, Verdict};
+
+/// Reads every `*.truth.json` in `dir`, sorted by case name.
+pub fn load_truths(dir: &Path) -> Result<Vec<Truth>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".truth.json"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            Truth::parse(&text).map_err(|e| format!("{}: {e}", p.display()))
+        })
+        .collect()
+}
+
+fn snapshot_facts(path: &Path) -> Result<Vec<SnapshotFacts>, String> {
+    let snapshot = vramscope::formats::pytorch::read_file(path, &|_| true)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(vramscope::diagnose::snapshot::facts(&Arc::new(snapshot)))
+}
+
+/// The evidence of a case as a user would give it: logs, snapshots oldest first, captures.
+/// (The nvidia-smi CSV logs are not read yet: there is no reader for them.)
+pub fn evidence(dir: &Path, truth: &Truth) -> Result<DiagnosisInput, String> {
+    let mut input = DiagnosisInput::default();
+    let mut logs: Vec<&str> = truth.artifacts.log.iter().map(String::as_str).collect();
+    logs.extend(truth.jobs.iter().map(|j| j.log.as_str()));
+    for log in logs {
+        let path = dir.join(log);
+        input
+            .logs
+            .push(analyze_file(&path).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    let mut snapshots: Vec<(f64, &str)> = truth
+        .artifacts
+        .extra_snapshots
+        .iter()
+        .chain(truth.jobs.iter().flat_map(|j| j.snapshots.iter()))
+        .map(|s| (s.t_s, s.file.as_str()))
+        .collect();
+    snapshots.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut files: Vec<&str> = snapshots.into_iter().map(|(_, f)| f).collect();
+    if let Some(main) = &truth.artifacts.snapshot {
+        files.retain(|f| *f != main.as_str());
+        files.push(main);
+    }
+    for file in files {
+        input.snapshots.extend(snapshot_facts(&dir.join(file))?);
+    }
+    if let Some(capture) = &truth.artifacts.capture {
+        let path = dir.join(capture);
+        let read = vramscope::formats::vramcap::read_file(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        input.captures.push(NamedCapture {
+            name: capture.clone(),
+            capture: read,
+        });
+    }
+    Ok(input)
+}
+
+/// One case judged.
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    pub case: String,
+    pub kind: String,
+    pub expected: String,
+    pub diagnosed: String,
+    /// The first recommendation's id, or `-`.
+    pub first_recommendation: String,
+    /// What it changes, or why it maps onto no re-run.
+    pub change: Result<String, String>,
+    /// For OOM cases: the verdict on the first recommendation.
+    pub verdict: Option<Verdict>,
+}
+
+impl CaseResult {
+    pub fn category_right(&self) -> bool {
+        self.expected == self.diagnosed
+    }
+
+    /// An OOM case whose first recommendation removed the failure for real.
+    pub fn first_recommendation_works(&self) -> bool {
+        matches!(self.verdict, Some(Verdict::Proven(_)))
+    }
+}
+
+/// Diagnoses one case and judges its first recommendation.
+pub fn evaluate(dir: &Path, truth: &Truth) -> Result<CaseResult, String> {
+    let input = evidence(dir, truth)?;
+    let diagnosis = diagnose(&input);
+    let primary = diagnosis.primary();
+    let first = primary.and_then(|f| f.recommendations.first());
+    let change = match first {
+        Some(rec) => recommended_change(rec, truth.device.as_ref().map(|d| d.total_bytes)),
+        None => Err("no recommendation".to_owned()),
+    };
+    let verdict = (truth.kind == "oom").then(|| match &change {
+        Ok(c) => truth::judge(c, truth),
+        Err(why) => Verdict::Untried(why.clone()),
+    });
+    Ok(CaseResult {
+        case: truth.case.clone(),
+        kind: truth.kind.clone(),
+        expected: truth.expected.primary_category.clone(),
+        diagnosed: primary.map_or("none", |f| f.category.as_str()).to_owned(),
+        first_recommendation: first.map_or("-".to_owned(), |r| r.id.clone()),
+        change: change.map(|c| c.describe()),
+        verdict,
+    })
+}
+
+/// The validation table (Markdown) with its totals.
+pub fn render_table(results: &[CaseResult]) -> String {
+    let mut out = String::from(
+        "| case | kind | expected | diagnosed | first recommendation | what it changes | tried for real |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in results {
+        let mark = if r.category_right() { "" } else { " ✗" };
+        let change = match &r.change {
+            Ok(c) => c.clone(),
+            Err(why) => format!("({why})"),
+        };
+        let verdict = r.verdict.as_ref().map_or("-".to_owned(), Verdict::describe);
+        out.push_str(&format!(
+            "| {} | {} | {} | {}{mark} | {} | {} | {} |\n",
+            r.case, r.kind, r.expected, r.diagnosed, r.first_recommendation, change, verdict
+        ));
+    }
+    let right = results.iter().filter(|r| r.category_right()).count();
+    let ooms: Vec<&CaseResult> = results.iter().filter(|r| r.verdict.is_some()).collect();
+    let works = ooms
+        .iter()
+        .filter(|r| r.first_recommendation_works())
+        .count();
+    out.push_str(&format!(
+        "\nPrimary category right: {right} of {} cases. First recommendation removed the failure \
+         when re-run: {works} of {} OOM cases.\n",
+        results.len(),
+        ooms.len()
+    ));
+    out
+}
