@@ -8,7 +8,7 @@
 //! file (made up to exercise the rules; it is not a real case and nothing here presents it as
 //! one). The real corpus test needs the corpus from the GPU run; it is ignored until that
 //! corpus and the diagnosis rewrite of issue 10 land (`cargo test --test diagnosis_validation
-//! -- --ignored`).
+//! -- --ignored`). The scripts that make the corpus run their own dry-run tests from here too.
 
 mod validation;
 
@@ -319,6 +319,24 @@ fn the_pipeline_diagnoses_maps_judges_and_tabulates() {
         )),
         "{table}"
     );
+}
+
+// ------------------------------------------------------------------- the corpus scripts' own tests
+
+/// The scripts that make the corpus on the GPU (`scripts/cases2/`) dry-run here against their
+/// mocks (a fake torch, nvidia-smi and vramscope): registry, candidate grid, bisection, timeouts,
+/// both entry points in smoke mode, truth files and archives. Numbers from the mocks are not
+/// real; control flow, arguments and file names are what this checks.
+#[test]
+fn corpus_scripts_dry_run_against_their_mocks() {
+    let output = std::process::Command::new("python3")
+        .arg("-B")
+        .arg(manifest().join("scripts/cases2/test_cases2.py"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 (scripts/cases2's tests need it): {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("\nOK"), "{stderr}");
 }
 
 // ------------------------------------------------------------------------------ the real corpus
