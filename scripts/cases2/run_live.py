@@ -25,8 +25,8 @@ import cases as C  # noqa: E402
 from common import (Deadline, Job, SmiFields, SmiLoggers, command_line, job_argv,  # noqa: E402
                     nvidia_smi_info, pack, read_json, say, set_log_file, tail)
 
-RECORD_LEAD_S = 1.0   # the recorder runs this long before the jobs start
-RECORD_TAIL_S = 1.0   # and this long after the last one ends
+RECORD_LEAD_S = 0.75  # the recorder runs this long before the jobs start
+RECORD_TAIL_S = 0.75  # and this long after the last one ends
 
 
 class LiveCase:
@@ -209,7 +209,7 @@ class Runner:
         rows = []
         try:
             for i, case in enumerate(cases):
-                need = case.active_s + RECORD_LEAD_S + RECORD_TAIL_S + 2
+                need = case.active_s + RECORD_LEAD_S + RECORD_TAIL_S + 1
                 if self.deadline.left() < need:
                     say(f"!! {case.name}: not recorded, {self.deadline.left():.0f} s left of the budget")
                     rows.append((case.name, "not recorded", "-", "-"))
