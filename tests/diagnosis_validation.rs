@@ -60,7 +60,7 @@ fn a_cap_recommendation_maps_to_bytes() {
         panic!("{:?}", recommended_change(&rec, Some(TOTAL)));
     };
     // The fraction covers what was needed (28 GiB) with the recommendation's margin.
-    assert!(bytes >= 28 * GIB && bytes < 40 * GIB, "{bytes}");
+    assert!((28 * GIB..40 * GIB).contains(&bytes), "{bytes}");
     // Without a device total a fraction cannot become bytes: said, not guessed.
     assert!(recommended_change(&rec, None).is_err());
 }
