@@ -307,7 +307,7 @@ fn the_pipeline_diagnoses_maps_judges_and_tabulates() {
     };
     assert_eq!(result.verdict.as_ref(), Some(&expected_verdict));
 
-    let table = render_table(&[result.clone()]);
+    let table = render_table(std::slice::from_ref(&result));
     assert!(
         table.contains("| synthetic_fragmentation | oom | fragmentation |"),
         "{table}"
