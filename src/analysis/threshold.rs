@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn rising_and_falling_crossings_are_found_at_the_first_sample_past_the_line() {
-        let found = crossings(&series(&[500, 899, 900, 950, 700, 910]), 0.9);
+        let found = crossings(series(&[500, 899, 900, 950, 700, 910]), 0.9);
         assert_eq!(
             found,
             vec![
@@ -146,7 +146,7 @@ mod tests {
     #[test]
     fn noise_around_the_line_does_not_produce_a_storm() {
         // Hovers between 89.1% and 90.5%: one rise, and never 1 point below, so no fall.
-        let found = crossings(&series(&[850, 905, 891, 903, 895, 901, 892, 904]), 0.9);
+        let found = crossings(series(&[850, 905, 891, 903, 895, 901, 892, 904]), 0.9);
         assert_eq!(
             found,
             vec![Crossing {
@@ -155,7 +155,7 @@ mod tests {
             }]
         );
         // Falling 1 point below does count.
-        let found = crossings(&series(&[905, 889]), 0.9);
+        let found = crossings(series(&[905, 889]), 0.9);
         assert_eq!(
             found,
             vec![Crossing {
@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(scan.found, crossings(&whole, 0.9));
         assert_eq!(scan.samples_seen, whole.len());
         assert!(
-            crossings(&series(&[500, 990]), f64::NAN).is_empty(),
+            crossings(series(&[500, 990]), f64::NAN).is_empty(),
             "a NaN threshold crosses nothing"
         );
     }

@@ -138,7 +138,7 @@ fn parse_secs(value: &str, text: &str) -> Result<u64, String> {
     let parsed: f64 = number
         .parse()
         .map_err(|_| format!("'{value}' in '{text}' is not a time (e.g. 1.5s or 200ms)"))?;
-    if !(parsed >= 0.0 && parsed <= 1e9) {
+    if !(0.0..=1e9).contains(&parsed) {
         return Err(format!("'{value}' in '{text}' is out of range"));
     }
     Ok((parsed * scale).round() as u64)
