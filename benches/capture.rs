@@ -122,6 +122,24 @@ fn main() {
         per_sample(recorded.len(), &capture),
     );
     drop(recorded);
+    let series_bytes: usize = capture.series.iter().map(|s| s.heap_bytes()).sum();
+    let track_bytes: usize = capture
+        .processes
+        .iter()
+        .map(|p| {
+            p.t_ms.capacity() * std::mem::size_of::<i64>()
+                + p.used_bytes.capacity() * std::mem::size_of::<Option<u64>>()
+        })
+        .sum();
+    println!(
+        "in memory: device series {} = {:.1} B per device sample (columns; a DeviceSample struct \
+         is {} B); process tracks {} = {:.1} B per process sample",
+        format_bytes(series_bytes as u64),
+        series_bytes as f64 / capture.sample_count() as f64,
+        std::mem::size_of::<vramscope::model::DeviceSample>(),
+        format_bytes(track_bytes as u64),
+        track_bytes as f64 / process_samples.max(1) as f64,
+    );
     let (fastest, median, saved) = time(3, || vramcap::write_bytes(&capture));
     println!(
         "save (write_bytes): fastest {:.3} s, median {:.3} s; {} = {:.1} B/sample",

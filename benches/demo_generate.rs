@@ -106,8 +106,8 @@ fn main() {
         peak_rss_mib().map_or_else(|| "unknown".to_owned(), |m| m.to_string())
     );
 
-    let gpu0 = &capture.series[0].samples;
-    let (elapsed, found) = median_of(workload.runs, || crossings(black_box(gpu0), 0.9));
+    let gpu0 = &capture.series[0];
+    let (elapsed, found) = median_of(workload.runs, || crossings(black_box(gpu0).iter(), 0.9));
     println!(
         "crossings over {} samples (one GPU, whole capture): {:.2} ms, {} crossings",
         gpu0.len(),

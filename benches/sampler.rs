@@ -985,8 +985,8 @@ fn capture_to_csv(path: &Path, dir: &Path) -> Result<u64, String> {
     let capture = vramscope::formats::vramcap::read_file(path).map_err(|err| err.to_string())?;
     let (mut memory, mut processes) = create_csv_files(dir)?;
     let mut rows = 0;
-    for sample in capture.series.iter().flat_map(|s| &s.samples) {
-        rows += u64::from(write_memory_row(&mut memory, sample)?);
+    for sample in capture.series.iter().flat_map(|s| s.iter()) {
+        rows += u64::from(write_memory_row(&mut memory, &sample)?);
     }
     for track in &capture.processes {
         for (&t_ms, &used) in track.t_ms.iter().zip(&track.used_bytes) {

@@ -16,6 +16,9 @@ use vramscope::analysis::totals::device_totals;
 use vramscope::analysis::{fragmentation, oom};
 use vramscope::formats::pytorch::read_file;
 
+#[path = "support/big_snapshot.rs"]
+mod big_snapshot;
+
 const CHILD_ENV: &str = "VRAMSCOPE_BENCH_SNAPSHOT_CHILD";
 const MODE_ENV: &str = "VRAMSCOPE_BENCH_SNAPSHOT_MODE";
 const MODE_OPEN: &str = "open";
@@ -200,26 +203,6 @@ fn bench(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn default_big_snapshot() -> Result<PathBuf, String> {
-    let path = manifest_dir().join("target/bench/big_snapshot.pickle");
-    if path.exists() {
-        return Ok(path);
-    }
-    std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
-    println!("building {} ...", path.display());
-    let status = Command::new("python3")
-        .arg(manifest_dir().join("scripts/make_big_snapshot.py"))
-        .arg(manifest_dir().join("tests/fixtures/pytorch/train.pickle"))
-        .arg(&path)
-        .arg("260")
-        .status()
-        .map_err(|e| format!("python3: {e}"))?;
-    if !status.success() {
-        return Err("make_big_snapshot.py failed".to_owned());
-    }
-    Ok(path)
-}
-
 fn main() {
     let result = if let Some(path) = std::env::var_os(CHILD_ENV) {
         let mode = std::env::var(MODE_ENV).unwrap_or_else(|_| MODE_OPEN.to_owned());
@@ -230,7 +213,7 @@ fn main() {
             let explicit = args.iter().find(|a| !a.starts_with('-')).map(PathBuf::from);
             explicit
                 .map(Ok)
-                .unwrap_or_else(default_big_snapshot)
+                .unwrap_or_else(|| big_snapshot::big_snapshot("big_snapshot.pickle", 260))
                 .and_then(|path| bench(&path))
         } else {
             // `cargo test --all-targets`: a quick smoke run on a fixture.

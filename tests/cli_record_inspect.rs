@@ -90,7 +90,7 @@ fn duration_stops_by_itself_and_inspect_describes_the_file() {
     assert_eq!(capture.recovery, None, "a clean stop needs no recovery");
     assert!(capture.is_simulated());
     assert_eq!(capture.devices.len(), 2);
-    let ticks = capture.series[0].samples.len();
+    let ticks = capture.series[0].len();
     assert!(
         (20..=32).contains(&ticks),
         "1.5 s at 50 ms gave {ticks} ticks"
@@ -178,7 +178,7 @@ fn sigkill_loses_at_most_about_a_second() {
     assert!(lost_ms <= 1_500, "the last {lost_ms} ms were lost");
     for series in &capture.series {
         assert!(
-            series.samples.windows(2).all(|w| w[0].t_ms < w[1].t_ms),
+            series.times().windows(2).all(|w| w[0] < w[1]),
             "samples in order"
         );
     }

@@ -109,7 +109,7 @@ fn one_cycle_contains_load_oom_xid_ecc_bump_and_a_ninety_percent_crossing() {
     );
 
     // The first minute already shows a model load on GPU 0 reaching ~60 GiB.
-    let gpu0 = &capture.series[0].samples;
+    let gpu0: Vec<_> = capture.series[0].iter().collect();
     let first_minute_peak = gpu0
         .iter()
         .filter(|s| s.t_ms < START_MS + 60_000)
@@ -122,7 +122,7 @@ fn one_cycle_contains_load_oom_xid_ecc_bump_and_a_ninety_percent_crossing() {
     );
 
     // A 90% crossing on GPU 0.
-    let rising: Vec<_> = crossings(gpu0, 0.9)
+    let rising: Vec<_> = crossings(&gpu0, 0.9)
         .into_iter()
         .filter(|c| c.rising)
         .collect();
@@ -205,7 +205,6 @@ fn one_cycle_contains_load_oom_xid_ecc_bump_and_a_ninety_percent_crossing() {
         .expect("ECC event");
     let device = ecc.device_index.expect("ECC device") as usize;
     let volatile: Vec<u64> = capture.series[device]
-        .samples
         .iter()
         .filter_map(|s| s.ecc_corrected_volatile)
         .collect();
@@ -278,7 +277,7 @@ fn everything_says_simulated() {
 #[test]
 fn every_field_is_filled() {
     let capture = generate_capture(&DemoConfig::default(), START_MS, 30_000, 250);
-    for sample in capture.series.iter().flat_map(|s| &s.samples) {
+    for sample in capture.series.iter().flat_map(|s| s.iter()) {
         let memory = sample.memory.expect("memory");
         assert_eq!(
             memory.used_bytes + memory.reserved_bytes + memory.free_bytes,
@@ -378,7 +377,6 @@ fn the_reading_just_before_the_oom_shows_the_card_too_full_for_the_request() {
             })
             .expect("an OOM event");
         let before = capture.series[0]
-            .samples
             .iter()
             .rev()
             .find(|s| s.t_ms <= oom_ms)

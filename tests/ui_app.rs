@@ -204,7 +204,9 @@ fn hover_shows_exact_values_of_the_nearest_sample() {
         .hover
         .expect("a sample is hovered");
     assert_eq!(hover.device_index, 0);
-    let sample = &capture.series[0].samples[hover.sample_index];
+    let sample = capture.series[0]
+        .get(hover.sample_index)
+        .expect("the hovered sample");
     let used = sample.memory.expect("memory").used_bytes;
     // The readout above the plots (and the same text in the plot's tooltip) has the exact bytes
     // of that sample and its absolute time.

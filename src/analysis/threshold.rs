@@ -5,6 +5,8 @@
 //! counts once occupancy falls a further [`HYSTERESIS_FRACTION`] below it, so that a series
 //! hovering at the line (noise, a training step's ripple) does not mark a storm of crossings.
 
+use std::borrow::Borrow;
+
 use crate::model::{DeviceSample, UnixMs};
 
 /// How far below the threshold occupancy must fall before it counts as having dropped back:
@@ -23,34 +25,73 @@ pub struct Crossing {
 /// Crossings of `threshold_fraction` (e.g. 0.9) by the occupied fraction of `samples` (one
 /// device, in time order). Samples without a memory reading are skipped. A series that starts above
 /// the threshold does not produce a crossing at its first sample: only changes are reported.
-pub fn crossings(samples: &[DeviceSample], threshold_fraction: f64) -> Vec<Crossing> {
-    let mut result = Vec::new();
-    let mut above: Option<bool> = None;
-    for sample in samples {
-        let Some(memory) = sample.memory else {
-            continue;
-        };
-        let fraction = memory.occupied_fraction();
-        match above {
-            None => above = Some(fraction >= threshold_fraction),
-            Some(false) if fraction >= threshold_fraction => {
-                above = Some(true);
-                result.push(Crossing {
-                    t_ms: sample.t_ms,
-                    rising: true,
-                });
-            }
-            Some(true) if fraction < threshold_fraction - HYSTERESIS_FRACTION => {
-                above = Some(false);
-                result.push(Crossing {
-                    t_ms: sample.t_ms,
-                    rising: false,
-                });
-            }
-            Some(_) => {}
+pub fn crossings<S: Borrow<DeviceSample>>(
+    samples: impl IntoIterator<Item = S>,
+    threshold_fraction: f64,
+) -> Vec<Crossing> {
+    let mut scan = CrossingScan::new(threshold_fraction);
+    scan.extend(samples);
+    scan.found
+}
+
+/// [`crossings`] of a series that keeps growing (a live capture): each call of
+/// [`CrossingScan::extend`] looks only at the samples added since, so following a day-long
+/// capture costs the same per new sample as following a minute.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CrossingScan {
+    threshold_fraction: f64,
+    /// Whether occupancy was last above the line; `None` before the first reading.
+    above: Option<bool>,
+    /// Samples looked at so far.
+    pub samples_seen: usize,
+    /// The crossings found so far.
+    pub found: Vec<Crossing>,
+}
+
+impl CrossingScan {
+    /// A scan for crossings of `threshold_fraction` that has seen nothing yet.
+    pub fn new(threshold_fraction: f64) -> Self {
+        CrossingScan {
+            threshold_fraction,
+            ..Default::default()
         }
     }
-    result
+
+    /// The threshold this scan looks for.
+    pub fn threshold_fraction(&self) -> f64 {
+        self.threshold_fraction
+    }
+
+    /// Continues the scan with the next samples of the series.
+    pub fn extend<S: Borrow<DeviceSample>>(&mut self, samples: impl IntoIterator<Item = S>) {
+        let threshold = self.threshold_fraction;
+        for sample in samples {
+            self.samples_seen += 1;
+            let sample = sample.borrow();
+            let Some(memory) = sample.memory else {
+                continue;
+            };
+            let fraction = memory.occupied_fraction();
+            match self.above {
+                None => self.above = Some(fraction >= threshold),
+                Some(false) if fraction >= threshold => {
+                    self.above = Some(true);
+                    self.found.push(Crossing {
+                        t_ms: sample.t_ms,
+                        rising: true,
+                    });
+                }
+                Some(true) if fraction < threshold - HYSTERESIS_FRACTION => {
+                    self.above = Some(false);
+                    self.found.push(Crossing {
+                        t_ms: sample.t_ms,
+                        rising: false,
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -82,7 +123,7 @@ mod tests {
 
     #[test]
     fn rising_and_falling_crossings_are_found_at_the_first_sample_past_the_line() {
-        let found = crossings(&series(&[500, 899, 900, 950, 700, 910]), 0.9);
+        let found = crossings(series(&[500, 899, 900, 950, 700, 910]), 0.9);
         assert_eq!(
             found,
             vec![
@@ -105,7 +146,7 @@ mod tests {
     #[test]
     fn noise_around_the_line_does_not_produce_a_storm() {
         // Hovers between 89.1% and 90.5%: one rise, and never 1 point below, so no fall.
-        let found = crossings(&series(&[850, 905, 891, 903, 895, 901, 892, 904]), 0.9);
+        let found = crossings(series(&[850, 905, 891, 903, 895, 901, 892, 904]), 0.9);
         assert_eq!(
             found,
             vec![Crossing {
@@ -114,7 +155,7 @@ mod tests {
             }]
         );
         // Falling 1 point below does count.
-        let found = crossings(&series(&[905, 889]), 0.9);
+        let found = crossings(series(&[905, 889]), 0.9);
         assert_eq!(
             found,
             vec![Crossing {
@@ -141,9 +182,17 @@ mod tests {
                 rising: false
             }]
         );
-        assert!(crossings(&[], 0.9).is_empty());
+        assert!(crossings(&[] as &[DeviceSample], 0.9).is_empty());
+        // Scanning in pieces finds what one scan finds.
+        let whole = series(&[850, 905, 891, 903, 880, 901, 892, 904, 870]);
+        let mut scan = CrossingScan::new(0.9);
+        for piece in whole.chunks(2) {
+            scan.extend(piece);
+        }
+        assert_eq!(scan.found, crossings(&whole, 0.9));
+        assert_eq!(scan.samples_seen, whole.len());
         assert!(
-            crossings(&series(&[500, 990]), f64::NAN).is_empty(),
+            crossings(series(&[500, 990]), f64::NAN).is_empty(),
             "a NaN threshold crosses nothing"
         );
     }

@@ -136,7 +136,7 @@ impl CaptureSummary {
                         pci_bus_id: device.pci_bus_id.clone(),
                         memory_total_bytes: device.memory_total_bytes,
                         simulated: device.simulated,
-                        sample_count: series.map_or(0, |s| s.samples.len()),
+                        sample_count: series.map_or(0, |s| s.len()),
                         peak_used_bytes: peak.map(|(_, used)| used),
                         peak_used_ms: peak.map(|(t, _)| t),
                     }
@@ -339,6 +339,7 @@ fn describe_event(kind: &EventKind) -> (&'static str, String) {
             format!("+{corrected_delta} corrected, +{uncorrected_delta} uncorrected"),
         ),
         EventKind::DeviceLost { detail } => ("device_lost", detail.clone()),
+        EventKind::DeviceReturned => ("device_returned", String::new()),
         EventKind::Annotation { .. } => ("annotation", String::new()),
     }
 }

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::formats::vramcap::{Recorder, RecorderStatus};
+use crate::formats::vramcap::{Recorder, RecorderStatus, VramcapError};
 use crate::model::format_bytes;
 use crate::source::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
-use crate::source::{Source, open_real_or_demo};
+use crate::source::{Source, open_demo, open_real_or_demo};
 
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
@@ -35,6 +35,14 @@ pub struct RecordArgs {
     /// Record the built-in simulated machine instead of real GPUs.
     #[arg(long)]
     pub demo: bool,
+    /// Play the simulated machine N times faster than real time (time-lapse, up to 8640: a day in
+    /// 10 s): each poll records every tick the simulated clock passed, at --interval-ms of
+    /// simulated time. For soak tests.
+    #[arg(long, value_name = "N", requires = "demo", value_parser = parse_speed)]
+    pub demo_speed: Option<f64>,
+    /// Number of simulated GPUs (1 to 64, default 2).
+    #[arg(long, value_name = "N", requires = "demo", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::source::demo::MAX_DEMO_DEVICES)))]
+    pub demo_gpus: Option<u32>,
     /// Replace FILE if it already exists.
     #[arg(long)]
     pub force: bool,
@@ -43,6 +51,18 @@ pub struct RecordArgs {
 /// Longest `--duration` accepted: a year, far beyond any real recording, small enough that
 /// `Instant` arithmetic cannot overflow.
 const MAX_DURATION_SECS: f64 = 366.0 * 24.0 * 3600.0;
+
+fn parse_speed(text: &str) -> Result<f64, String> {
+    let speed: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number"))?;
+    let max = crate::source::demo::MAX_DEMO_SPEED;
+    if !(1.0..=max).contains(&speed) {
+        return Err(format!("must be from 1 to {max}"));
+    }
+    Ok(speed)
+}
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let secs: f64 = text
@@ -82,7 +102,15 @@ pub fn run(args: RecordArgs) -> ExitCode {
     }
     // Without --demo, a machine with no usable driver is an error, as in `info`: a scripted
     // recording on a server must never produce hours of simulated data and report success.
-    let (source, demo_reason) = match open_real_or_demo(args.demo) {
+    let opened = if args.demo_speed.is_some() || args.demo_gpus.is_some() {
+        Ok(open_demo(
+            args.demo_gpus,
+            args.demo_speed.map(|speed| (speed, args.interval_ms)),
+        ))
+    } else {
+        open_real_or_demo(args.demo)
+    };
+    let (source, demo_reason) = match opened {
         Ok(opened) => opened,
         Err(err) => {
             return super::fail(format_args!(
@@ -150,14 +178,14 @@ fn record(
             }
             None => {}
         }
+        let status = recorder.status();
+        if let Some(problem) = &status.last_error {
+            write_error = Some(problem.clone());
+            break;
+        }
         if last_progress.elapsed() >= progress_every {
             last_progress = Instant::now();
-            let status = recorder.status();
             print_progress(&status, started.elapsed(), tty);
-            if let Some(problem) = status.last_error {
-                write_error = Some(problem);
-                break;
-            }
         }
     }
     let remaining = sampler.drain();
@@ -170,10 +198,20 @@ fn record(
         eprintln!();
     }
     let elapsed = started.elapsed();
+    let mut recorder = recorder;
+    recorder.close();
+    let kept_samples = recorder.status().samples_written;
     let status = match (recorder.finish(), write_error) {
         (Ok(status), None) => status,
-        (Err(err), _) => return Err(err.to_string()),
-        (Ok(_), Some(problem)) => return Err(problem),
+        (Err(VramcapError::Recording { problem, .. }), None) | (_, Some(problem)) => {
+            return Err(format!(
+                "{problem}; recording stopped after {}: the {kept_samples} samples written until \
+                 then are kept in {}, which opens normally",
+                format_elapsed(elapsed),
+                args.out.display()
+            ));
+        }
+        (Err(err), None) => return Err(err.to_string()),
     };
     if sampler_ended {
         return Err(format!(
@@ -279,6 +317,8 @@ mod tests {
             interval_ms: 20,
             duration: Some(Duration::from_secs(60)),
             demo: false,
+            demo_speed: None,
+            demo_gpus: None,
             force: false,
         };
         let source = PanickingSource {

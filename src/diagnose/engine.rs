@@ -376,8 +376,7 @@ fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
             // the few seconds before the failure.
             let window_ms = i64::from(c.capture.meta.interval_ms.max(1000)) * 3;
             let reading = c.capture.series(device).and_then(|s| {
-                s.samples
-                    .iter()
+                s.iter()
                     .filter(|x| x.t_ms <= e.t_ms && x.t_ms >= e.t_ms - window_ms)
                     .filter_map(|x| x.memory)
                     .min_by_key(|m| m.free_bytes)

@@ -10,7 +10,7 @@ use super::log::{LineKind, LogAnalysis};
 use super::recommend;
 use super::thresholds::{self, throttle};
 use super::xid::XidSeverity;
-use crate::model::{Capture, EventKind};
+use crate::model::{Capture, Event, EventKind};
 
 /// The finding category of an Xid: memory-error Xids are `ecc` or `row-remap`, the rest `xid`.
 pub fn xid_category(code: u32) -> Category {
@@ -102,13 +102,38 @@ fn xid_events(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 category: Category::Xid,
                 severity: Severity::Critical,
                 title: format!("GPU {} stopped answering", event.device_index.map(|d| d.to_string()).unwrap_or_else(|| "?".into())),
-                evidence: vec![Evidence::text("event", detail.clone(), capture_source(name, event.device_index, Some(event.t_ms)))],
+                evidence: lost_evidence(name, capture, event, detail),
                 explanation: "NVML reported the GPU as lost (usually Xid 79, fallen off the bus): a hardware, power or thermal problem, not the application.".into(),
                 recommendations: vec![recommend::reset_gpu("The GPU must be recovered before it can be used."), recommend::check_hardware()],
                 wizard: Some(Wizard::HardwareAndDriver),
             });
         }
     }
+}
+
+/// What NVML said when the GPU was lost and, when it answered again later, after how long.
+fn lost_evidence(name: &str, capture: &Capture, lost: &Event, detail: &str) -> Vec<Evidence> {
+    let mut evidence = vec![Evidence::text(
+        "event",
+        detail.to_owned(),
+        capture_source(name, lost.device_index, Some(lost.t_ms)),
+    )];
+    let returned = capture.events.iter().find(|e| {
+        e.t_ms >= lost.t_ms
+            && e.device_index == lost.device_index
+            && matches!(e.kind, EventKind::DeviceReturned)
+    });
+    if let Some(returned) = returned {
+        evidence.push(Evidence::text(
+            "answered again",
+            format!(
+                "after {:.1} s (samples resume there)",
+                (returned.t_ms - lost.t_ms) as f64 / 1000.0
+            ),
+            capture_source(name, returned.device_index, Some(returned.t_ms)),
+        ));
+    }
+    evidence
 }
 
 fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Finding {
@@ -156,15 +181,12 @@ fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
             .iter()
             .filter(|h| h.device_index == d)
             .collect();
-        let samples = capture
-            .series(d)
-            .map(|s| s.samples.as_slice())
-            .unwrap_or(&[]);
+        let series = capture.series(d);
+        let samples = || series.into_iter().flat_map(|s| s.iter());
         let last_health = health.last();
 
         // Uncorrectable ECC: volatile (this boot) is critical, aggregate (lifetime) a warning.
-        let volatile_unc = samples
-            .iter()
+        let volatile_unc = samples()
             .rev()
             .find_map(|s| s.ecc_uncorrected_volatile.map(|v| (v, s.t_ms)));
         let aggregate_unc =
@@ -229,8 +251,7 @@ fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
         }
 
         // Corrected ECC rate over the capture.
-        let corrected: Vec<(i64, u64)> = samples
-            .iter()
+        let corrected: Vec<(i64, u64)> = samples()
             .filter_map(|s| s.ecc_corrected_volatile.map(|v| (s.t_ms, v)))
             .collect();
         if let (Some(first), Some(last)) = (corrected.first(), corrected.last()) {
@@ -349,7 +370,6 @@ fn thermal(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     for series in &capture.series {
         let d = series.device_index;
         let with_reasons: Vec<_> = series
-            .samples
             .iter()
             .filter_map(|s| s.throttle_reasons.map(|r| (s.t_ms, r)))
             .collect();
@@ -358,7 +378,6 @@ fn thermal(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
             .filter(|(_, r)| r & throttle::THERMAL_OR_HARDWARE != 0)
             .collect();
         let hottest = series
-            .samples
             .iter()
             .filter_map(|s| s.temperature_c.map(|c| (c, s.t_ms)))
             .max();

@@ -303,7 +303,7 @@ fn duration_text(seconds: f64) -> String {
 pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     for series in &capture.series {
         let d = series.device_index;
-        let latest = series.samples.iter().rev().find_map(|s| s.memory);
+        let latest = series.iter().rev().find_map(|s| s.memory);
         let headroom = latest.map(|m| m.free_bytes);
         let tracks: Vec<_> = capture
             .processes
@@ -329,7 +329,6 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
             .collect();
         if tracks.is_empty() {
             let readings = series
-                .samples
                 .iter()
                 .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
                 .collect();

@@ -1,7 +1,8 @@
 //! A whole recording held in memory: the live session grows one, opening a file yields one.
 //!
 //! The same structure backs the live view and a reopened `.vramcap` file, so every view works the
-//! same on both. Device samples are kept per device in time order; processes are folded into one
+//! same on both. Device samples are kept per device in time order, by column
+//! ([`DeviceSeries`]); processes are folded into one
 //! track per (device, pid, name) so that the process table and the stacked view need no scan of
 //! every tick.
 
@@ -10,8 +11,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    DeviceFacts, DeviceSample, Event, FieldStatus, HealthSample, ProcessKind, ProcessSample,
-    SampleBatch, UnixMs,
+    DeviceFacts, DeviceSeries, Event, EventKind, FieldStatus, HealthSample, ProcessKind,
+    ProcessSample, SampleBatch, UnixMs,
 };
 
 /// Where the data came from.
@@ -58,28 +59,6 @@ pub struct Recovery {
     pub chunks_recovered: u64,
     /// Bytes at the end of the file that were ignored.
     pub bytes_discarded: u64,
-}
-
-/// All fast-tier samples of one device, in time order.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceSeries {
-    pub device_index: u32,
-    pub samples: Vec<DeviceSample>,
-}
-
-impl DeviceSeries {
-    /// Highest `used_bytes` seen, with its time.
-    pub fn peak_used(&self) -> Option<(UnixMs, u64)> {
-        self.samples
-            .iter()
-            .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
-            .max_by_key(|&(t, used)| (used, std::cmp::Reverse(t)))
-    }
-
-    /// The newest sample, for live readouts.
-    pub fn latest(&self) -> Option<&DeviceSample> {
-        self.samples.last()
-    }
 }
 
 /// One process's memory over time on one device.
@@ -143,13 +122,7 @@ pub struct Capture {
 impl Capture {
     /// An empty capture for the given devices.
     pub fn new(meta: CaptureMeta, devices: Vec<DeviceFacts>) -> Self {
-        let series = devices
-            .iter()
-            .map(|d| DeviceSeries {
-                device_index: d.index,
-                samples: Vec::new(),
-            })
-            .collect();
+        let series = devices.iter().map(|d| DeviceSeries::new(d.index)).collect();
         Capture {
             meta,
             devices,
@@ -168,17 +141,18 @@ impl Capture {
     pub fn ingest(&mut self, batch: &SampleBatch) {
         for sample in &batch.devices {
             if let Some(series) = self.series_mut(sample.device_index) {
-                series.samples.push(sample.clone());
+                series.push(sample);
             }
         }
         if let Some(processes) = &batch.processes {
-            let tick = processes
-                .first()
-                .map(|p| p.t_ms)
-                .or_else(|| batch.devices.first().map(|d| d.t_ms));
-            if let Some(t) = tick {
-                self.process_poll_ms.push(t);
+            // One poll time per tick: a batch normally holds one tick, a time-lapse source
+            // (`demo::Accelerated`) several, each with its complete process lists.
+            let mut ticks: Vec<UnixMs> = batch.devices.iter().map(|d| d.t_ms).collect();
+            ticks.dedup();
+            if ticks.is_empty() {
+                ticks.extend(processes.first().map(|p| p.t_ms));
             }
+            self.process_poll_ms.extend(ticks);
             for p in processes {
                 self.ingest_process(p);
             }
@@ -283,6 +257,22 @@ impl Capture {
         only
     }
 
+    /// The `DeviceLost` event of a GPU that has not answered since (no `DeviceReturned` after
+    /// it), or `None` while it answers.
+    pub fn lost_event(&self, device_index: u32) -> Option<&Event> {
+        self.events
+            .iter()
+            .rev()
+            .filter(|e| e.device_index == Some(device_index))
+            .find(|e| {
+                matches!(
+                    e.kind,
+                    EventKind::DeviceLost { .. } | EventKind::DeviceReturned
+                )
+            })
+            .filter(|e| matches!(e.kind, EventKind::DeviceLost { .. }))
+    }
+
     pub fn series(&self, device_index: u32) -> Option<&DeviceSeries> {
         self.series.iter().find(|s| s.device_index == device_index)
     }
@@ -295,7 +285,7 @@ impl Capture {
 
     /// Number of fast-tier device samples over all devices.
     pub fn sample_count(&self) -> usize {
-        self.series.iter().map(|s| s.samples.len()).sum()
+        self.series.iter().map(DeviceSeries::len).sum()
     }
 
     /// First and last timestamp of any device sample.
@@ -303,14 +293,12 @@ impl Capture {
         let first = self
             .series
             .iter()
-            .filter_map(|s| s.samples.first())
-            .map(|s| s.t_ms)
+            .filter_map(|s| s.times().first().copied())
             .min()?;
         let last = self
             .series
             .iter()
-            .filter_map(|s| s.samples.last())
-            .map(|s| s.t_ms)
+            .filter_map(|s| s.times().last().copied())
             .max()?;
         Some((first, last))
     }
@@ -319,7 +307,7 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::MemoryReading;
+    use crate::model::{DeviceSample, MemoryReading};
 
     fn sample(t_ms: i64, device_index: u32, used_bytes: u64) -> DeviceSample {
         DeviceSample {

@@ -47,3 +47,49 @@ pub struct FieldStatus {
     pub field: String,
     pub state: FieldState,
 }
+
+/// Stable field names used in [`FieldStatus::field`]. The UI and reports key on these strings;
+/// sources (NVML, the fault-injection layer) report under them.
+pub mod field_name {
+    pub const MEMORY: &str = "memory";
+    pub const UTILIZATION: &str = "utilization";
+    pub const TEMPERATURE: &str = "temperature";
+    pub const POWER: &str = "power";
+    pub const SM_CLOCK: &str = "sm_clock";
+    pub const MEM_CLOCK: &str = "mem_clock";
+    pub const THROTTLE_REASONS: &str = "throttle_reasons";
+    pub const ECC_VOLATILE: &str = "ecc_volatile";
+    pub const COMPUTE_PROCESSES: &str = "compute_processes";
+    pub const GRAPHICS_PROCESSES: &str = "graphics_processes";
+    pub const ECC_AGGREGATE: &str = "ecc_aggregate";
+    pub const RETIRED_PAGES: &str = "retired_pages";
+    pub const RETIRED_PAGES_PENDING: &str = "retired_pages_pending";
+    pub const REMAPPED_ROWS: &str = "remapped_rows";
+    pub const BAR1: &str = "bar1";
+    pub const PCIE_REPLAY: &str = "pcie_replay";
+    pub const PERSISTENCE_MODE: &str = "persistence_mode";
+    /// Xid/critical event delivery (registration with the event set).
+    pub const EVENTS: &str = "events";
+
+    /// Every field a device reports; a lost GPU marks all of them failed.
+    pub const ALL: &[&str] = &[
+        MEMORY,
+        UTILIZATION,
+        TEMPERATURE,
+        POWER,
+        SM_CLOCK,
+        MEM_CLOCK,
+        THROTTLE_REASONS,
+        ECC_VOLATILE,
+        COMPUTE_PROCESSES,
+        GRAPHICS_PROCESSES,
+        ECC_AGGREGATE,
+        RETIRED_PAGES,
+        RETIRED_PAGES_PENDING,
+        REMAPPED_ROWS,
+        BAR1,
+        PCIE_REPLAY,
+        PERSISTENCE_MODE,
+        EVENTS,
+    ];
+}

@@ -46,6 +46,9 @@ pub enum EventKind {
     },
     /// The device stopped answering (NVML `GPU_IS_LOST` or similar).
     DeviceLost { detail: String },
+    /// A device that was lost answers again (after a reset or a driver recovery); its samples
+    /// resume from here.
+    DeviceReturned,
     /// A user's note.
     Annotation { text: String },
 }
@@ -59,6 +62,7 @@ impl EventKind {
             EventKind::OutOfMemory { .. } => "OOM".to_owned(),
             EventKind::EccIncrease { .. } => "ECC".to_owned(),
             EventKind::DeviceLost { .. } => "GPU lost".to_owned(),
+            EventKind::DeviceReturned => "GPU back".to_owned(),
             EventKind::Annotation { text } => text.clone(),
         }
     }

@@ -10,13 +10,15 @@ pub mod capture;
 pub mod device;
 pub mod event;
 pub mod sample;
+pub mod series;
 
-pub use capture::{Capture, CaptureMeta, DeviceSeries, Recovery, SourceKind};
-pub use device::{DeviceFacts, FieldState, FieldStatus};
+pub use capture::{Capture, CaptureMeta, Recovery, SourceKind};
+pub use device::{DeviceFacts, FieldState, FieldStatus, field_name};
 pub use event::{Event, EventKind};
 pub use sample::{
     DeviceSample, HealthSample, MemoryReading, ProcessKind, ProcessSample, SampleBatch,
 };
+pub use series::{DeviceSeries, SeriesIter};
 
 /// Milliseconds since the Unix epoch (UTC). Every timestamp in the model uses this clock so that
 /// captures from different machines and `nvidia-smi` logs can be lined up.

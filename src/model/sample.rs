@@ -37,8 +37,9 @@ impl MemoryReading {
 }
 
 /// Fast-tier reading of one device at one instant. `None` means the field was not read (not
-/// supported or failed; the source reports which through [`FieldStatus`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// supported or failed; the source reports which through [`FieldStatus`]). A capture stores these
+/// by column ([`super::DeviceSeries`]); the struct is what sources produce and views read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceSample {
     pub t_ms: UnixMs,
     pub device_index: u32,

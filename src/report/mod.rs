@@ -97,7 +97,7 @@ impl Timeline {
         let mut devices: Vec<_> = capture
             .series
             .iter()
-            .filter(|s| s.samples.iter().any(|sample| sample.memory.is_some()))
+            .filter(|s| s.iter().any(|sample| sample.memory.is_some()))
             .collect();
         devices.sort_by_key(|s| s.device_index);
         if devices.is_empty() {
@@ -149,13 +149,11 @@ impl TimelinePanel {
 fn panel(capture: &Capture, series: &crate::model::DeviceSeries) -> TimelinePanel {
     let device = series.device_index;
     let total_bytes = series
-        .samples
         .iter()
         .rev()
         .find_map(|s| s.memory.map(|m| m.total_bytes))
         .unwrap_or(0);
     let used: Vec<(UnixMs, u64)> = series
-        .samples
         .iter()
         .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
         .collect();

@@ -219,6 +219,24 @@ fn device_ui(ui: &mut Ui, capture: &Capture, device: &DeviceFacts) {
     let latest = capture.series(device.index).and_then(|s| s.latest());
     ui.label(RichText::new(format!("GPU {} · {}", device.index, device.name)).strong())
         .on_hover_text(format!("UUID {}\nPCI {}", device.uuid, device.pci_bus_id));
+    if let Some(lost) = capture.lost_event(device.index) {
+        let detail = match &lost.kind {
+            EventKind::DeviceLost { detail } => detail.as_str(),
+            _ => "",
+        };
+        ui.label(
+            RichText::new(format!(
+                "LOST at {}: not answering; the values below are its last",
+                super::format::format_utc_ms(lost.t_ms)
+            ))
+            .color(Color32::from_rgb(0xe0, 0x4a, 0x4a))
+            .strong(),
+        )
+        .on_hover_text(format!(
+            "NVML: {detail}. The GPU is asked again every few seconds; sampling resumes when it \
+             answers."
+        ));
+    }
     match latest.and_then(|s| s.memory) {
         Some(memory) => {
             let fraction = memory.occupied_fraction() as f32;

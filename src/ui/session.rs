@@ -365,7 +365,7 @@ mod tests {
         assert!(session.capture.sample_count() >= 10, "samples arrive");
         assert_eq!(
             session.timeline.device(0).map(|d| d.x_secs.len()),
-            session.capture.series(0).map(|s| s.samples.len()),
+            session.capture.series(0).map(|s| s.len()),
             "timeline follows the capture"
         );
         let (recorded_path, status) = session.stop_recording().expect("was recording");

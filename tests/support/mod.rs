@@ -4,4 +4,5 @@
     reason = "each test binary uses a different part of this module"
 )]
 
+pub mod readers;
 pub mod synthetic_allocator;

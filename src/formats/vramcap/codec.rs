@@ -247,6 +247,17 @@ impl<'a> ByteReader<'a> {
     }
 }
 
+/// Most items a reader reserves room for before they are decoded. A count is only a claim, and an
+/// item can be many times bigger in memory than its smallest encoding (a one-byte batch is a
+/// hundred-byte struct), so room for the rest is made as items actually decode.
+pub(super) const MAX_PREALLOCATED_ITEMS: usize = 1024;
+
+/// An empty vector with room for the first of `count` claimed items (see
+/// [`MAX_PREALLOCATED_ITEMS`]).
+pub(super) fn room_for<T>(count: usize) -> Vec<T> {
+    Vec::with_capacity(count.min(MAX_PREALLOCATED_ITEMS))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -416,6 +416,8 @@ mod event_tag {
     pub const ECC_INCREASE: u8 = 4;
     pub const DEVICE_LOST: u8 = 5;
     pub const ANNOTATION: u8 = 6;
+    /// Readers before it skip the event (unknown tags are skipped).
+    pub const DEVICE_RETURNED: u8 = 7;
 }
 
 pub(super) fn put_event(out: &mut Vec<u8>, scratch: &mut Vec<u8>, event: &Event) {
@@ -459,6 +461,7 @@ pub(super) fn put_event(out: &mut Vec<u8>, scratch: &mut Vec<u8>, event: &Event)
                 item.push(event_tag::ANNOTATION);
                 put_str(item, text);
             }
+            EventKind::DeviceReturned => item.push(event_tag::DEVICE_RETURNED),
         }
     });
 }
@@ -490,6 +493,7 @@ pub(super) fn read_event(reader: &mut ByteReader<'_>) -> DecodeResult<Option<Eve
             detail: item.str()?,
         },
         event_tag::ANNOTATION => EventKind::Annotation { text: item.str()? },
+        event_tag::DEVICE_RETURNED => EventKind::DeviceReturned,
         _ => return Ok(None),
     };
     Ok(Some(Event {
@@ -610,13 +614,13 @@ impl BatchCoder {
         }
         let mut batch = SampleBatch::default();
         let device_count = reader.count()?;
-        batch.devices.reserve(device_count);
+        batch.devices = room_for(device_count);
         for _ in 0..device_count {
             batch.devices.push(self.samples.read(reader)?);
         }
         if flags & batch_flag::PROCESSES != 0 {
             let count = reader.count()?;
-            let mut processes = Vec::with_capacity(count);
+            let mut processes = room_for(count);
             for _ in 0..count {
                 processes.push(self.processes.read(reader)?);
             }

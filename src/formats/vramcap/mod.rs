@@ -22,7 +22,7 @@ mod recorder;
 #[cfg(feature = "native")]
 pub use recorder::{Recorder, RecorderStatus};
 
-use codec::{ByteReader, DecodeError, DecodeResult, put_signed, put_str, put_varint};
+use codec::{ByteReader, DecodeError, DecodeResult, put_signed, put_str, put_varint, room_for};
 use items::{BatchCoder, SampleCoder};
 
 use crate::model::capture::ProcessTrack;
@@ -351,7 +351,7 @@ fn read_header(
     let parse = |reader: &mut ByteReader<'_>| -> DecodeResult<(CaptureMeta, Vec<DeviceFacts>)> {
         let meta = items::read_meta(reader)?;
         let count = reader.count()?;
-        let mut devices = Vec::with_capacity(count);
+        let mut devices = room_for(count);
         for _ in 0..count {
             devices.push(items::read_device_facts(reader)?);
         }
@@ -442,7 +442,7 @@ impl ChunkApplier {
         match kind {
             chunk_type::BATCHES => {
                 let count = reader.count()?;
-                let mut batches = Vec::with_capacity(count);
+                let mut batches = room_for(count);
                 for _ in 0..count {
                     batches.push(self.batches.read(reader)?);
                 }
@@ -450,12 +450,9 @@ impl ChunkApplier {
             }
             chunk_type::SERIES_LAYOUT => {
                 let count = reader.count()?;
-                let mut series = Vec::with_capacity(count);
+                let mut series = room_for(count);
                 for _ in 0..count {
-                    series.push(DeviceSeries {
-                        device_index: reader.u32()?,
-                        samples: Vec::new(),
-                    });
+                    series.push(DeviceSeries::new(reader.u32()?));
                 }
                 capture.series = series;
             }
@@ -469,15 +466,22 @@ impl ChunkApplier {
                     })?;
                 let count = reader.count()?;
                 let mut coder = SampleCoder::default();
-                let mut samples = Vec::with_capacity(count);
+                // Every sample takes at least one byte of the chunk, so `count` is bounded by the
+                // bytes present. A chunk applies whole or not at all, like every other chunk.
+                let before = series.len();
                 for _ in 0..count {
-                    samples.push(coder.read(reader)?);
+                    match coder.read(reader) {
+                        Ok(sample) => series.push(&sample),
+                        Err(problem) => {
+                            series.truncate(before);
+                            return Err(problem);
+                        }
+                    }
                 }
-                series.samples.append(&mut samples);
             }
             chunk_type::PROCESS_TRACKS => {
                 let count = reader.count()?;
-                let mut pieces = Vec::with_capacity(count);
+                let mut pieces = room_for(count);
                 for _ in 0..count {
                     pieces.push(read_track_piece(reader)?);
                 }
@@ -488,7 +492,7 @@ impl ChunkApplier {
             }
             chunk_type::PROCESS_POLLS => {
                 let count = reader.count()?;
-                let mut polls = Vec::with_capacity(count);
+                let mut polls = room_for(count);
                 let mut t_ms = capture.process_poll_ms.last().copied().unwrap_or(0);
                 for _ in 0..count {
                     t_ms = t_ms.wrapping_add(reader.signed()?);
@@ -498,7 +502,7 @@ impl ChunkApplier {
             }
             chunk_type::HEALTH => {
                 let count = reader.count()?;
-                let mut health = Vec::with_capacity(count);
+                let mut health = room_for(count);
                 for _ in 0..count {
                     health.push(items::read_health(reader)?);
                 }
@@ -538,8 +542,8 @@ fn read_track_piece(reader: &mut ByteReader<'_>) -> DecodeResult<(u64, ProcessTr
         ..Default::default()
     };
     let count = reader.count()?;
-    track.t_ms.reserve(count);
-    track.used_bytes.reserve(count);
+    track.t_ms = room_for(count);
+    track.used_bytes = room_for(count);
     let (mut t_ms, mut used_bytes): (i64, u64) = (0, 0);
     for _ in 0..count {
         t_ms = t_ms.wrapping_add(reader.signed()?);
@@ -593,7 +597,7 @@ fn window_ends_ms(capture: &Capture) -> Vec<UnixMs> {
     let mut times: Vec<UnixMs> = capture
         .series
         .iter()
-        .flat_map(|series| series.samples.iter().map(|sample| sample.t_ms))
+        .flat_map(|series| series.times().iter().copied())
         .collect();
     times.sort_unstable();
     let mut ends: Vec<UnixMs> = Vec::new();
@@ -744,15 +748,15 @@ impl<'a> ColumnWriter<'a> {
     ) {
         for (slot, series) in capture.series.iter().enumerate() {
             let start = cursors.series[slot];
-            let end = run_end(&series.samples, start, end_ms, |s| s.t_ms);
+            let end = run_end(series.times(), start, end_ms, |t| *t);
             cursors.series[slot] = end;
             let mut prefix = Vec::new();
             put_varint(&mut prefix, slot as u64);
             // Each chunk restarts the delta base so that chunks decode independently.
             let mut coder = SampleCoder::default();
             let mut count: u64 = 0;
-            for sample in &series.samples[start..end] {
-                coder.put(&mut self.payload, sample);
+            for sample in series.iter_from(start).take(end - start) {
+                coder.put(&mut self.payload, &sample);
                 count += 1;
                 if self.payload.len() >= TARGET_CHUNK_BYTES {
                     self.emit_counted(chunk_type::SERIES_SAMPLES, &prefix, count);

@@ -1,12 +1,15 @@
 //! Appending a live recording to a `.vramcap` file on a writer thread of its own.
 //!
 //! The sampler hands batches over a bounded channel (`push` never blocks it); the writer thread
-//! encodes them and writes a `BATCHES` chunk at least once a second with a plain `write(2)`, so a
-//! process killed with SIGKILL loses at most the last second of samples and the file still opens.
-//! `finish` writes the last chunk and the end marker and syncs the file to disk.
+//! encodes them and writes a `BATCHES` chunk at least every half second with a plain `write(2)`,
+//! so a process killed with SIGKILL loses at most the last second of samples (with half a second
+//! to spare for a busy machine) and the file still opens. `finish` writes the last chunk and the
+//! end marker and syncs the file to disk. When a write fails (a full disk), the partial chunk is
+//! cut off and the end marker written if it fits, so the file keeps every complete chunk and
+//! opens as a whole recording.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,8 +21,10 @@ use super::items::BatchCoder;
 use super::{VramcapError, chunk_type, header_bytes, put_chunk};
 use crate::model::{CaptureMeta, DeviceFacts, SampleBatch};
 
-/// Longest time a batch waits in memory before it is written to the file.
-pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// Longest time a batch waits in memory before it is written to the file: half the promised
+/// "at most the last second is lost", so a loaded machine that runs the writer late still keeps
+/// the promise (`tests/record_faults.rs` kills `record` 100 times to check it).
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
 /// Batches that may queue for the writer before `push` starts dropping them (about 80 s at the
 /// fastest 20 ms interval): a stalled disk must not grow memory without bound.
 const QUEUE_BATCHES: usize = 4096;
@@ -122,7 +127,9 @@ impl Recorder {
         }
     }
 
-    fn close(&mut self) {
+    /// Writes what is queued and the end marker and waits for the writer thread: [`Recorder::status`]
+    /// is final afterwards (what [`Recorder::finish`] then reports).
+    pub fn close(&mut self) {
         self.sender = None;
         if let Some(writer) = self.writer.take()
             && writer.join().is_err()
@@ -196,6 +203,7 @@ impl ChunkWriter {
                     pending_samples,
                 ) {
                     lock(&self.status).batches_dropped += pending_batches;
+                    self.close_after_error();
                     self.drain_after_error(&receiver);
                     return;
                 }
@@ -205,8 +213,9 @@ impl ChunkWriter {
             }
             if closing {
                 // EINVAL: the "file" cannot be synced at all (/dev/null, a pipe); nothing is lost.
-                if self.write_chunk(chunk_type::END, &[], 0, 0)
-                    && let Err(err) = self.file.sync_all()
+                if !self.write_chunk(chunk_type::END, &[], 0, 0) {
+                    self.close_after_error();
+                } else if let Err(err) = self.file.sync_all()
                     && err.kind() != std::io::ErrorKind::InvalidInput
                 {
                     self.fail(format!("cannot sync the file to disk: {err}"));
@@ -229,7 +238,16 @@ impl ChunkWriter {
                 true
             }
             Err(err) => {
-                self.fail(format!("cannot write to {}: {err}", self.file_name));
+                let problem = match err.kind() {
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                        format!(
+                            "the disk is full: cannot write to {} ({err})",
+                            self.file_name
+                        )
+                    }
+                    _ => format!("cannot write to {}: {err}", self.file_name),
+                };
+                self.fail(problem);
                 false
             }
         }
@@ -237,6 +255,29 @@ impl ChunkWriter {
 
     fn fail(&self, problem: String) {
         lock(&self.status).last_error = Some(problem);
+    }
+
+    /// After a failed write: cuts the file back to its last complete chunk (a failed write may
+    /// have left part of one) and writes the end marker, which the cut freed room for, so the file
+    /// opens as a whole recording. Best effort: if even that fails, the file still ends on a chunk
+    /// boundary, or a partial chunk that readers recover from.
+    fn close_after_error(&mut self) {
+        let complete_bytes = lock(&self.status).bytes_written;
+        let cut = self
+            .file
+            .set_len(complete_bytes)
+            .and_then(|()| self.file.seek(SeekFrom::Start(complete_bytes)));
+        if cut.is_err() {
+            return;
+        }
+        let mut end = Vec::new();
+        put_chunk(&mut end, chunk_type::END, &[]);
+        if self.file.write_all(&end).is_ok() {
+            lock(&self.status).bytes_written += end.len() as u64;
+            let _ = self.file.sync_all();
+        } else {
+            let _ = self.file.set_len(complete_bytes);
+        }
     }
 
     /// After a write error nothing more is written (a partial chunk may end the file, which a

@@ -11,50 +11,7 @@ use nvml_wrapper::error::NvmlError;
 
 use crate::model::{EventKind, FieldState, FieldStatus};
 
-/// Stable field names used in [`FieldStatus::field`]. The UI and reports key on these strings.
-pub mod name {
-    pub const MEMORY: &str = "memory";
-    pub const UTILIZATION: &str = "utilization";
-    pub const TEMPERATURE: &str = "temperature";
-    pub const POWER: &str = "power";
-    pub const SM_CLOCK: &str = "sm_clock";
-    pub const MEM_CLOCK: &str = "mem_clock";
-    pub const THROTTLE_REASONS: &str = "throttle_reasons";
-    pub const ECC_VOLATILE: &str = "ecc_volatile";
-    pub const COMPUTE_PROCESSES: &str = "compute_processes";
-    pub const GRAPHICS_PROCESSES: &str = "graphics_processes";
-    pub const ECC_AGGREGATE: &str = "ecc_aggregate";
-    pub const RETIRED_PAGES: &str = "retired_pages";
-    pub const RETIRED_PAGES_PENDING: &str = "retired_pages_pending";
-    pub const REMAPPED_ROWS: &str = "remapped_rows";
-    pub const BAR1: &str = "bar1";
-    pub const PCIE_REPLAY: &str = "pcie_replay";
-    pub const PERSISTENCE_MODE: &str = "persistence_mode";
-    /// Xid/critical event delivery (registration with the event set).
-    pub const EVENTS: &str = "events";
-
-    /// Every field a device reports; a lost GPU marks all of them failed.
-    pub const ALL: &[&str] = &[
-        MEMORY,
-        UTILIZATION,
-        TEMPERATURE,
-        POWER,
-        SM_CLOCK,
-        MEM_CLOCK,
-        THROTTLE_REASONS,
-        ECC_VOLATILE,
-        COMPUTE_PROCESSES,
-        GRAPHICS_PROCESSES,
-        ECC_AGGREGATE,
-        RETIRED_PAGES,
-        RETIRED_PAGES_PENDING,
-        REMAPPED_ROWS,
-        BAR1,
-        PCIE_REPLAY,
-        PERSISTENCE_MODE,
-        EVENTS,
-    ];
-}
+pub use crate::model::field_name as name;
 
 /// What a failed NVML read means for the field. "Not supported" (by the GPU, or by a driver too
 /// old to export the function) is a fact about the hardware, not an error; everything else is a

@@ -15,8 +15,10 @@
 //!
 //! Nothing here fails the whole machine: each field's readability is tracked per device and
 //! reported only when it changes (see [`fields::FieldTracker`]); a GPU that falls off the bus
-//! raises one `DeviceLost` event, all its fields turn failed and it is not polled again, while the
-//! other GPUs keep being sampled.
+//! raises one `DeviceLost` event, all its fields turn failed and it is only asked again every
+//! [`LOST_RECHECK_MS`] whether it answers (after a reset or a driver recovery), while the other
+//! GPUs keep being sampled; when it answers, a `DeviceReturned` event marks where its samples
+//! resume.
 
 mod events;
 mod fields;
@@ -41,6 +43,9 @@ use crate::model::{
     CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, FieldState, FieldStatus,
     HealthSample, MemoryReading, ProcessSample, SampleBatch, SourceKind, UnixMs,
 };
+
+/// How often a lost GPU is asked whether it answers again.
+pub const LOST_RECHECK_MS: UnixMs = 5_000;
 
 /// The NVML library nvml-wrapper loads on Linux.
 const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -90,8 +95,10 @@ impl From<NvmlError> for NvmlOpenError {
 struct TrackedDevice {
     index: u32,
     handle: RawDevice,
-    /// Set once NVML said the GPU is lost; the device is not polled again.
+    /// Set once NVML said the GPU is lost; the device is then only asked whether it answers
+    /// again, at `recheck_at_ms`.
     lost: bool,
+    recheck_at_ms: UnixMs,
     /// Last volatile (corrected, uncorrected) ECC counts, to turn increases into events.
     last_ecc_volatile: Option<(u64, u64)>,
     /// Kept between ticks so that reading a process list is one driver call, no allocation.
@@ -128,6 +135,7 @@ impl NvmlSource {
                         index,
                         handle: RawDevice::of(&device),
                         lost: false,
+                        recheck_at_ms: 0,
                         last_ecc_volatile: None,
                         process_buffer: ProcessBuffer::new(),
                         processes: CachedProcessLists::new(DEFAULT_PROCESS_REFRESH_MAX_MS),
@@ -242,6 +250,19 @@ impl FieldReader<'_> {
         }
         result.ok()
     }
+}
+
+/// Whether a lost GPU answers again: it is opened afresh by its index (a reset can make the old
+/// handle stale) and its memory read. On success the fresh handle replaces the old one.
+fn answers_again(nvml: &Nvml, device: &mut TrackedDevice) -> bool {
+    let Ok(gpu) = nvml.device_by_index(device.index) else {
+        return false;
+    };
+    if gpu.memory_info().is_err() {
+        return false;
+    }
+    device.handle = RawDevice::of(&gpu);
+    true
 }
 
 /// What a lost GPU produces: one `DeviceLost` event and every field marked failed (changes only).
@@ -408,7 +429,20 @@ impl Source for NvmlSource {
         }
         let nvml = &*self.nvml;
         let mut processes = Vec::new();
-        for device in self.devices.iter_mut().filter(|d| !d.lost) {
+        for device in self.devices.iter_mut() {
+            if device.lost {
+                if now_ms < device.recheck_at_ms || !answers_again(nvml, device) {
+                    device.recheck_at_ms = device.recheck_at_ms.max(now_ms + LOST_RECHECK_MS);
+                    continue;
+                }
+                log::warn!("GPU {} answers again; sampling it resumes", device.index);
+                device.lost = false;
+                batch.events.push(Event {
+                    t_ms: now_ms,
+                    device_index: Some(device.index),
+                    kind: EventKind::DeviceReturned,
+                });
+            }
             let mut reader = FieldReader {
                 device_index: device.index,
                 tracker: &mut self.tracker,
@@ -438,10 +472,12 @@ impl Source for NvmlSource {
             }
             if let Some(detail) = reader.lost {
                 log::error!(
-                    "GPU {} was lost and will not be polled again: {detail}",
-                    device.index
+                    "GPU {} was lost; asking every {} s whether it answers again: {detail}",
+                    device.index,
+                    LOST_RECHECK_MS / 1000
                 );
                 device.lost = true;
+                device.recheck_at_ms = now_ms + LOST_RECHECK_MS;
                 let (event, changes) = mark_lost(&mut self.tracker, device.index, &detail, now_ms);
                 batch.events.push(event);
                 batch.field_changes.extend(changes);

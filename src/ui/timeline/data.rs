@@ -89,7 +89,7 @@ pub struct DeviceTimeline {
     pub device_index: u32,
     /// x of every sample that has a memory reading.
     pub x_secs: Vec<f64>,
-    /// Index of each of those samples in the device's `DeviceSeries::samples`.
+    /// Index of each of those samples in the device's [`crate::model::DeviceSeries`].
     pub sample_index: Vec<u32>,
     pub used: LodSeries,
     pub reserved: LodSeries,
@@ -185,14 +185,15 @@ impl TimelineData {
             };
             let origin_ms = self.origin_ms;
             let device = &mut self.devices[position];
-            if series.samples.len() < device.samples_seen {
+            if series.len() < device.samples_seen {
                 // The capture was replaced by a shorter one: start this device over.
                 *device = DeviceTimeline {
                     device_index: series.device_index,
                     ..Default::default()
                 };
             }
-            for (index, sample) in series.samples.iter().enumerate().skip(device.samples_seen) {
+            let new_samples = series.iter_from(device.samples_seen);
+            for (index, sample) in (device.samples_seen..).zip(new_samples) {
                 if let Some(memory) = sample.memory {
                     device
                         .x_secs
@@ -203,7 +204,7 @@ impl TimelineData {
                     device.total.push(gib(memory.total_bytes));
                 }
             }
-            device.samples_seen = series.samples.len();
+            device.samples_seen = series.len();
             device.used.refresh();
             device.reserved.refresh();
             device.total.refresh();

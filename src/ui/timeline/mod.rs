@@ -35,7 +35,7 @@ pub const THRESHOLD_COLOR: Color32 = Color32::from_rgb(0xf0, 0xa0, 0x30);
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TimelineHover {
     pub device_index: u32,
-    /// Index into the device's `DeviceSeries::samples`.
+    /// Index into the device's [`crate::model::DeviceSeries`].
     pub sample_index: usize,
     /// x of that sample (seconds since the timeline origin).
     pub x_secs: f64,
@@ -43,34 +43,29 @@ pub struct TimelineHover {
     pub t_ms: UnixMs,
 }
 
-/// Threshold crossings per device, recomputed when the threshold or the data changes.
+/// Threshold crossings per device, kept up to date as live samples arrive (only new samples are
+/// scanned) and recomputed when the threshold changes or a capture is replaced.
 #[derive(Clone, Debug, Default)]
 struct CrossingsCache {
-    threshold_fraction: f64,
-    /// Samples per device when computed.
-    sample_counts: Vec<usize>,
-    per_device: Vec<Vec<Crossing>>,
+    per_device: Vec<threshold::CrossingScan>,
 }
 
 impl CrossingsCache {
     fn update(&mut self, capture: &Capture, threshold_fraction: f64) {
-        let sample_counts: Vec<usize> = capture.series.iter().map(|s| s.samples.len()).collect();
-        if self.threshold_fraction == threshold_fraction && self.sample_counts == sample_counts {
-            return;
+        self.per_device
+            .resize_with(capture.series.len(), Default::default);
+        for (scan, series) in self.per_device.iter_mut().zip(&capture.series) {
+            if scan.threshold_fraction() != threshold_fraction || scan.samples_seen > series.len() {
+                *scan = threshold::CrossingScan::new(threshold_fraction);
+            }
+            scan.extend(series.iter_from(scan.samples_seen));
         }
-        self.per_device = capture
-            .series
-            .iter()
-            .map(|series| threshold::crossings(&series.samples, threshold_fraction))
-            .collect();
-        self.threshold_fraction = threshold_fraction;
-        self.sample_counts = sample_counts;
     }
 
     fn for_device(&self, position: usize) -> &[Crossing] {
         self.per_device
             .get(position)
-            .map(Vec::as_slice)
+            .map(|scan| scan.found.as_slice())
             .unwrap_or(&[])
     }
 }
@@ -331,7 +326,7 @@ pub fn hover_text(
     hover: TimelineHover,
 ) -> Option<String> {
     let series = input.capture.series(hover.device_index)?;
-    let sample = series.samples.get(hover.sample_index)?;
+    let sample = series.get(hover.sample_index)?;
     let memory = sample.memory?;
     let mut text = format!(
         "GPU {} at {} ({}): used {} ({} B) · reserved {} · free {} · total {}",
@@ -712,6 +707,7 @@ fn event_color(kind: &EventKind) -> Color32 {
         }
         EventKind::OutOfMemory { .. } => Color32::from_rgb(0xff, 0x70, 0x20),
         EventKind::EccIncrease { .. } => Color32::from_rgb(0xd0, 0xb0, 0x30),
+        EventKind::DeviceReturned => Color32::from_rgb(0x40, 0xb0, 0x60),
         EventKind::Annotation { .. } => Color32::from_rgb(0x40, 0xa0, 0xe0),
     }
 }
