@@ -153,7 +153,7 @@ CASES = {
         "whole_card": True,
         "history": 2500,
         "params": {"staging_bytes": 2 * GiB, "batch_bytes": 1 * GiB, "activation_bytes": 512 * MiB,
-                   "count": 0, "pad_bytes": 0, "leave_free_bytes": 64 * MiB,
+                   "count": 0, "pad_bytes": 0, "leave_free_bytes": 512 * MiB,
                    "count_slack_bytes": 256 * MiB},
         "smoke_params": {"staging_bytes": 64 * MiB, "batch_bytes": 32 * MiB,
                          "activation_bytes": 16 * MiB, "leave_free_bytes": 4 * MiB,

@@ -389,6 +389,12 @@ def job_two_streams():
                                              - P["count_slack_bytes"]) // staging))
     main = torch.cuda.current_stream(dev)
     side = main if ARGS.fix else torch.cuda.Stream(dev)
+    # Load the kernels used below before the card is full: CUDA loads modules lazily, and a
+    # module load with no free memory left fails as "CUDA error: out of memory".
+    with torch.cuda.stream(side):
+        torch.ones(1, device=dev).fill_(1).add_(1)
+    torch.ones(1, device=dev).fill_(1).add_(1)
+    torch.cuda.synchronize()
     phase("staging")
     with torch.cuda.stream(side):
         buffers = [empty(align(staging * s)) for _ in range(count)]
