@@ -156,7 +156,16 @@ pub fn timeline_ui(
     ui.separator();
 
     let Some((span_start, span_end)) = input.data.x_span() else {
-        ui.label("No samples yet.");
+        if input.capture.sample_count() == 0 && !input.capture.processes.is_empty() {
+            ui.label(
+                "This capture holds process memory only (an nvidia-smi --query-compute-apps \
+                 log): the process table below lists it. For the GPUs' memory over time, open \
+                 it together with the --query-gpu log of the same run (vramscope inspect, \
+                 diagnose and export join the two).",
+            );
+        } else {
+            ui.label("No samples yet.");
+        }
         return;
     };
     let device_count = input.data.devices.len().max(1);
