@@ -16,6 +16,33 @@ const BYTE_STEPS: [f64; 16] = [
     0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0, 20.0, 25.0, 50.0, 100.0, 200.0, 250.0, 500.0,
 ];
 
+/// The smallest round step (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, … times a power of 1000) of
+/// at least `min_step` that covers `span` in at most `max_ticks` steps. The app's memory axis
+/// (in GiB) uses it too, so that its labels fall where the report's do.
+pub fn round_step(span: f64, max_ticks: usize, min_step: f64) -> f64 {
+    let span = if span.is_finite() && span > 0.0 {
+        span
+    } else {
+        1.0
+    };
+    let max_ticks = max_ticks.max(1);
+    let min_step = if min_step.is_finite() { min_step } else { 0.0 };
+    let mut scale = 1.0;
+    // 1000^40 is far past any span an f64 axis holds.
+    for _ in 0..40 {
+        if let Some(step) = BYTE_STEPS
+            .iter()
+            .map(|s| s * scale)
+            .filter(|step| *step >= min_step)
+            .find(|step| (span / step).ceil() as usize <= max_ticks)
+        {
+            return step;
+        }
+        scale *= 1000.0;
+    }
+    span
+}
+
 /// Ticks from 0 to at least `max_bytes`, at most `max_ticks` + 1 of them, on a round step of
 /// the largest binary unit below the maximum (KiB, MiB, GiB, TiB). Returns the ticks (the last
 /// one is the top of the axis).
@@ -36,19 +63,8 @@ pub fn byte_ticks(max_bytes: u64, max_ticks: usize) -> Vec<Tick<u64>> {
         .copied()
         .unwrap_or(UNITS[0]);
     let max_in_unit = max_bytes as f64 / unit_bytes as f64;
-    let mut scale = 1.0;
-    let step = loop {
-        if let Some(step) = BYTE_STEPS
-            .iter()
-            .map(|s| s * scale)
-            // No fractions of a byte.
-            .filter(|step| step * unit_bytes as f64 >= 1.0)
-            .find(|step| (max_in_unit / step).ceil() as usize <= max_ticks)
-        {
-            break step;
-        }
-        scale *= 1000.0;
-    };
+    // No fractions of a byte.
+    let step = round_step(max_in_unit, max_ticks, 1.0 / unit_bytes as f64);
     let count = (max_in_unit / step).ceil().max(1.0) as usize;
     (0..=count)
         .map(|i| {
@@ -205,6 +221,16 @@ mod tests {
             ["0", "0.5 GiB", "1 GiB", "1.5 GiB"]
         );
         assert_eq!(labels(&byte_ticks(0, 4)), ["0", "1 B"]);
+    }
+
+    #[test]
+    fn round_steps_cover_the_span() {
+        assert_eq!(round_step(140.4, 6, 0.0), 25.0);
+        assert_eq!(round_step(140.4, 4, 0.0), 50.0);
+        assert_eq!(round_step(1.5, 4, 0.0), 0.5);
+        assert_eq!(round_step(1e9, 5, 0.0), 200_000_000.0);
+        assert_eq!(round_step(0.3, 3, 1.0), 1.0, "never below the minimum");
+        assert_eq!(round_step(f64::NAN, 3, 0.0), 0.5);
     }
 
     #[test]

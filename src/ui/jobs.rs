@@ -16,7 +16,7 @@ use crate::diagnose::NamedCapture;
 use crate::diagnose::leak::SnapshotFacts;
 use crate::diagnose::log::{LogAnalysis, analyze_bytes};
 use crate::formats::sniff::{Route, SNIFF_BYTES, route};
-use crate::formats::{capture, pytorch, vramcap};
+use crate::formats::{capture, pytorch};
 use crate::model::allocator::AllocatorSnapshot;
 
 use super::session::PreparedCapture;
@@ -231,7 +231,8 @@ impl Jobs {
     #[cfg(feature = "native")]
     pub fn save(&mut self, path: PathBuf, capture: crate::model::Capture) {
         self.spawn(None, move || {
-            let result = vramcap::write_file(&path, &capture).map_err(|err| err.to_string());
+            let result =
+                crate::formats::vramcap::write_file(&path, &capture).map_err(|err| err.to_string());
             JobResult::Saved { path, result }
         });
     }
