@@ -47,14 +47,8 @@ pub fn run(args: ExportArgs) -> ExitCode {
             args.threshold
         ));
     }
-    let (name, capture) = match crate::formats::capture::read_files(&args.files) {
-        Ok(mut captures) if captures.len() == 1 => captures.remove(0),
-        Ok(_) => {
-            return super::fail(
-                "export takes one capture: give one file, or an nvidia-smi GPU log with the \
-                 process logs of the same run",
-            );
-        }
+    let (name, capture) = match crate::formats::capture::read_one(&args.files) {
+        Ok(one) => one,
         Err(err) => return super::fail(err),
     };
     let beside_input = args.files[0]

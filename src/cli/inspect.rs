@@ -22,14 +22,8 @@ pub struct InspectArgs {
 }
 
 pub fn run(args: InspectArgs) -> ExitCode {
-    let (name, capture) = match crate::formats::capture::read_files(&args.files) {
-        Ok(mut captures) if captures.len() == 1 => captures.remove(0),
-        Ok(_) => {
-            return super::fail(
-                "inspect describes one capture: give one file, or an nvidia-smi GPU log with the \
-                 process logs of the same run",
-            );
-        }
+    let (name, capture) = match crate::formats::capture::read_one(&args.files) {
+        Ok(one) => one,
         Err(err) => return super::fail(err),
     };
     let summary = CaptureSummary::of(&name, &capture);

@@ -127,6 +127,23 @@ pub fn read_files(
     Ok(join_process_logs(opened))
 }
 
+/// Reads the files of one capture (a `.vramcap`, or the nvidia-smi logs of one run, joined):
+/// the commands that describe or export one capture use it. The error says what went wrong.
+#[cfg(feature = "native")]
+pub fn read_one(paths: &[std::path::PathBuf]) -> Result<(String, Capture), String> {
+    let mut captures = read_files(paths).map_err(|err| err.to_string())?;
+    if captures.len() == 1 {
+        Ok(captures.remove(0))
+    } else {
+        Err(format!(
+            "{} files make {} captures: give one file, or an nvidia-smi --query-gpu log with the \
+             --query-compute-apps logs of the same run",
+            paths.len(),
+            captures.len()
+        ))
+    }
+}
+
 /// See [`read_files`]: merges process-only nvidia-smi logs into the one capture with GPU
 /// readings, when there is exactly one.
 pub fn join_process_logs(opened: Vec<(String, Capture)>) -> Vec<(String, Capture)> {

@@ -156,15 +156,7 @@ impl Canvas {
         dash: Option<[f32; 2]>,
         mask: Option<&Mask>,
     ) {
-        let mut builder = PathBuilder::new();
-        for (i, &(x, y)) in points.iter().enumerate() {
-            if i == 0 {
-                builder.move_to(x, y);
-            } else {
-                builder.line_to(x, y);
-            }
-        }
-        let Some(path) = builder.finish() else {
+        let Some(path) = path_through(points, false) else {
             return;
         };
         let stroke = Stroke {
@@ -191,16 +183,7 @@ impl Canvas {
         alpha: f32,
         mask: Option<&Mask>,
     ) {
-        let mut builder = PathBuilder::new();
-        for (i, &(x, y)) in points.iter().enumerate() {
-            if i == 0 {
-                builder.move_to(x, y);
-            } else {
-                builder.line_to(x, y);
-            }
-        }
-        builder.close();
-        if let Some(path) = builder.finish() {
+        if let Some(path) = path_through(points, true) {
             let transform = self.transform();
             self.pixmap.fill_path(
                 &path,
@@ -309,6 +292,22 @@ impl Canvas {
             .map_err(|e| FigureError::Encode(e.to_string()))?;
         Ok(png)
     }
+}
+
+/// The path through `points` (closed into a polygon when `close`); `None` for no points.
+fn path_through(points: &[(f32, f32)], close: bool) -> Option<tiny_skia::Path> {
+    let mut builder = PathBuilder::new();
+    for (i, &(x, y)) in points.iter().enumerate() {
+        if i == 0 {
+            builder.move_to(x, y);
+        } else {
+            builder.line_to(x, y);
+        }
+    }
+    if close {
+        builder.close();
+    }
+    builder.finish()
 }
 
 /// Collects glyph outlines into one path, font units (y up) to points (y down).
