@@ -35,8 +35,8 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, Duration, T) {
 /// The capture's GPU samples as an nvidia-smi `--query-gpu=timestamp,index,memory.used,
 /// memory.reserved,memory.total --format=csv` log.
 fn as_smi_log(capture: &Capture) -> String {
-    let mut rows: Vec<&vramscope::model::DeviceSample> =
-        capture.series.iter().flat_map(|s| &s.samples).collect();
+    let mut rows: Vec<vramscope::model::DeviceSample> =
+        capture.series.iter().flat_map(|s| s.iter()).collect();
     rows.sort_by_key(|s| (s.t_ms, s.device_index));
     let mut out = String::from(
         "timestamp, index, memory.used [MiB], memory.reserved [MiB], memory.total [MiB]\n",

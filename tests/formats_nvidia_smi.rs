@@ -41,7 +41,7 @@ fn h200_gpu_log_agrees_with_vramscopes_recording_of_the_same_run() {
     let capture = read(RUN1_GPU_LOG);
     assert_eq!(capture.devices.len(), 1);
     assert_eq!(capture.devices[0].memory_total_bytes, 143_771 * MIB);
-    let samples = &capture.series[0].samples;
+    let samples: Vec<_> = capture.series[0].iter().collect();
     assert_eq!(samples.len(), 161, "every row of the log");
     assert_eq!(capture.meta.interval_ms, 250, "-lms 250");
     let first = samples[0].memory.expect("memory");
@@ -66,7 +66,7 @@ fn h200_gpu_log_agrees_with_vramscopes_recording_of_the_same_run() {
         .collect();
     assert!(recorded.len() > 100);
     let mut pairs = 0;
-    for sample in samples {
+    for sample in &samples {
         let nearest = recorded
             .iter()
             .min_by_key(|(t, _)| (t - sample.t_ms).abs())

@@ -1118,15 +1118,20 @@ mod tests {
         assert_eq!(capture.devices[1].name, "NVIDIA H200");
         assert_eq!(capture.devices[0].memory_total_bytes, 143_771 * MIB);
         let gpu1 = capture.series(1).expect("GPU 1");
-        assert_eq!(gpu1.samples.len(), 2);
-        let first = &gpu1.samples[0];
+        assert_eq!(gpu1.len(), 2);
+        let first = gpu1.get(0).expect("a sample");
         let memory = first.memory.expect("memory");
         assert_eq!(memory.used_bytes, 4708 * MIB);
         assert_eq!(memory.free_bytes, (143_771 - 4708) * MIB);
         assert_eq!(first.gpu_util_pct, Some(37));
         assert_eq!(first.power_mw, None);
         assert_eq!(
-            capture.series(0).expect("GPU 0").samples[0].power_mw,
+            capture
+                .series(0)
+                .expect("GPU 0")
+                .get(0)
+                .expect("a sample")
+                .power_mw,
             Some(82_600)
         );
         // 2026-12-01 13:59:16.991 UTC.
@@ -1151,8 +1156,19 @@ mod tests {
         };
         let capture = read_str(text, "x.csv", plus_one).expect("reads");
         assert_eq!(
-            capture.series(0).expect("GPU 0").samples[0].t_ms,
-            read(text).series(0).expect("GPU 0").samples[0].t_ms - 3_600_000
+            capture
+                .series(0)
+                .expect("GPU 0")
+                .get(0)
+                .expect("a sample")
+                .t_ms,
+            read(text)
+                .series(0)
+                .expect("GPU 0")
+                .get(0)
+                .expect("a sample")
+                .t_ms
+                - 3_600_000
         );
         assert!(
             capture.meta.writer.contains("UTC+01:00"),
@@ -1167,7 +1183,11 @@ mod tests {
             "memory.total [MiB], memory.free [MiB], memory.used [MiB], timestamp\n\
              81920, 71680, 10000, 2026/01/02 03:04:05.600\n",
         );
-        let memory = capture.series(0).expect("GPU 0").samples[0]
+        let memory = capture
+            .series(0)
+            .expect("GPU 0")
+            .get(0)
+            .expect("a sample")
             .memory
             .expect("memory");
         assert_eq!(memory.used_bytes, 10_000 * MIB);
@@ -1187,8 +1207,7 @@ mod tests {
         assert_eq!(capture.devices.len(), 2);
         let gpu0 = capture.series(0).expect("GPU 0");
         assert_eq!(
-            gpu0.samples
-                .iter()
+            gpu0.iter()
                 .map(|s| s.memory.map(|m| (m.used_bytes / MIB, m.total_bytes / MIB)))
                 .collect::<Vec<_>>(),
             vec![Some((0, 143_771)), Some((1024, 143_771))]
@@ -1201,7 +1220,11 @@ mod tests {
         );
         // With units and no header: the unit says which columns are memory.
         let with_units = read("2026/12/01 13:59:16.991, 612 MiB, 143771 MiB\n");
-        let memory = with_units.series(0).expect("GPU 0").samples[0]
+        let memory = with_units
+            .series(0)
+            .expect("GPU 0")
+            .get(0)
+            .expect("a sample")
             .memory
             .expect("memory");
         assert_eq!(

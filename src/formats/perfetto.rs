@@ -54,7 +54,6 @@ pub fn trace(capture: &Capture, name: &str) -> Value {
         let pid = gpu_track_pid(series.device_index);
         let mut last: Option<[u64; 4]> = None;
         let readings: Vec<(UnixMs, [u64; 4])> = series
-            .samples
             .iter()
             .filter_map(|s| {
                 s.memory.map(|m| {
@@ -141,6 +140,7 @@ pub fn trace(capture: &Capture, name: &str) -> Value {
                 uncorrected_delta,
             } => format!("+{corrected_delta} corrected, +{uncorrected_delta} uncorrected"),
             EventKind::DeviceLost { detail } => detail.clone(),
+            EventKind::DeviceReturned => "the GPU answers again".to_owned(),
             EventKind::Annotation { text } => text.clone(),
         };
         events.push(json!({

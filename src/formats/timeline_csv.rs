@@ -36,8 +36,8 @@ fn optional<T: std::fmt::Display>(value: Option<T>) -> String {
 
 /// Every GPU sample, in time order (GPUs of one instant in index order).
 pub fn gpu_table(capture: &Capture) -> String {
-    let mut rows: Vec<&crate::model::DeviceSample> =
-        capture.series.iter().flat_map(|s| &s.samples).collect();
+    let mut rows: Vec<crate::model::DeviceSample> =
+        capture.series.iter().flat_map(|s| s.iter()).collect();
     rows.sort_by_key(|s| (s.t_ms, s.device_index));
     let mut out = String::with_capacity(GPU_HEADER.len() + rows.len() * 96);
     out.push_str(GPU_HEADER);
