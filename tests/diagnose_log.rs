@@ -405,11 +405,12 @@ fn per_step_figures_stay_bounded_and_cover_the_whole_log() {
 
 #[test]
 fn binary_files_given_as_logs_are_refused_saying_what_they_are() {
-    use vramscope::diagnose::log::{LogError, NotTextKind, analyze_bytes, sniff_not_text};
+    use vramscope::diagnose::log::{LogError, analyze_bytes, sniff_not_text};
+    use vramscope::formats::sniff::FileKind as NotTextKind;
     let cases: [(&[u8], NotTextKind); 7] = [
         (b"\x80\x04\x95\x10\x00\x00\x00", NotTextKind::Pickle),
         (b"\x80\x02}q\x00", NotTextKind::Pickle),
-        (b"VRAMCAP\x1a\x01\x00", NotTextKind::Capture),
+        (b"VRAMCAP\x1a\x01\x00", NotTextKind::Vramcap),
         (b"\x89PNG\r\n\x1a\n\x00\x00", NotTextKind::Png),
         (b"\x1f\x8b\x08\x00", NotTextKind::Gzip),
         (b"PK\x03\x04\x14\x00", NotTextKind::Zip),

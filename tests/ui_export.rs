@@ -1,7 +1,8 @@
-//! UI tests of File › Export timeline as PNG… and File › Export report… (egui_kittest): the PNG is
-//! the timeline area of the window (its size, not the window's) and a real image; the report from
-//! the main view names the fragmentation case's cause in JSON and embeds a PNG in HTML; both items
-//! are disabled, and their shortcuts ask nothing, while there is nothing to export.
+//! UI tests of File › Export timeline as … and File › Export report… (egui_kittest): the PNG is a
+//! review image drawn from the data (1200 points wide, twice that at 2×, not a crop of the
+//! window), the CSV and Perfetto exports write their files, names come from the input; the report
+//! from the main view names the fragmentation case's cause in JSON and embeds a PNG in HTML; the
+//! items are disabled, and their shortcuts ask nothing, while there is nothing to export.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use egui_kittest::kittest::{NodeT, Queryable};
 use vramscope::model::Capture;
 use vramscope::source::demo::{DemoConfig, generate_capture};
 use vramscope::ui::dialogs::FileDialogs;
+use vramscope::ui::export::TimelineExport;
 use vramscope::ui::notices::NoticeLevel;
 use vramscope::ui::{AppOptions, VramscopeApp};
 
@@ -38,7 +40,7 @@ fn case(name: &str) -> PathBuf {
 /// Dialogs that answer export paths from a script and record what was asked.
 #[derive(Clone, Default)]
 struct ScriptedDialogs {
-    png_answers: Arc<Mutex<Vec<PathBuf>>>,
+    export_answers: Arc<Mutex<Vec<PathBuf>>>,
     report_answers: Arc<Mutex<Vec<PathBuf>>>,
     asked: Arc<Mutex<Vec<String>>>,
 }
@@ -50,12 +52,16 @@ impl FileDialogs for ScriptedDialogs {
     fn pick_save_path(&mut self, _suggested_name: &str) -> Option<PathBuf> {
         None
     }
-    fn pick_png_path(&mut self, suggested_name: &str) -> Option<PathBuf> {
+    fn pick_export_path(
+        &mut self,
+        export: TimelineExport,
+        suggested_name: &str,
+    ) -> Option<PathBuf> {
         self.asked
             .lock()
             .ok()?
-            .push(format!("png {suggested_name}"));
-        self.png_answers.lock().ok()?.pop()
+            .push(format!("{export:?} {suggested_name}"));
+        self.export_answers.lock().ok()?.pop()
     }
     fn pick_report_path(&mut self, suggested_name: &str) -> Option<PathBuf> {
         self.asked
@@ -112,7 +118,7 @@ fn step_until(
 }
 
 fn exports_done(app: &VramscopeApp) -> bool {
-    !app.png_export_pending() && app.jobs_running() == 0
+    app.jobs_running() == 0
 }
 
 fn notice_texts(harness: &Harness<'static, VramscopeApp>, level: NoticeLevel) -> Vec<String> {
@@ -133,23 +139,30 @@ fn menu_item_disabled(harness: &Harness<'static, VramscopeApp>, label: &str) -> 
         .is_disabled()
 }
 
+fn decode_png(path: &Path) -> image::RgbaImage {
+    let bytes = std::fs::read(path).expect("the PNG was written");
+    image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
+        .expect("a valid PNG")
+        .to_rgba8()
+}
+
 #[test]
-fn timeline_png_is_the_timeline_area_and_a_real_image() {
+fn timeline_png_is_a_review_image_not_a_crop_of_the_window() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("review.png");
     let dialogs = ScriptedDialogs::default();
-    dialogs.png_answers.lock().expect("lock").push(path.clone());
+    dialogs
+        .export_answers
+        .lock()
+        .expect("lock")
+        .push(path.clone());
     let mut harness = harness(&dialogs, Vec::new(), Some(demo_capture()));
     harness.run_steps(4);
-    let rect = harness
-        .state()
-        .timeline_rect()
-        .expect("the timeline is drawn");
 
     harness.key_press_modifiers(Modifiers::COMMAND, Key::E);
     step_until(&mut harness, "the PNG export", exports_done);
 
-    assert_eq!(asked(&dialogs), ["png demo-day-timeline.png"]);
+    assert_eq!(asked(&dialogs), ["Png demo-day.timeline.png"]);
     assert!(
         notice_texts(&harness, NoticeLevel::Error).is_empty(),
         "{:?}",
@@ -161,25 +174,88 @@ fn timeline_png_is_the_timeline_area_and_a_real_image() {
             .any(|n| n.contains("Exported") && n.contains("review.png")),
         "{info:?}"
     );
-    let bytes = std::fs::read(&path).expect("the PNG was written");
-    let image = image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
-        .expect("a valid PNG")
-        .to_rgba8();
+    let image = decode_png(&path);
     let (width, height) = image.dimensions();
-    // The harness draws at 1 pixel per point.
+    // Drawn for a review at its own size, whatever the window's (1000×700 here).
+    assert_eq!(width, 1200, "{width}×{height}");
     assert!(
-        (width as f32 - rect.width()).abs() <= 1.0 && (height as f32 - rect.height()).abs() <= 1.0,
-        "{width}×{height} vs the timeline's {rect:?}"
-    );
-    assert!(
-        width < 1000 && height < 700,
-        "the whole window was exported"
+        height > 700,
+        "one chart per GPU of the demo machine: {height}"
     );
     let first = image.get_pixel(0, 0);
     let differing = image.pixels().filter(|p| *p != first).count();
     assert!(
         differing > (width * height / 20) as usize,
         "the image is (nearly) one flat colour: {differing} differing pixels"
+    );
+
+    // The 2× entry of the File menu: the same image at twice the pixels.
+    let path_2x = dir.path().join("review@2x.png");
+    dialogs
+        .export_answers
+        .lock()
+        .expect("lock")
+        .push(path_2x.clone());
+    harness.get_by_label("File").click();
+    harness.run_steps(2);
+    harness
+        .get_by_label_contains("Export timeline as PNG (2× pixels)…")
+        .click();
+    step_until(&mut harness, "the 2× PNG export", exports_done);
+    assert_eq!(asked(&dialogs)[1], "Png2x demo-day.timeline@2x.png");
+    assert_eq!(decode_png(&path_2x).dimensions(), (2 * width, 2 * height));
+}
+
+#[test]
+fn csv_and_perfetto_exports_write_their_files() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("day.csv");
+    let trace = dir.path().join("day.json");
+    let dialogs = ScriptedDialogs::default();
+    // Popped: CSV first, then the trace.
+    dialogs
+        .export_answers
+        .lock()
+        .expect("lock")
+        .extend([trace.clone(), csv.clone()]);
+    let mut harness = harness(&dialogs, Vec::new(), Some(demo_capture()));
+    harness.run_steps(4);
+    let mut confirmations = Vec::new();
+    for label in [
+        "Export timeline as CSV…",
+        "Export timeline as Perfetto trace…",
+    ] {
+        harness.get_by_label("File").click();
+        harness.run_steps(2);
+        harness.get_by_label_contains(label).click();
+        step_until(&mut harness, label, exports_done);
+        confirmations.extend(notice_texts(&harness, NoticeLevel::Info));
+    }
+    assert_eq!(
+        asked(&dialogs),
+        ["Csv demo-day.timeline.csv", "Perfetto demo-day.trace.json"]
+    );
+    let gpus = std::fs::read_to_string(&csv).expect("the GPU table");
+    assert!(
+        gpus.starts_with("timestamp_utc,unix_ms,gpu,used_bytes"),
+        "{}",
+        &gpus[..80]
+    );
+    let processes =
+        std::fs::read_to_string(dir.path().join("day.processes.csv")).expect("the process table");
+    assert!(processes.starts_with("timestamp_utc,unix_ms,gpu,pid,process_name,used_bytes"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("the trace")).expect("JSON");
+    assert!(
+        json["traceEvents"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty())
+    );
+    assert!(
+        confirmations
+            .iter()
+            .any(|n| n.contains("day.csv and ") && n.contains("day.processes.csv")),
+        "both CSV files are named: {confirmations:?}"
     );
 }
 
@@ -204,7 +280,7 @@ fn report_from_the_main_view_in_json_and_html() {
         app.jobs_running() == 0 && app.wizard().diagnosis().inputs.len() >= 2
     });
     // Only snapshots and logs: no timeline to export, but a report.
-    assert!(!harness.state().can_export_png());
+    assert!(!harness.state().can_export_timeline());
 
     harness.key_press_modifiers(CTRL_SHIFT, Key::E);
     step_until(&mut harness, "the JSON report", exports_done);
@@ -216,8 +292,8 @@ fn report_from_the_main_view_in_json_and_html() {
     assert_eq!(
         asked(&dialogs),
         [
-            "report vramscope-report.html",
-            "report vramscope-report.html"
+            "report fragmentation.report.html",
+            "report fragmentation.report.html"
         ]
     );
     assert!(
@@ -262,7 +338,9 @@ fn nothing_to_export_disables_both_items_and_their_shortcuts() {
 
     harness.get_by_label("File").click();
     harness.run_steps(2);
-    assert!(menu_item_disabled(&harness, "Export timeline as PNG"));
+    for export in TimelineExport::ALL {
+        assert!(menu_item_disabled(&harness, export.menu_label()));
+    }
     assert!(menu_item_disabled(&harness, "Export report"));
     harness.key_press(Key::Escape);
     harness.run_steps(2);
@@ -274,10 +352,10 @@ fn nothing_to_export_disables_both_items_and_their_shortcuts() {
     harness.run_steps(2);
     harness.get_by_label("File").click();
     harness.run_steps(2);
-    assert!(!menu_item_disabled(&harness, "Export timeline as PNG"));
+    assert!(!menu_item_disabled(&harness, "Export timeline as PNG…"));
     harness
-        .get_by_label_contains("Export timeline as PNG")
+        .get_by_label_contains("Export timeline as PNG…")
         .click();
     harness.run_steps(2);
-    assert_eq!(asked(&dialogs), ["png demo-day-timeline.png"]);
+    assert_eq!(asked(&dialogs), ["Png demo-day.timeline.png"]);
 }

@@ -20,7 +20,8 @@ pub struct DiagnoseArgs {
     /// With --live: use the built-in simulated machine (a recorded simulated day) instead of NVML.
     #[arg(long, requires = "live")]
     pub demo: bool,
-    /// A .vramcap capture (repeatable).
+    /// A capture: .vramcap or an nvidia-smi CSV log (repeatable; an nvidia-smi
+    /// --query-compute-apps log is joined to the --query-gpu log of the same run).
     #[arg(long, value_name = "FILE")]
     pub capture: Vec<PathBuf>,
     /// PyTorch allocator snapshots, oldest first (repeatable; several after one flag).
@@ -106,20 +107,15 @@ fn gather(args: &DiagnoseArgs) -> Result<DiagnosisInput, String> {
             .logs
             .push(log::analyze_file(path).map_err(|e| e.to_string())?);
     }
-    for path in &args.capture {
-        let capture = crate::formats::vramcap::read_file(path).map_err(|e| e.to_string())?;
+    let captures = crate::formats::capture::read_files(&args.capture).map_err(|e| e.to_string())?;
+    for (name, capture) in captures {
         if let Some(recovery) = &capture.recovery {
             eprintln!(
-                "vramscope: warning: {} is damaged ({}); diagnosing the {} chunks before the damage",
-                path.display(),
-                recovery.problem,
-                recovery.chunks_recovered
+                "vramscope: warning: {name} is damaged ({}); diagnosing the {} chunks before the damage",
+                recovery.problem, recovery.chunks_recovered
             );
         }
-        input.captures.push(NamedCapture {
-            name: path.display().to_string(),
-            capture,
-        });
+        input.captures.push(NamedCapture { name, capture });
     }
     input.snapshots = snapshots::facts(&args.snapshot)?;
     if args.live {

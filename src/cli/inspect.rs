@@ -8,24 +8,25 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::formats::vramcap;
 use crate::model::{Capture, EventKind, Recovery, SourceKind, UnixMs, UtcDateTime, format_bytes};
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// Capture file (.vramcap) to describe.
-    pub file: PathBuf,
+    /// Capture to describe: a .vramcap, or nvidia-smi CSV logs (a --query-compute-apps log given
+    /// with the --query-gpu log of the same run is joined to it).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
     /// Print a stable JSON document instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(args: InspectArgs) -> ExitCode {
-    let capture = match vramcap::read_file(&args.file) {
-        Ok(capture) => capture,
+    let (name, capture) = match crate::formats::capture::read_one(&args.files) {
+        Ok(one) => one,
         Err(err) => return super::fail(err),
     };
-    let summary = CaptureSummary::of(&args.file.display().to_string(), &capture);
+    let summary = CaptureSummary::of(&name, &capture);
     if args.json {
         match serde_json::to_string_pretty(&summary) {
             Ok(text) => println!("{text}"),

@@ -7,6 +7,7 @@
 mod analyze;
 mod check;
 mod diagnose;
+mod export;
 mod gui;
 mod info;
 mod inspect;
@@ -21,7 +22,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "vramscope", version, about, long_about = None)]
 pub struct Cli {
-    /// Files to open in the GUI (.vramcap captures, PyTorch snapshots, logs).
+    /// Files to open in the GUI (.vramcap captures, nvidia-smi CSV logs, PyTorch snapshots, logs).
     pub files: Vec<PathBuf>,
     /// Use the built-in simulated machine instead of real GPUs.
     #[arg(long)]
@@ -49,6 +50,8 @@ pub enum Command {
     Analyze(analyze::AnalyzeArgs),
     /// Find out why memory ran out or a GPU misbehaves, from logs, captures, snapshots or the live GPUs.
     Diagnose(diagnose::DiagnoseArgs),
+    /// Export a capture's timeline as CSV, a Chrome/Perfetto trace or a PNG image for a review.
+    Export(export::ExportArgs),
 }
 
 /// Entry point of the binary.
@@ -74,6 +77,7 @@ pub fn main() -> ExitCode {
         Some(Command::Check(args)) => check::run(args),
         Some(Command::Analyze(args)) => analyze::run(args),
         Some(Command::Diagnose(args)) => diagnose::run(args),
+        Some(Command::Export(args)) => export::run(args),
     }
 }
 

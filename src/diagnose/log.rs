@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::cuda_errors;
 use super::finding::{Category, Wizard};
 use super::size::parse_size;
+use crate::formats::sniff::{FileKind, SNIFF_BYTES, sniff};
 use crate::model::format_bytes;
 
 /// Longest line kept; the rest of a longer line is skipped (a real OOM message is < 1 KiB).
@@ -238,74 +239,33 @@ pub enum LogError {
         source: std::io::Error,
     },
     /// The file is binary: reading it as text would find nothing and call it healthy.
-    #[error("{file} is not a text log: it is {}; {}", .kind.describe(), .kind.hint())]
-    NotText { file: String, kind: NotTextKind },
+    #[error("{file} is not a text log: it is {}; {}", .kind.describe(), not_a_log_hint(*.kind))]
+    NotText { file: String, kind: FileKind },
 }
 
-/// What a file given as a log turned out to be, from its first bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NotTextKind {
-    /// A Python pickle (protocol 2 to 5), e.g. a PyTorch memory snapshot.
-    Pickle,
-    /// A vramscope capture (`VRAMCAP\x1a`).
-    Capture,
-    Png,
-    Gzip,
-    Zip,
-    /// Text in UTF-16 (PowerShell's `>` writes it); the analyzer reads UTF-8.
-    Utf16,
-    /// Any other file with NUL bytes near its start.
-    Binary,
-}
-
-impl NotTextKind {
-    /// What the file is, for an error message.
-    pub fn describe(self) -> &'static str {
-        match self {
-            NotTextKind::Pickle => "a Python pickle (a PyTorch memory snapshot?)",
-            NotTextKind::Capture => "a vramscope capture (.vramcap)",
-            NotTextKind::Png => "a PNG image",
-            NotTextKind::Gzip => "gzip-compressed data",
-            NotTextKind::Zip => "a zip archive",
-            NotTextKind::Utf16 => "UTF-16 text",
-            NotTextKind::Binary => "binary data (it contains NUL bytes)",
-        }
-    }
-
-    /// What to do instead, for the command line.
-    pub fn hint(self) -> &'static str {
-        match self {
-            NotTextKind::Pickle => "give it with --snapshot",
-            NotTextKind::Capture => "give it with --capture",
-            NotTextKind::Gzip => "decompress it first (zcat FILE > FILE.log) and give the text",
-            NotTextKind::Zip => "extract the log from it first",
-            NotTextKind::Utf16 => {
-                "convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8 FILE > FILE.log)"
-            }
-            NotTextKind::Png | NotTextKind::Binary => {
-                "give a text log (training output, dmesg, journalctl -k), --snapshot for a PyTorch snapshot or --capture for a .vramcap"
-            }
+/// What to do with a file given as a log that is not one, for the command line.
+pub fn not_a_log_hint(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::Pickle | FileKind::Snapshot => "give it with --snapshot",
+        FileKind::Vramcap | FileKind::NvidiaSmiCsv(_) => "give it with --capture",
+        FileKind::Gzip => "decompress it first (zcat FILE > FILE.log) and give the text",
+        FileKind::Zip => "extract the log from it first",
+        FileKind::Utf16 => "convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8 FILE > FILE.log)",
+        _ => {
+            "give a text log (training output, dmesg, journalctl -k), --snapshot for a PyTorch snapshot or --capture for a .vramcap or nvidia-smi CSV log"
         }
     }
 }
 
-/// Bytes at the start of a file that are looked at to tell a binary file from a log.
-const SNIFF_BYTES: usize = 4096;
-
-/// Tells a binary file from a text log by its first bytes (magic numbers, then NUL bytes).
-pub fn sniff_not_text(head: &[u8]) -> Option<NotTextKind> {
-    let head = &head[..head.len().min(SNIFF_BYTES)];
-    let kind = match head {
-        [0x80, 2..=5, ..] => NotTextKind::Pickle,
-        _ if head.starts_with(&crate::formats::vramcap::MAGIC) => NotTextKind::Capture,
-        _ if head.starts_with(b"\x89PNG\r\n\x1a\n") => NotTextKind::Png,
-        [0x1f, 0x8b, ..] => NotTextKind::Gzip,
-        [b'P', b'K', 3 | 5, 4 | 6, ..] => NotTextKind::Zip,
-        [0xff, 0xfe, ..] | [0xfe, 0xff, ..] => NotTextKind::Utf16,
-        _ if head.contains(&0) => NotTextKind::Binary,
-        _ => return None,
-    };
-    Some(kind)
+/// What a file given as a log is instead, from its first bytes ([`crate::formats::sniff`]);
+/// `None` for text, which is analysed. A text that merely starts like a JSON snapshot is still
+/// read as a log (torchrun's "[rank0]: … blocks …" lines look like one).
+pub fn sniff_not_text(head: &[u8]) -> Option<FileKind> {
+    match sniff(head) {
+        FileKind::Text | FileKind::Empty => None,
+        FileKind::Snapshot if !matches!(head.first(), Some(0x80)) => None,
+        kind => Some(kind),
+    }
 }
 
 /// Reads and analyses a log file. A binary file is refused ([`LogError::NotText`]).
@@ -348,7 +308,7 @@ pub fn analyze_text(text: &str, name: &str) -> LogAnalysis {
 }
 
 /// The kind of binary file an error from [`analyze_reader`] reports, if that is what it reports.
-fn not_text_kind(error: &std::io::Error) -> Option<NotTextKind> {
+fn not_text_kind(error: &std::io::Error) -> Option<FileKind> {
     error
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<NotTextError>())
@@ -358,7 +318,7 @@ fn not_text_kind(error: &std::io::Error) -> Option<NotTextKind> {
 /// The error [`analyze_reader`] returns for a binary file (kind `InvalidData`).
 #[derive(Debug, thiserror::Error)]
 #[error("not a text log: it is {}", .0.describe())]
-struct NotTextError(NotTextKind);
+struct NotTextError(FileKind);
 
 /// Analyses a log from any reader, line by line, with bounded memory. A binary input (see
 /// [`sniff_not_text`]) is refused with an `InvalidData` error saying what it is, so a snapshot or

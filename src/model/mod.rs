@@ -64,6 +64,38 @@ impl UtcDateTime {
             millisecond: ms_of_day % 1000,
         }
     }
+
+    /// The inverse of [`Self::from_unix_ms`]: Unix milliseconds of these UTC fields, for readers
+    /// of files that write calendar times (nvidia-smi's `YYYY/MM/DD HH:MM:SS.mmm`). `None` when a
+    /// field is out of range (month 13, day 32, hour 24, ...).
+    pub fn to_unix_ms(&self) -> Option<UnixMs> {
+        let valid = (1..=12).contains(&self.month)
+            && (1..=31).contains(&self.day)
+            && self.hour < 24
+            && self.minute < 60
+            && self.second < 60
+            && self.millisecond < 1000;
+        if !valid {
+            return None;
+        }
+        // Howard Hinnant's days-from-civil.
+        let year = self.year - i64::from(self.month <= 2);
+        let era = year.div_euclid(400);
+        let year_of_era = year.rem_euclid(400);
+        let month = i64::from(self.month);
+        let day_of_year = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5
+            + i64::from(self.day)
+            - 1;
+        let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+        let days = era * 146_097 + day_of_era - 719_468;
+        let ms_of_day = i64::from(self.hour) * 3_600_000
+            + i64::from(self.minute) * 60_000
+            + i64::from(self.second) * 1000
+            + i64::from(self.millisecond);
+        let t_ms = days.checked_mul(86_400_000)?.checked_add(ms_of_day)?;
+        // A day that does not exist in its month (February 30) comes back as another date.
+        (Self::from_unix_ms(t_ms) == *self).then_some(t_ms)
+    }
 }
 
 /// One binary gibibyte, for formatting and simulated sizes.
@@ -127,5 +159,31 @@ mod tests {
             (23, 59, 59)
         );
         assert_eq!(before_epoch.millisecond, 999);
+    }
+
+    #[test]
+    fn utc_fields_go_back_to_unix_ms() {
+        for t_ms in [0, -1, 951_782_400_000, 1_764_491_400_123, 1_796_028_208_733] {
+            assert_eq!(UtcDateTime::from_unix_ms(t_ms).to_unix_ms(), Some(t_ms));
+        }
+        let february_30 = UtcDateTime {
+            year: 2026,
+            month: 2,
+            day: 30,
+            hour: 0,
+            minute: 0,
+            second: 0,
+            millisecond: 0,
+        };
+        assert_eq!(february_30.to_unix_ms(), None);
+        assert_eq!(
+            UtcDateTime {
+                hour: 24,
+                day: 1,
+                ..february_30
+            }
+            .to_unix_ms(),
+            None
+        );
     }
 }

@@ -12,7 +12,7 @@ use crate::model::format_bytes;
 const CHART_WIDTH_PX: u32 = 900;
 const CHART_HEIGHT_PX: u32 = 260;
 /// Height of each GPU's chart when there are several (8 GPUs stay under 1.3k pixels).
-const CHART_PANEL_HEIGHT_PX: u32 = 150;
+const CHART_PANEL_HEIGHT_PX: u32 = 190;
 /// Block map width in pixels (its height follows from the segments).
 const BLOCK_MAP_WIDTH_PX: u32 = 900;
 /// Block maps drawn at most (one per snapshot and device), to keep the page small.
@@ -144,11 +144,11 @@ fn timeline_section(out: &mut String, timeline: &super::Timeline) {
     let span_s = (t_max - t_min) as f64 / 1000.0;
     let _ = writeln!(
         out,
-        "<p class=\"muted\">{}: {} GPU(s) on one time axis, {span_s:.0} s from {}. Each chart runs from 0 (bottom) to its GPU's capacity (the grey line, grid every quarter); the dashed amber line is {:.0}% of the capacity.</p>",
+        "<p class=\"muted\">{}: {} GPU(s) on one time axis, {span_s:.0} s from {}; times are UTC. The grey line is each GPU's capacity, the dashed amber line {:.0}% of it.</p>",
         escape(&timeline.caption),
         timeline.panels.len(),
         iso8601_utc(t_min),
-        super::NEAR_FULL_FRACTION * 100.0
+        timeline.threshold_fraction * 100.0
     );
     let height_px = if timeline.panels.len() > 1 {
         CHART_PANEL_HEIGHT_PX
@@ -156,7 +156,13 @@ fn timeline_section(out: &mut String, timeline: &super::Timeline) {
         CHART_HEIGHT_PX
     };
     for panel in &timeline.panels {
-        timeline_panel(out, panel, (t_min, t_max), height_px);
+        timeline_panel(
+            out,
+            panel,
+            (t_min, t_max),
+            timeline.threshold_fraction,
+            height_px,
+        );
     }
     if timeline.panels_left_out > 0 {
         let _ = writeln!(
@@ -171,6 +177,7 @@ fn timeline_panel(
     out: &mut String,
     panel: &super::TimelinePanel,
     time_range: (i64, i64),
+    threshold_fraction: f64,
     height_px: u32,
 ) {
     let _ = writeln!(
@@ -180,7 +187,8 @@ fn timeline_panel(
         format_bytes(panel.peak_bytes()),
         format_bytes(panel.total_bytes)
     );
-    match chart::render_png(panel, time_range, CHART_WIDTH_PX, height_px) {
+    let size = (CHART_WIDTH_PX as f32, height_px as f32);
+    match chart::render_png(panel, time_range, threshold_fraction, size, 1.0) {
         Ok(png) => {
             let _ = writeln!(
                 out,

@@ -6,8 +6,11 @@
 //! and optionally a memory timeline from a capture. Every string that came from a file or a log
 //! (log lines, file names, process names) is escaped for the target format.
 
+pub mod axis;
 pub mod blockmap;
 pub mod chart;
+pub mod export;
+pub mod figure;
 pub mod html;
 pub mod json;
 pub mod markdown;
@@ -30,11 +33,21 @@ pub struct Report {
 }
 
 /// Memory over time on every GPU of a capture, one panel per GPU (small multiples on one shared
-/// time axis), for the chart.
+/// time axis), for the charts and the review image.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Timeline {
     /// Where it came from (the file name, and SIMULATED for the demo machine), for the caption.
     pub caption: String,
+    /// The sampled machine's host name; empty when unknown.
+    pub host: String,
+    /// True when any of the data is simulated.
+    pub simulated: bool,
+    /// Sampling interval in milliseconds (0 when unknown).
+    pub interval_ms: u32,
+    /// The threshold drawn on every panel, as a fraction of the capacity.
+    pub threshold_fraction: f64,
+    /// The time range shown, when narrower than the data (a zoomed view); `None`: all of it.
+    pub view_ms: Option<(UnixMs, UnixMs)>,
     /// One panel per GPU, in device order (at most [`MAX_TIMELINE_PANELS`]).
     pub panels: Vec<TimelinePanel>,
     /// GPUs left out beyond [`MAX_TIMELINE_PANELS`].
@@ -45,12 +58,14 @@ pub struct Timeline {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimelinePanel {
     pub device_index: u32,
+    /// Marketing name, e.g. "NVIDIA H200"; empty when unknown.
+    pub device_name: String,
     /// Device capacity (the last reading's total).
     pub total_bytes: u64,
     /// The GPU's used memory first, then its largest processes.
     pub series: Vec<TimelineSeries>,
-    /// Out-of-memory and Xid events on this GPU, and when used memory first crossed
-    /// [`NEAR_FULL_FRACTION`] of the capacity.
+    /// Out-of-memory, Xid and other hardware events and notes on this GPU (machine-wide notes
+    /// too), and when used memory first crossed the threshold.
     pub markers: Vec<TimelineMarker>,
 }
 
@@ -76,8 +91,30 @@ pub struct TimelineMarker {
 pub enum MarkerKind {
     OutOfMemory,
     Xid,
-    /// Used memory first reached [`NEAR_FULL_FRACTION`] of the capacity.
+    /// Another hardware event: an NVML critical event, an ECC increase, a lost GPU.
+    Hardware,
+    /// A user's note.
+    Note,
+    /// Used memory first reached the threshold.
     NearFull,
+}
+
+/// Which part of a capture a [`Timeline`] shows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimelineOptions {
+    /// The threshold line, as a fraction of each GPU's capacity.
+    pub threshold_fraction: f64,
+    /// Only this time range (a zoomed view); `None`: everything.
+    pub view_ms: Option<(UnixMs, UnixMs)>,
+}
+
+impl Default for TimelineOptions {
+    fn default() -> Self {
+        TimelineOptions {
+            threshold_fraction: NEAR_FULL_FRACTION,
+            view_ms: None,
+        }
+    }
 }
 
 /// The fraction of a GPU's memory above which the chart draws its threshold line and marks the
@@ -92,8 +129,18 @@ const MAX_PROCESS_SERIES: usize = 6;
 
 impl Timeline {
     /// Every GPU of the capture that has memory readings: its used memory, its largest
-    /// processes, its OOM and Xid events and its first crossing of the threshold.
+    /// processes, its events and its first crossing of the [`NEAR_FULL_FRACTION`] threshold.
     pub fn from_capture(name: &str, capture: &Capture) -> Option<Timeline> {
+        Self::from_capture_with(name, capture, &TimelineOptions::default())
+    }
+
+    /// As [`Self::from_capture`], with the threshold and time range of `options` (the app's
+    /// threshold setting and zoomed view).
+    pub fn from_capture_with(
+        name: &str,
+        capture: &Capture,
+        options: &TimelineOptions,
+    ) -> Option<Timeline> {
         let mut devices: Vec<_> = capture
             .series
             .iter()
@@ -107,7 +154,7 @@ impl Timeline {
         let panels = devices
             .into_iter()
             .take(MAX_TIMELINE_PANELS)
-            .map(|series| panel(capture, series))
+            .map(|series| panel(capture, series, options))
             .collect();
         Some(Timeline {
             caption: format!(
@@ -118,13 +165,22 @@ impl Timeline {
                     ""
                 }
             ),
+            host: capture.meta.host.clone(),
+            simulated: capture.is_simulated(),
+            interval_ms: capture.meta.interval_ms,
+            threshold_fraction: options.threshold_fraction,
+            view_ms: options.view_ms.filter(|(start, end)| start < end),
             panels,
             panels_left_out,
         })
     }
 
-    /// The first and last time of any point of any panel (the shared time axis).
+    /// The time axis: the view's range when one was chosen, else the first and last time of any
+    /// point of any panel.
     pub fn time_range(&self) -> Option<(UnixMs, UnixMs)> {
+        if self.view_ms.is_some() {
+            return self.view_ms;
+        }
         self.panels
             .iter()
             .flat_map(|p| p.series.iter())
@@ -144,9 +200,48 @@ impl TimelinePanel {
             .and_then(|s| s.points.iter().map(|p| p.1).max())
             .unwrap_or(0)
     }
+
+    /// The highest used memory of the GPU within `[start, end]`.
+    pub fn peak_bytes_in(&self, (start, end): (UnixMs, UnixMs)) -> u64 {
+        self.series
+            .first()
+            .and_then(|s| {
+                s.points
+                    .iter()
+                    .filter(|p| p.0 >= start && p.0 <= end)
+                    .map(|p| p.1)
+                    .max()
+            })
+            .unwrap_or(0)
+    }
 }
 
-fn panel(capture: &Capture, series: &crate::model::DeviceSeries) -> TimelinePanel {
+/// The marker of an event.
+fn marker_of(event: &crate::model::Event) -> TimelineMarker {
+    let (kind, label) = match &event.kind {
+        EventKind::OutOfMemory { pid, .. } => (
+            MarkerKind::OutOfMemory,
+            match pid {
+                Some(pid) => format!("out of memory (PID {pid})"),
+                None => "out of memory".to_owned(),
+            },
+        ),
+        EventKind::Xid { code, .. } => (MarkerKind::Xid, format!("Xid {code}")),
+        EventKind::Annotation { text } => (MarkerKind::Note, text.clone()),
+        other => (MarkerKind::Hardware, other.short_label()),
+    };
+    TimelineMarker {
+        t_ms: event.t_ms,
+        kind,
+        label,
+    }
+}
+
+fn panel(
+    capture: &Capture,
+    series: &crate::model::DeviceSeries,
+    options: &TimelineOptions,
+) -> TimelinePanel {
     let device = series.device_index;
     let total_bytes = series
         .iter()
@@ -157,39 +252,32 @@ fn panel(capture: &Capture, series: &crate::model::DeviceSeries) -> TimelinePane
         .iter()
         .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
         .collect();
+    let in_view = |t: UnixMs| {
+        options
+            .view_ms
+            .is_none_or(|(start, end)| t >= start && t <= end)
+    };
     let mut markers: Vec<TimelineMarker> = capture
         .events
         .iter()
-        .filter(|e| e.device_index == Some(device))
-        .filter_map(|e| {
-            let (kind, label) = match &e.kind {
-                EventKind::OutOfMemory { pid, .. } => (
-                    MarkerKind::OutOfMemory,
-                    match pid {
-                        Some(pid) => format!("out of memory (PID {pid})"),
-                        None => "out of memory".to_owned(),
-                    },
-                ),
-                EventKind::Xid { code, .. } => (MarkerKind::Xid, format!("Xid {code}")),
-                _ => return None,
-            };
-            Some(TimelineMarker {
-                t_ms: e.t_ms,
-                kind,
-                label,
-            })
-        })
+        .filter(|e| e.device_index.is_none_or(|d| d == device))
+        // Machine-wide events are notes only (driver-wide errors have no place on one GPU).
+        .filter(|e| e.device_index.is_some() || matches!(e.kind, EventKind::Annotation { .. }))
+        .filter(|e| in_view(e.t_ms))
+        .map(marker_of)
         .collect();
-    let threshold_bytes = (total_bytes as f64 * NEAR_FULL_FRACTION) as u64;
+    let threshold_bytes = (total_bytes as f64 * options.threshold_fraction) as u64;
     if total_bytes > 0
-        && let Some(&(t_ms, _)) = used.iter().find(|(_, bytes)| *bytes >= threshold_bytes)
+        && let Some(&(t_ms, _)) = used
+            .iter()
+            .find(|(t, bytes)| *bytes >= threshold_bytes && in_view(*t))
     {
         markers.push(TimelineMarker {
             t_ms,
             kind: MarkerKind::NearFull,
             label: format!(
                 "used memory first reached {:.0}% of {}",
-                NEAR_FULL_FRACTION * 100.0,
+                options.threshold_fraction * 100.0,
                 crate::model::format_bytes(total_bytes)
             ),
         });
@@ -203,6 +291,12 @@ fn panel(capture: &Capture, series: &crate::model::DeviceSeries) -> TimelinePane
         .processes
         .iter()
         .filter(|p| p.device_index == device)
+        .filter(|p| {
+            options.view_ms.is_none_or(|(start, end)| {
+                p.first_seen_ms().is_some_and(|first| first <= end)
+                    && p.last_seen_ms().is_some_and(|last| last >= start)
+            })
+        })
         .collect();
     tracks.sort_by_key(|p| std::cmp::Reverse(p.peak_used_bytes()));
     for track in tracks.into_iter().take(MAX_PROCESS_SERIES) {
@@ -222,6 +316,12 @@ fn panel(capture: &Capture, series: &crate::model::DeviceSeries) -> TimelinePane
     }
     TimelinePanel {
         device_index: device,
+        device_name: capture
+            .devices
+            .iter()
+            .find(|d| d.index == device)
+            .map(|d| d.name.clone())
+            .unwrap_or_default(),
         total_bytes,
         series: lines,
         markers,

@@ -12,9 +12,8 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
-use egui::{Color32, ColorImage, Key, KeyboardShortcut, Modifiers, Rect, RichText, Ui};
+use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText, Ui};
 
 use crate::diagnose::NamedCapture;
 use crate::model::{Capture, UnixMs};
@@ -22,6 +21,7 @@ use crate::model::{Capture, UnixMs};
 use super::allocator::AllocatorView;
 use super::devices::device_list_ui;
 use super::dialogs::FileDialogs;
+use super::export::TimelineExport;
 use super::jobs::{JobResult, Jobs, OpenOutcome, OpenedSnapshot};
 use super::notices::{NoticeLevel, Notices};
 use super::processes::{ProcessTableState, process_table_ui};
@@ -37,7 +37,7 @@ pub const OPEN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COM
 pub const SAVE_AS_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::S);
 /// Ctrl+R: start or stop recording the live source.
 pub const RECORD_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::R);
-/// Ctrl+E: export the timeline as a PNG image.
+/// Ctrl+E: export the timeline as a PNG image for a review.
 pub const EXPORT_PNG_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::E);
 /// Ctrl+Shift+E: export the diagnosis report.
 pub const EXPORT_REPORT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(
@@ -52,20 +52,6 @@ pub const QUIT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COM
 
 /// Allocator views kept open at most (each holds a whole snapshot); the oldest is closed first.
 pub const MAX_ALLOCATOR_VIEWS: usize = 8;
-
-/// A timeline PNG export between choosing the file and having the screenshot.
-enum PngExport {
-    /// The path is chosen; the screenshot is asked for at the start of the next frame, once the
-    /// menu that started the export has closed.
-    Requested(PathBuf),
-    /// Waiting for the screenshot, to be cut to `rect` (points).
-    Capturing {
-        path: PathBuf,
-        rect: Rect,
-        pixels_per_point: f32,
-        screenshot: Receiver<Arc<ColorImage>>,
-    },
-}
 
 /// A live source to start with: the source and, for the demo machine, why it is shown.
 #[cfg(feature = "native")]
@@ -127,10 +113,6 @@ pub struct VramscopeApp {
     active_allocator: usize,
     /// The diagnosis wizards, fed with every opened file.
     wizard: WizardView,
-    /// Where the timeline area was drawn in the last frame (the PNG export is cut to it).
-    timeline_rect: Option<Rect>,
-    /// File › Export timeline as PNG… in progress.
-    png_export: Option<PngExport>,
     /// The hardware checks panel, made when its tab is first shown.
     #[cfg(feature = "native")]
     hardware: Option<super::hardware::HardwarePanel>,
@@ -175,8 +157,6 @@ impl VramscopeApp {
                 wizard.offer_allocator_tab();
                 wizard
             },
-            timeline_rect: None,
-            png_export: None,
             #[cfg(feature = "native")]
             hardware: None,
             #[cfg(feature = "native")]
@@ -518,17 +498,24 @@ impl VramscopeApp {
                         }
                     }
                 }
-                JobResult::Exported { path, result } => match result {
-                    Ok(()) => self
-                        .notices
-                        .push(NoticeLevel::Info, format!("Exported {}", path.display())),
+                JobResult::Exported { path: _, result } => match result {
+                    Ok(written) => self.notices.push(
+                        NoticeLevel::Info,
+                        format!(
+                            "Exported {}",
+                            written
+                                .iter()
+                                .map(|p| p.display().to_string())
+                                .collect::<Vec<_>>()
+                                .join(" and ")
+                        ),
+                    ),
                     Err(message) => self
                         .notices
                         .push(NoticeLevel::Error, format!("Could not export: {message}")),
                 },
             }
         }
-        self.poll_png_screenshot();
         for session in &mut self.sessions {
             session.poll();
         }
@@ -674,6 +661,7 @@ impl VramscopeApp {
             text: super::dialogs::path_in_home(suggested_name),
             why: why.to_owned(),
             fresh: true,
+            replace: None,
         };
         if !self.dialogs.available() {
             self.path_prompt = Some(prompt(
@@ -686,7 +674,9 @@ impl VramscopeApp {
             PathAction::Open => self.dialogs.pick_file_to_open(),
             PathAction::Save => self.dialogs.pick_save_path(suggested_name),
             PathAction::WatchFolder => self.dialogs.pick_folder(),
-            PathAction::ExportPng => self.dialogs.pick_png_path(suggested_name),
+            PathAction::ExportTimeline(export) => {
+                self.dialogs.pick_export_path(export, suggested_name)
+            }
             PathAction::ExportReport => self.dialogs.pick_report_path(suggested_name),
         };
         if picked.is_none()
@@ -709,10 +699,7 @@ impl VramscopeApp {
                 #[cfg(feature = "native")]
                 self.watch_folder(path);
             }
-            PathAction::ExportPng => {
-                self.png_export = Some(PngExport::Requested(path));
-                self.jobs.ctx().request_repaint();
-            }
+            PathAction::ExportTimeline(export) => self.export_timeline_to(export, path),
             PathAction::ExportReport => self.jobs.write_report(path, self.wizard.report()),
         }
     }
@@ -765,7 +752,22 @@ impl VramscopeApp {
                     self.path_prompt = Some(prompt);
                     return;
                 }
-                self.finish_path_action(prompt.action, super::dialogs::expand_home(text));
+                let path = super::dialogs::expand_home(text);
+                // A typed path that names an existing file is replaced only on a second OK.
+                if prompt.action.writes()
+                    && path.is_file()
+                    && prompt.replace.as_ref() != Some(&path)
+                {
+                    let mut prompt = prompt;
+                    prompt.why = format!(
+                        "{} exists. Press OK again to replace it, or change the name.",
+                        path.display()
+                    );
+                    prompt.replace = Some(path);
+                    self.path_prompt = Some(prompt);
+                    return;
+                }
+                self.finish_path_action(prompt.action, path);
             }
             Some(false) => {
                 self.path_prompt = None;
@@ -835,8 +837,8 @@ impl VramscopeApp {
         }
     }
 
-    /// Whether File › Export timeline as PNG… can run: the Timeline view shows a capture.
-    pub fn can_export_png(&self) -> bool {
+    /// Whether File › Export timeline… can run: the Timeline view shows a capture.
+    pub fn can_export_timeline(&self) -> bool {
         self.view == View::Timeline && self.active_session().is_some()
     }
 
@@ -850,112 +852,61 @@ impl VramscopeApp {
                 .any(|s| s.is_live() && s.capture.sample_count() > 0)
     }
 
-    /// Where the timeline area was drawn in the last frame (in points), when the Timeline view
-    /// shows a capture: the exported PNG is this area.
-    pub fn timeline_rect(&self) -> Option<Rect> {
-        self.timeline_rect
-    }
-
-    /// True from choosing where the timeline PNG goes until its screenshot is handed to the
-    /// background writer (tests wait on this, then on [`Self::jobs_running`]).
-    pub fn png_export_pending(&self) -> bool {
-        self.png_export.is_some()
-    }
-
-    /// File › Export timeline as PNG… and Ctrl+E: asks where to write it; the screenshot is taken
-    /// next frame and cut to the timeline area.
-    pub fn export_png_with_dialog(&mut self) {
-        if !self.can_export_png() {
+    /// File › Export timeline as … and Ctrl+E (the PNG): asks where to write it, offering a
+    /// name taken from the shown capture's.
+    pub fn export_timeline_with_dialog(&mut self, export: TimelineExport) {
+        if !self.can_export_timeline() {
             self.notices.push(
                 NoticeLevel::Warning,
                 "Nothing to export: show a capture or the live source in the Timeline view.",
             );
             return;
         }
-        if self.png_export.is_some() {
-            return;
-        }
-        let suggested = match self.active_session().map(|s| &s.origin) {
-            Some(SessionOrigin::File { file_name }) => {
-                let stem = std::path::Path::new(file_name)
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                format!("{stem}-timeline.png")
-            }
-            _ => "vramscope-timeline.png".to_owned(),
-        };
-        if let Some(path) = self.pick_path(PathAction::ExportPng, &suggested) {
-            self.finish_path_action(PathAction::ExportPng, path);
+        let suggested = export.suggested_name(&self.active_input_name());
+        if let Some(path) = self.pick_path(PathAction::ExportTimeline(export), &suggested) {
+            self.finish_path_action(PathAction::ExportTimeline(export), path);
         }
     }
 
-    /// Asks for the screenshot of a requested PNG export, cut to where the timeline was drawn.
-    fn start_png_capture(&mut self, ctx: &egui::Context) {
-        let path = match self.png_export.take() {
-            Some(PngExport::Requested(path)) => path,
-            other => {
-                self.png_export = other;
-                return;
+    /// The shown capture's file name, or a name for the live source.
+    fn active_input_name(&self) -> String {
+        match self.active_session() {
+            Some(Session {
+                origin: SessionOrigin::File { file_name },
+                ..
+            }) => file_name.clone(),
+            Some(session) => {
+                default_recording_name(session.capture.meta.started_ms, session.is_simulated())
             }
-        };
-        let Some(rect) = self.timeline_rect.filter(|_| self.view == View::Timeline) else {
-            self.notices.push(
-                NoticeLevel::Warning,
-                format!(
-                    "{}: not exported, the timeline is no longer shown.",
-                    path.display()
-                ),
-            );
+            None => String::new(),
+        }
+    }
+
+    /// Makes and writes the export in the background, with the threshold and the time range the
+    /// timeline shows.
+    fn export_timeline_to(&mut self, export: TimelineExport, path: PathBuf) {
+        let Some(session) = self.active_session() else {
             return;
         };
-        let (sender, screenshot) = channel();
-        let wake = ctx.clone();
-        ctx.request_screenshot(move |image| {
-            // The app may be gone by now; then nobody wants the image.
-            let _ = sender.send(image);
-            wake.request_repaint();
-        });
-        self.png_export = Some(PngExport::Capturing {
+        let view_ms = self
+            .timeline
+            .visible_x_range
+            .map(|(x_min, x_max)| (session.timeline.t_of(x_min), session.timeline.t_of(x_max)));
+        let job = super::export::TimelineExportJob {
+            capture: session.capture.clone(),
+            input_name: self.active_input_name(),
+            export,
+            options: crate::report::TimelineOptions {
+                threshold_fraction: self.settings.threshold_fraction(),
+                view_ms,
+            },
             path,
-            rect,
-            pixels_per_point: ctx.pixels_per_point(),
-            screenshot,
-        });
-    }
-
-    /// Hands a delivered screenshot to the background writer.
-    fn poll_png_screenshot(&mut self) {
-        let (path, rect, pixels_per_point, screenshot) = match self.png_export.take() {
-            Some(PngExport::Capturing {
-                path,
-                rect,
-                pixels_per_point,
-                screenshot,
-            }) => (path, rect, pixels_per_point, screenshot),
-            other => {
-                self.png_export = other;
-                return;
-            }
+            generated_at_ms: crate::source::now_unix_ms(),
         };
-        match screenshot.try_recv() {
-            Err(TryRecvError::Empty) => {
-                self.png_export = Some(PngExport::Capturing {
-                    path,
-                    rect,
-                    pixels_per_point,
-                    screenshot,
-                });
-            }
-            Ok(image) => self.jobs.export_png(path, image, rect, pixels_per_point),
-            Err(TryRecvError::Disconnected) => self.notices.push(
-                NoticeLevel::Error,
-                format!(
-                    "Could not export {}: the window could not be captured.",
-                    path.display()
-                ),
-            ),
-        }
+        #[cfg(feature = "native")]
+        self.jobs.export_timeline(job);
+        #[cfg(not(feature = "native"))]
+        drop(job);
     }
 
     /// File › Export report… and Ctrl+Shift+E: the diagnosis over all the evidence the app holds
@@ -970,7 +921,19 @@ impl VramscopeApp {
             );
             return;
         }
-        if let Some(path) = self.pick_path(PathAction::ExportReport, "vramscope-report.html") {
+        // Named after the shown capture, else the first file the diagnosis looked at.
+        let input = match self.active_session() {
+            Some(_) => self.active_input_name(),
+            None => self
+                .wizard
+                .diagnosis()
+                .inputs
+                .first()
+                .map(|i| i.name.clone())
+                .unwrap_or_default(),
+        };
+        let suggested = format!("{}.report.html", crate::report::export::input_stem(&input));
+        if let Some(path) = self.pick_path(PathAction::ExportReport, &suggested) {
             self.finish_path_action(PathAction::ExportReport, path);
         }
     }
@@ -1079,8 +1042,8 @@ impl VramscopeApp {
         if record {
             self.toggle_recording();
         }
-        if export_png && self.can_export_png() {
-            self.export_png_with_dialog();
+        if export_png && self.can_export_timeline() {
+            self.export_timeline_with_dialog(TimelineExport::Png);
         }
         if export_report && self.can_export_report() {
             self.export_report_with_dialog();
@@ -1163,17 +1126,19 @@ impl VramscopeApp {
                     self.save_with_dialog();
                 }
                 ui.separator();
-                if ui
-                    .add_enabled(
-                        self.can_export_png(),
-                        egui::Button::new("Export timeline as PNG…")
-                            .shortcut_text(ctx.format_shortcut(&EXPORT_PNG_SHORTCUT)),
-                    )
-                    .on_hover_text("The timeline area as an image, for a review or a bug report")
-                    .on_disabled_hover_text("Show a capture in the Timeline view first")
-                    .clicked()
-                {
-                    self.export_png_with_dialog();
+                for export in TimelineExport::ALL {
+                    let mut button = egui::Button::new(export.menu_label());
+                    if export == TimelineExport::Png {
+                        button = button.shortcut_text(ctx.format_shortcut(&EXPORT_PNG_SHORTCUT));
+                    }
+                    if ui
+                        .add_enabled(self.can_export_timeline(), button)
+                        .on_hover_text(export.menu_hint())
+                        .on_disabled_hover_text("Show a capture in the Timeline view first")
+                        .clicked()
+                    {
+                        self.export_timeline_with_dialog(export);
+                    }
                 }
                 if ui
                     .add_enabled(
@@ -1328,7 +1293,7 @@ impl VramscopeApp {
                     &mut self.process_table,
                 );
             });
-        let timeline = egui::CentralPanel::default().show(ui, |ui| {
+        egui::CentralPanel::default().show(ui, |ui| {
             let input = TimelineInput {
                 capture: &session.capture,
                 data: &session.timeline,
@@ -1336,7 +1301,6 @@ impl VramscopeApp {
             };
             timeline_ui(ui, &input, &mut self.settings, &mut self.timeline);
         });
-        self.timeline_rect = Some(timeline.response.rect);
     }
 
     /// The Allocator view: the chosen snapshot (a picker when several are open).
@@ -1607,7 +1571,7 @@ enum PathAction {
     /// Only the desktop app watches folders (the web viewer has no file system).
     #[cfg_attr(not(feature = "native"), allow(dead_code))]
     WatchFolder,
-    ExportPng,
+    ExportTimeline(TimelineExport),
     ExportReport,
 }
 
@@ -1617,9 +1581,17 @@ impl PathAction {
             PathAction::Open => "Open a file",
             PathAction::Save => "Save the capture as",
             PathAction::WatchFolder => "Watch a folder for new snapshots",
-            PathAction::ExportPng => "Export the timeline as PNG",
+            PathAction::ExportTimeline(export) => export.dialog().0,
             PathAction::ExportReport => "Export the diagnosis report",
         }
+    }
+
+    /// Whether the action writes the chosen file (and so must ask before replacing one).
+    fn writes(self) -> bool {
+        matches!(
+            self,
+            PathAction::Save | PathAction::ExportTimeline(_) | PathAction::ExportReport
+        )
     }
 
     fn hint(self) -> &'static str {
@@ -1627,7 +1599,11 @@ impl PathAction {
             PathAction::Open => "path of a .vramcap capture, a snapshot (.pickle, .json) or a log",
             PathAction::Save => "path of the .vramcap file to write",
             PathAction::WatchFolder => "path of the folder",
-            PathAction::ExportPng => "path of the .png file to write",
+            PathAction::ExportTimeline(TimelineExport::Csv) => "path of the .csv file to write",
+            PathAction::ExportTimeline(TimelineExport::Perfetto) => {
+                "path of the .json trace to write"
+            }
+            PathAction::ExportTimeline(_) => "path of the .png file to write",
             PathAction::ExportReport => "path ending in .html, .md or .json",
         }
     }
@@ -1641,6 +1617,8 @@ struct PathPrompt {
     /// Not shown yet: the first frame focuses the field and selects the suggested path, so
     /// typing replaces it.
     fresh: bool,
+    /// An existing file the user was asked about: OK on the same path replaces it.
+    replace: Option<PathBuf>,
 }
 
 /// What the "unsaved notes" question was answered with.
@@ -1661,7 +1639,6 @@ impl eframe::App for VramscopeApp {
         let ctx = ui.ctx().clone();
         self.hold_close_for_unsaved_notes(&ctx);
         self.poll_background();
-        self.start_png_capture(&ctx);
         self.handle_shortcuts(&ctx);
         self.handle_dropped_files(&ctx);
         self.apply_settings(&ctx);
@@ -1679,7 +1656,6 @@ impl eframe::App for VramscopeApp {
         if !self.notices.is_empty() {
             egui::Panel::top("notices").show(ui, |ui| self.notices.ui(ui));
         }
-        self.timeline_rect = None;
         match self.view {
             View::Timeline => self.timeline_view_ui(ui),
             View::Allocator => self.allocator_view_ui(ui),

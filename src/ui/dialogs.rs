@@ -25,9 +25,14 @@ pub trait FileDialogs {
     fn pick_folder(&mut self) -> Option<PathBuf> {
         None
     }
-    /// Where to write the timeline as a PNG image; `None` if the user cancelled. Builds that
-    /// cannot write files (the web viewer) keep this default.
-    fn pick_png_path(&mut self, _suggested_name: &str) -> Option<PathBuf> {
+    /// Where to write a timeline export (image, CSV or trace); `None` if the user cancelled.
+    /// Builds that cannot write files (the web viewer) keep this default. The dialog asks
+    /// before replacing an existing file.
+    fn pick_export_path(
+        &mut self,
+        _export: super::export::TimelineExport,
+        _suggested_name: &str,
+    ) -> Option<PathBuf> {
         None
     }
     /// Where to write the diagnosis report; its extension (.html, .md or .json) picks the format.
@@ -69,9 +74,10 @@ impl FileDialogs for NativeDialogs {
             .set_title("Open a capture, snapshot or log")
             .add_filter(
                 "Captures, snapshots and logs",
-                &["vramcap", "pickle", "pkl", "json", "log", "txt"],
+                &["vramcap", "csv", "pickle", "pkl", "json", "log", "txt"],
             )
             .add_filter("vramscope capture", &["vramcap"])
+            .add_filter("nvidia-smi CSV log", &["csv"])
             .add_filter("PyTorch memory snapshot", &["pickle", "pkl", "json"])
             .add_filter("Log", &["log", "txt"])
             .add_filter("All files", &["*"])
@@ -92,10 +98,15 @@ impl FileDialogs for NativeDialogs {
             .pick_folder()
     }
 
-    fn pick_png_path(&mut self, suggested_name: &str) -> Option<PathBuf> {
+    fn pick_export_path(
+        &mut self,
+        export: super::export::TimelineExport,
+        suggested_name: &str,
+    ) -> Option<PathBuf> {
+        let (title, file_type, extensions) = export.dialog();
         rfd::FileDialog::new()
-            .set_title("Export the timeline as PNG")
-            .add_filter("PNG image", &["png"])
+            .set_title(title)
+            .add_filter(file_type, extensions)
             .set_file_name(suggested_name)
             .save_file()
     }

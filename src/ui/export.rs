@@ -1,131 +1,175 @@
-//! Exports from the main view: the timeline as a PNG image cut out of a screenshot of the window
-//! (what users paste into reviews), written off the UI thread by [`super::jobs::Jobs`].
+//! File › Export timeline…: the shown capture as a review image (1× or 2× pixel density), CSV
+//! tables or a Chrome/Perfetto trace. The image is drawn from the data (`report::chart`), not cut
+//! out of the window, so it has a title, the UTC range and readable axes and no widgets; it
+//! shows the time range and threshold the timeline shows. Files are made and written off the UI
+//! thread by [`super::jobs::Jobs`].
 
-use std::io::Cursor;
-use std::path::Path;
+use std::path::PathBuf;
 
-use egui::{ColorImage, Rect};
-use image::{ImageFormat, RgbaImage};
+use crate::model::{Capture, UnixMs};
+use crate::report::TimelineOptions;
+use crate::report::export::{ExportKind, default_file_name};
 
-/// Cuts `rect` (in points) out of `screenshot` (in pixels), clamped to the image. Errors when
-/// nothing of the rect is inside the image.
-pub fn crop_to_rect(
-    screenshot: &ColorImage,
-    rect: Rect,
-    pixels_per_point: f32,
-) -> Result<ColorImage, String> {
-    let [width, height] = screenshot.size;
-    // Rounded, then clamped: a rect a fraction of a pixel past the edge must not panic.
-    let to_px =
-        |v: f32, limit: usize| ((v * pixels_per_point).round().max(0.0) as usize).min(limit);
-    let (min_x, max_x) = (to_px(rect.min.x, width), to_px(rect.max.x, width));
-    let (min_y, max_y) = (to_px(rect.min.y, height), to_px(rect.max.y, height));
-    if min_x >= max_x || min_y >= max_y {
-        return Err(format!(
-            "the timeline area {rect:?} is outside the {width}×{height} screenshot"
-        ));
+/// What File › Export timeline… writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimelineExport {
+    /// The review image at 100 % (Ctrl+E).
+    Png,
+    /// The review image at twice the pixel density.
+    Png2x,
+    /// CSV tables of GPU and process readings.
+    Csv,
+    /// A Chrome/Perfetto trace.
+    Perfetto,
+}
+
+impl TimelineExport {
+    /// Every export, in menu order.
+    pub const ALL: [TimelineExport; 4] = [
+        TimelineExport::Png,
+        TimelineExport::Png2x,
+        TimelineExport::Csv,
+        TimelineExport::Perfetto,
+    ];
+
+    /// The file kind made.
+    pub fn kind(self) -> ExportKind {
+        match self {
+            TimelineExport::Png => ExportKind::Png { scale: 1.0 },
+            TimelineExport::Png2x => ExportKind::Png { scale: 2.0 },
+            TimelineExport::Csv => ExportKind::Csv,
+            TimelineExport::Perfetto => ExportKind::Perfetto,
+        }
     }
-    Ok(screenshot.region_by_pixels([min_x, min_y], [max_x - min_x, max_y - min_y]))
+
+    /// The File menu's words.
+    pub fn menu_label(self) -> &'static str {
+        match self {
+            TimelineExport::Png => "Export timeline as PNG…",
+            TimelineExport::Png2x => "Export timeline as PNG (2× pixels)…",
+            TimelineExport::Csv => "Export timeline as CSV…",
+            TimelineExport::Perfetto => "Export timeline as Perfetto trace…",
+        }
+    }
+
+    /// The File menu's explanation.
+    pub fn menu_hint(self) -> &'static str {
+        match self {
+            TimelineExport::Png => {
+                "An image for a review or a bug report: title, UTC time range, labelled axes, \
+                 legend and events, for the time range shown"
+            }
+            TimelineExport::Png2x => {
+                "The same image at twice the pixels: sharp on high-density screens and when zoomed"
+            }
+            TimelineExport::Csv => {
+                "GPU readings (one row per GPU per sample) and, beside them, process readings"
+            }
+            TimelineExport::Perfetto => {
+                "Counter tracks per GPU and per process: open it in ui.perfetto.dev or \
+                 chrome://tracing, next to a PyTorch profiler trace"
+            }
+        }
+    }
+
+    /// The save dialog's title and file type.
+    pub fn dialog(self) -> (&'static str, &'static str, &'static [&'static str]) {
+        match self {
+            TimelineExport::Png | TimelineExport::Png2x => {
+                ("Export the timeline as PNG", "PNG image", &["png"])
+            }
+            TimelineExport::Csv => ("Export the timeline as CSV", "CSV table", &["csv"]),
+            TimelineExport::Perfetto => (
+                "Export the timeline as a Perfetto trace",
+                "Chrome/Perfetto trace",
+                &["json"],
+            ),
+        }
+    }
+
+    /// The file name offered: the input's name with the export's ending.
+    pub fn suggested_name(self, input_name: &str) -> String {
+        default_file_name(input_name, self.kind())
+    }
 }
 
-/// Encodes `image` as an RGBA PNG.
-pub fn encode_png(image: &ColorImage) -> Result<Vec<u8>, String> {
-    let [width, height] = image.size;
-    let bytes: Vec<u8> = image
-        .pixels
-        .iter()
-        .flat_map(|c| c.to_srgba_unmultiplied())
-        .collect();
-    let too_large = || format!("a {width}×{height} image is too large to encode");
-    let rgba = RgbaImage::from_raw(
-        u32::try_from(width).map_err(|_| too_large())?,
-        u32::try_from(height).map_err(|_| too_large())?,
-        bytes,
+/// Everything a background job needs to make and write an export.
+pub struct TimelineExportJob {
+    pub capture: Capture,
+    /// The capture's file or source name (titles the image, names the trace).
+    pub input_name: String,
+    pub export: TimelineExport,
+    /// The threshold and time range the timeline shows.
+    pub options: TimelineOptions,
+    pub path: PathBuf,
+    pub generated_at_ms: UnixMs,
+}
+
+/// Makes the export's files and writes them (each through a temporary file and a rename).
+/// Returns the paths written; the error names the file.
+#[cfg(feature = "native")]
+pub fn write_timeline_export(job: &TimelineExportJob) -> Result<Vec<PathBuf>, String> {
+    let files = crate::report::export::export_files(
+        &job.capture,
+        &job.input_name,
+        job.export.kind(),
+        &job.options,
+        &job.path,
+        job.generated_at_ms,
     )
-    .ok_or_else(too_large)?;
-    let mut png = Vec::new();
-    rgba.write_to(&mut Cursor::new(&mut png), ImageFormat::Png)
-        .map_err(|err| format!("cannot encode the PNG: {err}"))?;
-    Ok(png)
+    .map_err(|problem| format!("{}: {problem}", job.path.display()))?;
+    let mut written = Vec::with_capacity(files.len());
+    for (path, bytes) in files {
+        crate::formats::write_atomically(&path, &bytes)
+            .map_err(|err| format!("{}: cannot write the file: {err}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
-/// Crops the screenshot to the timeline, encodes it and writes it to `path` (through a temporary
-/// file and a rename, so a failed write never leaves half an image). The error names the file.
-pub fn write_timeline_png(
-    path: &Path,
-    screenshot: &ColorImage,
-    rect: Rect,
-    pixels_per_point: f32,
-) -> Result<(), String> {
-    let file = path.display();
-    let png = crop_to_rect(screenshot, rect, pixels_per_point)
-        .and_then(|cropped| encode_png(&cropped))
-        .map_err(|err| format!("{file}: {err}"))?;
-    let tmp = path.with_extension("png.tmp");
-    std::fs::write(&tmp, png)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|err| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("{file}: cannot write the image: {err}")
-        })
-}
-
-#[cfg(test)]
+#[cfg(all(test, feature = "native"))]
 mod tests {
     use super::*;
-    use egui::{Color32, pos2};
+    use crate::source::demo::{DemoConfig, generate_capture};
 
-    /// 10×6 pixels, each pixel's red channel its x and green channel its y.
-    fn gradient() -> ColorImage {
-        let pixels = (0u8..6)
-            .flat_map(|y| (0u8..10).map(move |x| Color32::from_rgb(x, y, 200)))
-            .collect();
-        ColorImage::new([10, 6], pixels)
+    fn job(dir: &std::path::Path, export: TimelineExport, name: &str) -> TimelineExportJob {
+        TimelineExportJob {
+            capture: generate_capture(&DemoConfig::default(), 1_796_000_400_000, 60_000, 1000),
+            input_name: "demo-day.vramcap".into(),
+            export,
+            options: TimelineOptions::default(),
+            path: dir.join(name),
+            generated_at_ms: 0,
+        }
     }
 
     #[test]
-    fn crop_takes_the_rect_in_pixels() {
-        let rect = Rect::from_min_max(pos2(1.0, 1.0), pos2(4.0, 2.5));
-        let cropped = crop_to_rect(&gradient(), rect, 2.0).expect("inside");
-        assert_eq!(cropped.size, [6, 3]);
-        assert_eq!(cropped.pixels[0], Color32::from_rgb(2, 2, 200));
-        assert_eq!(cropped.pixels[6 * 3 - 1], Color32::from_rgb(7, 4, 200));
-    }
-
-    #[test]
-    fn crop_is_clamped_to_the_image_and_rejects_a_rect_outside() {
-        let past_edge = Rect::from_min_max(pos2(8.0, 4.0), pos2(12.5, 9.0));
+    fn each_export_writes_its_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let written =
+            write_timeline_export(&job(dir.path(), TimelineExport::Csv, "d.csv")).expect("csv");
         assert_eq!(
-            crop_to_rect(&gradient(), past_edge, 1.0)
-                .expect("partly inside")
-                .size,
-            [2, 2]
+            written,
+            vec![dir.path().join("d.csv"), dir.path().join("d.processes.csv")]
         );
-        let outside = Rect::from_min_max(pos2(20.0, 0.0), pos2(30.0, 5.0));
-        let err = crop_to_rect(&gradient(), outside, 1.0).expect_err("outside");
-        assert!(err.contains("outside the 10×6 screenshot"), "{err}");
-    }
-
-    #[test]
-    fn png_round_trips() {
-        let png = encode_png(&gradient()).expect("encodes");
-        let decoded = image::load_from_memory_with_format(&png, ImageFormat::Png)
-            .expect("decodes")
-            .to_rgba8();
-        assert_eq!(decoded.dimensions(), (10, 6));
-        assert_eq!(decoded.get_pixel(3, 5).0, [3, 5, 200, 255]);
+        let png =
+            write_timeline_export(&job(dir.path(), TimelineExport::Png2x, "d.png")).expect("png");
+        let image = image::open(&png[0]).expect("a PNG");
+        assert_eq!(image.width(), 2400, "2× of 1200 points");
+        assert_eq!(
+            TimelineExport::Perfetto.suggested_name("runs/day1.vramcap"),
+            "day1.trace.json"
+        );
     }
 
     #[test]
     fn write_errors_name_the_file() {
-        let dir = std::env::temp_dir().join("vramscope-no-such-dir-for-png-export");
-        let path = dir.join("timeline.png");
-        let rect = Rect::from_min_max(pos2(0.0, 0.0), pos2(4.0, 4.0));
-        let err = write_timeline_png(&path, &gradient(), rect, 1.0).expect_err("no directory");
+        let dir = std::env::temp_dir().join("vramscope-no-such-dir-for-export");
+        let err = write_timeline_export(&job(&dir, TimelineExport::Perfetto, "t.json"))
+            .expect_err("no directory");
         assert!(
-            err.contains("timeline.png") && err.contains("cannot write"),
+            err.contains("t.json") && err.contains("cannot write"),
             "{err}"
         );
-        assert!(!path.exists());
     }
 }

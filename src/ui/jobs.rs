@@ -2,8 +2,9 @@
 //! snapshot or a log; writing a capture) runs here, off the UI thread; results come back through a
 //! channel and wake the UI with a repaint.
 //!
-//! Files are routed by content, not only by name ([`classify`]): the `.vramcap` magic, then the
-//! start of a snapshot, then the extension, then "is it text?" (a log). Every read shows up in
+//! Files are routed by content, not only by name ([`route`], shared with the command line's
+//! readers): captures (`.vramcap`, nvidia-smi CSV logs), then snapshots, then the extension, then
+//! "is it text?" (a log). Every read shows up in
 //! [`Jobs::reads`] with its progress and a cancel flag until its result is collected.
 
 use std::path::{Path, PathBuf};
@@ -14,63 +15,11 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use crate::diagnose::NamedCapture;
 use crate::diagnose::leak::SnapshotFacts;
 use crate::diagnose::log::{LogAnalysis, analyze_bytes};
-use crate::formats::{pytorch, vramcap};
+use crate::formats::sniff::{Route, SNIFF_BYTES, route};
+use crate::formats::{capture, pytorch};
 use crate::model::allocator::AllocatorSnapshot;
 
 use super::session::PreparedCapture;
-
-/// Bytes looked at to decide what a file holds.
-pub const SNIFF_BYTES: usize = 512;
-
-/// What a file holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FileKind {
-    /// A `.vramcap` capture.
-    Capture,
-    /// A PyTorch allocator snapshot (pickle or JSON).
-    Snapshot,
-    /// Text: training output, `dmesg`, a journal.
-    Log,
-}
-
-/// Decides what `name` holds from its first bytes (`head`, up to [`SNIFF_BYTES`]; may be empty
-/// when they cannot be looked at in advance): the capture magic and the start of a snapshot win
-/// over the extension, so a misnamed file still opens. Binary files of unknown type go to the
-/// capture reader, whose error says what the file is not.
-pub fn classify(name: &str, head: &[u8]) -> FileKind {
-    if head.starts_with(&vramcap::MAGIC) {
-        return FileKind::Capture;
-    }
-    let extension = Path::new(name)
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    // Log lines such as "[rank0] … blocks …" can look like the start of a JSON snapshot.
-    let named_log = matches!(extension.as_deref(), Some("log" | "txt"));
-    if named_log && (head.is_empty() || looks_like_text(head)) {
-        return FileKind::Log;
-    }
-    if pytorch::looks_like_snapshot(head) {
-        return FileKind::Snapshot;
-    }
-    match extension.as_deref() {
-        Some("vramcap") => FileKind::Capture,
-        Some("pickle" | "pkl" | "json") => FileKind::Snapshot,
-        Some("log" | "txt") => FileKind::Log,
-        _ if looks_like_text(head) => FileKind::Log,
-        _ => FileKind::Capture,
-    }
-}
-
-/// UTF-8 without NUL bytes (a character cut at the end of `head` is fine).
-fn looks_like_text(head: &[u8]) -> bool {
-    !head.is_empty()
-        && !head.contains(&0)
-        && match std::str::from_utf8(head) {
-            Ok(_) => true,
-            Err(err) => err.error_len().is_none(),
-        }
-}
 
 /// A snapshot read off the UI thread, with the facts the doctor needs (computed there too,
 /// because they replay the allocator trace).
@@ -106,11 +55,11 @@ pub enum JobResult {
         path: PathBuf,
         result: Result<(), String>,
     },
-    /// The timeline image or a report was written to `path` (or failed to be; the message names
-    /// the file).
+    /// A timeline export or a report was written to `path` (or failed to be; the message names
+    /// the file). On success, every file written (a CSV export writes two).
     Exported {
         path: PathBuf,
-        result: Result<(), String>,
+        result: Result<Vec<PathBuf>, String>,
     },
 }
 
@@ -226,7 +175,7 @@ impl Jobs {
         (id, progress)
     }
 
-    /// Reads and prepares the capture, snapshot or log at `path` (routed by [`classify`]).
+    /// Reads and prepares the capture, snapshot or log at `path` (routed by [`route`]).
     #[cfg(feature = "native")]
     pub fn open_path(&mut self, path: PathBuf) {
         let file_name = display_name(&path);
@@ -282,31 +231,30 @@ impl Jobs {
     #[cfg(feature = "native")]
     pub fn save(&mut self, path: PathBuf, capture: crate::model::Capture) {
         self.spawn(None, move || {
-            let result = vramcap::write_file(&path, &capture).map_err(|err| err.to_string());
+            let result =
+                crate::formats::vramcap::write_file(&path, &capture).map_err(|err| err.to_string());
             JobResult::Saved { path, result }
         });
     }
 
-    /// Crops `screenshot` to the timeline's `rect` (points), encodes it as PNG and writes it to
-    /// `path`.
-    pub fn export_png(
-        &mut self,
-        path: PathBuf,
-        screenshot: Arc<egui::ColorImage>,
-        rect: egui::Rect,
-        pixels_per_point: f32,
-    ) {
+    /// Makes a timeline export (image, CSV tables or trace) and writes its files.
+    #[cfg(feature = "native")]
+    pub fn export_timeline(&mut self, job: super::export::TimelineExportJob) {
         self.spawn(None, move || {
-            let result =
-                super::export::write_timeline_png(&path, &screenshot, rect, pixels_per_point);
-            JobResult::Exported { path, result }
+            let result = super::export::write_timeline_export(&job);
+            JobResult::Exported {
+                path: job.path,
+                result,
+            }
         });
     }
 
     /// Writes `report` to `path` in the format its extension names (.html, .md or .json).
     pub fn write_report(&mut self, path: PathBuf, report: crate::report::Report) {
         self.spawn(None, move || {
-            let result = crate::report::write(&report, &path).map_err(|err| err.to_string());
+            let result = crate::report::write(&report, &path)
+                .map(|()| vec![path.clone()])
+                .map_err(|err| err.to_string());
             JobResult::Exported { path, result }
         });
     }
@@ -370,26 +318,26 @@ impl Jobs {
 fn read_path(path: &Path, file_name: &str, progress: &ReadProgress) -> OpenOutcome {
     let kind = if path.is_file() {
         match read_head(path) {
-            Ok(head) => classify(file_name, &head),
+            Ok(head) => route(file_name, &head),
             Err(err) => {
                 return OpenOutcome::Failed(format!("{file_name}: cannot read the file: {err}"));
             }
         }
     } else {
-        classify(file_name, &[])
+        route(file_name, &[])
     };
     match kind {
-        FileKind::Capture => capture_outcome(
-            vramcap::read_file(path).map_err(|err| err.to_string()),
+        Route::Capture => capture_outcome(
+            capture::read_file(path).map_err(|err| err.to_string()),
             file_name,
             progress,
         ),
-        FileKind::Snapshot => snapshot_outcome(
+        Route::Snapshot => snapshot_outcome(
             pytorch::read_file(path, &|fraction| progress.report(fraction)),
             file_name,
             progress,
         ),
-        FileKind::Log => {
+        Route::Log => {
             let analysis = std::fs::File::open(path).and_then(|file| {
                 crate::diagnose::log::analyze_reader(std::io::BufReader::new(file), file_name)
             });
@@ -415,18 +363,19 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Reads a file handed over as bytes (dropped on the window or the web page).
 fn read_bytes(bytes: &[u8], file_name: &str, progress: &ReadProgress) -> OpenOutcome {
-    match classify(file_name, &bytes[..bytes.len().min(SNIFF_BYTES)]) {
-        FileKind::Capture => capture_outcome(
-            vramcap::read_bytes(bytes, file_name).map_err(|err| err.to_string()),
+    match route(file_name, &bytes[..bytes.len().min(SNIFF_BYTES)]) {
+        Route::Capture => capture_outcome(
+            capture::read_bytes(bytes, file_name, capture::read_options_now())
+                .map_err(|err| err.to_string()),
             file_name,
             progress,
         ),
-        FileKind::Snapshot => snapshot_outcome(
+        Route::Snapshot => snapshot_outcome(
             pytorch::read_bytes(bytes, file_name, &|fraction| progress.report(fraction)),
             file_name,
             progress,
         ),
-        FileKind::Log => match analyze_bytes(bytes, file_name) {
+        Route::Log => match analyze_bytes(bytes, file_name) {
             Err(err) => OpenOutcome::Failed(err.to_string()),
             Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
             Ok(log) => OpenOutcome::Log(Box::new(log)),
@@ -533,36 +482,5 @@ mod tests {
             vec!["first.pickle".to_owned(), "second.pickle".to_owned()]
         );
         assert_eq!(jobs.running(), 0);
-    }
-
-    #[test]
-    fn files_are_routed_by_content_before_their_name() {
-        let capture = vramcap::write_bytes(&crate::model::Capture::new(
-            crate::model::CaptureMeta::default(),
-            Vec::new(),
-        ));
-        assert_eq!(classify("misnamed.log", &capture), FileKind::Capture);
-        let snapshot_json = br#"{"segments": [], "device_traces": []}"#;
-        assert_eq!(classify("dump.out", snapshot_json), FileKind::Snapshot);
-        assert_eq!(
-            classify("train.log", b"[rank0] freed 3 blocks, total_size 2 GiB"),
-            FileKind::Log
-        );
-        assert_eq!(
-            classify("dump.log", b"\x80\x04}q\x00segments"),
-            FileKind::Snapshot
-        );
-        assert_eq!(classify("dump.pkl", b""), FileKind::Snapshot);
-        assert_eq!(classify("run.VRAMCAP", b""), FileKind::Capture);
-        assert_eq!(
-            classify("train.out", b"step 1 loss 0.3\nCUDA out of memory"),
-            FileKind::Log
-        );
-        assert_eq!(
-            classify("holiday.png", b"\x89PNG\r\n\x1a\n"),
-            FileKind::Capture
-        );
-        // A multi-byte character cut by the sniff window is still text.
-        assert_eq!(classify("notes", &"été".as_bytes()[..1]), FileKind::Log);
     }
 }

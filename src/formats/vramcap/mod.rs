@@ -258,28 +258,6 @@ fn header_bytes(meta: &CaptureMeta, devices: &[DeviceFacts]) -> Vec<u8> {
     out
 }
 
-/// Names what a file that is not a capture looks like, to make the error useful.
-fn describe_foreign(bytes: &[u8]) -> String {
-    let what = if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-        "it is a PNG image"
-    } else if bytes.starts_with(&[0x1f, 0x8b]) {
-        "it is gzip-compressed (decompress it first)"
-    } else if bytes.starts_with(b"PK\x03\x04") {
-        "it is a ZIP archive (a PyTorch .pt file?)"
-    } else if bytes.len() >= 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1]) {
-        "it is a Python pickle, not a capture (an allocator snapshot? run `vramscope analyze` on it, \
-         or open it in the app)"
-    } else if matches!(
-        bytes.iter().find(|b| !b.is_ascii_whitespace()),
-        Some(b'{' | b'[')
-    ) {
-        "it looks like JSON text"
-    } else {
-        "it does not start with the vramcap signature"
-    };
-    what.to_owned()
-}
-
 fn read_header(
     bytes: &[u8],
     file: &str,
@@ -303,14 +281,14 @@ fn read_header(
         } else {
             Err(VramcapError::NotVramcap {
                 file: file.to_owned(),
-                detail: describe_foreign(bytes),
+                detail: super::capture::not_a_capture_detail(bytes),
             })
         };
     }
     if bytes[..MAGIC.len()] != MAGIC {
         return Err(VramcapError::NotVramcap {
             file: file.to_owned(),
-            detail: describe_foreign(bytes),
+            detail: super::capture::not_a_capture_detail(bytes),
         });
     }
     if bytes.len() < FIXED_HEADER_BYTES {

@@ -156,7 +156,16 @@ pub fn timeline_ui(
     ui.separator();
 
     let Some((span_start, span_end)) = input.data.x_span() else {
-        ui.label("No samples yet.");
+        if input.capture.sample_count() == 0 && !input.capture.processes.is_empty() {
+            ui.label(
+                "This capture holds process memory only (an nvidia-smi --query-compute-apps \
+                 log): the process table below lists it. For the GPUs' memory over time, open \
+                 it together with the --query-gpu log of the same run (vramscope inspect, \
+                 diagnose and export join the two).",
+            );
+        } else {
+            ui.label("No samples yet.");
+        }
         return;
     };
     let device_count = input.data.devices.len().max(1);
@@ -415,7 +424,15 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
         .y_axis_min_width(48.0)
         .x_grid_spacer(egui_plot::uniform_grid_spacer(time_grid_steps))
         .x_axis_formatter(|mark, _| format_elapsed_secs(mark.value))
-        .y_axis_formatter(|mark, _| format!("{} GiB", mark.value))
+        // Round steps from the report's axis logic: 0, 25, 50 … 150 GiB on an H200 rather than
+        // egui_plot's powers of ten (which labelled only 0 and 100 GiB).
+        .y_grid_spacer(egui_plot::uniform_grid_spacer(|input| {
+            let span = (input.bounds.1 - input.bounds.0).abs();
+            let coarse = crate::report::axis::round_step(span, 6, input.base_step_size);
+            let fine = crate::report::axis::round_step(span, 30, input.base_step_size);
+            [fine.min(coarse), coarse, coarse]
+        }))
+        .y_axis_formatter(|mark, _| format!("{} GiB", (mark.value * 100.0).round() / 100.0))
         .legend(
             Legend::default()
                 .position(Corner::LeftTop)
