@@ -136,6 +136,7 @@ fn main() {
         capture: &capture,
         data: &data,
         live: false,
+        selected_process: None,
     };
     let day_secs = DAY_MS as f64 / 1000.0;
     let scenarios: [(&str, bool, f64, f64); 6] = [

@@ -64,6 +64,7 @@ fn harness(dialogs: &CountingDialogs, capture: Option<Capture>) -> Harness<'stat
     Harness::builder()
         .with_size(Vec2::new(1000.0, 700.0))
         .with_step_dt(0.25)
+        .wgpu()
         .build_eframe(move |cc| {
             let mut app = VramscopeApp::new(cc, options);
             if let Some(capture) = capture {
@@ -209,4 +210,117 @@ fn a_long_read_repaints_only_when_its_progress_moves() {
         std::thread::sleep(std::time::Duration::from_millis(20));
         harness.step();
     }
+}
+
+#[test]
+fn clicking_a_process_row_selects_it_and_highlights_it_in_the_timeline() {
+    let dialogs = CountingDialogs::default();
+    let capture = demo_capture();
+    let (track_index, track) = capture
+        .processes
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, track)| track.peak_used_bytes())
+        .expect("the demo has processes");
+    let pid = track.pid.to_string();
+    let legend = format!("selected: pid {} {}", track.pid, track.name);
+    let mut harness = harness(&dialogs, Some(capture.clone()));
+    harness.run_steps(3);
+    assert_eq!(harness.state().selected_process(), None);
+    assert!(harness.query_by_label(&legend).is_none());
+    harness.get_by_label(&pid).click();
+    harness.run_steps(3);
+    assert_eq!(harness.state().selected_process(), Some(track_index));
+    assert!(
+        harness.query_by_label(&legend).is_some(),
+        "the timeline names the selected process"
+    );
+    harness.snapshot("commands_process_selected");
+    // In the stacked view its band is the one named "selected".
+    harness.get_by_label("Stacked processes").click();
+    harness.run_steps(3);
+    assert!(harness.query_by_label(&legend).is_some());
+    // A second click clears the selection.
+    harness.get_by_label(&pid).click();
+    harness.run_steps(3);
+    assert_eq!(harness.state().selected_process(), None);
+    assert!(harness.query_by_label(&legend).is_none());
+}
+
+#[test]
+fn with_only_a_snapshot_open_the_timeline_says_where_it_is() {
+    let dialogs = CountingDialogs::default();
+    let mut harness = harness(&dialogs, None);
+    let snapshot = vramscope::formats::pytorch::read_file(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/frag_oom.pickle"),
+        &|_| true,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    harness
+        .state_mut()
+        .show_snapshot("frag_oom.pickle", snapshot);
+    harness.run_steps(2);
+    assert_eq!(harness.state().view(), View::Allocator);
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Num1);
+    harness.run_steps(2);
+    assert!(
+        harness
+            .query_by_label_contains("No capture open · 1 snapshot in Allocator")
+            .is_some(),
+        "the top bar says what is open and where"
+    );
+    assert!(harness.query_by_label_contains("No source").is_none());
+    assert!(
+        harness
+            .query_by_label("1 snapshot open, shown in Allocator.")
+            .is_some()
+    );
+    harness.snapshot("commands_timeline_with_only_a_snapshot");
+    harness.get_by_label("Show Allocator").click();
+    harness.run_steps(2);
+    assert_eq!(harness.state().view(), View::Allocator);
+}
+
+#[test]
+fn the_demo_machine_speed_is_chosen_in_the_view_menu() {
+    use vramscope::source::Source as _;
+    use vramscope::source::demo::DemoSource;
+    let source = DemoSource::new(START_MS);
+    let pace = source.demo_pace().expect("the demo has a pace");
+    let dialogs = CountingDialogs::default();
+    let options = AppOptions {
+        files: Vec::new(),
+        live: Some(vramscope::ui::app::LiveStart {
+            source: Box::new(source),
+            demo_notice: Some("test: showing a simulated machine".to_owned()),
+        }),
+        dialogs: Box::new(dialogs.clone()),
+        recordings_dir: None,
+    };
+    let mut harness = Harness::builder()
+        .with_size(Vec2::new(1000.0, 700.0))
+        .build_eframe(move |cc| VramscopeApp::new(cc, options));
+    harness.run_steps(2);
+    assert_eq!(harness.state().demo_speed(), Some(1));
+    harness.get_by_label("View").click();
+    harness.run_steps(2);
+    harness.get_by_label("60×").click();
+    harness.run_steps(2);
+    assert_eq!(
+        pace.speed(),
+        60,
+        "the sampler's source runs at the chosen pace"
+    );
+    assert_eq!(harness.state().demo_speed(), Some(60));
+    // Without a demo machine the command is refused with the reason.
+    let dialogs = CountingDialogs::default();
+    let mut harness = self::harness(&dialogs, Some(demo_capture()));
+    harness.run_steps(1);
+    assert_eq!(harness.state().demo_speed(), None);
+    let context = harness.state().command_context();
+    assert!(
+        !Command::SetDemoSpeed(60)
+            .availability(&context)
+            .is_enabled()
+    );
 }

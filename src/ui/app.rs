@@ -27,7 +27,7 @@ use crate::model::{Capture, UnixMs};
 use super::allocator::AllocatorView;
 use super::allocator::tabs::AllocatorTabs;
 pub use super::allocator::tabs::MAX_ALLOCATOR_VIEWS;
-use super::command::{Command, CommandContext, CommandQueue};
+use super::command::{Command, CommandContext, CommandQueue, CommandSender};
 use super::devices::device_list_ui;
 use super::export::TimelineExport;
 use super::jobs::{JobResult, Jobs, OpenOutcome, OpenedSnapshot};
@@ -41,6 +41,9 @@ use super::settings::{SAMPLING_INTERVAL_RANGE_MS, Settings};
 use super::timeline::{TimelineInput, TimelineState, timeline_ui};
 use super::views::{View, view_tabs_ui};
 use super::wizard::{AllocatorTabRequest, WizardView};
+
+/// The paces View › Demo speed offers (scenario seconds per second).
+const DEMO_SPEEDS: [u32; 4] = [1, 10, 60, 600];
 
 /// A save in progress, so that its notes count as saved once the write succeeds.
 struct PendingSave {
@@ -329,6 +332,8 @@ impl VramscopeApp {
         if self.active != Some(index) {
             self.active = Some(index);
             self.timeline.new_capture();
+            // The selection is an index into the previous capture's processes.
+            self.process_table.selected = None;
         }
     }
 
@@ -866,6 +871,7 @@ impl VramscopeApp {
             has_session: self.active_session().is_some(),
             has_report_evidence: self.can_export_report(),
             watching,
+            demo_running: self.demo_speed().is_some(),
             native: cfg!(feature = "native"),
         }
     }
@@ -912,7 +918,47 @@ impl VramscopeApp {
             Command::ShowSettings => self.show_settings = true,
             Command::AddNote => self.add_annotation(),
             Command::ShowInAllocatorTab(request) => self.show_in_allocator_tab(&request),
+            Command::SetDemoSpeed(speed) => self.set_demo_speed(speed),
         }
+    }
+
+    /// The speed of the simulated demo machine sampled live, if one is.
+    pub fn demo_speed(&self) -> Option<u32> {
+        #[cfg(feature = "native")]
+        {
+            self.sessions
+                .iter()
+                .find_map(|s| s.demo_pace())
+                .map(|pace| pace.speed())
+        }
+        #[cfg(not(feature = "native"))]
+        {
+            None
+        }
+    }
+
+    /// Plays the live demo machine `speed` times faster than real time.
+    fn set_demo_speed(&mut self, speed: u32) {
+        #[cfg(feature = "native")]
+        if let Some(pace) = self.sessions.iter().find_map(|s| s.demo_pace()) {
+            pace.set_speed(speed);
+            self.notices.push(
+                NoticeLevel::Info,
+                format!("The demo machine now runs at {}× real time.", pace.speed()),
+            );
+            return;
+        }
+        let _ = speed;
+        self.notices.push(
+            NoticeLevel::Warning,
+            "Only the simulated demo machine runs at a chosen speed.",
+        );
+    }
+
+    /// The process selected in the process table (index into the shown capture's processes),
+    /// which the timeline highlights.
+    pub fn selected_process(&self) -> Option<usize> {
+        self.process_table.selected
     }
 
     fn handle_dropped_files(&mut self, ctx: &egui::Context) {
@@ -977,6 +1023,10 @@ impl VramscopeApp {
                 ui.checkbox(&mut self.settings.show_reserved, "Reserved memory");
                 ui.checkbox(&mut self.settings.show_total, "Total memory");
                 ui.checkbox(&mut self.settings.show_events, "Event markers");
+                if let Some(current) = self.demo_speed() {
+                    ui.separator();
+                    demo_speed_ui(ui, current, &commands);
+                }
                 ui.separator();
                 Command::ShowSettings.menu_item_ui(ui, &context, &commands);
             });
@@ -1047,9 +1097,16 @@ impl VramscopeApp {
     /// The Timeline view: devices, plots and processes of the active session.
     fn timeline_view_ui(&mut self, ui: &mut Ui) {
         let Some(session) = self.active.and_then(|i| self.sessions.get(i)) else {
+            let elsewhere = self.open_elsewhere();
+            let commands = self.commands.sender();
+            let opening = self.jobs.running() > 0;
             egui::CentralPanel::default().show(ui, |ui| {
+                if !elsewhere.is_empty() {
+                    open_elsewhere_ui(ui, &elsewhere, &commands);
+                    return;
+                }
                 ui.centered_and_justified(|ui| {
-                    let text = if self.jobs.running() > 0 {
+                    let text = if opening {
                         "Opening…"
                     } else if cfg!(feature = "native") {
                         "Open a .vramcap capture, a PyTorch snapshot or a log with File › Open… \
@@ -1085,9 +1142,37 @@ impl VramscopeApp {
                 capture: &session.capture,
                 data: &session.timeline,
                 live: session.is_live(),
+                selected_process: self.process_table.selected,
             };
             timeline_ui(ui, &input, &mut self.settings, &mut self.timeline);
         });
+    }
+
+    /// What is open but shown in another view than the Timeline: snapshots (Allocator) and logs
+    /// (Diagnose), with how many of each.
+    fn open_elsewhere(&self) -> Vec<OpenElsewhere> {
+        let mut elsewhere = Vec::new();
+        let snapshots = self.allocators.views().len();
+        if snapshots > 0 {
+            elsewhere.push(OpenElsewhere {
+                view: View::Allocator,
+                what: counted(snapshots, "snapshot"),
+            });
+        }
+        let logs = self
+            .wizard
+            .diagnosis()
+            .inputs
+            .iter()
+            .filter(|input| input.kind == "log")
+            .count();
+        if logs > 0 {
+            elsewhere.push(OpenElsewhere {
+                view: View::Diagnose,
+                what: counted(logs, "log"),
+            });
+        }
+        elsewhere
     }
 
     /// The Hardware checks view (desktop only).
@@ -1111,10 +1196,16 @@ impl VramscopeApp {
     fn source_ui(&mut self, ui: &mut Ui) {
         let Some(active) = self.active else {
             if self.view == View::Timeline {
-                ui.label(if cfg!(feature = "native") {
-                    "No source: open a capture (Ctrl+O) or drop one here"
+                let elsewhere = self.open_elsewhere();
+                ui.label(if !elsewhere.is_empty() {
+                    format!(
+                        "No capture open · {}",
+                        elsewhere_summary(&elsewhere, ui.ctx())
+                    )
+                } else if cfg!(feature = "native") {
+                    "No capture open: open one (Ctrl+O) or drop it here".to_owned()
                 } else {
-                    "No source: drop a capture, snapshot or log on the page"
+                    "No capture open: drop a capture, snapshot or log on the page".to_owned()
                 });
             }
             return;
@@ -1281,6 +1372,82 @@ impl VramscopeApp {
             Color32::WHITE,
         );
     }
+}
+
+/// Files open in a view other than the Timeline.
+struct OpenElsewhere {
+    view: View,
+    /// "2 snapshots", "1 log".
+    what: String,
+}
+
+/// `n thing` or `n things`.
+fn counted(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// "2 snapshots in Allocator (Ctrl+2) · 1 log in Diagnose (Ctrl+3)".
+fn elsewhere_summary(elsewhere: &[OpenElsewhere], ctx: &egui::Context) -> String {
+    elsewhere
+        .iter()
+        .map(|open| {
+            let shortcut = Command::ShowView(open.view)
+                .shortcut_text(ctx)
+                .unwrap_or_default();
+            format!("{} in {} ({shortcut})", open.what, open.view.label())
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// The Timeline's empty state when files are open elsewhere: what is open, where it is shown, a
+/// button to go there, and how a timeline comes (a capture, or a live source).
+fn open_elsewhere_ui(ui: &mut Ui, elsewhere: &[OpenElsewhere], commands: &CommandSender) {
+    ui.add_space(ui.available_height() * 0.3);
+    ui.vertical_centered(|ui| {
+        ui.label(RichText::new("No capture is open, so there is no timeline to show.").size(18.0));
+        ui.add_space(8.0);
+        for open in elsewhere {
+            ui.label(format!(
+                "{} open, shown in {}.",
+                open.what,
+                open.view.label()
+            ));
+            let command = Command::ShowView(open.view);
+            if ui
+                .button(format!("Show {}", open.view.label()))
+                .on_hover_text(command.tooltip_with_shortcut(ui.ctx()))
+                .clicked()
+            {
+                commands.send(command);
+            }
+        }
+        ui.add_space(8.0);
+        ui.label(
+            "A timeline comes from a .vramcap capture (File › Open…, Ctrl+O) or a live source \
+             (vramscope without files).",
+        );
+    });
+}
+
+/// View › Demo speed: the paces to pick from, the current one selected.
+fn demo_speed_ui(ui: &mut Ui, current: u32, commands: &CommandSender) {
+    let command = Command::SetDemoSpeed(current);
+    ui.label(command.label()).on_hover_text(command.tooltip());
+    ui.horizontal(|ui| {
+        for speed in DEMO_SPEEDS {
+            if ui
+                .selectable_label(current == speed, format!("{speed}×"))
+                .clicked()
+            {
+                commands.send(Command::SetDemoSpeed(speed));
+            }
+        }
+    });
 }
 
 /// When a note added now lands: the current time for a live source; for a file, the last hovered

@@ -42,6 +42,8 @@ pub enum Command {
     AddNote,
     /// Show a snapshot's GPU in the Allocator tab (the Fragmentation wizard's figures ask this).
     ShowInAllocatorTab(AllocatorTabRequest),
+    /// Play the simulated demo machine this many times faster than real time.
+    SetDemoSpeed(u32),
 }
 
 /// Whether a command can run now, and if not, why (shown as the disabled item's tooltip).
@@ -69,6 +71,8 @@ pub struct CommandContext {
     pub has_report_evidence: bool,
     /// A folder is being watched.
     pub watching: bool,
+    /// The simulated demo machine is being sampled live.
+    pub demo_running: bool,
     /// The build has a file system, threads and dialogs (not the web viewer).
     pub native: bool,
 }
@@ -110,6 +114,7 @@ impl Command {
             Command::ShowSettings => "Settings…",
             Command::AddNote => "Add note",
             Command::ShowInAllocatorTab(_) => "Open in Allocator tab",
+            Command::SetDemoSpeed(_) => "Demo speed",
         }
     }
 
@@ -134,6 +139,10 @@ impl Command {
             Command::AddNote => "Add the note at the current time (live) or the last hovered time",
             Command::ShowInAllocatorTab(_) => {
                 "Time travel, OOM details and block details of this snapshot"
+            }
+            Command::SetDemoSpeed(_) => {
+                "Play the simulated machine's day faster than real time (its OOM comes 8 minutes \
+                 in at 1×)"
             }
         }
     }
@@ -164,7 +173,8 @@ impl Command {
             | Command::WatchFolder
             | Command::StopWatching
             | Command::AddNote
-            | Command::ShowInAllocatorTab(_) => None,
+            | Command::ShowInAllocatorTab(_)
+            | Command::SetDemoSpeed(_) => None,
         }
     }
 
@@ -186,6 +196,9 @@ impl Command {
             }
             Command::AddNote if !context.has_session => {
                 Availability::Disabled("Open a capture or start a live source first")
+            }
+            Command::SetDemoSpeed(_) if !context.demo_running => {
+                Availability::Disabled("Only the simulated demo machine runs at a chosen speed")
             }
             _ => Availability::Enabled,
         }
@@ -360,6 +373,12 @@ mod tests {
             ..shown
         };
         assert!(!Command::WatchFolder.availability(&web).is_enabled());
+        assert!(!Command::SetDemoSpeed(60).availability(&shown).is_enabled());
+        let demo = CommandContext {
+            demo_running: true,
+            ..shown
+        };
+        assert!(Command::SetDemoSpeed(60).availability(&demo).is_enabled());
     }
 
     #[test]

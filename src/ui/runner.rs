@@ -284,50 +284,13 @@ impl Runner {
         let progress = self.new_progress();
         let step: StepFn<T> = Box::new(step);
         #[cfg(not(target_arch = "wasm32"))]
-        {
-            let (sender, receiver) = channel();
-            // The steps go to the thread through a slot, so that if the thread cannot start they
-            // are still here to be stepped by `poll`.
-            let slot = Arc::new(Mutex::new(Some(step)));
-            let thread_slot = Arc::clone(&slot);
-            let thread_progress = Arc::clone(&progress);
-            let spawned = std::thread::Builder::new()
-                .name(thread_name(name))
-                .spawn(move || {
-                    let taken = thread_slot.lock().ok().and_then(|mut slot| slot.take());
-                    let Some(mut step) = taken else {
-                        return;
-                    };
-                    let result = loop {
-                        if let Step::Done(result) = step(&thread_progress) {
-                            break result;
-                        }
-                    };
-                    // The job may have been dropped; then nobody wants the result.
-                    let _ = sender.send(result);
-                    thread_progress.ctx.request_repaint();
-                });
-            let source = match spawned {
-                Ok(_) => Source::Channel(receiver),
-                Err(err) => {
-                    log::warn!("no thread for {name} ({err}): running it on the UI thread");
-                    match slot.lock().ok().and_then(|mut slot| slot.take()) {
-                        Some(step) => Source::Stepped(step),
-                        None => Source::Channel(receiver),
-                    }
-                }
-            };
-            Job {
-                name: name.to_owned(),
-                progress,
-                source,
-            }
-        }
+        let source = steps_on_a_thread(name, step, &progress);
         #[cfg(target_arch = "wasm32")]
+        let source = Source::Stepped(step);
         Job {
             name: name.to_owned(),
             progress,
-            source: Source::Stepped(step),
+            source,
         }
     }
 
@@ -355,6 +318,46 @@ impl Runner {
             name: name.to_owned(),
             progress,
             source: Source::Channel(receiver),
+        }
+    }
+}
+
+/// Runs `step` until done on a thread of its own. The steps go to the thread through a slot, so
+/// that if no thread can start they are still here, to be stepped by [`Job::poll`].
+#[cfg(not(target_arch = "wasm32"))]
+fn steps_on_a_thread<T: Send + 'static>(
+    name: &str,
+    step: StepFn<T>,
+    progress: &Arc<Progress>,
+) -> Source<T> {
+    let (sender, receiver) = channel();
+    let slot = Arc::new(Mutex::new(Some(step)));
+    let thread_slot = Arc::clone(&slot);
+    let thread_progress = Arc::clone(progress);
+    let spawned = std::thread::Builder::new()
+        .name(thread_name(name))
+        .spawn(move || {
+            let taken = thread_slot.lock().ok().and_then(|mut slot| slot.take());
+            let Some(mut step) = taken else {
+                return;
+            };
+            let result = loop {
+                if let Step::Done(result) = step(&thread_progress) {
+                    break result;
+                }
+            };
+            // The job may have been dropped; then nobody wants the result.
+            let _ = sender.send(result);
+            thread_progress.ctx.request_repaint();
+        });
+    match spawned {
+        Ok(_) => Source::Channel(receiver),
+        Err(err) => {
+            log::warn!("no thread for {name} ({err}): running it on the UI thread");
+            match slot.lock().ok().and_then(|mut slot| slot.take()) {
+                Some(step) => Source::Stepped(step),
+                None => Source::Channel(receiver),
+            }
         }
     }
 }
