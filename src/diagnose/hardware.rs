@@ -66,6 +66,59 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     thermal(name, capture, out);
 }
 
+/// The hardware rules' verdict on one GPU, area by area: the worst severity of the findings each
+/// area gives (`None`: nothing found). The device list's health badges show this instead of
+/// judging the counters themselves, so a badge and the Hardware and driver wizard never disagree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceHealth {
+    /// Uncorrectable ECC errors (this boot, during the capture or in the GPU's lifetime) and the
+    /// corrected-error rate.
+    pub ecc: Option<Severity>,
+    /// Row remapping (failed or pending) and retired pages.
+    pub row_remap: Option<Severity>,
+    /// Xid errors and a GPU that stopped answering.
+    pub xid: Option<Severity>,
+}
+
+/// [`DeviceHealth`] of GPU `d` in `capture`, from the same rules as [`capture_findings`]. Cheap
+/// enough for every frame: the counters are read from the newest samples back.
+pub fn device_health(capture: &Capture, d: u32) -> DeviceHealth {
+    let worst =
+        |findings: [Option<Finding>; 2]| findings.into_iter().flatten().map(|f| f.severity).min();
+    let ecc = worst([
+        uncorrectable_ecc("", capture, d),
+        corrected_ecc_rate("", capture, d),
+    ]);
+    let row_remap = capture
+        .health
+        .iter()
+        .rfind(|h| h.device_index == d)
+        .and_then(|health| {
+            let source = capture_source("", Some(d), Some(health.t_ms));
+            worst([
+                row_remap(d, health, &source),
+                retired_pages(d, health, &source),
+            ])
+        });
+    let xid = capture
+        .events
+        .iter()
+        .filter(|e| e.device_index == Some(d))
+        .filter_map(|e| match e.kind {
+            EventKind::Xid { code, .. } => {
+                Some(xid_severity(u32::try_from(code).unwrap_or(u32::MAX)))
+            }
+            EventKind::DeviceLost { .. } => Some(Severity::Critical),
+            _ => None,
+        })
+        .min();
+    DeviceHealth {
+        ecc,
+        row_remap,
+        xid,
+    }
+}
+
 fn xid_events(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     let mut by_code: BTreeMap<(u64, Option<u32>), Vec<i64>> = BTreeMap::new();
     for event in &capture.events {

@@ -182,7 +182,9 @@ impl Command {
     /// nothing to act on (Save with nothing open) stay enabled and explain in a notice instead.
     pub fn availability(&self, context: &CommandContext) -> Availability {
         match self {
-            Command::ExportTimeline(_) if context.view != View::Timeline || !context.has_session => {
+            Command::ExportTimeline(_)
+                if context.view != View::Timeline || !context.has_session =>
+            {
                 Availability::Disabled("Show a capture in the Timeline view first")
             }
             Command::ExportReport if !context.has_report_evidence => {
@@ -327,7 +329,10 @@ mod tests {
                 .position(|c| *c == command)
                 .unwrap_or(usize::MAX)
         };
-        assert!(position(Command::ExportReport) < position(Command::ExportTimeline(TimelineExport::Png)));
+        assert!(
+            position(Command::ExportReport)
+                < position(Command::ExportTimeline(TimelineExport::Png))
+        );
     }
 
     #[test]
@@ -357,13 +362,21 @@ mod tests {
             has_report_evidence: true,
             ..empty
         };
-        assert!(Command::ExportTimeline(TimelineExport::Png).availability(&shown).is_enabled());
+        assert!(
+            Command::ExportTimeline(TimelineExport::Png)
+                .availability(&shown)
+                .is_enabled()
+        );
         assert!(Command::ExportReport.availability(&shown).is_enabled());
         let elsewhere = CommandContext {
             view: View::Allocator,
             ..shown
         };
-        assert!(!Command::ExportTimeline(TimelineExport::Png).availability(&elsewhere).is_enabled());
+        assert!(
+            !Command::ExportTimeline(TimelineExport::Png)
+                .availability(&elsewhere)
+                .is_enabled()
+        );
         // Always offered: they explain in a notice when there is nothing to act on.
         for command in [Command::Open, Command::SaveAs, Command::Quit] {
             assert!(command.availability(&empty).is_enabled(), "{command:?}");

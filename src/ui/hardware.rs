@@ -332,16 +332,12 @@ fn memtest_ui(ui: &mut egui::Ui, memtest: &MemtestReport) {
                 ui.end_row();
             }
         });
-    let mismatches = memtest.tests.iter().flat_map(|test| {
-        test.errors
-            .iter()
-            .map(move |mismatch| (test.label.as_str(), mismatch))
-    });
-    for (label, mismatch) in mismatches.take(32) {
-        ui.monospace(format!(
-            "{label}: {:#018x} expected {:#018x} read {:#018x} (second read {:#018x})",
-            mismatch.address, mismatch.expected, mismatch.actual, mismatch.second_read
-        ));
+    let (listed, not_listed) = crate::diagnose::gpu_checks::listed_mismatches(memtest);
+    for mismatch in listed {
+        ui.monospace(format!("{}: {}", mismatch.place, mismatch.reading));
+    }
+    if not_listed > 0 {
+        ui.label(format!("… and {not_listed} more mismatch(es)"));
     }
     for change in &memtest.health_changes {
         ui.colored_label(

@@ -200,7 +200,9 @@ impl PathAsker {
                 }
                 let path = expand_home(text);
                 // A typed path that names an existing file is replaced only on a second OK.
-                if prompt.action.writes() && path.is_file() && prompt.replace.as_ref() != Some(&path)
+                if prompt.action.writes()
+                    && path.is_file()
+                    && prompt.replace.as_ref() != Some(&path)
                 {
                     prompt.why = format!(
                         "{} exists. Press OK again to replace it, or change the name.",

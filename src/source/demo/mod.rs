@@ -33,10 +33,12 @@ pub const DEMO_DEVICE_NAME: &str = "NVIDIA H200 (simulated)";
 pub const GENERATED_SLOW_INTERVAL_MS: u32 = 5_000;
 /// More simulated GPUs than this are not useful and would only cost memory.
 pub const MAX_DEMO_DEVICES: u32 = 64;
-/// The fastest pace: an hour of the scenario per second.
-pub const MAX_DEMO_SPEED: u32 = 3_600;
+/// The fastest pace: an hour of the scenario per second. (The pace keeps wall-clock timestamps and
+/// the sampler's interval, for watching the day in the app; [`Accelerated`] is the time-lapse
+/// that records every simulated tick, for soak tests.)
+pub const MAX_DEMO_PACE: u32 = 3_600;
 
-/// The demo machine's pace (scenario milliseconds per wall millisecond, 1 to [`MAX_DEMO_SPEED`]),
+/// The demo machine's pace (scenario milliseconds per wall millisecond, 1 to [`MAX_DEMO_PACE`]),
 /// shared between the source on the sampler thread and the UI that changes it. The source picks a
 /// change up at its next poll and continues from where the scenario was, so nothing jumps and no
 /// event is reported twice or lost.
@@ -44,7 +46,7 @@ pub const MAX_DEMO_SPEED: u32 = 3_600;
 pub struct DemoPace(Arc<AtomicU32>);
 
 impl DemoPace {
-    /// A pace of `speed` (clamped to 1..=[`MAX_DEMO_SPEED`]).
+    /// A pace of `speed` (clamped to 1..=[`MAX_DEMO_PACE`]).
     pub fn new(speed: u32) -> Self {
         DemoPace(Arc::new(AtomicU32::new(clamp_speed(speed))))
     }
@@ -54,14 +56,14 @@ impl DemoPace {
         self.0.load(Ordering::Relaxed)
     }
 
-    /// Changes the speed (clamped to 1..=[`MAX_DEMO_SPEED`]).
+    /// Changes the speed (clamped to 1..=[`MAX_DEMO_PACE`]).
     pub fn set_speed(&self, speed: u32) {
         self.0.store(clamp_speed(speed), Ordering::Relaxed);
     }
 }
 
 fn clamp_speed(speed: u32) -> u32 {
-    speed.clamp(1, MAX_DEMO_SPEED)
+    speed.clamp(1, MAX_DEMO_PACE)
 }
 
 /// Shape of the simulated machine.
@@ -74,7 +76,7 @@ pub struct DemoConfig {
     /// use it to start right before the OOM.
     pub scenario_offset_ms: i64,
     /// Scenario milliseconds per wall millisecond at the start (1: real time; clamped to
-    /// 1..=[`MAX_DEMO_SPEED`]).
+    /// 1..=[`MAX_DEMO_PACE`]).
     pub speed: u32,
 }
 

@@ -401,17 +401,56 @@ struct DevicePlotOutcome {
 }
 
 fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
-    let data = plot.input.data;
-    let device = &data.devices[plot.position];
-    let settings = plot.settings;
-    let total_max = device.total.max_value;
-    let stack_max = device.stack.total.max_value;
-    let used_max = device.used.max_value;
-    let y_max = total_max.max(stack_max).max(used_max).max(1.0) * 1.08;
-    let device_index = device.device_index;
-
+    let device = &plot.input.data.devices[plot.position];
+    let y_max = device
+        .total
+        .max_value
+        .max(device.stack.total.max_value)
+        .max(device.used.max_value)
+        .max(1.0)
+        * 1.08;
     let mut lod_range = None;
-    let response = Plot::new(("memory", device_index, plot.generation))
+    let response = memory_plot(&plot, device.device_index, y_max).show(ui, |plot_ui| {
+        let range = plot_x_range(plot_ui, plot.forced_range, y_max);
+        lod_range = Some(range);
+        add_device_layers(plot_ui, &plot, range, y_max);
+        hovered_sample(plot_ui, plot.input.data, device)
+    });
+    let settings = plot.settings;
+
+    let hover = response.inner;
+    let shown: &PlotBounds = response.transform.bounds();
+    let (shown_min, shown_max) = (shown.min()[0], shown.max()[0]);
+    // The points were chosen for the range known when the plot was built; if the user panned or
+    // zoomed in this frame the range moved: draw once more with the new range.
+    let mut user_moved_view = false;
+    if let Some((x_min, x_max)) = lod_range {
+        let tolerance = (x_max - x_min).abs() * 1e-9;
+        if (shown_min - x_min).abs() > tolerance || (shown_max - x_max).abs() > tolerance {
+            ui.ctx().request_repaint();
+            user_moved_view = plot.forced_range.is_none()
+                || response.response.dragged()
+                || response.response.hovered();
+        }
+    }
+    let double_clicked = response.response.double_clicked();
+    if let Some(hover) = hover
+        && let Some(text) = hover_text(plot.input, settings, hover)
+    {
+        response.response.on_hover_text_at_pointer(text);
+    }
+    DevicePlotOutcome {
+        hover,
+        shown_range: (shown_min, shown_max),
+        user_moved_view,
+        double_clicked,
+    }
+}
+
+/// The plot of one device, before anything is drawn in it: linked time axis, fixed memory axis
+/// up to `y_max` GiB, round grid steps, legend.
+fn memory_plot(plot: &DevicePlot<'_>, device_index: u32, y_max: f64) -> Plot<'static> {
+    Plot::new(("memory", device_index, plot.generation))
         .height(plot.height)
         .link_axis(plot.link_group, Vec2b::new(true, false))
         .link_cursor(plot.link_group, Vec2b::new(true, false))
@@ -443,98 +482,86 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
                 .text_style(egui::TextStyle::Small)
                 .follow_insertion_order(true),
         )
-        .show(ui, |plot_ui| {
-            let last_bounds = plot_ui.plot_bounds();
-            let (x_min, x_max) = match plot.forced_range {
-                Some(range) => {
-                    plot_ui.set_plot_bounds_x(range.0..=range.1);
-                    range
-                }
-                None => (last_bounds.min()[0], last_bounds.max()[0]),
-            };
-            plot_ui.set_plot_bounds_y(-0.02 * y_max..=y_max);
-            lod_range = Some((x_min, x_max));
-            let max_buckets = (plot_ui.transform().frame().width().max(1.0)) as usize;
+}
 
-            if settings.stacked_processes {
-                add_stacked_layers(
-                    plot_ui,
-                    plot.input,
-                    plot.position,
-                    x_min,
-                    x_max,
-                    max_buckets,
-                );
-            } else {
-                add_memory_lines(plot_ui, device, settings, x_min, x_max, max_buckets);
-                add_selected_process_line(
-                    plot_ui,
-                    plot.input,
-                    plot.position,
-                    x_min,
-                    x_max,
-                    max_buckets,
-                );
-            }
-            add_threshold(
-                plot_ui,
-                plot.input,
-                plot.position,
-                settings,
-                plot.crossings,
-                x_min,
-                x_max,
-            );
-            if settings.show_events {
-                add_event_markers(
-                    plot_ui,
-                    plot.input.capture,
-                    data,
-                    device_index,
-                    x_min,
-                    x_max,
-                    y_max,
-                );
-            }
-            if let Some(hover) = plot.hover {
-                plot_ui.vline(
-                    VLine::new("", hover.x_secs)
-                        .id("hovered sample")
-                        .color(Color32::from_gray(160))
-                        .width(1.0)
-                        .allow_hover(false),
-                );
-            }
-
-            hovered_sample(plot_ui, data, device)
-        });
-
-    let hover = response.inner;
-    let shown: &PlotBounds = response.transform.bounds();
-    let (shown_min, shown_max) = (shown.min()[0], shown.max()[0]);
-    // The points were chosen for the range known when the plot was built; if the user panned or
-    // zoomed in this frame the range moved: draw once more with the new range.
-    let mut user_moved_view = false;
-    if let Some((x_min, x_max)) = lod_range {
-        let tolerance = (x_max - x_min).abs() * 1e-9;
-        if (shown_min - x_min).abs() > tolerance || (shown_max - x_max).abs() > tolerance {
-            ui.ctx().request_repaint();
-            user_moved_view = plot.forced_range.is_none()
-                || response.response.dragged()
-                || response.response.hovered();
+/// The time range to draw: the one forced on the plot (follow-live, reset, a linked change),
+/// else where the user left it; the memory axis stays fixed.
+fn plot_x_range(
+    plot_ui: &mut egui_plot::PlotUi<'_>,
+    forced_range: Option<(f64, f64)>,
+    y_max: f64,
+) -> (f64, f64) {
+    let last_bounds = plot_ui.plot_bounds();
+    let range = match forced_range {
+        Some(range) => {
+            plot_ui.set_plot_bounds_x(range.0..=range.1);
+            range
         }
+        None => (last_bounds.min()[0], last_bounds.max()[0]),
+    };
+    plot_ui.set_plot_bounds_y(-0.02 * y_max..=y_max);
+    range
+}
+
+/// Everything drawn in a device's plot over `(x_min, x_max)`: memory lines or stacked process
+/// bands, the selected process, the threshold, event markers and the hovered-sample line.
+fn add_device_layers(
+    plot_ui: &mut egui_plot::PlotUi<'_>,
+    plot: &DevicePlot<'_>,
+    (x_min, x_max): (f64, f64),
+    y_max: f64,
+) {
+    let settings = plot.settings;
+    let device = &plot.input.data.devices[plot.position];
+    let max_buckets = (plot_ui.transform().frame().width().max(1.0)) as usize;
+    if settings.stacked_processes {
+        add_stacked_layers(
+            plot_ui,
+            plot.input,
+            plot.position,
+            x_min,
+            x_max,
+            max_buckets,
+        );
+    } else {
+        add_memory_lines(plot_ui, device, settings, x_min, x_max, max_buckets);
+        add_selected_process_line(
+            plot_ui,
+            plot.input,
+            plot.position,
+            x_min,
+            x_max,
+            max_buckets,
+        );
     }
-    let double_clicked = response.response.double_clicked();
-    if let Some(hover) = hover
-        && let Some(text) = hover_text(plot.input, settings, hover)
-    {
-        response.response.on_hover_text_at_pointer(text);
+    add_threshold(
+        plot_ui,
+        plot.input,
+        plot.position,
+        settings,
+        plot.crossings,
+        x_min,
+        x_max,
+    );
+    if settings.show_events {
+        add_event_markers(
+            plot_ui,
+            plot.input.capture,
+            plot.input.data,
+            device.device_index,
+            x_min,
+            x_max,
+            y_max,
+        );
     }
-    DevicePlotOutcome {
-        hover,
-        shown_range: (shown_min, shown_max),
-        user_moved_view,
-        double_clicked,
+    if let Some(hover) = plot.hover {
+        plot_ui.vline(
+            VLine::new("", hover.x_secs)
+                .id("hovered sample")
+                .color(Color32::from_gray(160))
+                .width(1.0)
+                .allow_hover(false),
+        );
     }
 }
 

@@ -14,8 +14,6 @@ mod allocator_figures;
 mod findings;
 
 pub use allocator_figures::AllocatorTabRequest;
-#[cfg(feature = "native")]
-pub mod gpu_checks;
 
 use crate::diagnose::finding::{Category, Diagnosis, Finding, InputSummary, Severity, Wizard};
 use crate::diagnose::leak::SnapshotFacts;
@@ -308,7 +306,7 @@ impl WizardView {
         if self.checks.poll()
             && let Some(outcome) = self.checks.outcome()
         {
-            self.check_evidence = Some(gpu_checks::check_findings(outcome));
+            self.check_evidence = Some(crate::diagnose::gpu_checks::check_findings(outcome));
             self.rediagnose();
         }
     }
