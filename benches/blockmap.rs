@@ -14,6 +14,8 @@
 //! (`BLOCKMAP_EVENTS=N` changes the trace length). Under `cargo test` (no `--bench` argument)
 //! it runs once on 20,000 events as a smoke test.
 
+#[path = "common/mod.rs"]
+mod common;
 #[path = "../tests/support/synthetic_allocator.rs"]
 #[allow(
     dead_code,
@@ -32,29 +34,17 @@ use vramscope::ui::allocator::timeline::TimelineColumns;
 
 /// Times `work` three times and keeps the fastest run: on a shared machine a single run can be
 /// preempted for tens of milliseconds, which measures the scheduler, not the frame.
-fn fastest_of_3(mut work: impl FnMut()) -> Duration {
-    (0..3)
-        .map(|_| {
-            let t = Instant::now();
-            work();
-            t.elapsed()
-        })
-        .min()
-        .unwrap_or_default()
+fn fastest_of_3(work: impl FnMut()) -> Duration {
+    common::time_runs(3, work).0.min()
 }
 
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-fn report(name: &str, mut samples: Vec<Duration>) {
-    samples.sort();
+fn report(name: &str, samples: Vec<Duration>) {
+    let samples = common::Samples::from_durations(samples);
     println!(
         "{name:<44} median {:>9.3} ms   p99 {:>9.3} ms   max {:>9.3} ms   ({} runs)",
-        percentile(&samples, 0.5).as_secs_f64() * 1e3,
-        percentile(&samples, 0.99).as_secs_f64() * 1e3,
-        samples.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        common::ms(samples.median()),
+        common::ms(samples.percentile(0.99)),
+        common::ms(samples.max()),
         samples.len()
     );
 }
@@ -62,7 +52,7 @@ fn report(name: &str, mut samples: Vec<Duration>) {
 fn main() {
     // `cargo bench` passes `--bench`; under `cargo test --all-targets` this runs once on a short
     // trace as a smoke test.
-    let benchmarking = std::env::args().any(|a| a == "--bench");
+    let benchmarking = common::measuring();
     let default_events = if benchmarking { 3_000_000 } else { 20_000 };
     let events: usize = std::env::var("BLOCKMAP_EVENTS")
         .ok()

@@ -5,6 +5,9 @@
 //! machine, polled as the sampler would (slow tier every 5 s), and is written by the real
 //! [`Recorder`] (batches) and by [`vramcap::write_bytes`] (a saved capture).
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::time::{Duration, Instant};
 
 use vramscope::formats::vramcap::{self, Recorder};
@@ -53,17 +56,9 @@ fn record(dir: &std::path::Path, gpus: u32, hours: u64, interval_ms: u32) -> Vec
 }
 
 /// Runs `f` `runs` times and returns the fastest and median wall times and the last result.
-fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, Duration, T) {
-    let mut times = Vec::new();
-    let mut result = None;
-    for _ in 0..runs {
-        drop(result.take());
-        let started = Instant::now();
-        result = Some(f());
-        times.push(started.elapsed());
-    }
-    times.sort();
-    (times[0], times[runs / 2], result.expect("at least one run"))
+fn time<T>(runs: usize, f: impl FnMut() -> T) -> (Duration, Duration, T) {
+    let (times, result) = common::time_runs(runs, f);
+    (times.min(), times.median(), result)
 }
 
 fn per_sample(bytes: usize, capture: &Capture) -> f64 {
@@ -74,7 +69,7 @@ fn main() {
     let dir = tempfile::tempdir().expect("temporary directory");
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it, and
     // then a small smoke run checks that the benchmark still works without taking minutes.
-    if !std::env::args().any(|arg| arg == "--bench") {
+    if !common::measuring() {
         let recorded = record(dir.path(), 2, 1, 60_000);
         let capture = vramcap::read_bytes(&recorded, "smoke").expect("read recorded");
         assert_eq!(capture.sample_count(), 2 * 60, "2 GPUs x 60 ticks");

@@ -5,8 +5,11 @@
 //! Run: `cargo bench --bench demo_generate`. Under `cargo test --all-targets` (no `--bench`
 //! argument) it runs a smoke test instead: 1,000 polls and one hour of capture, each once.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vramscope::analysis::threshold::crossings;
 use vramscope::model::DeviceSample;
@@ -25,33 +28,15 @@ struct Workload {
     runs: usize,
 }
 
-/// Median of `runs` timings of `f`.
-fn median_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
-    let mut times = Vec::with_capacity(runs);
-    let mut last = None;
-    for _ in 0..runs {
-        let started = Instant::now();
-        let value = f();
-        times.push(started.elapsed());
-        last = Some(value);
-    }
-    times.sort();
-    // `runs` is at least 1 in every workload below.
-    let value = last.expect("at least one run");
-    (times[times.len() / 2], value)
-}
-
-/// Peak resident memory of this process so far, from /proc (Linux only).
-fn peak_rss_mib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024)
+/// Median of `runs` timings of `f`, and its last result.
+fn median_of<T>(runs: usize, f: impl FnMut() -> T) -> (Duration, T) {
+    let (times, last) = common::time_runs(runs, f);
+    (times.median(), last)
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it.
-    let workload = if std::env::args().any(|arg| arg == "--bench") {
+    // `cargo test --all-targets` runs this binary without `--bench`: a smoke run then.
+    let workload = if common::measuring() {
         Workload {
             polls: 100_000,
             capture_span_ms: DAY_MS,
@@ -103,7 +88,7 @@ fn main() {
     println!(
         "  size_of::<DeviceSample>() = {} B; peak RSS so far {} MiB",
         std::mem::size_of::<DeviceSample>(),
-        peak_rss_mib().map_or_else(|| "unknown".to_owned(), |m| m.to_string())
+        common::peak_rss_kib().map_or_else(|| "unknown".to_owned(), |k| (k / 1024).to_string())
     );
 
     let gpu0 = &capture.series[0];

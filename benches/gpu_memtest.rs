@@ -8,6 +8,9 @@
 //! it runs a smoke test instead: 1 % of free memory, and only the error count is checked (the
 //! bandwidth ratio needs the full-size run to mean anything).
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
@@ -18,8 +21,7 @@ fn main() -> ExitCode {
         println!("gpu_memtest: skipped, no NVIDIA driver on this machine");
         return ExitCode::SUCCESS;
     }
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it.
-    let benchmarking = std::env::args().any(|arg| arg == "--bench");
+    let benchmarking = common::measuring();
     let share_of_free_percent = if benchmarking {
         std::env::var("VRAMSCOPE_BENCH_SHARE")
             .ok()

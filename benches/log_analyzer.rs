@@ -4,7 +4,8 @@
 //!
 //! Run: `cargo bench --bench log_analyzer`
 
-use std::time::Instant;
+#[path = "common/mod.rs"]
+mod common;
 
 use vramscope::diagnose::log::analyze_reader;
 
@@ -29,25 +30,20 @@ fn synthetic_log(target_bytes: usize) -> Vec<u8> {
 }
 
 fn main() {
-    let measuring = std::env::args().any(|a| a == "--bench");
+    let measuring = common::measuring();
     let log = synthetic_log(if measuring { BENCH_BYTES } else { SMOKE_BYTES });
     let mib = log.len() as f64 / (1 << 20) as f64;
-    let mut best = f64::INFINITY;
-    let mut matches = 0;
     let runs = if measuring { 3 } else { 1 };
-    for _ in 0..runs {
-        let start = Instant::now();
-        let analysis = match analyze_reader(log.as_slice(), "synthetic.log") {
-            Ok(a) => a,
-            Err(e) => {
-                eprintln!("log_analyzer: {e}");
-                std::process::exit(1);
-            }
-        };
-        best = best.min(start.elapsed().as_secs_f64());
-        matches = analysis.matches.len();
-        std::hint::black_box(&analysis);
-    }
+    let (times, analysis) =
+        common::time_runs(runs, || analyze_reader(log.as_slice(), "synthetic.log"));
+    let matches = match analysis {
+        Ok(analysis) => analysis.matches.len(),
+        Err(e) => {
+            eprintln!("log_analyzer: {e}");
+            std::process::exit(1);
+        }
+    };
+    let best = times.min().as_secs_f64();
     println!(
         "log_analyzer: {mib:.0} MiB in {best:.2} s = {:.0} MiB/s ({matches} recognised lines; best of {runs})",
         mib / best

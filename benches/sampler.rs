@@ -31,6 +31,9 @@
 //! Without `--bench` (as `cargo test --all-targets` runs it) it only polls a few times, and on a
 //! machine without an NVIDIA driver it prints why it cannot measure and exits successfully.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -256,7 +259,7 @@ fn profile_calls(source: &mut NvmlSource) {
             wall_us.push(start.elapsed().as_secs_f64() * 1e6);
         }
         let cpu_us = (thread_cpu_s() - cpu_start) * 1e6 / CALLS as f64;
-        wall_us.sort_by(f64::total_cmp);
+        let wall_us = common::Samples::from_values(wall_us);
         let mut spaced_cpu_s = 0.0;
         for _ in 0..SPACED_CALLS {
             std::thread::sleep(Duration::from_millis(100));
@@ -267,7 +270,7 @@ fn profile_calls(source: &mut NvmlSource) {
         let spaced_us = spaced_cpu_s * 1e6 / SPACED_CALLS as f64;
         println!(
             "  {label:<42} tight: wall p50 {:>7.1} µs, CPU {cpu_us:>7.1} µs; 100 ms apart: CPU {spaced_us:>7.1} µs",
-            wall_us[CALLS / 2]
+            wall_us.median()
         );
     }
     println!("per-call cost ({CALLS} calls each):");
@@ -469,25 +472,12 @@ impl Measurement {
 
 /// This process's user + system CPU time in seconds.
 fn own_cpu_s() -> f64 {
-    // SAFETY: getrusage only writes the struct we pass; an all-zero rusage is a valid value.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    common::process_cpu_time().as_secs_f64()
 }
 
 /// The calling thread's CPU time in seconds (nanosecond clock, unlike /proc's 10 ms ticks).
 fn thread_cpu_s() -> f64 {
-    // SAFETY: clock_gettime only writes the struct we pass.
-    let time = unsafe {
-        let mut time: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time);
-        time
-    };
-    time.tv_sec as f64 + time.tv_nsec as f64 / 1e9
+    common::thread_cpu_time().as_secs_f64()
 }
 
 /// CPU time of this process's NVML event thread (named `vramscope-nvml-events`, which the
@@ -749,7 +739,7 @@ fn measure(
     let events_start = event_thread_cpu_s();
     let reads_start = source.process_list_reads();
     let mut last_slow: Option<Instant> = None;
-    let (wall_s, mut poll_us) = tick_loop(options, || {
+    let (wall_s, poll_us) = tick_loop(options, || {
         let slow = slow_every_tick
             || last_slow.is_none_or(|t| t.elapsed() >= Duration::from_millis(SLOW_TIER_MS));
         if slow {
@@ -764,11 +754,7 @@ fn measure(
         .map(|(end, start)| end - start);
     let process_list_reads = source.process_list_reads() - reads_start;
     let smi = finish_smis(smis)?;
-    poll_us.sort_by(f64::total_cmp);
-    let percentile = |p: f64| {
-        let index = ((poll_us.len() as f64 - 1.0) * p).round() as usize;
-        poll_us.get(index).copied().unwrap_or(f64::NAN)
-    };
+    let poll_us = common::Samples::from_values(poll_us);
     Ok(Measurement {
         label,
         interval_ms: options.interval_ms,
@@ -777,8 +763,8 @@ fn measure(
         vramscope_cpu_s,
         poll_thread_cpu_s,
         event_thread_cpu_s,
-        poll_p50_us: percentile(0.5),
-        poll_p99_us: percentile(0.99),
+        poll_p50_us: poll_us.median(),
+        poll_p99_us: poll_us.percentile(0.99),
         process_list_reads,
         smi,
     })

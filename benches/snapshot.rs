@@ -6,6 +6,9 @@
 //! (≥ 250 MB, a real H200 trace repeated with shifted times) with `scripts/make_big_snapshot.py`.
 //! Under `cargo test` (no `--bench` argument) it only opens a small fixture once, as a smoke test.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -35,19 +38,6 @@ print(f'seconds={seconds} peak_rss_kib={hwm}')";
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("VmHWM"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// Opens the snapshot and computes the totals (`MODE_OPEN`), or also the full analysis: time
@@ -84,7 +74,7 @@ fn child(path: &Path, mode: &str) -> Result<(), String> {
         "seconds={seconds} peak_rss_kib={} events={} reserved_bytes={reserved} \
          stranded_bytes={stranded_bytes} ooms={oom_count} \
          whole_replay_seconds={whole_replay_seconds} replayed_blocks={replayed_blocks}",
-        peak_rss_kib(),
+        common::peak_rss_kib().unwrap_or(0),
         snapshot.event_count()
     );
     Ok(())
@@ -130,9 +120,8 @@ fn run_measured(command: &mut Command) -> Result<Measure, String> {
     })
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+fn median(values: Vec<f64>) -> f64 {
+    common::Samples::from_values(values).median()
 }
 
 fn bench(path: &Path) -> Result<(), String> {
@@ -209,7 +198,7 @@ fn main() {
         child(Path::new(&path), &mode)
     } else {
         let args: Vec<String> = std::env::args().skip(1).collect();
-        if args.iter().any(|a| a == "--bench") {
+        if common::measuring() {
             let explicit = args.iter().find(|a| !a.starts_with('-')).map(PathBuf::from);
             explicit
                 .map(Ok)

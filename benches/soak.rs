@@ -63,7 +63,9 @@ fn gui(dir: &Path, gpus: u32, hours: f64, speed: f64) -> Result<(), String> {
         .with_size(Vec2::new(1400.0, 900.0))
         .build_eframe(move |cc| VramscopeApp::new(cc, options));
     harness.step();
-    harness.state_mut().toggle_recording();
+    harness
+        .state_mut()
+        .run_command(vramscope::ui::command::Command::ToggleRecording);
     let day_ms = (hours * 3_600_000.0) as i64;
     let checkpoints = [day_ms / 48, day_ms / 2, day_ms];
     let mut next = 0;
@@ -96,7 +98,9 @@ fn gui(dir: &Path, gpus: u32, hours: f64, speed: f64) -> Result<(), String> {
             return Err("the GUI fell too far behind the time-lapse".to_owned());
         }
     }
-    harness.state_mut().toggle_recording();
+    harness
+        .state_mut()
+        .run_command(vramscope::ui::command::Command::ToggleRecording);
     harness.run_steps(2);
     Ok(())
 }

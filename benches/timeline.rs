@@ -11,6 +11,9 @@
 //! `cargo test --all-targets` (no `--bench` argument) it runs a smoke test instead: 2 GPUs sampled
 //! once a minute, two frames per view.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::time::{Duration, Instant};
 
 use egui::{Pos2, RawInput, Rect, vec2};
@@ -57,21 +60,6 @@ fn raw_input(frame: usize) -> RawInput {
     }
 }
 
-/// CPU time of this thread. The build machine is shared with other builds, so wall time mostly
-/// measures waiting for a core; CPU time measures the work a frame does.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 /// Per-frame CPU time (median, worst), wall time (median), and the last frame's vertex count.
 struct FrameStats {
     cpu_median: Duration,
@@ -85,23 +73,19 @@ fn time_frames(frames: usize, mut frame: impl FnMut(usize) -> usize) -> FrameSta
     let mut wall = Vec::with_capacity(frames);
     let mut vertices = 0;
     for i in 0..frames {
-        let (wall_start, cpu_start) = (Instant::now(), thread_cpu_time());
+        let (wall_start, cpu_start) = (Instant::now(), common::thread_cpu_time());
         vertices = frame(i);
-        cpu.push(thread_cpu_time().saturating_sub(cpu_start));
+        cpu.push(common::thread_cpu_time().saturating_sub(cpu_start));
         wall.push(wall_start.elapsed());
     }
-    cpu.sort();
-    wall.sort();
+    let cpu = common::Samples::from_durations(cpu);
+    let wall = common::Samples::from_durations(wall);
     FrameStats {
-        cpu_median: cpu[cpu.len() / 2],
-        cpu_worst: cpu[cpu.len() - 1],
-        wall_median: wall[wall.len() / 2],
+        cpu_median: cpu.median(),
+        cpu_worst: cpu.max(),
+        wall_median: wall.median(),
         vertices,
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// Vertices of the meshes egui tessellates from one frame's output.
@@ -119,7 +103,7 @@ fn vertex_count(ctx: &egui::Context, mut output: egui::FullOutput) -> usize {
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it.
-    let workload = if std::env::args().any(|arg| arg == "--bench") {
+    let workload = if common::measuring() {
         Workload::BENCH
     } else {
         Workload::SMOKE
@@ -144,7 +128,7 @@ fn main() {
     let build_time = started.elapsed();
     println!(
         "timeline series + pyramids built in {:.0} ms",
-        ms(build_time)
+        common::ms(build_time)
     );
 
     let ctx = egui::Context::default();
@@ -152,6 +136,7 @@ fn main() {
         capture: &capture,
         data: &data,
         live: false,
+        selected_process: None,
     };
     let day_secs = DAY_MS as f64 / 1000.0;
     let scenarios: [(&str, bool, f64, f64); 6] = [
@@ -202,9 +187,9 @@ fn main() {
         let stats = time_frames(workload.measured_frames, &mut run_frame);
         println!(
             "| {name} | {:.2} ms | {:.2} ms | {:.2} ms | {} |",
-            ms(stats.cpu_median),
-            ms(stats.cpu_worst),
-            ms(stats.wall_median),
+            common::ms(stats.cpu_median),
+            common::ms(stats.cpu_worst),
+            common::ms(stats.wall_median),
             stats.vertices
         );
     }
@@ -241,9 +226,9 @@ fn main() {
     println!(
         "| reference: whole day, all {} samples handed to egui_plot (used line only) | {:.2} ms | {:.2} ms | {:.2} ms | {} |",
         capture.sample_count(),
-        ms(stats.cpu_median),
-        ms(stats.cpu_worst),
-        ms(stats.wall_median),
+        common::ms(stats.cpu_median),
+        common::ms(stats.cpu_worst),
+        common::ms(stats.wall_median),
         stats.vertices
     );
 }

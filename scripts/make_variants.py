@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes format variants of a real snapshot, so vramscope is tested on every pickle protocol,
-the TorchScript writer, JSON and the older format vintages (reference pytorch-snapshots.md §1.8,
-§2) with the allocator state, and so the memory_stats() truth, of a real H200 run.
+the TorchScript writer, JSON and the older format vintages (docs/sources.md, "Format vintages")
+with the allocator state, and so the memory_stats() truth, of a real H200 run.
 
 Usage: python3 scripts/make_variants.py tests/fixtures/pytorch/frag_oom.pickle
 Writes BASE.v-NAME.pickle / BASE.v-json.snapshot.json next to it; then run

@@ -389,3 +389,100 @@ fn the_reading_just_before_the_oom_shows_the_card_too_full_for_the_request() {
         );
     }
 }
+
+/// Used bytes of each GPU in a batch.
+fn used(batch: &SampleBatch) -> Vec<u64> {
+    batch
+        .devices
+        .iter()
+        .filter_map(|d| d.memory.map(|m| m.used_bytes))
+        .collect()
+}
+
+#[test]
+fn a_faster_pace_plays_the_same_day_sooner() {
+    use vramscope::source::demo::scenario::OOM_AT_MS;
+    let speed = 60;
+    let fast = DemoConfig {
+        speed,
+        ..Default::default()
+    };
+    let mut real_time = DemoSource::new(START_MS);
+    let mut sped_up = DemoSource::with_config(START_MS, fast.clone());
+    for i in 0..300 {
+        let wall_ms = i * 1_000;
+        let a = real_time.poll(START_MS + wall_ms * i64::from(speed), BOTH);
+        let b = sped_up.poll(START_MS + wall_ms, BOTH);
+        assert_eq!(used(&a), used(&b), "{wall_ms} ms in");
+    }
+    // The OOM that comes about 8 minutes into the real-time day comes after 8 seconds at 60×,
+    // at the first whole millisecond of the scenario's moment; deterministically so.
+    let day_at_60 = generate_capture(&fast, START_MS, 15_000, 250);
+    let ooms: Vec<i64> = day_at_60
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::OutOfMemory { .. }))
+        .map(|e| e.t_ms)
+        .collect();
+    let speed = i64::from(speed);
+    let expected = START_MS + (OOM_AT_MS + speed - 1) / speed;
+    assert_eq!(ooms, vec![expected]);
+    assert_eq!(day_at_60, generate_capture(&fast, START_MS, 15_000, 250));
+}
+
+#[test]
+fn changing_the_pace_while_running_neither_repeats_nor_loses_events() {
+    let mut source = DemoSource::new(START_MS);
+    let pace = source.pace();
+    let mut events = Vec::new();
+    let mut t = START_MS;
+    // 100 s at real time, then the rest of two cycles at 50×, polled every 200 ms.
+    while t < START_MS + 100_000 {
+        events.extend(source.poll(t, BOTH).events);
+        t += 1_000;
+    }
+    let changed_at = t - 1_000;
+    let before_change = used(&source.poll(
+        changed_at,
+        Tiers {
+            fast: true,
+            slow: false,
+        },
+    ));
+    pace.set_speed(50);
+    let continued = used(&source.poll(
+        changed_at,
+        Tiers {
+            fast: true,
+            slow: false,
+        },
+    ));
+    assert_eq!(
+        continued, before_change,
+        "the scenario continues where it was"
+    );
+    let remaining_wall_ms = (2 * SCENARIO_CYCLE_MS - 100_000) / 50 + 1_000;
+    while t < changed_at + remaining_wall_ms {
+        events.extend(source.poll(t, BOTH).events);
+        t += 200;
+    }
+    // Two whole cycles passed: every scripted event of each GPU came exactly twice, in order.
+    let once = generate_capture(
+        &DemoConfig::default(),
+        START_MS,
+        SCENARIO_CYCLE_MS as u64,
+        1_000,
+    );
+    assert!(!once.events.is_empty());
+    assert_eq!(events.len(), 2 * once.events.len(), "{events:#?}");
+    assert!(events.windows(2).all(|w| w[0].t_ms <= w[1].t_ms));
+    // The same position 10 s of wall time after the change is 500 s into the scenario.
+    let mut reference = DemoSource::new(START_MS);
+    let later = changed_at + 10_000;
+    assert_eq!(
+        used(&source.poll(later, BOTH)),
+        used(&reference.poll(changed_at + 10_000 * 50, BOTH))
+    );
+    pace.set_speed(0);
+    assert_eq!(pace.speed(), 1, "the pace is at least real time");
+}

@@ -133,9 +133,13 @@ fn a_recorded_capture_file_is_diagnosed() {
 
 #[test]
 fn bad_input_fails_with_a_message_naming_the_problem() {
+    // Nothing to diagnose is a usage error (exit 2), which names the inputs it takes.
     let out = vramscope(&["diagnose"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to look at"));
+    assert_eq!(out.status.code(), Some(2), "usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for input in ["--live", "--capture", "--snapshot", "--log"] {
+        assert!(stderr.contains(input), "{input} missing from: {stderr}");
+    }
 
     let out = vramscope(&["diagnose", "--log", "/nonexistent/train.log"]);
     assert_eq!(out.status.code(), Some(1));
@@ -164,6 +168,16 @@ fn bad_input_fails_with_a_message_naming_the_problem() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("x.vramcap"));
+
+    // A log given as a capture: the error says to pass it with --log (as a pickle's says
+    // `analyze`).
+    let out = vramscope(&["diagnose", "--capture", &fixture("jax.log")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("jax.log") && stderr.contains("diagnose --log"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The log analyzer on verbatim messages (reference §4) and the frag_oom fixture: every line is
+//! The log analyzer on verbatim messages (`tests/fixtures/logs/`) and the frag_oom fixture: every line is
 //! recognised with its line number, meaning, wizard and numbers.
 
 use std::path::PathBuf;

@@ -219,6 +219,7 @@ fn saved_capture_seeds_are_what_the_writer_makes() {
         &DemoConfig {
             device_count: 3,
             scenario_offset_ms: 600_000,
+            ..DemoConfig::default()
         },
         start_ms,
         20_000,

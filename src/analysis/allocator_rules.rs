@@ -4,8 +4,8 @@
 //! Time travel needs them to know how big a block was when the trace only recorded the size the
 //! caller asked for; the OOM explainer needs them to say which free block could have served a
 //! failed request. The constants and rules are those of `c10/cuda/CUDACachingAllocator.cpp`
-//! (`round_size`, `get_pool`, `get_allocation_size`, `get_free_block`, `should_split`); see
-//! `reference/pytorch-snapshots.md` §4.
+//! (`round_size`, `get_pool`, `get_allocation_size`, `get_free_block`, `should_split`) in
+//! github.com/pytorch/pytorch; `docs/sources.md` § "The caching allocator's rules".
 
 use crate::model::allocator::{AllocatorSettings, PoolKind};
 

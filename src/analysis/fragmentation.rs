@@ -5,8 +5,8 @@
 //! free blocks (external free). External free memory is only useful if a request fits in one
 //! block: free blocks inside partly used segments are *stranded* (PyTorch never merges across
 //! segments and cannot return a split segment to CUDA), while entirely free segments are
-//! *releasable* by `empty_cache()`. Users asked for exactly these numbers (PyTorch issues #29554,
-//! #35901; reference §5 item 6).
+//! *releasable* by `empty_cache()`. Users asked for exactly these numbers (PyTorch issues #29554
+//! and #35901, github.com/pytorch/pytorch/issues).
 
 use super::timetravel::{AllocatorState, BlockStatus, StateSegment};
 use crate::model::allocator::{PoolId, PoolKind};

@@ -2,7 +2,8 @@
 //!
 //! A 24-hour capture of 8 GPUs at 250 ms holds 2.76 million samples; a plot is a couple of
 //! thousand pixels wide. Handing every sample to the plot costs tens of milliseconds per frame
-//! (measured in `reference/egui-ecosystem.md` §4), so the timeline asks a [`MinMaxPyramid`] which
+//! (`docs/sources.md` § "Measured": about 30 ns per point in egui_plot 0.38), so the timeline asks
+//! a [`MinMaxPyramid`] which
 //! samples to draw: for each bucket of consecutive samples it keeps the index of the lowest and the
 //! highest value, at bucket sizes 4, 8, 16, … samples. Drawing the min and the max of every bucket
 //! keeps every peak and every dip visible (unlike averaging or striding), and because the result is

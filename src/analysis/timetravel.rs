@@ -9,7 +9,9 @@
 //! checkpoint and undoes at most one interval of events.
 //!
 //! The trace records only the *requested* size of a freed block, not the rounded block size it
-//! had (reference §1.5), so undoing a free needs the block's real size. It is found by a forward
+//! had (the `record_trace` calls in PyTorch's `c10/cuda/CUDACachingAllocator.cpp`; see
+//! `docs/sources.md` § "PyTorch allocator snapshots"), so undoing a free needs the block's real
+//! size. It is found by a forward
 //! replay with the allocator's split rules ([`AllocatorRules`]) from the reconstructed initial
 //! state; when that replay reproduces the snapshot's final state exactly, the sizes are exact
 //! and [`ReplayCheck::matches_final_state`] says so; that replay's states then are the

@@ -1,5 +1,6 @@
 //! Exact per-device, per-pool totals of an allocator snapshot, the numbers
-//! `torch.cuda.memory_stats()` reports as `current` (reference `pytorch-snapshots.md` §3.4).
+//! `torch.cuda.memory_stats()` reports as `current` (the allocator's `DeviceStats` in PyTorch's
+//! `c10/cuda/CUDACachingAllocator.h`; `docs/sources.md` § "PyTorch allocator snapshots").
 //!
 //! Users compare what a tool shows with what PyTorch printed; if the two disagree by a byte the
 //! tool is not trusted. So every total here is defined by the allocator's own bookkeeping rules

@@ -33,7 +33,7 @@ pub struct SnapshotReport {
     pub file: String,
     /// "pickle protocol N" or "json".
     pub format: String,
-    /// Format generation (reference pytorch-snapshots.md §1.8).
+    /// Format generation (`docs/sources.md` § "Format vintages").
     pub vintage: String,
     pub segment_count: usize,
     pub block_count: usize,

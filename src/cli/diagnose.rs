@@ -1,7 +1,7 @@
 //! `vramscope diagnose`: runs the diagnosis engine headlessly over logs, captures, snapshots and/or
 //! a live reading, prints the findings (text, or JSON with `--json`) and optionally writes a
 //! report. Exit code 0 when the diagnosis ran (whatever it found), 1 when an input could not be
-//! read or the report could not be written.
+//! read or the report could not be written, 2 (a usage error, from clap) when no input was given.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +13,12 @@ use crate::report::{self, Report, ReportFormat, Timeline};
 use crate::source::{self, Source, Tiers};
 
 #[derive(Debug, clap::Args)]
+#[command(group(
+    clap::ArgGroup::new("input")
+        .args(["live", "capture", "snapshot", "log"])
+        .required(true)
+        .multiple(true)
+))]
 pub struct DiagnoseArgs {
     /// Read the GPUs now (memory, processes, ECC, remapped rows, throttling) through NVML.
     #[arg(long)]
@@ -54,11 +60,6 @@ fn parse_cuda_version(text: &str) -> Result<(u32, u32), String> {
 const DEMO_DURATION_MS: u64 = source::demo::scenario::SCENARIO_CYCLE_MS as u64;
 
 pub fn run(args: DiagnoseArgs) -> ExitCode {
-    if !args.live && args.capture.is_empty() && args.snapshot.is_empty() && args.log.is_empty() {
-        return super::fail(
-            "diagnose: nothing to look at; give --log FILE, --capture FILE, --snapshot FILE or --live",
-        );
-    }
     if let Some(path) = &args.report
         && ReportFormat::from_path(path).is_none()
     {

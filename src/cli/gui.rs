@@ -1,4 +1,5 @@
-//! Starting the GUI from the command line: `vramscope [FILES…] [--demo] [--watch DIR]`.
+//! Starting the GUI from the command line: `vramscope [FILES…] [--demo] [--demo-speed N]
+//! [--watch DIR]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,8 +11,15 @@ use crate::ui::{AppOptions, VramscopeApp, dialogs};
 /// GPUs through NVML, or the simulated demo machine (with a visible notice saying why) when
 /// `demo` is set or no NVIDIA driver can be loaded.
 ///
-/// `watch` is a folder whose new allocator snapshots open as they are written.
-pub fn run(files: Vec<PathBuf>, demo: bool, watch: Option<PathBuf>) -> ExitCode {
+/// `demo_speed` plays the demo machine that many times faster than real time (and asks for the
+/// demo). `watch` is a folder whose new allocator snapshots open as they are written.
+pub fn run(
+    files: Vec<PathBuf>,
+    demo: bool,
+    demo_speed: Option<u32>,
+    watch: Option<PathBuf>,
+) -> ExitCode {
+    let demo = demo || demo_speed.is_some();
     if let Some(dir) = &watch
         && !dir.is_dir()
     {
@@ -24,6 +32,9 @@ pub fn run(files: Vec<PathBuf>, demo: bool, watch: Option<PathBuf>) -> ExitCode 
     }
     let live = if files.is_empty() || demo {
         let (source, demo_notice) = crate::source::open_default(demo);
+        if let (Some(speed), Some(pace)) = (demo_speed, source.demo_pace()) {
+            pace.set_speed(speed);
+        }
         Some(LiveStart {
             source,
             demo_notice,

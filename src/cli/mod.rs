@@ -27,6 +27,11 @@ pub struct Cli {
     /// Use the built-in simulated machine instead of real GPUs.
     #[arg(long)]
     pub demo: bool,
+    /// Play the simulated machine's day N times faster than real time (its out-of-memory error
+    /// comes after about 8 minutes at 1, 8 seconds at 60); implies --demo. View › Demo speed
+    /// changes it while the app runs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::source::demo::MAX_DEMO_PACE)))]
+    pub demo_speed: Option<u32>,
     /// Watch this folder in the GUI: allocator snapshots written into it open as they appear
     /// (as File › Watch folder… does).
     #[arg(long, value_name = "DIR")]
@@ -70,7 +75,7 @@ pub fn main() -> ExitCode {
         exit_quietly_on_closed_pipe();
     }
     match cli.command {
-        None => gui::run(cli.files, cli.demo, cli.watch),
+        None => gui::run(cli.files, cli.demo, cli.demo_speed, cli.watch),
         Some(Command::Record(args)) => record::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Info(args)) => info::run(args),

@@ -202,7 +202,8 @@ mod tests {
 
     use crate::model::MIB;
 
-    /// Values read on the H200 (reference §1.8): CUDA total = NVML total − reserved.
+    /// Values read on the H200 (`docs/sources.md` § "Measured"): CUDA total = NVML total −
+    /// reserved.
     fn h200_pair() -> (CudaDeviceFacts, NvmlDeviceFacts) {
         let cuda = CudaDeviceFacts {
             name: "NVIDIA H200".into(),

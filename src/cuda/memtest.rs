@@ -52,7 +52,8 @@ const MOVING_INVERSION_PATTERNS: [u64; 5] = [
     0x0F0F_0F0F_0F0F_0F0F,
 ];
 
-/// The tests, after cuda_memtest / memtestG80 (algorithms reimplemented, see the cudarc brief §2).
+/// The tests, after cuda_memtest and memtestG80 (algorithms reimplemented, no code taken; see
+/// `docs/sources.md` § "GPU memory tests").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MemtestKind {

@@ -1,5 +1,5 @@
 //! CUDA toolkit ↔ driver compatibility, from NVIDIA's CUDA Toolkit release notes (Tables 2 and 3,
-//! as published for CUDA 13.2 Update 2; see `reference/gpu-monitoring.md` §5.2).
+//! as published for CUDA 13.2 Update 2: docs.nvidia.com/cuda/cuda-toolkit-release-notes).
 //!
 //! Two questions are answered: does the installed driver support the CUDA version a framework was
 //! built for at all (minimum driver of that major family, "minor-version compatibility"), and does

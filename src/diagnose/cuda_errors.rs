@@ -1,9 +1,9 @@
 //! CUDA error codes as printed by the driver API (`CUDA_ERROR_*`), the runtime API
 //! (`cudaError*`) and `cudaGetErrorString`, with what each means for a memory diagnosis.
 //!
-//! Names and strings were printed by CUDA 13.0 on an H200 (see
-//! `reference/cudarc-and-memtest.md` §4.1). Logs show any of the three spellings, so lookups
-//! accept each.
+//! Names and strings were printed by CUDA 13.0 on an H200 (`docs/sources.md` § "Measured"); they
+//! are documented as `CUresult` in the CUDA Driver API and `cudaError` in the CUDA Runtime API
+//! references (docs.nvidia.com/cuda). Logs show any of the three spellings, so lookups accept each.
 
 use super::finding::{Category, Wizard};
 

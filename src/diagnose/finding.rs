@@ -207,6 +207,11 @@ impl Evidence {
         }
     }
 
+    /// A count (errors, occurrences, pages), shown as the plain number.
+    pub fn count(label: impl Into<String>, count: u64, source: EvidenceSource) -> Self {
+        Evidence::number(label, count as f64, Unit::Count, count.to_string(), source)
+    }
+
     /// Text evidence (a quoted log line, a driver version string).
     pub fn text(label: impl Into<String>, text: impl Into<String>, source: EvidenceSource) -> Self {
         Evidence {
@@ -272,6 +277,47 @@ pub struct Finding {
     pub wizard: Option<Wizard>,
 }
 
+impl Finding {
+    /// Starts a finding with its category, severity and one-line title; the evidence, the
+    /// explanation, the recommendations and the wizard follow with the methods below, so a rule
+    /// reads as what it concludes rather than as a struct literal.
+    pub fn new(category: Category, severity: Severity, title: impl Into<String>) -> Self {
+        Finding {
+            category,
+            severity,
+            title: title.into(),
+            evidence: Vec::new(),
+            explanation: String::new(),
+            recommendations: Vec::new(),
+            wizard: None,
+        }
+    }
+
+    /// Adds evidence items (after those already there).
+    pub fn with_evidence(mut self, evidence: impl IntoIterator<Item = Evidence>) -> Self {
+        self.evidence.extend(evidence);
+        self
+    }
+
+    /// Sets why the evidence leads to this conclusion.
+    pub fn explained(mut self, explanation: impl Into<String>) -> Self {
+        self.explanation = explanation.into();
+        self
+    }
+
+    /// Adds recommendations, ranked: the first is the one to try first.
+    pub fn recommend(mut self, recommendations: impl IntoIterator<Item = Recommendation>) -> Self {
+        self.recommendations.extend(recommendations);
+        self
+    }
+
+    /// Names the wizard that digs deeper into this kind of problem.
+    pub fn in_wizard(mut self, wizard: Wizard) -> Self {
+        self.wizard = Some(wizard);
+        self
+    }
+}
+
 /// A short description of one piece of input the diagnosis looked at.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputSummary {
@@ -308,5 +354,39 @@ impl Diagnosis {
     /// The primary finding (the first), if any.
     pub fn primary(&self) -> Option<&Finding> {
         self.findings.first()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_fills_every_part_in_order() {
+        use crate::diagnose::recommend;
+        let finding = Finding::new(Category::Ecc, Severity::Warning, "GPU 0 corrects errors")
+            .with_evidence([Evidence::count("corrected", 40, EvidenceSource::Derived)])
+            .with_evidence([Evidence::text("flag", "set", EvidenceSource::Derived)])
+            .explained("An early sign of failing memory.")
+            .recommend([recommend::check_hardware()])
+            .recommend([recommend::reset_gpu("The error state is cleared.")])
+            .in_wizard(Wizard::HardwareAndDriver);
+        assert_eq!(finding.title, "GPU 0 corrects errors");
+        let labels: Vec<&str> = finding.evidence.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(labels, ["corrected", "flag"]);
+        assert_eq!(finding.evidence[0].value, Some(40.0));
+        assert_eq!(finding.evidence[0].display, "40");
+        assert_eq!(finding.evidence[0].unit, Unit::Count);
+        assert_eq!(finding.explanation, "An early sign of failing memory.");
+        let ids: Vec<&str> = finding
+            .recommendations
+            .iter()
+            .map(|r| r.id.as_str())
+            .collect();
+        assert_eq!(ids, ["check-hardware", "reset-gpu"]);
+        assert_eq!(finding.wizard, Some(Wizard::HardwareAndDriver));
+        let bare = Finding::new(Category::Healthy, Severity::Info, "fine");
+        assert!(bare.evidence.is_empty() && bare.recommendations.is_empty());
+        assert_eq!(bare.wizard, None);
     }
 }

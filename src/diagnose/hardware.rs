@@ -10,7 +10,7 @@ use super::log::{LineKind, LogAnalysis};
 use super::recommend;
 use super::thresholds::{self, throttle};
 use super::xid::XidSeverity;
-use crate::model::{Capture, Event, EventKind};
+use crate::model::{Capture, Event, EventKind, HealthSample};
 
 /// The finding category of an Xid: memory-error Xids are `ecc` or `row-remap`, the rest `xid`.
 pub fn xid_category(code: u32) -> Category {
@@ -66,6 +66,59 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     thermal(name, capture, out);
 }
 
+/// The hardware rules' verdict on one GPU, area by area: the worst severity of the findings each
+/// area gives (`None`: nothing found). The device list's health badges show this instead of
+/// judging the counters themselves, so a badge and the Hardware and driver wizard never disagree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceHealth {
+    /// Uncorrectable ECC errors (this boot, during the capture or in the GPU's lifetime) and the
+    /// corrected-error rate.
+    pub ecc: Option<Severity>,
+    /// Row remapping (failed or pending) and retired pages.
+    pub row_remap: Option<Severity>,
+    /// Xid errors and a GPU that stopped answering.
+    pub xid: Option<Severity>,
+}
+
+/// [`DeviceHealth`] of GPU `d` in `capture`, from the same rules as [`capture_findings`]. Cheap
+/// enough for every frame: the counters are read from the newest samples back.
+pub fn device_health(capture: &Capture, d: u32) -> DeviceHealth {
+    let worst =
+        |findings: [Option<Finding>; 2]| findings.into_iter().flatten().map(|f| f.severity).min();
+    let ecc = worst([
+        uncorrectable_ecc("", capture, d),
+        corrected_ecc_rate("", capture, d),
+    ]);
+    let row_remap = capture
+        .health
+        .iter()
+        .rfind(|h| h.device_index == d)
+        .and_then(|health| {
+            let source = capture_source("", Some(d), Some(health.t_ms));
+            worst([
+                row_remap(d, health, &source),
+                retired_pages(d, health, &source),
+            ])
+        });
+    let xid = capture
+        .events
+        .iter()
+        .filter(|e| e.device_index == Some(d))
+        .filter_map(|e| match e.kind {
+            EventKind::Xid { code, .. } => {
+                Some(xid_severity(u32::try_from(code).unwrap_or(u32::MAX)))
+            }
+            EventKind::DeviceLost { .. } => Some(Severity::Critical),
+            _ => None,
+        })
+        .min();
+    DeviceHealth {
+        ecc,
+        row_remap,
+        xid,
+    }
+}
+
 fn xid_events(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     let mut by_code: BTreeMap<(u64, Option<u32>), Vec<i64>> = BTreeMap::new();
     for event in &capture.events {
@@ -98,15 +151,27 @@ fn xid_events(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     }
     for event in &capture.events {
         if let EventKind::DeviceLost { detail } = &event.kind {
-            out.push(Finding {
-                category: Category::Xid,
-                severity: Severity::Critical,
-                title: format!("GPU {} stopped answering", event.device_index.map(|d| d.to_string()).unwrap_or_else(|| "?".into())),
-                evidence: lost_evidence(name, capture, event, detail),
-                explanation: "NVML reported the GPU as lost (usually Xid 79, fallen off the bus): a hardware, power or thermal problem, not the application.".into(),
-                recommendations: vec![recommend::reset_gpu("The GPU must be recovered before it can be used."), recommend::check_hardware()],
-                wizard: Some(Wizard::HardwareAndDriver),
-            });
+            let gpu = event
+                .device_index
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "?".into());
+            out.push(
+                Finding::new(
+                    Category::Xid,
+                    Severity::Critical,
+                    format!("GPU {gpu} stopped answering"),
+                )
+                .with_evidence(lost_evidence(name, capture, event, detail))
+                .explained(
+                    "NVML reported the GPU as lost (usually Xid 79, fallen off the bus): a \
+                     hardware, power or thermal problem, not the application.",
+                )
+                .recommend([
+                    recommend::reset_gpu("The GPU must be recovered before it can be used."),
+                    recommend::check_hardware(),
+                ])
+                .in_wizard(Wizard::HardwareAndDriver),
+            );
         }
     }
 }
@@ -137,233 +202,282 @@ fn lost_evidence(name: &str, capture: &Capture, lost: &Event, detail: &str) -> V
 }
 
 fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Finding {
-    let category = xid_category(code);
     let severity = xid_severity(code);
-    let mut recommendations = Vec::new();
-    match code {
-        13 | 31 | 43 => recommendations.push(recommend::debug_kernel_fault()),
-        48 | 63 | 64 | 92 | 94 | 95 | 140 | 171 | 172 => {
-            recommendations.push(recommend::reset_gpu(
-                "The memory error is contained to this GPU.",
-            ));
-            recommendations.push(recommend::check_hardware());
-        }
-        _ => {
-            recommendations.push(recommend::check_hardware());
-            if severity == Severity::Critical {
-                recommendations.push(recommend::reset_gpu("The GPU is in an error state."));
-            }
-        }
-    }
-    Finding {
-        category,
+    let recommendations = match code {
+        13 | 31 | 43 => vec![recommend::debug_kernel_fault()],
+        48 | 63 | 64 | 92 | 94 | 95 | 140 | 171 | 172 => vec![
+            recommend::reset_gpu("The memory error is contained to this GPU."),
+            recommend::check_hardware(),
+        ],
+        _ if severity == Severity::Critical => vec![
+            recommend::check_hardware(),
+            recommend::reset_gpu("The GPU is in an error state."),
+        ],
+        _ => vec![recommend::check_hardware()],
+    };
+    let on_gpu = device.map(|d| format!(" on GPU {d}")).unwrap_or_default();
+    Finding::new(
+        xid_category(code),
         severity,
-        title: format!(
-            "Xid {code}{}: {}",
-            device.map(|d| format!(" on GPU {d}")).unwrap_or_default(),
-            xid_title(code)
-        ),
-        evidence,
-        explanation: format!(
-            "The NVIDIA driver logged Xid {code}: {}.",
-            xid_meaning(code).trim_end_matches('.')
-        ),
-        recommendations,
-        wizard: Some(Wizard::HardwareAndDriver),
-    }
+        format!("Xid {code}{on_gpu}: {}", xid_title(code)),
+    )
+    .with_evidence(evidence)
+    .explained(format!(
+        "The NVIDIA driver logged Xid {code}: {}.",
+        xid_meaning(code).trim_end_matches('.')
+    ))
+    .recommend(recommendations)
+    .in_wizard(Wizard::HardwareAndDriver)
 }
 
+/// ECC, row-remap, retired-page and persistence findings, device by device.
 fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     for device in &capture.devices {
         let d = device.index;
-        let health: Vec<_> = capture
-            .health
-            .iter()
-            .filter(|h| h.device_index == d)
-            .collect();
-        let series = capture.series(d);
-        let samples = || series.into_iter().flat_map(|s| s.iter());
-        let last_health = health.last();
-
-        // Uncorrectable ECC: volatile (this boot) is critical, aggregate (lifetime) a warning.
-        let volatile_unc = samples()
-            .rev()
-            .find_map(|s| s.ecc_uncorrected_volatile.map(|v| (v, s.t_ms)));
-        let aggregate_unc =
-            last_health.and_then(|h| h.ecc_uncorrected_aggregate.map(|v| (v, h.t_ms)));
-        let ecc_events: u64 = capture
-            .events
-            .iter()
-            .filter(|e| e.device_index == Some(d))
-            .filter_map(|e| match e.kind {
-                EventKind::EccIncrease {
-                    uncorrected_delta, ..
-                } => Some(uncorrected_delta),
-                _ => None,
-            })
-            .sum();
-        if volatile_unc.is_some_and(|(v, _)| v > 0)
-            || ecc_events > 0
-            || aggregate_unc.is_some_and(|(v, _)| v > 0)
-        {
-            let mut evidence = Vec::new();
-            if let Some((v, t)) = volatile_unc {
-                evidence.push(Evidence::number(
-                    "uncorrectable ECC errors since driver load",
-                    v as f64,
-                    Unit::Count,
-                    v.to_string(),
-                    capture_source(name, Some(d), Some(t)),
-                ));
-            }
-            if let Some((v, t)) = aggregate_unc {
-                evidence.push(Evidence::number(
-                    "uncorrectable ECC errors, lifetime",
-                    v as f64,
-                    Unit::Count,
-                    v.to_string(),
-                    capture_source(name, Some(d), Some(t)),
-                ));
-            }
-            if ecc_events > 0 {
-                evidence.push(Evidence::number(
-                    "uncorrectable ECC increases during the capture",
-                    ecc_events as f64,
-                    Unit::Count,
-                    ecc_events.to_string(),
-                    capture_source(name, Some(d), None),
-                ));
-            }
-            let recent = volatile_unc.is_some_and(|(v, _)| v > 0) || ecc_events > 0;
-            out.push(Finding {
-                category: Category::Ecc,
-                severity: if recent { Severity::Critical } else { Severity::Warning },
-                title: if recent {
-                    format!("GPU {d} had uncorrectable ECC errors since the driver loaded")
-                } else {
-                    format!("GPU {d} has had uncorrectable ECC errors in its lifetime")
-                },
-                evidence,
-                explanation: "Uncorrectable (double-bit) ECC errors corrupt data and kill the process that touches the memory. On Ampere and newer the row is remapped at the next reset; recurring errors mean failing memory.".into(),
-                recommendations: vec![recommend::reset_gpu("Pending remaps are applied and the error state is cleared."), recommend::check_hardware()],
-                wizard: Some(Wizard::HardwareAndDriver),
-            });
-        }
-
-        // Corrected ECC rate over the capture.
-        let corrected: Vec<(i64, u64)> = samples()
-            .filter_map(|s| s.ecc_corrected_volatile.map(|v| (s.t_ms, v)))
-            .collect();
-        if let (Some(first), Some(last)) = (corrected.first(), corrected.last()) {
-            let hours = (last.0 - first.0) as f64 / 3_600_000.0;
-            let delta = last.1.saturating_sub(first.1);
-            if hours > 0.0 && delta > 0 {
-                let per_hour = delta as f64 / hours;
-                if per_hour >= thresholds::CORRECTED_ECC_PER_HOUR_WARNING {
-                    out.push(Finding {
-                        category: Category::Ecc,
-                        severity: Severity::Warning,
-                        title: format!("GPU {d} corrects {per_hour:.0} single-bit ECC errors per hour"),
-                        evidence: vec![
-                            Evidence::number("corrected ECC errors during the capture", delta as f64, Unit::Count, delta.to_string(), capture_source(name, Some(d), Some(last.0))),
-                            Evidence::number("rate", per_hour, Unit::Count, format!("{per_hour:.0} per hour"), EvidenceSource::Derived),
-                        ],
-                        explanation: format!(
-                            "Corrected errors do no harm by themselves, but a rate above {} per hour (our threshold; the driver raises Xid 92 for an excessive rate) is an early sign of failing memory.",
-                            thresholds::CORRECTED_ECC_PER_HOUR_WARNING
-                        ),
-                        recommendations: vec![recommend::check_hardware()],
-                        wizard: Some(Wizard::HardwareAndDriver),
-                    });
-                }
-            }
-        }
-
-        let Some(h) = last_health else { continue };
-        let src = capture_source(name, Some(d), Some(h.t_ms));
-        if h.remapped_rows_failure == Some(true) {
-            out.push(Finding {
-                category: Category::RowRemap,
-                severity: Severity::Critical,
-                title: format!("GPU {d}: row remapping failed"),
-                evidence: vec![Evidence::text("remapping failure flag", "set", src.clone())],
-                explanation: "The GPU ran out of spare rows or could not remap a failing row; DCGM fails the memory health check. The GPU needs service.".into(),
-                recommendations: vec![recommend::check_hardware(), recommend::reset_gpu("A reset retries the remap.")],
-                wizard: Some(Wizard::HardwareAndDriver),
-            });
-        } else if h.remapped_rows_pending == Some(true) || h.retired_pages_pending == Some(true) {
-            let mut evidence = vec![Evidence::text(
-                "remap or retirement pending",
-                "yes",
-                src.clone(),
-            )];
-            if let Some(u) = h.remapped_rows_uncorrectable {
-                evidence.push(Evidence::number(
-                    "rows remapped for uncorrectable errors",
-                    u as f64,
-                    Unit::Count,
-                    u.to_string(),
-                    src.clone(),
-                ));
-            }
-            out.push(Finding {
-                category: Category::RowRemap,
-                severity: Severity::Warning,
-                title: format!("GPU {d}: a memory row remap is pending until the next reset"),
-                evidence,
-                explanation: "A failing memory row was recorded and will be replaced at the next GPU reset. Unaffected applications can keep running (NVIDIA), but the faulty row stays in use until then.".into(),
-                recommendations: vec![recommend::reset_gpu("The pending remap takes effect.")],
-                wizard: Some(Wizard::HardwareAndDriver),
-            });
-        }
-        let retired = h.retired_pages_sbe.unwrap_or(0) + h.retired_pages_dbe.unwrap_or(0);
-        let dbe = h.retired_pages_dbe.unwrap_or(0);
-        if retired >= thresholds::MAX_RETIRED_PAGES
-            || dbe >= thresholds::DBE_RETIRED_PAGES_SOFT_LIMIT
-        {
-            out.push(Finding {
-                category: Category::RowRemap,
-                severity: Severity::Critical,
-                title: format!(
-                    "GPU {d} has retired {retired} memory pages ({dbe} for double-bit errors)"
-                ),
-                evidence: vec![
-                    Evidence::number(
-                        "retired pages",
-                        retired as f64,
-                        Unit::Count,
-                        retired.to_string(),
-                        src.clone(),
-                    ),
-                    Evidence::number(
-                        "retired pages (double-bit)",
-                        dbe as f64,
-                        Unit::Count,
-                        dbe.to_string(),
-                        src.clone(),
-                    ),
-                ],
-                explanation: format!(
-                    "DCGM fails a GPU at {} retired pages or {} double-bit retirements.",
-                    thresholds::MAX_RETIRED_PAGES,
-                    thresholds::DBE_RETIRED_PAGES_SOFT_LIMIT
-                ),
-                recommendations: vec![recommend::check_hardware()],
-                wizard: Some(Wizard::HardwareAndDriver),
-            });
-        }
-        if h.persistence_mode == Some(false) {
-            out.push(Finding {
-                category: Category::Ecc,
-                severity: Severity::Info,
-                title: format!("GPU {d}: persistence mode is off, volatile ECC counters reset with each job"),
-                evidence: vec![Evidence::text("persistence mode", "off", src)],
-                explanation: "Without persistence mode the driver unloads when no process uses the GPU, and volatile ECC counts start from zero each time: errors from earlier jobs are not visible in them.".into(),
-                recommendations: vec![recommend::persistence_mode()],
-                wizard: Some(Wizard::HardwareAndDriver),
-            });
-        }
+        out.extend(uncorrectable_ecc(name, capture, d));
+        out.extend(corrected_ecc_rate(name, capture, d));
+        let Some(health) = capture.health.iter().rfind(|h| h.device_index == d) else {
+            continue;
+        };
+        let source = capture_source(name, Some(d), Some(health.t_ms));
+        out.extend(row_remap(d, health, &source));
+        out.extend(retired_pages(d, health, &source));
+        out.extend(persistence_off(d, health, source));
     }
+}
+
+/// Uncorrectable ECC errors on GPU `d`: volatile (this boot) or during the capture is critical,
+/// aggregate (lifetime) only a warning.
+fn uncorrectable_ecc(name: &str, capture: &Capture, d: u32) -> Option<Finding> {
+    let volatile = capture
+        .series(d)
+        .into_iter()
+        .flat_map(|s| s.iter())
+        .rev()
+        .find_map(|s| s.ecc_uncorrected_volatile.map(|v| (v, s.t_ms)));
+    let aggregate = capture
+        .health
+        .iter()
+        .rfind(|h| h.device_index == d)
+        .and_then(|h| h.ecc_uncorrected_aggregate.map(|v| (v, h.t_ms)));
+    let during_capture: u64 = capture
+        .events
+        .iter()
+        .filter(|e| e.device_index == Some(d))
+        .filter_map(|e| match e.kind {
+            EventKind::EccIncrease {
+                uncorrected_delta, ..
+            } => Some(uncorrected_delta),
+            _ => None,
+        })
+        .sum();
+    let recent = volatile.is_some_and(|(v, _)| v > 0) || during_capture > 0;
+    if !recent && aggregate.is_none_or(|(v, _)| v == 0) {
+        return None;
+    }
+    let mut evidence = Vec::new();
+    if let Some((v, t)) = volatile {
+        evidence.push(Evidence::count(
+            "uncorrectable ECC errors since driver load",
+            v,
+            capture_source(name, Some(d), Some(t)),
+        ));
+    }
+    if let Some((v, t)) = aggregate {
+        evidence.push(Evidence::count(
+            "uncorrectable ECC errors, lifetime",
+            v,
+            capture_source(name, Some(d), Some(t)),
+        ));
+    }
+    if during_capture > 0 {
+        evidence.push(Evidence::count(
+            "uncorrectable ECC increases during the capture",
+            during_capture,
+            capture_source(name, Some(d), None),
+        ));
+    }
+    let (severity, title) = if recent {
+        (
+            Severity::Critical,
+            format!("GPU {d} had uncorrectable ECC errors since the driver loaded"),
+        )
+    } else {
+        (
+            Severity::Warning,
+            format!("GPU {d} has had uncorrectable ECC errors in its lifetime"),
+        )
+    };
+    Some(
+        Finding::new(Category::Ecc, severity, title)
+            .with_evidence(evidence)
+            .explained(
+                "Uncorrectable (double-bit) ECC errors corrupt data and kill the process that \
+                 touches the memory. On Ampere and newer the row is remapped at the next reset; \
+                 recurring errors mean failing memory.",
+            )
+            .recommend([
+                recommend::reset_gpu("Pending remaps are applied and the error state is cleared."),
+                recommend::check_hardware(),
+            ])
+            .in_wizard(Wizard::HardwareAndDriver),
+    )
+}
+
+/// The corrected (single-bit) ECC rate of GPU `d` over the capture, when it is above the
+/// warning threshold.
+fn corrected_ecc_rate(name: &str, capture: &Capture, d: u32) -> Option<Finding> {
+    let mut corrected = capture
+        .series(d)?
+        .iter()
+        .filter_map(|s| s.ecc_corrected_volatile.map(|v| (s.t_ms, v)));
+    let first = corrected.next()?;
+    let last = corrected.next_back()?;
+    let hours = (last.0 - first.0) as f64 / 3_600_000.0;
+    let delta = last.1.saturating_sub(first.1);
+    if hours <= 0.0 || delta == 0 {
+        return None;
+    }
+    let per_hour = delta as f64 / hours;
+    if per_hour < thresholds::CORRECTED_ECC_PER_HOUR_WARNING {
+        return None;
+    }
+    Some(
+        Finding::new(
+            Category::Ecc,
+            Severity::Warning,
+            format!("GPU {d} corrects {per_hour:.0} single-bit ECC errors per hour"),
+        )
+        .with_evidence([
+            Evidence::count(
+                "corrected ECC errors during the capture",
+                delta,
+                capture_source(name, Some(d), Some(last.0)),
+            ),
+            Evidence::number(
+                "rate",
+                per_hour,
+                Unit::Count,
+                format!("{per_hour:.0} per hour"),
+                EvidenceSource::Derived,
+            ),
+        ])
+        .explained(format!(
+            "Corrected errors do no harm by themselves, but a rate above {} per hour (our \
+             threshold; the driver raises Xid 92 for an excessive rate) is an early sign of \
+             failing memory.",
+            thresholds::CORRECTED_ECC_PER_HOUR_WARNING
+        ))
+        .recommend([recommend::check_hardware()])
+        .in_wizard(Wizard::HardwareAndDriver),
+    )
+}
+
+/// A failed row remap (critical) or one pending until the next reset (warning), from the
+/// latest health sample of GPU `d`.
+fn row_remap(d: u32, health: &HealthSample, source: &EvidenceSource) -> Option<Finding> {
+    if health.remapped_rows_failure == Some(true) {
+        return Some(
+            Finding::new(
+                Category::RowRemap,
+                Severity::Critical,
+                format!("GPU {d}: row remapping failed"),
+            )
+            .with_evidence([Evidence::text(
+                "remapping failure flag",
+                "set",
+                source.clone(),
+            )])
+            .explained(
+                "The GPU ran out of spare rows or could not remap a failing row; DCGM fails the \
+                 memory health check. The GPU needs service.",
+            )
+            .recommend([
+                recommend::check_hardware(),
+                recommend::reset_gpu("A reset retries the remap."),
+            ])
+            .in_wizard(Wizard::HardwareAndDriver),
+        );
+    }
+    if health.remapped_rows_pending != Some(true) && health.retired_pages_pending != Some(true) {
+        return None;
+    }
+    let mut evidence = vec![Evidence::text(
+        "remap or retirement pending",
+        "yes",
+        source.clone(),
+    )];
+    if let Some(rows) = health.remapped_rows_uncorrectable {
+        evidence.push(Evidence::count(
+            "rows remapped for uncorrectable errors",
+            rows,
+            source.clone(),
+        ));
+    }
+    Some(
+        Finding::new(
+            Category::RowRemap,
+            Severity::Warning,
+            format!("GPU {d}: a memory row remap is pending until the next reset"),
+        )
+        .with_evidence(evidence)
+        .explained(
+            "A failing memory row was recorded and will be replaced at the next GPU reset. \
+             Unaffected applications can keep running (NVIDIA), but the faulty row stays in use \
+             until then.",
+        )
+        .recommend([recommend::reset_gpu("The pending remap takes effect.")])
+        .in_wizard(Wizard::HardwareAndDriver),
+    )
+}
+
+/// Retired pages (pre-Ampere GPUs) at DCGM's failure limits.
+fn retired_pages(d: u32, health: &HealthSample, source: &EvidenceSource) -> Option<Finding> {
+    let dbe = health.retired_pages_dbe.unwrap_or(0);
+    let retired = health.retired_pages_sbe.unwrap_or(0) + dbe;
+    if retired < thresholds::MAX_RETIRED_PAGES && dbe < thresholds::DBE_RETIRED_PAGES_SOFT_LIMIT {
+        return None;
+    }
+    Some(
+        Finding::new(
+            Category::RowRemap,
+            Severity::Critical,
+            format!("GPU {d} has retired {retired} memory pages ({dbe} for double-bit errors)"),
+        )
+        .with_evidence([
+            Evidence::count("retired pages", retired, source.clone()),
+            Evidence::count("retired pages (double-bit)", dbe, source.clone()),
+        ])
+        .explained(format!(
+            "DCGM fails a GPU at {} retired pages or {} double-bit retirements.",
+            thresholds::MAX_RETIRED_PAGES,
+            thresholds::DBE_RETIRED_PAGES_SOFT_LIMIT
+        ))
+        .recommend([recommend::check_hardware()])
+        .in_wizard(Wizard::HardwareAndDriver),
+    )
+}
+
+/// Persistence mode off: volatile ECC counters start from zero with every job.
+fn persistence_off(d: u32, health: &HealthSample, source: EvidenceSource) -> Option<Finding> {
+    if health.persistence_mode != Some(false) {
+        return None;
+    }
+    Some(
+        Finding::new(
+            Category::Ecc,
+            Severity::Info,
+            format!("GPU {d}: persistence mode is off, volatile ECC counters reset with each job"),
+        )
+        .with_evidence([Evidence::text("persistence mode", "off", source)])
+        .explained(
+            "Without persistence mode the driver unloads when no process uses the GPU, and \
+             volatile ECC counts start from zero each time: errors from earlier jobs are not \
+             visible in them.",
+        )
+        .recommend([recommend::persistence_mode()])
+        .in_wizard(Wizard::HardwareAndDriver),
+    )
 }
 
 fn thermal(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
@@ -416,20 +530,26 @@ fn thermal(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 capture_source(name, Some(d), Some(t)),
             ));
         }
-        out.push(Finding {
-            category: Category::Thermal,
-            severity: Severity::Warning,
-            title: format!("GPU {d} is thermally or power throttled ({:.0}% of samples)", fraction * 100.0),
-            evidence,
-            explanation: format!(
-                "Clocks were cut for heat or power in {:.0}% of the samples (warning from {:.0}%; or from {} °C). This slows jobs but does not cause out-of-memory errors.",
+        out.push(
+            Finding::new(
+                Category::Thermal,
+                Severity::Warning,
+                format!(
+                    "GPU {d} is thermally or power throttled ({:.0}% of samples)",
+                    fraction * 100.0
+                ),
+            )
+            .with_evidence(evidence)
+            .explained(format!(
+                "Clocks were cut for heat or power in {:.0}% of the samples (warning from {:.0}%; \
+                 or from {} °C). This slows jobs but does not cause out-of-memory errors.",
                 fraction * 100.0,
                 thresholds::THROTTLED_SAMPLE_FRACTION_WARNING * 100.0,
                 thresholds::TEMPERATURE_WARNING_C
-            ),
-            recommendations: vec![recommend::cooling()],
-            wizard: Some(Wizard::HardwareAndDriver),
-        });
+            ))
+            .recommend([recommend::cooling()])
+            .in_wizard(Wizard::HardwareAndDriver),
+        );
     }
 }
 
@@ -483,57 +603,48 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
         } else {
             String::new()
         };
+        if let LineKind::Xid { code, pci, .. } = &first.kind {
+            let mut finding = xid_finding(*code, None, evidence);
+            finding.title = format!("Xid {code} on PCI {pci}{count}: {}", xid_title(*code));
+            out.push(finding);
+            continue;
+        }
         let finding = match &first.kind {
-            LineKind::Xid { code, pci, .. } => {
-                let mut f = xid_finding(*code, None, evidence);
-                f.title = format!("Xid {code} on PCI {pci}{count}: {}", xid_title(*code));
-                f
-            }
-            LineKind::FallenOffBus => Finding {
-                category: Category::Xid,
-                severity: Severity::Critical,
-                title: format!("A GPU fell off the bus{count}"),
-                evidence,
-                explanation: first.meaning.clone(),
-                recommendations: vec![
-                    recommend::reset_gpu("The GPU must be recovered (usually a node reboot)."),
-                    recommend::check_hardware(),
-                ],
-                wizard: Some(Wizard::HardwareAndDriver),
-            },
-            LineKind::RowRemap { failed } => Finding {
-                category: Category::RowRemap,
-                severity: if *failed {
-                    Severity::Critical
-                } else {
-                    Severity::Warning
-                },
-                title: if *failed {
-                    format!("Memory repair failed on a GPU{count}")
-                } else {
-                    format!("A memory row remap is pending or was recorded{count}")
-                },
-                evidence,
-                explanation: first.meaning.clone(),
-                recommendations: if *failed {
-                    vec![
-                        recommend::check_hardware(),
-                        recommend::reset_gpu("A reset retries the remap."),
-                    ]
-                } else {
-                    vec![recommend::reset_gpu("The pending remap takes effect.")]
-                },
-                wizard: Some(Wizard::HardwareAndDriver),
-            },
-            LineKind::Ecc => Finding {
-                category: Category::Ecc,
-                severity: Severity::Warning,
-                title: format!("The log reports ECC errors{count}"),
-                evidence,
-                explanation: first.meaning.clone(),
-                recommendations: vec![recommend::check_hardware()],
-                wizard: Some(Wizard::HardwareAndDriver),
-            },
+            LineKind::Xid { .. } | LineKind::OutOfMemory { .. } => continue,
+            LineKind::FallenOffBus => Finding::new(
+                Category::Xid,
+                Severity::Critical,
+                format!("A GPU fell off the bus{count}"),
+            )
+            .recommend([
+                recommend::reset_gpu("The GPU must be recovered (usually a node reboot)."),
+                recommend::check_hardware(),
+            ])
+            .in_wizard(Wizard::HardwareAndDriver),
+            LineKind::RowRemap { failed: true } => Finding::new(
+                Category::RowRemap,
+                Severity::Critical,
+                format!("Memory repair failed on a GPU{count}"),
+            )
+            .recommend([
+                recommend::check_hardware(),
+                recommend::reset_gpu("A reset retries the remap."),
+            ])
+            .in_wizard(Wizard::HardwareAndDriver),
+            LineKind::RowRemap { failed: false } => Finding::new(
+                Category::RowRemap,
+                Severity::Warning,
+                format!("A memory row remap is pending or was recorded{count}"),
+            )
+            .recommend([recommend::reset_gpu("The pending remap takes effect.")])
+            .in_wizard(Wizard::HardwareAndDriver),
+            LineKind::Ecc => Finding::new(
+                Category::Ecc,
+                Severity::Warning,
+                format!("The log reports ECC errors{count}"),
+            )
+            .recommend([recommend::check_hardware()])
+            .in_wizard(Wizard::HardwareAndDriver),
             LineKind::CudaError { code, name } => {
                 let recommendations = match code {
                     Some(35 | 36 | 222 | 803 | 804) => {
@@ -548,23 +659,19 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
                     }
                     _ => vec![recommend::check_hardware()],
                 };
-                Finding {
-                    category: first.category,
-                    severity: Severity::Critical,
-                    title: format!(
-                        "CUDA error{}{}{count}",
-                        code.map(|c| format!(" {c}")).unwrap_or_default(),
-                        if name.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({name})")
-                        }
-                    ),
-                    evidence,
-                    explanation: first.meaning.clone(),
-                    recommendations,
-                    wizard: Some(first.wizard),
-                }
+                let code = code.map(|c| format!(" {c}")).unwrap_or_default();
+                let name = if name.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({name})")
+                };
+                Finding::new(
+                    first.category,
+                    Severity::Critical,
+                    format!("CUDA error{code}{name}{count}"),
+                )
+                .recommend(recommendations)
+                .in_wizard(first.wizard)
             }
             LineKind::Cudnn { status } | LineKind::Cublas { status } => {
                 let library = if matches!(first.kind, LineKind::Cudnn { .. }) {
@@ -572,32 +679,32 @@ pub fn log_findings(log: &LogAnalysis, out: &mut Vec<Finding>) {
                 } else {
                     "cuBLAS"
                 };
-                Finding {
-                    category: first.category,
-                    severity: Severity::Critical,
-                    title: format!(
-                        "{library} failure{}{count}",
-                        if status.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" {status}")
-                        }
-                    ),
-                    evidence,
-                    explanation: first.meaning.clone(),
-                    recommendations: if first.category == Category::Capacity {
-                        vec![
-                            recommend::reduce_batch_size(None, None),
-                            recommend::mixed_precision(None),
-                        ]
-                    } else {
-                        vec![recommend::debug_kernel_fault()]
-                    },
-                    wizard: Some(first.wizard),
-                }
+                let status = if status.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {status}")
+                };
+                let recommendations = if first.category == Category::Capacity {
+                    vec![
+                        recommend::reduce_batch_size(None, None),
+                        recommend::mixed_precision(None),
+                    ]
+                } else {
+                    vec![recommend::debug_kernel_fault()]
+                };
+                Finding::new(
+                    first.category,
+                    Severity::Critical,
+                    format!("{library} failure{status}{count}"),
+                )
+                .recommend(recommendations)
+                .in_wizard(first.wizard)
             }
-            LineKind::OutOfMemory { .. } => continue,
         };
+        // Every log finding shows its lines and explains them with the lines' meaning.
+        let finding = finding
+            .with_evidence(evidence)
+            .explained(first.meaning.clone());
         out.push(finding);
     }
 }
@@ -622,15 +729,30 @@ pub fn driver_findings(
     if let Some(((dmaj, dmin), dsrc)) = &driver_cuda
         && major > *dmaj
     {
-        out.push(Finding {
-            category: Category::DriverMismatch,
-            severity: Severity::Critical,
-            title: format!("The driver supports CUDA {dmaj}.{dmin}, the framework needs CUDA {major}.{minor}"),
-            evidence: vec![cuda_evidence, Evidence::text("CUDA supported by the driver", format!("{dmaj}.{dmin}"), dsrc.clone())],
-            explanation: "A CUDA runtime of a newer major version than the driver supports cannot start (\"CUDA driver version is insufficient for CUDA runtime version\").".into(),
-            recommendations: vec![recommend::upgrade_driver(&format!("CUDA {major}.{minor}"))],
-            wizard: Some(Wizard::HardwareAndDriver),
-        });
+        out.push(
+            Finding::new(
+                Category::DriverMismatch,
+                Severity::Critical,
+                format!(
+                    "The driver supports CUDA {dmaj}.{dmin}, the framework needs CUDA \
+                     {major}.{minor}"
+                ),
+            )
+            .with_evidence([
+                cuda_evidence,
+                Evidence::text(
+                    "CUDA supported by the driver",
+                    format!("{dmaj}.{dmin}"),
+                    dsrc.clone(),
+                ),
+            ])
+            .explained(
+                "A CUDA runtime of a newer major version than the driver supports cannot start \
+                 (\"CUDA driver version is insufficient for CUDA runtime version\").",
+            )
+            .recommend([recommend::upgrade_driver(&format!("CUDA {major}.{minor}"))])
+            .in_wizard(Wizard::HardwareAndDriver),
+        );
         return;
     }
     let Some((driver_text, driver_source)) = driver else {
@@ -641,24 +763,44 @@ pub fn driver_findings(
     };
     let driver_evidence = Evidence::text("driver version", driver_text.clone(), driver_source);
     match compat::check(&version, (major, minor)) {
-        Compatibility::TooOld { minimum_driver_branch } => out.push(Finding {
-            category: Category::DriverMismatch,
-            severity: Severity::Critical,
-            title: format!("Driver {driver_text} is too old for CUDA {major}.{minor} (needs {minimum_driver_branch} or newer)"),
-            evidence: vec![driver_evidence, cuda_evidence],
-            explanation: format!("NVIDIA's compatibility table requires driver branch {minimum_driver_branch} or newer for CUDA {major}.x; older drivers fail at start-up."),
-            recommendations: vec![recommend::upgrade_driver(&format!("CUDA {major}.{minor}"))],
-            wizard: Some(Wizard::HardwareAndDriver),
-        }),
-        Compatibility::MinorVersionCompatible { toolkit_driver } => out.push(Finding {
-            category: Category::DriverMismatch,
-            severity: Severity::Warning,
-            title: format!("Driver {driver_text} runs CUDA {major}.{minor} in minor-version compatibility (full support from {toolkit_driver})"),
-            evidence: vec![driver_evidence, cuda_evidence],
-            explanation: "Minor-version compatibility runs with a limited feature set: JIT of newer PTX fails and some APIs report \"call requires newer driver\".".into(),
-            recommendations: vec![recommend::upgrade_driver(&format!("CUDA {major}.{minor}, driver {toolkit_driver}"))],
-            wizard: Some(Wizard::HardwareAndDriver),
-        }),
+        Compatibility::TooOld {
+            minimum_driver_branch,
+        } => out.push(
+            Finding::new(
+                Category::DriverMismatch,
+                Severity::Critical,
+                format!(
+                    "Driver {driver_text} is too old for CUDA {major}.{minor} (needs \
+                     {minimum_driver_branch} or newer)"
+                ),
+            )
+            .with_evidence([driver_evidence, cuda_evidence])
+            .explained(format!(
+                "NVIDIA's compatibility table requires driver branch {minimum_driver_branch} or \
+                 newer for CUDA {major}.x; older drivers fail at start-up."
+            ))
+            .recommend([recommend::upgrade_driver(&format!("CUDA {major}.{minor}"))])
+            .in_wizard(Wizard::HardwareAndDriver),
+        ),
+        Compatibility::MinorVersionCompatible { toolkit_driver } => out.push(
+            Finding::new(
+                Category::DriverMismatch,
+                Severity::Warning,
+                format!(
+                    "Driver {driver_text} runs CUDA {major}.{minor} in minor-version \
+                     compatibility (full support from {toolkit_driver})"
+                ),
+            )
+            .with_evidence([driver_evidence, cuda_evidence])
+            .explained(
+                "Minor-version compatibility runs with a limited feature set: JIT of newer PTX \
+                 fails and some APIs report \"call requires newer driver\".",
+            )
+            .recommend([recommend::upgrade_driver(&format!(
+                "CUDA {major}.{minor}, driver {toolkit_driver}"
+            ))])
+            .in_wizard(Wizard::HardwareAndDriver),
+        ),
         Compatibility::Full | Compatibility::Unknown => {}
     }
 }

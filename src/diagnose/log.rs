@@ -4,7 +4,8 @@
 //! Recognised: PyTorch OOMs in every wording since 1.4 (and the `cudaMallocAsync` backend's),
 //! TensorFlow and JAX/XLA OOMs, CUDA errors by name, code or message, `NVRM: Xid` lines, GPUs that
 //! fell off the bus, ECC errors, cuDNN and cuBLAS failures. Patterns follow the verbatim messages
-//! in `reference/cudarc-and-memtest.md` §4.
+//! in `tests/fixtures/logs/` and the code that prints them (`docs/sources.md` § "Framework
+//! messages the log analyzer reads").
 //!
 //! Input is read line by line with a bounded line length and a bounded number of kept matches, so
 //! a multi-gigabyte or binary file costs time but not unbounded memory.

@@ -10,6 +10,8 @@ pub mod compat;
 pub mod cuda_errors;
 pub mod engine;
 pub mod finding;
+#[cfg(feature = "native")]
+pub mod gpu_checks;
 pub mod hardware;
 pub mod leak;
 pub mod log;

@@ -295,201 +295,277 @@ fn framework_capacity_recs(case: &OomCase) -> Vec<Recommendation> {
 
 /// The findings for one OOM case: the primary cause first, then contributing causes.
 pub fn findings(case: &OomCase) -> Vec<Finding> {
-    let n = &case.numbers;
     let cause = classify(case);
-    let gpu = n
-        .device_index
-        .map(|d| format!("GPU {d}"))
-        .unwrap_or_else(|| "the GPU".to_owned());
-    let req = n
-        .requested_bytes
-        .map(format_bytes)
-        .unwrap_or_else(|| "an allocation".to_owned());
-    let ev = evidence(case);
-    let wizard = Some(Wizard::OutOfMemory);
-    let unallocated = n.reserved_unallocated_bytes;
+    let words = Wording::of(case);
+    let evidence = evidence(case);
     let mut out = Vec::new();
-
-    let cap_finding = |severity: Severity| -> Finding {
-        let needed = n
-            .reserved_bytes
-            .or(n.allowed_bytes)
-            .unwrap_or(0)
-            .saturating_add(n.requested_bytes.unwrap_or(0));
-        let free_text = n
-            .free_bytes
-            .map(format_bytes)
-            .unwrap_or_else(|| "memory".into());
-        let (title, explanation) = match n.allowed_bytes {
-            Some(cap) => (
-                format!(
-                    "A per-process cap of {} stopped the {req} allocation while {free_text} was free",
-                    format_bytes(cap)
-                ),
-                format!(
-                    "The process may use at most {} (torch.cuda.set_per_process_memory_fraction or an equivalent setting). The allocator had reserved {} and needed {req} more, which exceeds the cap, although {gpu} had room.{}",
-                    format_bytes(cap),
-                    n.reserved_bytes
-                        .map(format_bytes)
-                        .unwrap_or_else(|| "its share".into()),
-                    hint_not_echoed(n)
-                ),
-            ),
-            None => (
-                format!(
-                    "The allocator refused {req} while {free_text} was free on {gpu}: a memory cap is in force"
-                ),
-                format!(
-                    "CUDA reported {free_text} free at the failure, more than the {req} requested, and the cached memory could not explain it: a per-process limit stopped the allocation (torch.cuda.set_per_process_memory_fraction, an MPS memory limit or a container limit).{}",
-                    hint_not_echoed(n)
-                ),
-            ),
-        };
-        Finding {
-            category: Category::MemoryCap,
-            severity,
-            title,
-            evidence: ev.clone(),
-            explanation,
-            recommendations: vec![
-                recommend::raise_memory_fraction(n.allowed_bytes, needed, n.total_bytes),
-                recommend::reduce_batch_size(n.requested_bytes, n.allocated_bytes),
-                recommend::mixed_precision(n.allocated_bytes),
-            ],
-            wizard,
-        }
-    };
-
     match cause {
         OomCause::CapWithFragmentation | OomCause::Fragmentation => {
-            let u = unallocated.unwrap_or(0);
-            let block = case
-                .largest_free_block
-                .as_ref()
-                .map(|(l, _)| format!(" (largest free block {})", format_bytes(*l)))
-                .unwrap_or_default();
-            let cached_enough = u >= n.requested_bytes.unwrap_or(0);
-            out.push(Finding {
-                category: Category::Fragmentation,
-                severity: Severity::Critical,
-                title: if cached_enough {
-                    format!("{} cached on {gpu} but no free block fits the {req} request{block}", format_bytes(u))
-                } else {
-                    format!("{} cached plus {} free would fit the {req} request", format_bytes(u), n.free_bytes.map(format_bytes).unwrap_or_default())
-                },
-                evidence: ev.clone(),
-                explanation: if cause == OomCause::CapWithFragmentation {
-                    format!(
-                        "The allocator held {} reserved but unallocated, more than the {req} requested, yet in blocks too small to hold it; it could not reserve more because of the {} cap. Free blocks stranded in partly used segments are what fragmentation costs.",
-                        format_bytes(u),
-                        n.allowed_bytes.map(format_bytes).unwrap_or_default()
-                    )
-                } else {
-                    format!(
-                        "The allocator held {} reserved but unallocated{block}; the request needed one contiguous block of {req}. Cached blocks stranded in partly used segments could not be combined or returned.",
-                        format_bytes(u)
-                    )
-                },
-                recommendations: if case.expandable_segments == Some(true) {
-                    // Already on (the snapshot's settings say so): limit splitting instead.
-                    recommend::max_split_size(n.requested_bytes)
-                        .into_iter()
-                        .chain([recommend::empty_cache()])
-                        .collect()
-                } else {
-                    std::iter::once(recommend::expandable_segments(unallocated))
-                        .chain(recommend::max_split_size(n.requested_bytes))
-                        .chain([recommend::empty_cache()])
-                        .collect()
-                },
-                wizard: Some(Wizard::Fragmentation),
-            });
+            out.push(fragmentation_finding(case, cause, &words, evidence.clone()));
             if cause == OomCause::CapWithFragmentation {
-                out.push(cap_finding(Severity::Warning));
+                out.push(cap_finding(
+                    case,
+                    Severity::Warning,
+                    &words,
+                    evidence.clone(),
+                ));
             }
         }
-        OomCause::Cap => out.push(cap_finding(Severity::Critical)),
-        OomCause::OtherProcess => {
-            let others = other_processes(case);
-            let sum: u64 = others.iter().map(|(_, b)| b).sum();
-            let list = others
-                .iter()
-                .map(|(pid, b)| process_label(*pid, *b))
-                .collect::<Vec<_>>()
-                .join(", ");
-            out.push(Finding {
-                category: Category::OtherProcess,
-                severity: Severity::Critical,
-                title: format!("Other processes hold {} of {gpu} ({list}); the {req} request did not fit", format_bytes(sum)),
-                evidence: ev.clone(),
-                explanation: format!(
-                    "Only {} was free{}. The other processes hold {}; without them the request would have fit.{}",
-                    n.free_bytes.map(format_bytes).unwrap_or_else(|| "little".into()),
-                    n.total_bytes.map(|t| format!(" of {}", format_bytes(t))).unwrap_or_default(),
-                    format_bytes(sum),
-                    hint_not_echoed(n)
-                ),
-                recommendations: vec![
-                    recommend::free_other_process(&others, shortfall(n)),
-                    recommend::reduce_batch_size(shortfall(n), n.allocated_bytes),
-                    recommend::mixed_precision(n.allocated_bytes),
-                ],
-                wizard,
-            });
-        }
-        OomCause::Capacity => {
-            let detail = match (n.free_bytes, n.allocated_bytes, n.total_bytes) {
-                (Some(f), Some(a), Some(t)) => format!(
-                    "Only {} of {} was free and live tensors already took {} ({:.0}% of the card): the job's peak is larger than the GPU.",
-                    format_bytes(f),
-                    format_bytes(t),
-                    format_bytes(a),
-                    a as f64 / t.max(1) as f64 * 100.0
-                ),
-                (Some(f), _, _) if n.requested_bytes.is_some_and(|r| r <= f) => format!(
-                    "The closest reading showed {} free, more than the {req} requested: the peak that failed came between two samples, or memory was taken by a process the reading did not see.",
-                    format_bytes(f)
-                ),
-                (Some(f), _, _) => format!("Only {} was free.", format_bytes(f)),
-                _ => "The message carries no breakdown; add a snapshot or a capture for one."
-                    .to_owned(),
-            };
-            let too_big = matches!((n.requested_bytes, n.total_bytes), (Some(r), Some(t)) if r > t);
-            out.push(Finding {
-                category: Category::Capacity,
-                severity: Severity::Critical,
-                title: if too_big {
-                    format!("A single {req} allocation is larger than {gpu}'s whole memory")
-                } else {
-                    format!(
-                        "Out of memory on {gpu}: {req} requested{}",
-                        n.free_bytes
-                            .map(|f| format!(", {} free", format_bytes(f)))
-                            .unwrap_or_default()
-                    )
-                },
-                evidence: ev.clone(),
-                explanation: format!("{detail}{}", hint_not_echoed(n)),
-                recommendations: framework_capacity_recs(case),
-                wizard,
-            });
-        }
+        OomCause::Cap => out.push(cap_finding(
+            case,
+            Severity::Critical,
+            &words,
+            evidence.clone(),
+        )),
+        OomCause::OtherProcess => out.push(other_process_finding(case, &words, evidence.clone())),
+        OomCause::Capacity => out.push(capacity_finding(case, &words, evidence.clone())),
     }
     // A notable other process is worth mentioning even when it is not the primary cause.
     if cause != OomCause::OtherProcess {
-        let others = other_processes(case);
-        let sum: u64 = others.iter().map(|(_, b)| b).sum();
-        if sum >= NOTABLE_BYTES && n.total_bytes.is_some_and(|t| sum as f64 >= 0.1 * t as f64) {
-            out.push(Finding {
-                category: Category::OtherProcess,
-                severity: Severity::Warning,
-                title: format!("Other processes also hold {} of {gpu}", format_bytes(sum)),
-                evidence: ev.clone(),
-                explanation: "They are not what stopped this allocation, but they reduce what the job can use.".into(),
-                recommendations: vec![recommend::free_other_process(&others, None)],
-                wizard,
-            });
-        }
+        out.extend(notable_other_processes(case, &words, evidence));
     }
     out
+}
+
+/// How the findings of one OOM name the GPU and the request.
+struct Wording {
+    /// "GPU 0", or "the GPU" when the message did not say.
+    gpu: String,
+    /// "2.00 GiB", or "an allocation".
+    request: String,
+}
+
+impl Wording {
+    fn of(case: &OomCase) -> Self {
+        let n = &case.numbers;
+        Wording {
+            gpu: n
+                .device_index
+                .map(|d| format!("GPU {d}"))
+                .unwrap_or_else(|| "the GPU".to_owned()),
+            request: n
+                .requested_bytes
+                .map(format_bytes)
+                .unwrap_or_else(|| "an allocation".to_owned()),
+        }
+    }
+}
+
+/// A per-process cap (memory fraction, MPS or container limit) refused the allocation.
+fn cap_finding(
+    case: &OomCase,
+    severity: Severity,
+    words: &Wording,
+    evidence: Vec<Evidence>,
+) -> Finding {
+    let n = &case.numbers;
+    let Wording { gpu, request: req } = words;
+    let needed = n
+        .reserved_bytes
+        .or(n.allowed_bytes)
+        .unwrap_or(0)
+        .saturating_add(n.requested_bytes.unwrap_or(0));
+    let free_text = n
+        .free_bytes
+        .map(format_bytes)
+        .unwrap_or_else(|| "memory".into());
+    let (title, explanation) = match n.allowed_bytes {
+        Some(cap) => (
+            format!(
+                "A per-process cap of {} stopped the {req} allocation while {free_text} was free",
+                format_bytes(cap)
+            ),
+            format!(
+                "The process may use at most {} (torch.cuda.set_per_process_memory_fraction or an equivalent setting). The allocator had reserved {} and needed {req} more, which exceeds the cap, although {gpu} had room.{}",
+                format_bytes(cap),
+                n.reserved_bytes
+                    .map(format_bytes)
+                    .unwrap_or_else(|| "its share".into()),
+                hint_not_echoed(n)
+            ),
+        ),
+        None => (
+            format!(
+                "The allocator refused {req} while {free_text} was free on {gpu}: a memory cap is in force"
+            ),
+            format!(
+                "CUDA reported {free_text} free at the failure, more than the {req} requested, and the cached memory could not explain it: a per-process limit stopped the allocation (torch.cuda.set_per_process_memory_fraction, an MPS memory limit or a container limit).{}",
+                hint_not_echoed(n)
+            ),
+        ),
+    };
+    Finding::new(Category::MemoryCap, severity, title)
+        .with_evidence(evidence)
+        .explained(explanation)
+        .recommend([
+            recommend::raise_memory_fraction(n.allowed_bytes, needed, n.total_bytes),
+            recommend::reduce_batch_size(n.requested_bytes, n.allocated_bytes),
+            recommend::mixed_precision(n.allocated_bytes),
+        ])
+        .in_wizard(Wizard::OutOfMemory)
+}
+
+/// Enough memory was cached, but in blocks too small for the request.
+fn fragmentation_finding(
+    case: &OomCase,
+    cause: OomCause,
+    words: &Wording,
+    evidence: Vec<Evidence>,
+) -> Finding {
+    let n = &case.numbers;
+    let Wording { gpu, request: req } = words;
+    let unallocated = n.reserved_unallocated_bytes;
+    let u = unallocated.unwrap_or(0);
+    let block = case
+        .largest_free_block
+        .as_ref()
+        .map(|(l, _)| format!(" (largest free block {})", format_bytes(*l)))
+        .unwrap_or_default();
+    let cached_enough = u >= n.requested_bytes.unwrap_or(0);
+    let title = if cached_enough {
+        format!(
+            "{} cached on {gpu} but no free block fits the {req} request{block}",
+            format_bytes(u)
+        )
+    } else {
+        format!(
+            "{} cached plus {} free would fit the {req} request",
+            format_bytes(u),
+            n.free_bytes.map(format_bytes).unwrap_or_default()
+        )
+    };
+    let explanation = if cause == OomCause::CapWithFragmentation {
+        format!(
+            "The allocator held {} reserved but unallocated, more than the {req} requested, yet in blocks too small to hold it; it could not reserve more because of the {} cap. Free blocks stranded in partly used segments are what fragmentation costs.",
+            format_bytes(u),
+            n.allowed_bytes.map(format_bytes).unwrap_or_default()
+        )
+    } else {
+        format!(
+            "The allocator held {} reserved but unallocated{block}; the request needed one contiguous block of {req}. Cached blocks stranded in partly used segments could not be combined or returned.",
+            format_bytes(u)
+        )
+    };
+    let recommendations: Vec<_> = if case.expandable_segments == Some(true) {
+        // Already on (the snapshot's settings say so): limit splitting instead.
+        recommend::max_split_size(n.requested_bytes)
+            .into_iter()
+            .chain([recommend::empty_cache()])
+            .collect()
+    } else {
+        std::iter::once(recommend::expandable_segments(unallocated))
+            .chain(recommend::max_split_size(n.requested_bytes))
+            .chain([recommend::empty_cache()])
+            .collect()
+    };
+    Finding::new(Category::Fragmentation, Severity::Critical, title)
+        .with_evidence(evidence)
+        .explained(explanation)
+        .recommend(recommendations)
+        .in_wizard(Wizard::Fragmentation)
+}
+
+/// Other processes held the memory the request needed.
+fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) -> Finding {
+    let n = &case.numbers;
+    let Wording { gpu, request: req } = words;
+    let others = other_processes(case);
+    let sum: u64 = others.iter().map(|(_, b)| b).sum();
+    let list = others
+        .iter()
+        .map(|(pid, b)| process_label(*pid, *b))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Finding::new(
+        Category::OtherProcess,
+        Severity::Critical,
+        format!(
+            "Other processes hold {} of {gpu} ({list}); the {req} request did not fit",
+            format_bytes(sum)
+        ),
+    )
+    .with_evidence(evidence)
+    .explained(format!(
+        "Only {} was free{}. The other processes hold {}; without them the request would have fit.{}",
+        n.free_bytes.map(format_bytes).unwrap_or_else(|| "little".into()),
+        n.total_bytes
+            .map(|t| format!(" of {}", format_bytes(t)))
+            .unwrap_or_default(),
+        format_bytes(sum),
+        hint_not_echoed(n)
+    ))
+    .recommend([
+        recommend::free_other_process(&others, shortfall(n)),
+        recommend::reduce_batch_size(shortfall(n), n.allocated_bytes),
+        recommend::mixed_precision(n.allocated_bytes),
+    ])
+    .in_wizard(Wizard::OutOfMemory)
+}
+
+/// The job's peak is larger than the GPU (or a single request is).
+fn capacity_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) -> Finding {
+    let n = &case.numbers;
+    let Wording { gpu, request: req } = words;
+    let detail = match (n.free_bytes, n.allocated_bytes, n.total_bytes) {
+        (Some(f), Some(a), Some(t)) => format!(
+            "Only {} of {} was free and live tensors already took {} ({:.0}% of the card): the job's peak is larger than the GPU.",
+            format_bytes(f),
+            format_bytes(t),
+            format_bytes(a),
+            a as f64 / t.max(1) as f64 * 100.0
+        ),
+        (Some(f), _, _) if n.requested_bytes.is_some_and(|r| r <= f) => format!(
+            "The closest reading showed {} free, more than the {req} requested: the peak that failed came between two samples, or memory was taken by a process the reading did not see.",
+            format_bytes(f)
+        ),
+        (Some(f), _, _) => format!("Only {} was free.", format_bytes(f)),
+        _ => "The message carries no breakdown; add a snapshot or a capture for one.".to_owned(),
+    };
+    let too_big = matches!((n.requested_bytes, n.total_bytes), (Some(r), Some(t)) if r > t);
+    let title = if too_big {
+        format!("A single {req} allocation is larger than {gpu}'s whole memory")
+    } else {
+        format!(
+            "Out of memory on {gpu}: {req} requested{}",
+            n.free_bytes
+                .map(|f| format!(", {} free", format_bytes(f)))
+                .unwrap_or_default()
+        )
+    };
+    Finding::new(Category::Capacity, Severity::Critical, title)
+        .with_evidence(evidence)
+        .explained(format!("{detail}{}", hint_not_echoed(n)))
+        .recommend(framework_capacity_recs(case))
+        .in_wizard(Wizard::OutOfMemory)
+}
+
+/// Other processes holding at least [`NOTABLE_BYTES`] and a tenth of the GPU, when they are not
+/// the cause: they still reduce what the job can use.
+fn notable_other_processes(
+    case: &OomCase,
+    words: &Wording,
+    evidence: Vec<Evidence>,
+) -> Option<Finding> {
+    let n = &case.numbers;
+    let others = other_processes(case);
+    let sum: u64 = others.iter().map(|(_, b)| b).sum();
+    let notable =
+        sum >= NOTABLE_BYTES && n.total_bytes.is_some_and(|t| sum as f64 >= 0.1 * t as f64);
+    notable.then(|| {
+        Finding::new(
+            Category::OtherProcess,
+            Severity::Warning,
+            format!(
+                "Other processes also hold {} of {}",
+                format_bytes(sum),
+                words.gpu
+            ),
+        )
+        .with_evidence(evidence)
+        .explained(
+            "They are not what stopped this allocation, but they reduce what the job can use.",
+        )
+        .recommend([recommend::free_other_process(&others, None)])
+        .in_wizard(Wizard::OutOfMemory)
+    })
 }

@@ -312,6 +312,52 @@ pub fn check_hardware() -> Recommendation {
     )
 }
 
+/// Install the NVIDIA driver where the GPU checks found none.
+pub fn install_driver() -> Recommendation {
+    rec(
+        "install-driver",
+        "Install the NVIDIA driver (or add its folder to LD_LIBRARY_PATH)",
+        "The checks can read the GPUs".to_owned(),
+        "nvidia-smi should list the GPUs; then run the checks again",
+        None,
+    )
+}
+
+/// Take a GPU whose memory test found mismatches out of service.
+pub fn drain_gpu() -> Recommendation {
+    rec(
+        "drain-gpu",
+        "Take the GPU out of service and report it to the vendor or the cluster admins",
+        "Jobs stop failing or silently computing wrong results on this card".to_owned(),
+        "Give them the mismatch addresses above and nvidia-smi -q -d ECC,ROW_REMAPPER",
+        None,
+    )
+}
+
+/// Look at row remapping after counters moved under a memory test.
+pub fn check_remap() -> Recommendation {
+    rec(
+        "check-remap",
+        "Check row remapping and reset the GPU if a remap is pending",
+        "A pending remap takes effect after a GPU reset; a failed one means the card needs \
+         replacing"
+            .to_owned(),
+        "nvidia-smi -q -d ROW_REMAPPER",
+        None,
+    )
+}
+
+/// Make the CUDA driver library and the kernel module agree.
+pub fn match_driver() -> Recommendation {
+    rec(
+        "match-driver",
+        "Make the CUDA driver library and the kernel module the same version",
+        "CUDA and NVML agree; version-dependent failures go away".to_owned(),
+        "Compare nvidia-smi's driver version with the libcuda.so.1 the job loads",
+        None,
+    )
+}
+
 /// Find the failing kernel.
 pub fn debug_kernel_fault() -> Recommendation {
     rec(

@@ -1,5 +1,6 @@
 //! Health thresholds, following DCGM's health watches where NVIDIA publishes limits
-//! (`reference/gpu-monitoring.md` §1.3) and our own conservative choices where it publishes none.
+//! (`modules/health/DcgmHealthWatch.cpp` and `common/DcgmGPUHardwareLimits.h` in NVIDIA/DCGM) and
+//! our own conservative choices where it publishes none.
 
 /// DCGM `DCGM_LIMIT_MAX_RETIRED_PAGES`: at or above this many retired pages the GPU fails.
 pub const MAX_RETIRED_PAGES: u64 = 63;

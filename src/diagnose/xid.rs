@@ -1,10 +1,11 @@
 //! What an Xid code means: the memory- and health-related Xid errors a GPU-memory doctor meets,
 //! with NVIDIA's mnemonic, the catalog's description, the likely causes and what to do.
 //!
-//! Sources (see `reference/gpu-monitoring.md` §5.1): mnemonics from NVIDIA's `nverror.h`
-//! (open-gpu-kernel-modules), descriptions and the immediate/investigatory resolution buckets from
-//! NVIDIA's Xid catalog, likely causes from NVIDIA's older Xid table, and DCGM's health-watch
-//! severity from `DcgmHealthWatch.cpp`. Codes outside this table are still shown (with their
+//! Sources: mnemonics from `src/common/sdk/nvidia/inc/nverror.h` in NVIDIA/open-gpu-kernel-modules,
+//! descriptions and the immediate/investigatory resolution buckets from NVIDIA's Xid catalog
+//! (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), likely causes from NVIDIA's
+//! older Xid table, and DCGM's health-watch severity from `modules/health/DcgmHealthWatch.cpp` in
+//! NVIDIA/DCGM (`docs/sources.md` § "NVIDIA: Xid errors, health limits, driver compatibility"). Codes outside this table are still shown (with their
 //! number and a pointer to the catalog); the table only adds explanation.
 
 use std::fmt;

@@ -11,8 +11,9 @@
 //! - frames `(filename, line, name)` are interned as [`FrameId`]s and identical frame lists as one
 //!   [`StackId`] in the [`FrameTable`], which keeps the sharing the pickle memo had.
 //!
-//! Field names follow PyTorch's keys where that helps matching them up (reference
-//! `pytorch-snapshots.md` §1.3–1.5), with the unit added (`total_bytes` for `total_size`).
+//! Field names follow PyTorch's keys where that helps matching them up (`segmentInfoToDict` in
+//! PyTorch's `torch/csrc/cuda/Module.cpp`; `docs/sources.md` § "PyTorch allocator snapshots"),
+//! with the unit added (`total_bytes` for `total_size`).
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -449,7 +450,8 @@ pub enum SnapshotContainer {
     Json,
 }
 
-/// Format generation of a snapshot, from the newest feature seen (reference §1.8), oldest first.
+/// Format generation of a snapshot, from the newest feature seen (`docs/sources.md` § "Format
+/// vintages"), oldest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SnapshotVintage {
     /// A bare list of segments (`torch.cuda.memory_snapshot()`), blocks with size and state only.

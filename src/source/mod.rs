@@ -37,6 +37,12 @@ pub trait Source: Send {
     /// arrived since the last poll. Failures are reported per field in
     /// `SampleBatch::field_changes`, never as a panic or an `Err` for the whole machine.
     fn poll(&mut self, now_ms: UnixMs, tiers: Tiers) -> SampleBatch;
+
+    /// The simulated demo machine's pace, which the UI can change while it runs (`None` for
+    /// real GPUs, which run at the pace of the world).
+    fn demo_pace(&self) -> Option<demo::DemoPace> {
+        None
+    }
 }
 
 /// Current wall-clock time in Unix milliseconds.

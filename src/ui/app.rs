@@ -5,53 +5,55 @@
 //! Every opened file is also evidence for the diagnosis wizards: captures, snapshot facts and
 //! logs go to the [`WizardView`], and so does the live session's capture when Diagnose is opened.
 //!
+//! Every user action is a [`Command`]: the menus, the shortcuts, the view tabs and the views
+//! themselves send commands, and [`VramscopeApp::run_command`] is the one place that carries them
+//! out. Quitting ([`QuitState`]) and asking for paths ([`PathAsker`]) are small state machines of
+//! their own.
+//!
 //! The app holds one [`Session`] per source being shown (the live machine and any opened files)
 //! and shows one at a time. Everything slow happens elsewhere: sampling on the sampler thread,
-//! reading and writing files in [`Jobs`], recording on the recorder's writer thread. The UI is
+//! reading and writing files in [`Jobs`] (on the one job [`Runner`](super::runner::Runner)),
+//! recording on the recorder's writer thread. The UI is
 //! repainted when one of those delivers something, never in a loop, so an idle app costs nothing.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText, Ui};
+use egui::{Color32, Key, RichText, Ui};
 
 use crate::diagnose::NamedCapture;
 use crate::model::{Capture, UnixMs};
 
 use super::allocator::AllocatorView;
+use super::allocator::tabs::AllocatorTabs;
+pub use super::allocator::tabs::MAX_ALLOCATOR_VIEWS;
+use super::command::{Command, CommandContext, CommandQueue, CommandSender};
 use super::devices::device_list_ui;
-use super::dialogs::FileDialogs;
 use super::export::TimelineExport;
 use super::jobs::{JobResult, Jobs, OpenOutcome, OpenedSnapshot};
 use super::notices::{NoticeLevel, Notices};
+use super::path_prompt::{PathAction, PathAsker, PromptAnswer};
 use super::processes::{ProcessTableState, process_table_ui};
+use super::quit::{QuitChoice, QuitState, UnsavedNotes, quit_question_ui};
+use super::runner::job_progress_ui;
 use super::session::{PreparedCapture, Session, SessionOrigin};
 use super::settings::{SAMPLING_INTERVAL_RANGE_MS, Settings};
 use super::timeline::{TimelineInput, TimelineState, timeline_ui};
 use super::views::{View, view_tabs_ui};
 use super::wizard::{AllocatorTabRequest, WizardView};
 
-/// Ctrl+O (Cmd+O on macOS): open a file.
-pub const OPEN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::O);
-/// Ctrl+S: save the shown capture as a file.
-pub const SAVE_AS_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::S);
-/// Ctrl+R: start or stop recording the live source.
-pub const RECORD_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::R);
-/// Ctrl+E: export the timeline as a PNG image for a review.
-pub const EXPORT_PNG_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::E);
-/// Ctrl+Shift+E: export the diagnosis report.
-pub const EXPORT_REPORT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(
-    Modifiers {
-        shift: true,
-        ..Modifiers::COMMAND
-    },
-    Key::E,
-);
-/// Ctrl+Q: quit.
-pub const QUIT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Q);
+/// The paces View › Demo speed offers (scenario seconds per second).
+const DEMO_SPEEDS: [u32; 4] = [1, 10, 60, 600];
 
-/// Allocator views kept open at most (each holds a whole snapshot); the oldest is closed first.
-pub const MAX_ALLOCATOR_VIEWS: usize = 8;
+/// A save in progress, so that its notes count as saved once the write succeeds.
+struct PendingSave {
+    /// The file being written.
+    path: PathBuf,
+    /// Index of the session saved.
+    session_index: usize,
+    /// How many of the session's unsaved notes the save holds.
+    notes: usize,
+}
 
 /// A live source to start with: the source and, for the demo machine, why it is shown.
 #[cfg(feature = "native")]
@@ -68,7 +70,7 @@ pub struct AppOptions {
     #[cfg(feature = "native")]
     pub live: Option<LiveStart>,
     /// Where "Open…" and "Save as…" get their paths.
-    pub dialogs: Box<dyn FileDialogs>,
+    pub dialogs: Box<dyn super::dialogs::FileDialogs>,
     /// Directory for new recordings (`None`: the app's data directory).
     #[cfg(feature = "native")]
     pub recordings_dir: Option<PathBuf>,
@@ -83,36 +85,28 @@ pub struct VramscopeApp {
     process_table: ProcessTableState,
     jobs: Jobs,
     pub notices: Notices,
-    dialogs: Box<dyn FileDialogs>,
+    /// File dialogs, or the in-app path field where none can appear.
+    paths: PathAsker,
     #[cfg(feature = "native")]
     recordings_dir: Option<PathBuf>,
     annotation_draft: String,
     show_settings: bool,
     /// Title last sent to the window, so it is only sent when it changes.
     sent_title: String,
-    /// Quit was asked for (File › Quit, Ctrl+Q); the window closes at the end of the frame.
-    quit_requested: bool,
-    /// The "unsaved notes" question is shown (a quit was held back).
-    quit_confirm_open: bool,
-    /// The user chose to quit without saving notes.
-    discard_unsaved_notes: bool,
-    /// "Save as…" was chosen in the unsaved-notes question: quit once the save succeeds.
-    quit_after_save: bool,
-    /// Saves in progress: path, session index and how many of its unsaved notes the save holds
-    /// (they count as saved once the write succeeds).
-    pending_saves: Vec<(PathBuf, usize, usize)>,
-    /// The in-app path field, shown when no file dialog can appear.
-    path_prompt: Option<PathPrompt>,
+    /// Where quitting stands (the unsaved-notes question, a save before quitting, closing).
+    quit: QuitState,
+    /// Saves in progress.
+    pending_saves: Vec<PendingSave>,
     /// Settings last applied to the sampler and the theme.
     applied: Option<Settings>,
     /// The view the central area shows.
     view: View,
-    /// One allocator view per opened snapshot, oldest first.
-    allocators: Vec<AllocatorView>,
-    /// Index into `allocators` of the one shown.
-    active_allocator: usize,
+    /// One allocator view per opened snapshot.
+    allocators: AllocatorTabs,
     /// The diagnosis wizards, fed with every opened file.
     wizard: WizardView,
+    /// Commands sent by the menus, shortcuts and views, run once per frame.
+    commands: CommandQueue,
     /// The hardware checks panel, made when its tab is first shown.
     #[cfg(feature = "native")]
     hardware: Option<super::hardware::HardwarePanel>,
@@ -128,6 +122,9 @@ impl VramscopeApp {
             .storage
             .and_then(|storage| eframe::get_value(storage, eframe::APP_KEY))
             .unwrap_or_default();
+        let commands = CommandQueue::default();
+        let mut wizard = WizardView::new();
+        wizard.connect(commands.sender());
         let mut app = VramscopeApp {
             settings: settings.sanitized(),
             sessions: Vec::new(),
@@ -136,31 +133,23 @@ impl VramscopeApp {
             process_table: ProcessTableState::default(),
             jobs: Jobs::new(cc.egui_ctx.clone()),
             notices: Notices::default(),
-            dialogs: options.dialogs,
+            paths: PathAsker::new(options.dialogs),
             #[cfg(feature = "native")]
             recordings_dir: options.recordings_dir,
             annotation_draft: String::new(),
             show_settings: false,
             sent_title: String::new(),
-            quit_requested: false,
-            quit_confirm_open: false,
-            discard_unsaved_notes: false,
-            quit_after_save: false,
+            quit: QuitState::Running,
             pending_saves: Vec::new(),
-            path_prompt: None,
             applied: None,
             view: View::Timeline,
-            allocators: Vec::new(),
-            active_allocator: 0,
-            wizard: {
-                let mut wizard = WizardView::new();
-                wizard.offer_allocator_tab();
-                wizard
-            },
+            allocators: AllocatorTabs::default(),
+            wizard,
             #[cfg(feature = "native")]
             hardware: None,
             #[cfg(feature = "native")]
             watcher: None,
+            commands,
         };
         #[cfg(feature = "native")]
         if let Some(live) = options.live {
@@ -216,9 +205,9 @@ impl VramscopeApp {
         self.view
     }
 
-    /// Shows `view` (the tabs and Ctrl+1..4 do this). Opening Diagnose offers the live
-    /// session's capture so far to the wizards.
-    pub fn set_view(&mut self, view: View) {
+    /// Shows `view` (the tabs and Ctrl+1..4 send [`Command::ShowView`]). Opening Diagnose offers
+    /// the live session's capture so far to the wizards.
+    fn set_view(&mut self, view: View) {
         if view == View::Diagnose && self.view != View::Diagnose {
             self.offer_live_capture();
         }
@@ -227,12 +216,12 @@ impl VramscopeApp {
 
     /// The allocator views of the opened snapshots, oldest first.
     pub fn allocator_views(&self) -> &[AllocatorView] {
-        &self.allocators
+        self.allocators.views()
     }
 
     /// The allocator view shown in the Allocator tab.
     pub fn active_allocator_view(&self) -> Option<&AllocatorView> {
-        self.allocators.get(self.active_allocator)
+        self.allocators.active()
     }
 
     /// The diagnosis wizards.
@@ -274,7 +263,7 @@ impl VramscopeApp {
     }
 
     /// File › Watch folder…: asks for a folder and watches it.
-    pub fn watch_folder_with_dialog(&mut self) {
+    fn watch_folder_with_dialog(&mut self) {
         #[cfg(feature = "native")]
         if let Some(folder) = self.pick_path(PathAction::WatchFolder, "") {
             self.finish_path_action(PathAction::WatchFolder, folder);
@@ -343,6 +332,8 @@ impl VramscopeApp {
         if self.active != Some(index) {
             self.active = Some(index);
             self.timeline.new_capture();
+            // The selection is an index into the previous capture's processes.
+            self.process_table.selected = None;
         }
     }
 
@@ -393,11 +384,9 @@ impl VramscopeApp {
     /// Switches to the Allocator tab on the newest view of the requested snapshot and device
     /// (the wizard's snapshot facts carry the view's name: see `jobs` and [`Self::show_snapshot`]).
     fn show_in_allocator_tab(&mut self, request: &AllocatorTabRequest) {
-        let found = self
-            .allocators
-            .iter()
-            .rposition(|v| v.name() == request.snapshot_name);
-        let Some(index) = found else {
+        if self.allocators.show(request) {
+            self.view = View::Allocator;
+        } else {
             self.notices.push(
                 NoticeLevel::Info,
                 format!(
@@ -405,11 +394,7 @@ impl VramscopeApp {
                     request.snapshot_name
                 ),
             );
-            return;
-        };
-        self.allocators[index].select_device(request.device);
-        self.active_allocator = index;
-        self.view = View::Allocator;
+        }
     }
 
     fn snapshot_opened(&mut self, file_name: String, opened: OpenedSnapshot) {
@@ -420,20 +405,14 @@ impl VramscopeApp {
             );
         }
         self.wizard.add_snapshot_facts(opened.facts);
-        if self.allocators.len() >= MAX_ALLOCATOR_VIEWS {
-            // A watched folder gets a new snapshot every few minutes for as long as a job runs.
-            let closed = self.allocators.remove(0);
+        if let Some(closed) = self.allocators.open(opened.snapshot, file_name) {
             self.notices.push(
                 NoticeLevel::Info,
                 format!(
-                    "Closed the allocator view of {} to keep at most {MAX_ALLOCATOR_VIEWS} open.",
-                    closed.name()
+                    "Closed the allocator view of {closed} to keep at most {MAX_ALLOCATOR_VIEWS} open."
                 ),
             );
         }
-        self.allocators
-            .push(AllocatorView::new(opened.snapshot, file_name));
-        self.active_allocator = self.allocators.len() - 1;
         self.view = View::Allocator;
     }
 
@@ -474,30 +453,7 @@ impl VramscopeApp {
                 JobResult::Opened { file_name, outcome } => {
                     self.open_finished(file_name, outcome);
                 }
-                JobResult::Saved { path, result } => {
-                    let pending = self.pending_saves.iter().position(|(p, _, _)| *p == path);
-                    let pending = pending.map(|i| self.pending_saves.remove(i));
-                    match result {
-                        Ok(()) => {
-                            if let Some((_, index, notes)) = pending
-                                && let Some(session) = self.sessions.get_mut(index)
-                            {
-                                session.unsaved_notes = session.unsaved_notes.saturating_sub(notes);
-                            }
-                            self.notices
-                                .push(NoticeLevel::Info, format!("Saved {}", path.display()));
-                            if self.quit_after_save && self.unsaved_notes() == 0 {
-                                let ctx = self.jobs.ctx().clone();
-                                self.quit(&ctx);
-                            }
-                        }
-                        Err(message) => {
-                            self.quit_after_save = false;
-                            self.notices
-                                .push(NoticeLevel::Error, format!("Could not save: {message}"));
-                        }
-                    }
-                }
+                JobResult::Saved { path, result } => self.save_finished(&path, result),
                 JobResult::Exported { path: _, result } => match result {
                     Ok(written) => self.notices.push(
                         NoticeLevel::Info,
@@ -533,20 +489,49 @@ impl VramscopeApp {
         }
     }
 
-    /// Whether Quit was asked for.
+    /// Takes in a finished save: its notes count as saved, and a quit that waited for it goes
+    /// ahead.
+    fn save_finished(&mut self, path: &std::path::Path, result: Result<(), String>) {
+        let pending = self.pending_saves.iter().position(|p| p.path == path);
+        let pending = pending.map(|i| self.pending_saves.remove(i));
+        match result {
+            Ok(()) => {
+                if let Some(save) = pending
+                    && let Some(session) = self.sessions.get_mut(save.session_index)
+                {
+                    session.unsaved_notes = session.unsaved_notes.saturating_sub(save.notes);
+                }
+                self.notices
+                    .push(NoticeLevel::Info, format!("Saved {}", path.display()));
+                if self.quit.save_succeeded(self.unsaved_notes()) {
+                    self.close_window();
+                }
+            }
+            Err(message) => {
+                self.quit.save_abandoned();
+                self.notices
+                    .push(NoticeLevel::Error, format!("Could not save: {message}"));
+            }
+        }
+    }
+
+    /// Whether Quit was asked for (and the window told to close).
     pub fn quit_requested(&self) -> bool {
-        self.quit_requested
+        self.quit.is_closing()
     }
 
     /// File › Quit and Ctrl+Q: closes the window (sessions stop in `on_exit`), after asking
     /// when notes would be lost.
-    fn quit(&mut self, ctx: &egui::Context) {
-        if self.quitting_would_lose_notes() {
-            self.quit_confirm_open = true;
-            return;
+    fn quit(&mut self) {
+        if self.quit.request(self.unsaved_notes()) {
+            self.close_window();
         }
-        self.quit_requested = true;
-        ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+    }
+
+    fn close_window(&self) {
+        self.jobs
+            .ctx()
+            .send_viewport_cmd(egui::ViewportCommand::Close);
     }
 
     /// Notes that no file holds yet, over all sessions.
@@ -554,140 +539,63 @@ impl VramscopeApp {
         self.sessions.iter().map(|s| s.unsaved_notes).sum()
     }
 
-    /// Whether closing now would drop notes the user has not chosen to discard.
-    fn quitting_would_lose_notes(&self) -> bool {
-        self.unsaved_notes() > 0 && !self.discard_unsaved_notes
-    }
-
     /// Whether the "unsaved notes" question is shown.
     pub fn quit_confirm_open(&self) -> bool {
-        self.quit_confirm_open
+        self.quit == QuitState::Asking
     }
 
     /// The window's close button: held back, like Quit, while notes are unsaved.
     fn hold_close_for_unsaved_notes(&mut self, ctx: &egui::Context) {
         let close_requested = ctx.input(|i| i.viewport().close_requested());
-        if close_requested && self.quitting_would_lose_notes() {
+        if close_requested && self.quit.hold_window_close(self.unsaved_notes()) {
             ctx.send_viewport_cmd(egui::ViewportCommand::CancelClose);
-            self.quit_requested = false;
-            self.quit_confirm_open = true;
         }
     }
 
     /// Asks what to do with unsaved notes: save, quit anyway, or stay.
-    fn quit_confirm_ui(&mut self, ctx: &egui::Context) {
-        if !self.quit_confirm_open {
+    fn quit_question(&mut self, ctx: &egui::Context) {
+        if self.quit != QuitState::Asking {
             return;
         }
-        let waiting: Vec<(usize, String, usize)> = self
+        let unsaved: Vec<UnsavedNotes> = self
             .sessions
             .iter()
-            .enumerate()
-            .filter(|(_, s)| s.unsaved_notes > 0)
-            .map(|(i, s)| {
-                let name = match &s.origin {
+            .filter(|s| s.unsaved_notes > 0)
+            .map(|s| UnsavedNotes {
+                source: match &s.origin {
                     SessionOrigin::File { file_name } => file_name.clone(),
                     SessionOrigin::Live { .. } => "the live session".to_owned(),
-                };
-                (i, name, s.unsaved_notes)
+                },
+                notes: s.unsaved_notes,
             })
             .collect();
-        let mut choice = None;
-        egui::Modal::new(egui::Id::unique("vramscope-unsaved-notes")).show(ctx, |ui| {
-            ui.heading("Unsaved notes");
-            for (_, name, notes) in &waiting {
-                ui.label(format!(
-                    "{notes} note(s) added to {name} are not in any file yet."
-                ));
+        let Some(choice) = quit_question_ui(ctx, &unsaved) else {
+            return;
+        };
+        if self.quit.answer(choice) {
+            self.close_window();
+        }
+        if choice == QuitChoice::Save {
+            // Save the first session that has notes.
+            if let Some(index) = self.sessions.iter().position(|s| s.unsaved_notes > 0) {
+                self.select_session(index);
+                self.set_view(View::Timeline);
             }
-            ui.label("Save the capture with File › Save as… to keep them.");
-            ui.horizontal(|ui| {
-                if ui.button("Save as…").clicked() {
-                    choice = Some(QuitChoice::Save);
-                }
-                if ui.button("Quit without saving").clicked() {
-                    choice = Some(QuitChoice::Discard);
-                }
-                if ui.button("Cancel").clicked() || ui.input(|i| i.key_pressed(Key::Escape)) {
-                    choice = Some(QuitChoice::Stay);
-                }
-            });
-        });
-        match choice {
-            Some(QuitChoice::Save) => {
-                self.quit_confirm_open = false;
-                self.quit_after_save = true;
-                if let Some((index, _, _)) = waiting.first() {
-                    self.select_session(*index);
-                    self.set_view(View::Timeline);
-                }
-                self.save_with_dialog();
-            }
-            Some(QuitChoice::Discard) => {
-                self.quit_confirm_open = false;
-                self.discard_unsaved_notes = true;
-                self.quit(ctx);
-            }
-            Some(QuitChoice::Stay) => self.quit_confirm_open = false,
-            None => {}
+            self.save_with_dialog();
         }
     }
 
     /// File › Open… and Ctrl+O.
-    pub fn open_with_dialog(&mut self) {
+    fn open_with_dialog(&mut self) {
         if let Some(path) = self.pick_path(PathAction::Open, "") {
             self.finish_path_action(PathAction::Open, path);
         }
     }
 
-    /// Asks for a path with the native dialog. Where no native dialog can appear (no desktop
-    /// portal or zenity, e.g. over `ssh -X`), or the dialog came back at once without the user
-    /// seeing it, a path field in the app asks instead and the action finishes from there.
+    /// Asks for a path (a dialog, or the in-app path field whose answer arrives later through
+    /// [`Self::path_prompt`]).
     fn pick_path(&mut self, action: PathAction, suggested_name: &str) -> Option<PathBuf> {
-        if !cfg!(feature = "native") {
-            // The web viewer has no file system: files come in by drag and drop, and saving or
-            // exporting to a file needs the desktop app.
-            self.notices.push(
-                NoticeLevel::Info,
-                match action {
-                    PathAction::Open => "Drop the file on the page to open it in the web viewer.",
-                    _ => "Writing files needs the desktop app; the web viewer only shows files.",
-                },
-            );
-            return None;
-        }
-        let prompt = |why: &str| PathPrompt {
-            action,
-            text: super::dialogs::path_in_home(suggested_name),
-            why: why.to_owned(),
-            fresh: true,
-            replace: None,
-        };
-        if !self.dialogs.available() {
-            self.path_prompt = Some(prompt(
-                "No file dialog is available here (no desktop portal or zenity), so type the path.",
-            ));
-            return None;
-        }
-        let asked = web_time::Instant::now();
-        let picked = match action {
-            PathAction::Open => self.dialogs.pick_file_to_open(),
-            PathAction::Save => self.dialogs.pick_save_path(suggested_name),
-            PathAction::WatchFolder => self.dialogs.pick_folder(),
-            PathAction::ExportTimeline(export) => {
-                self.dialogs.pick_export_path(export, suggested_name)
-            }
-            PathAction::ExportReport => self.dialogs.pick_report_path(suggested_name),
-        };
-        if picked.is_none()
-            && self.dialogs.instant_none_means_failure()
-            && asked.elapsed() < DIALOG_FAILED_WITHIN
-        {
-            self.path_prompt = Some(prompt(
-                "The file dialog did not open (it returned at once), so type the path.",
-            ));
-        }
-        picked
+        self.paths.ask(action, suggested_name, &mut self.notices)
     }
 
     /// Carries out `action` on the chosen `path`.
@@ -705,86 +613,23 @@ impl VramscopeApp {
     }
 
     /// The in-app path field used when no file dialog can be shown.
-    fn path_prompt_ui(&mut self, ctx: &egui::Context) {
-        let Some(prompt) = &mut self.path_prompt else {
-            return;
-        };
-        let mut choice = None;
-        egui::Modal::new(egui::Id::unique("vramscope-path-prompt")).show(ctx, |ui| {
-            ui.heading(prompt.action.title());
-            ui.label(&prompt.why);
-            let field = ui.add(
-                egui::TextEdit::singleline(&mut prompt.text)
-                    .hint_text(prompt.action.hint())
-                    .desired_width(480.0),
-            );
-            if prompt.fresh {
-                prompt.fresh = false;
-                field.request_focus();
-                if let Some(mut state) = egui::TextEdit::load_state(ui.ctx(), field.id) {
-                    state
-                        .cursor
-                        .set_char_range(Some(egui::text::CCursorRange::select_all_str(
-                            &prompt.text,
-                        )));
-                    state.store(ui.ctx(), field.id);
-                }
-            }
-            // Enter submits whether or not the field still has the focus (a single-line field
-            // gives it up on Enter).
-            let entered = ui.input(|i| i.key_pressed(Key::Enter));
-            ui.horizontal(|ui| {
-                if ui.button("OK").clicked() || entered {
-                    choice = Some(true);
-                }
-                if ui.button("Cancel").clicked() || ui.input(|i| i.key_pressed(Key::Escape)) {
-                    choice = Some(false);
-                }
-            });
-        });
-        match choice {
-            Some(true) => {
-                let Some(prompt) = self.path_prompt.take() else {
-                    return;
-                };
-                let text = prompt.text.trim();
-                if text.is_empty() {
-                    self.path_prompt = Some(prompt);
-                    return;
-                }
-                let path = super::dialogs::expand_home(text);
-                // A typed path that names an existing file is replaced only on a second OK.
-                if prompt.action.writes()
-                    && path.is_file()
-                    && prompt.replace.as_ref() != Some(&path)
-                {
-                    let mut prompt = prompt;
-                    prompt.why = format!(
-                        "{} exists. Press OK again to replace it, or change the name.",
-                        path.display()
-                    );
-                    prompt.replace = Some(path);
-                    self.path_prompt = Some(prompt);
-                    return;
-                }
-                self.finish_path_action(prompt.action, path);
-            }
-            Some(false) => {
-                self.path_prompt = None;
-                self.quit_after_save = false;
-            }
+    fn path_prompt(&mut self, ctx: &egui::Context) {
+        match self.paths.prompt_ui(ctx) {
+            Some(PromptAnswer::Chosen(action, path)) => self.finish_path_action(action, path),
+            // A cancelled save from the quit question must not quit later.
+            Some(PromptAnswer::Cancelled(_)) => self.quit.save_abandoned(),
             None => {}
         }
     }
 
     /// Whether the in-app path field is shown.
     pub fn path_prompt_open(&self) -> bool {
-        self.path_prompt.is_some()
+        self.paths.prompt_open()
     }
 
     /// File › Save as… and Ctrl+S: writes the shown capture in the background.
-    pub fn save_with_dialog(&mut self) {
-        if self.view == View::Allocator && !self.quit_confirm_open {
+    fn save_with_dialog(&mut self) {
+        if self.view == View::Allocator {
             self.notices.push(
                 NoticeLevel::Info,
                 "Save as… writes a capture (the Timeline tab); an allocator snapshot on screen is \
@@ -807,9 +652,9 @@ impl VramscopeApp {
         };
         if let Some(path) = self.pick_path(PathAction::Save, &suggested) {
             self.finish_path_action(PathAction::Save, path);
-        } else if self.path_prompt.is_none() {
+        } else if !self.paths.prompt_open() {
             // Cancelled: a later Save as must not quit the app.
-            self.quit_after_save = false;
+            self.quit.save_abandoned();
         }
     }
 
@@ -821,7 +666,11 @@ impl VramscopeApp {
         let capture = session.capture.clone();
         let notes = session.unsaved_notes;
         let index = self.active.unwrap_or_default();
-        self.pending_saves.push((path.clone(), index, notes));
+        self.pending_saves.push(PendingSave {
+            path: path.clone(),
+            session_index: index,
+            notes,
+        });
         #[cfg(feature = "native")]
         self.jobs.save(path, capture);
         #[cfg(not(feature = "native"))]
@@ -854,7 +703,7 @@ impl VramscopeApp {
 
     /// File › Export timeline as … and Ctrl+E (the PNG): asks where to write it, offering a
     /// name taken from the shown capture's.
-    pub fn export_timeline_with_dialog(&mut self, export: TimelineExport) {
+    fn export_timeline_with_dialog(&mut self, export: TimelineExport) {
         if !self.can_export_timeline() {
             self.notices.push(
                 NoticeLevel::Warning,
@@ -912,7 +761,7 @@ impl VramscopeApp {
     /// File › Export report… and Ctrl+Shift+E: the diagnosis over all the evidence the app holds
     /// (the Diagnose wizard's, with the live capture so far), written in the background in the
     /// format the chosen file's extension names.
-    pub fn export_report_with_dialog(&mut self) {
+    fn export_report_with_dialog(&mut self) {
         self.offer_live_capture();
         if !self.can_export_report() {
             self.notices.push(
@@ -940,7 +789,7 @@ impl VramscopeApp {
 
     /// Record button and Ctrl+R: starts recording the live source to a new file in the recordings
     /// directory, or stops the running recording.
-    pub fn toggle_recording(&mut self) {
+    fn toggle_recording(&mut self) {
         #[cfg(feature = "native")]
         {
             let recordings_dir = self.recordings_dir.clone().or_else(default_recordings_dir);
@@ -996,7 +845,7 @@ impl VramscopeApp {
 
     /// Adds the note being typed at "now": the current time for a live source; for a file, the
     /// last hovered moment, or else the end of the capture.
-    pub fn add_annotation(&mut self) {
+    fn add_annotation(&mut self) {
         let text = std::mem::take(&mut self.annotation_draft);
         let hovered_t = self.timeline.last_hovered_t_ms;
         let Some(session) = self.active_session_mut() else {
@@ -1011,46 +860,105 @@ impl VramscopeApp {
         text.clone_into(&mut self.annotation_draft);
     }
 
+    /// What the commands' enabled checks look at, as things stand now.
+    pub fn command_context(&self) -> CommandContext {
+        #[cfg(feature = "native")]
+        let watching = self.watcher.is_some();
+        #[cfg(not(feature = "native"))]
+        let watching = false;
+        CommandContext {
+            view: self.view,
+            has_session: self.active_session().is_some(),
+            has_report_evidence: self.can_export_report(),
+            watching,
+            demo_running: self.demo_speed().is_some(),
+            native: cfg!(feature = "native"),
+        }
+    }
+
+    /// Queues the commands whose shortcuts were pressed this frame (those that cannot run now
+    /// are ignored, as their greyed-out menu items would be).
     fn handle_shortcuts(&mut self, ctx: &egui::Context) {
-        let (export_report, export_png) = ctx.input_mut(|input| {
-            // Ctrl+Shift+E first: Ctrl+E would also match it.
-            (
-                input.consume_shortcut(&EXPORT_REPORT_SHORTCUT),
-                input.consume_shortcut(&EXPORT_PNG_SHORTCUT),
-            )
-        });
-        let (open, save, record, quit, view) = ctx.input_mut(|input| {
-            (
-                input.consume_shortcut(&OPEN_SHORTCUT),
-                input.consume_shortcut(&SAVE_AS_SHORTCUT),
-                input.consume_shortcut(&RECORD_SHORTCUT),
-                input.consume_shortcut(&QUIT_SHORTCUT),
-                View::ALL
-                    .into_iter()
-                    .find(|view| input.consume_shortcut(&view.shortcut())),
-            )
-        });
-        if let Some(view) = view {
-            self.set_view(view);
+        let context = self.command_context();
+        let sender = self.commands.sender();
+        for command in Command::pressed(ctx) {
+            if command.availability(&context).is_enabled() {
+                sender.send(command);
+            }
         }
-        if open {
-            self.open_with_dialog();
+    }
+
+    /// Runs every command sent since the last call; returns whether any ran.
+    fn run_queued_commands(&mut self) -> bool {
+        let mut ran = false;
+        while let Some(command) = self.commands.next() {
+            self.run_command(command);
+            ran = true;
         }
-        if save {
-            self.save_with_dialog();
+        ran
+    }
+
+    /// Runs `command` now. Menus, shortcuts and views send commands, and they all end up here.
+    /// A command that cannot run now explains why in a notice (the menus grey such commands out
+    /// and shortcuts skip them, so this only happens when called directly).
+    pub fn run_command(&mut self, command: Command) {
+        match command {
+            Command::Open => self.open_with_dialog(),
+            Command::WatchFolder => self.watch_folder_with_dialog(),
+            Command::StopWatching => {
+                #[cfg(feature = "native")]
+                self.stop_watching();
+            }
+            Command::SaveAs => self.save_with_dialog(),
+            Command::ToggleRecording => self.toggle_recording(),
+            Command::ExportTimeline(export) => self.export_timeline_with_dialog(export),
+            Command::ExportReport => self.export_report_with_dialog(),
+            Command::Quit => self.quit(),
+            Command::ShowView(view) => self.set_view(view),
+            Command::ShowSettings => self.show_settings = true,
+            Command::AddNote => self.add_annotation(),
+            Command::ShowInAllocatorTab(request) => self.show_in_allocator_tab(&request),
+            Command::SetDemoSpeed(speed) => self.set_demo_speed(speed),
         }
-        if record {
-            self.toggle_recording();
+    }
+
+    /// The speed of the simulated demo machine sampled live, if one is.
+    pub fn demo_speed(&self) -> Option<u32> {
+        #[cfg(feature = "native")]
+        {
+            self.sessions
+                .iter()
+                .find_map(|s| s.demo_pace())
+                .map(|pace| pace.speed())
         }
-        if export_png && self.can_export_timeline() {
-            self.export_timeline_with_dialog(TimelineExport::Png);
+        #[cfg(not(feature = "native"))]
+        {
+            None
         }
-        if export_report && self.can_export_report() {
-            self.export_report_with_dialog();
+    }
+
+    /// Plays the live demo machine `speed` times faster than real time.
+    fn set_demo_speed(&mut self, speed: u32) {
+        #[cfg(feature = "native")]
+        if let Some(pace) = self.sessions.iter().find_map(|s| s.demo_pace()) {
+            pace.set_speed(speed);
+            self.notices.push(
+                NoticeLevel::Info,
+                format!("The demo machine now runs at {}× real time.", pace.speed()),
+            );
+            return;
         }
-        if quit {
-            self.quit(ctx);
-        }
+        let _ = speed;
+        self.notices.push(
+            NoticeLevel::Warning,
+            "Only the simulated demo machine runs at a chosen speed.",
+        );
+    }
+
+    /// The process selected in the process table (index into the shown capture's processes),
+    /// which the timeline highlights.
+    pub fn selected_process(&self) -> Option<usize> {
+        self.process_table.selected
     }
 
     fn handle_dropped_files(&mut self, ctx: &egui::Context) {
@@ -1089,92 +997,38 @@ impl VramscopeApp {
 
     fn top_bar_ui(&mut self, ui: &mut Ui) {
         egui::MenuBar::new().ui(ui, |ui| {
+            let context = self.command_context();
+            let commands = self.commands.sender();
             ui.menu_button("File", |ui| {
-                let ctx = ui.ctx().clone();
-                if ui
-                    .add(
-                        egui::Button::new("Open…")
-                            .shortcut_text(ctx.format_shortcut(&OPEN_SHORTCUT)),
-                    )
-                    .clicked()
-                {
-                    self.open_with_dialog();
+                Command::Open.menu_item_ui(ui, &context, &commands);
+                if context.native {
+                    let watch = if context.watching {
+                        Command::StopWatching
+                    } else {
+                        Command::WatchFolder
+                    };
+                    watch.menu_item_ui(ui, &context, &commands);
                 }
-                #[cfg(feature = "native")]
-                {
-                    if self.watcher.is_some() {
-                        if ui.button("Stop watching folder").clicked() {
-                            self.stop_watching();
-                        }
-                    } else if ui
-                        .button("Watch folder…")
-                        .on_hover_text(
-                            "Open every new PyTorch snapshot written to a folder, as it appears",
-                        )
-                        .clicked()
-                    {
-                        self.watch_folder_with_dialog();
-                    }
-                }
-                if ui
-                    .add(
-                        egui::Button::new("Save recording as…")
-                            .shortcut_text(ctx.format_shortcut(&SAVE_AS_SHORTCUT)),
-                    )
-                    .clicked()
-                {
-                    self.save_with_dialog();
-                }
+                Command::SaveAs.menu_item_ui(ui, &context, &commands);
                 ui.separator();
                 for export in TimelineExport::ALL {
-                    let mut button = egui::Button::new(export.menu_label());
-                    if export == TimelineExport::Png {
-                        button = button.shortcut_text(ctx.format_shortcut(&EXPORT_PNG_SHORTCUT));
-                    }
-                    if ui
-                        .add_enabled(self.can_export_timeline(), button)
-                        .on_hover_text(export.menu_hint())
-                        .on_disabled_hover_text("Show a capture in the Timeline view first")
-                        .clicked()
-                    {
-                        self.export_timeline_with_dialog(export);
-                    }
+                    Command::ExportTimeline(export).menu_item_ui(ui, &context, &commands);
                 }
-                if ui
-                    .add_enabled(
-                        self.can_export_report(),
-                        egui::Button::new("Export report…")
-                            .shortcut_text(ctx.format_shortcut(&EXPORT_REPORT_SHORTCUT)),
-                    )
-                    .on_hover_text(
-                        "The diagnosis of every opened file as HTML, Markdown or JSON \
-                         (by the file's extension)",
-                    )
-                    .on_disabled_hover_text("Open a capture, snapshot or log first")
-                    .clicked()
-                {
-                    self.export_report_with_dialog();
-                }
+                Command::ExportReport.menu_item_ui(ui, &context, &commands);
                 ui.separator();
-                if ui
-                    .add(
-                        egui::Button::new("Quit")
-                            .shortcut_text(ctx.format_shortcut(&QUIT_SHORTCUT)),
-                    )
-                    .clicked()
-                {
-                    self.quit(&ctx);
-                }
+                Command::Quit.menu_item_ui(ui, &context, &commands);
             });
             ui.menu_button("View", |ui| {
                 ui.checkbox(&mut self.settings.stacked_processes, "Stacked processes");
                 ui.checkbox(&mut self.settings.show_reserved, "Reserved memory");
                 ui.checkbox(&mut self.settings.show_total, "Total memory");
                 ui.checkbox(&mut self.settings.show_events, "Event markers");
-                ui.separator();
-                if ui.button("Settings…").clicked() {
-                    self.show_settings = true;
+                if let Some(current) = self.demo_speed() {
+                    ui.separator();
+                    demo_speed_ui(ui, current, &commands);
                 }
+                ui.separator();
+                Command::ShowSettings.menu_item_ui(ui, &context, &commands);
             });
             if self.active.is_some() || self.view == View::Timeline {
                 ui.separator();
@@ -1197,13 +1051,14 @@ impl VramscopeApp {
                         .desired_width(180.0),
                 );
                 let entered = field.lost_focus() && ui.input(|i| i.key_pressed(Key::Enter));
-                if (ui.button("Add note").clicked() || entered)
-                    && !self.annotation_draft.trim().is_empty()
-                {
-                    self.add_annotation();
+                let add = ui
+                    .button(Command::AddNote.label())
+                    .on_hover_text(Command::AddNote.tooltip());
+                if (add.clicked() || entered) && !self.annotation_draft.trim().is_empty() {
+                    self.commands.sender().send(Command::AddNote);
                 }
             }
-            let saving = self.jobs.running().saturating_sub(self.jobs.reads().len());
+            let saving = self.jobs.writes_running();
             if saving > 0 {
                 ui.separator();
                 ui.label(format!("saving {saving} file(s)…"));
@@ -1214,29 +1069,11 @@ impl VramscopeApp {
     /// Reads in progress (a bar and Cancel each) and the watched folder (with Stop).
     fn status_ui(&mut self, ui: &mut Ui) {
         for read in self.jobs.reads() {
-            ui.horizontal(|ui| {
-                ui.label(format!("Opening {}", read.file_name()));
-                if read.is_cancelled() {
-                    ui.spinner();
-                    ui.label("cancelling…");
-                    return;
-                }
-                match read.fraction() {
-                    Some(fraction) => {
-                        ui.add(
-                            egui::ProgressBar::new(fraction)
-                                .desired_width(240.0)
-                                .show_percentage(),
-                        );
-                    }
-                    None => {
-                        ui.spinner();
-                    }
-                }
-                if ui.button("Cancel").clicked() {
-                    read.cancel();
-                }
-            });
+            job_progress_ui(
+                ui,
+                &format!("Opening {}", read.file_name()),
+                read.progress(),
+            );
         }
         #[cfg(feature = "native")]
         if let Some(folder) = self.watched_folder().map(|f| f.display().to_string()) {
@@ -1260,9 +1097,16 @@ impl VramscopeApp {
     /// The Timeline view: devices, plots and processes of the active session.
     fn timeline_view_ui(&mut self, ui: &mut Ui) {
         let Some(session) = self.active.and_then(|i| self.sessions.get(i)) else {
+            let elsewhere = self.open_elsewhere();
+            let commands = self.commands.sender();
+            let opening = self.jobs.running() > 0;
             egui::CentralPanel::default().show(ui, |ui| {
+                if !elsewhere.is_empty() {
+                    open_elsewhere_ui(ui, &elsewhere, &commands);
+                    return;
+                }
                 ui.centered_and_justified(|ui| {
-                    let text = if self.jobs.running() > 0 {
+                    let text = if opening {
                         "Opening…"
                     } else if cfg!(feature = "native") {
                         "Open a .vramcap capture, a PyTorch snapshot or a log with File › Open… \
@@ -1298,50 +1142,37 @@ impl VramscopeApp {
                 capture: &session.capture,
                 data: &session.timeline,
                 live: session.is_live(),
+                selected_process: self.process_table.selected,
             };
             timeline_ui(ui, &input, &mut self.settings, &mut self.timeline);
         });
     }
 
-    /// The Allocator view: the chosen snapshot (a picker when several are open).
-    fn allocator_view_ui(&mut self, ui: &mut Ui) {
-        if self.allocators.is_empty() {
-            egui::CentralPanel::default().show(ui, |ui| {
-                ui.centered_and_justified(|ui| {
-                    ui.label(
-                        RichText::new(
-                            "Open a PyTorch memory snapshot (.pickle, from \
-                             torch.cuda.memory._dump_snapshot) with File › Open… (Ctrl+O) or drop \
-                             it here. File › Watch folder… opens new ones as they are written.",
-                        )
-                        .size(18.0),
-                    );
-                });
-            });
-            return;
-        }
-        if self.allocators.len() > 1 {
-            egui::Panel::top("snapshot_picker").show(ui, |ui| {
-                ui.horizontal(|ui| {
-                    ui.label("Snapshot");
-                    let active = self.active_allocator.min(self.allocators.len() - 1);
-                    let mut selected = active;
-                    egui::ComboBox::from_id_salt("snapshot_picker")
-                        .selected_text(self.allocators[active].name())
-                        .show_ui(ui, |ui| {
-                            for (i, view) in self.allocators.iter().enumerate() {
-                                ui.selectable_value(&mut selected, i, view.name());
-                            }
-                        });
-                    self.active_allocator = selected;
-                });
+    /// What is open but shown in another view than the Timeline: snapshots (Allocator) and logs
+    /// (Diagnose), with how many of each.
+    fn open_elsewhere(&self) -> Vec<OpenElsewhere> {
+        let mut elsewhere = Vec::new();
+        let snapshots = self.allocators.views().len();
+        if snapshots > 0 {
+            elsewhere.push(OpenElsewhere {
+                view: View::Allocator,
+                what: counted(snapshots, "snapshot"),
             });
         }
-        egui::CentralPanel::default().show(ui, |ui| {
-            if let Some(view) = self.allocators.get_mut(self.active_allocator) {
-                view.ui(ui);
-            }
-        });
+        let logs = self
+            .wizard
+            .diagnosis()
+            .inputs
+            .iter()
+            .filter(|input| input.kind == "log")
+            .count();
+        if logs > 0 {
+            elsewhere.push(OpenElsewhere {
+                view: View::Diagnose,
+                what: counted(logs, "log"),
+            });
+        }
+        elsewhere
     }
 
     /// The Hardware checks view (desktop only).
@@ -1365,10 +1196,16 @@ impl VramscopeApp {
     fn source_ui(&mut self, ui: &mut Ui) {
         let Some(active) = self.active else {
             if self.view == View::Timeline {
-                ui.label(if cfg!(feature = "native") {
-                    "No source: open a capture (Ctrl+O) or drop one here"
+                let elsewhere = self.open_elsewhere();
+                ui.label(if !elsewhere.is_empty() {
+                    format!(
+                        "No capture open · {}",
+                        elsewhere_summary(&elsewhere, ui.ctx())
+                    )
+                } else if cfg!(feature = "native") {
+                    "No capture open: open one (Ctrl+O) or drop it here".to_owned()
                 } else {
-                    "No source: drop a capture, snapshot or log on the page"
+                    "No capture open: drop a capture, snapshot or log on the page".to_owned()
                 });
             }
             return;
@@ -1420,7 +1257,9 @@ impl VramscopeApp {
             if !session.is_live() {
                 return;
             }
-            let shortcut = ui.ctx().format_shortcut(&RECORD_SHORTCUT);
+            let shortcut = Command::ToggleRecording
+                .shortcut_text(ui.ctx())
+                .unwrap_or_default();
             let status = session
                 .recording_status()
                 .map(|(path, status)| (path.to_owned(), status));
@@ -1444,18 +1283,17 @@ impl VramscopeApp {
                         );
                     }
                     if button.clicked() {
-                        self.toggle_recording();
+                        self.commands.sender().send(Command::ToggleRecording);
                     }
                 }
                 None => {
+                    let record = Command::ToggleRecording;
                     if ui
-                        .button("Record")
-                        .on_hover_text(format!(
-                            "Start recording to a new .vramcap file ({shortcut})"
-                        ))
+                        .button(record.label())
+                        .on_hover_text(record.tooltip_with_shortcut(ui.ctx()))
                         .clicked()
                     {
-                        self.toggle_recording();
+                        self.commands.sender().send(record);
                     }
                 }
             }
@@ -1536,6 +1374,82 @@ impl VramscopeApp {
     }
 }
 
+/// Files open in a view other than the Timeline.
+struct OpenElsewhere {
+    view: View,
+    /// "2 snapshots", "1 log".
+    what: String,
+}
+
+/// `n thing` or `n things`.
+fn counted(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// "2 snapshots in Allocator (Ctrl+2) · 1 log in Diagnose (Ctrl+3)".
+fn elsewhere_summary(elsewhere: &[OpenElsewhere], ctx: &egui::Context) -> String {
+    elsewhere
+        .iter()
+        .map(|open| {
+            let shortcut = Command::ShowView(open.view)
+                .shortcut_text(ctx)
+                .unwrap_or_default();
+            format!("{} in {} ({shortcut})", open.what, open.view.label())
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// The Timeline's empty state when files are open elsewhere: what is open, where it is shown, a
+/// button to go there, and how a timeline comes (a capture, or a live source).
+fn open_elsewhere_ui(ui: &mut Ui, elsewhere: &[OpenElsewhere], commands: &CommandSender) {
+    ui.add_space(ui.available_height() * 0.3);
+    ui.vertical_centered(|ui| {
+        ui.label(RichText::new("No capture is open, so there is no timeline to show.").size(18.0));
+        ui.add_space(8.0);
+        for open in elsewhere {
+            ui.label(format!(
+                "{} open, shown in {}.",
+                open.what,
+                open.view.label()
+            ));
+            let command = Command::ShowView(open.view);
+            if ui
+                .button(format!("Show {}", open.view.label()))
+                .on_hover_text(command.tooltip_with_shortcut(ui.ctx()))
+                .clicked()
+            {
+                commands.send(command);
+            }
+        }
+        ui.add_space(8.0);
+        ui.label(
+            "A timeline comes from a .vramcap capture (File › Open…, Ctrl+O) or a live source \
+             (vramscope without files).",
+        );
+    });
+}
+
+/// View › Demo speed: the paces to pick from, the current one selected.
+fn demo_speed_ui(ui: &mut Ui, current: u32, commands: &CommandSender) {
+    let command = Command::SetDemoSpeed(current);
+    ui.label(command.label()).on_hover_text(command.tooltip());
+    ui.horizontal(|ui| {
+        for speed in DEMO_SPEEDS {
+            if ui
+                .selectable_label(current == speed, format!("{speed}×"))
+                .clicked()
+            {
+                commands.send(Command::SetDemoSpeed(speed));
+            }
+        }
+    });
+}
+
 /// When a note added now lands: the current time for a live source; for a file, the last hovered
 /// moment if there is one, else the end of the capture.
 fn annotation_time(session: &Session, hovered_t_ms: Option<UnixMs>) -> UnixMs {
@@ -1559,75 +1473,6 @@ fn default_recording_name(started_ms: UnixMs, simulated: bool) -> String {
     format!("vramscope-{date}-{time}{suffix}.vramcap")
 }
 
-/// A native dialog that returns "nothing chosen" faster than this never reached the screen (a
-/// person cannot cancel a dialog that quickly): the in-app path field asks instead.
-const DIALOG_FAILED_WITHIN: std::time::Duration = std::time::Duration::from_millis(150);
-
-/// What a path is asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PathAction {
-    Open,
-    Save,
-    /// Only the desktop app watches folders (the web viewer has no file system).
-    #[cfg_attr(not(feature = "native"), allow(dead_code))]
-    WatchFolder,
-    ExportTimeline(TimelineExport),
-    ExportReport,
-}
-
-impl PathAction {
-    fn title(self) -> &'static str {
-        match self {
-            PathAction::Open => "Open a file",
-            PathAction::Save => "Save the capture as",
-            PathAction::WatchFolder => "Watch a folder for new snapshots",
-            PathAction::ExportTimeline(export) => export.dialog().0,
-            PathAction::ExportReport => "Export the diagnosis report",
-        }
-    }
-
-    /// Whether the action writes the chosen file (and so must ask before replacing one).
-    fn writes(self) -> bool {
-        matches!(
-            self,
-            PathAction::Save | PathAction::ExportTimeline(_) | PathAction::ExportReport
-        )
-    }
-
-    fn hint(self) -> &'static str {
-        match self {
-            PathAction::Open => "path of a .vramcap capture, a snapshot (.pickle, .json) or a log",
-            PathAction::Save => "path of the .vramcap file to write",
-            PathAction::WatchFolder => "path of the folder",
-            PathAction::ExportTimeline(TimelineExport::Csv) => "path of the .csv file to write",
-            PathAction::ExportTimeline(TimelineExport::Perfetto) => {
-                "path of the .json trace to write"
-            }
-            PathAction::ExportTimeline(_) => "path of the .png file to write",
-            PathAction::ExportReport => "path ending in .html, .md or .json",
-        }
-    }
-}
-
-/// The in-app path field's state.
-struct PathPrompt {
-    action: PathAction,
-    text: String,
-    why: String,
-    /// Not shown yet: the first frame focuses the field and selects the suggested path, so
-    /// typing replaces it.
-    fresh: bool,
-    /// An existing file the user was asked about: OK on the same path replaces it.
-    replace: Option<PathBuf>,
-}
-
-/// What the "unsaved notes" question was answered with.
-enum QuitChoice {
-    Save,
-    Discard,
-    Stay,
-}
-
 /// `<data dir>/vramscope/recordings` (on Linux `~/.local/share/vramscope/recordings`).
 #[cfg(feature = "native")]
 fn default_recordings_dir() -> Option<PathBuf> {
@@ -1645,11 +1490,11 @@ impl eframe::App for VramscopeApp {
         self.update_title(&ctx);
 
         egui::Panel::top("top_bar").show(ui, |ui| self.top_bar_ui(ui));
-        egui::Panel::top("view_tabs").show(ui, |ui| {
-            if let Some(view) = view_tabs_ui(ui, self.view) {
-                self.set_view(view);
-            }
-        });
+        let commands = self.commands.sender();
+        egui::Panel::top("view_tabs").show(ui, |ui| view_tabs_ui(ui, self.view, &commands));
+        // Shortcuts, menus and tabs act before the central area is drawn, so it shows their
+        // effect in this frame.
+        self.run_queued_commands();
         if self.has_status() {
             egui::Panel::top("status").show(ui, |ui| self.status_ui(ui));
         }
@@ -1658,22 +1503,20 @@ impl eframe::App for VramscopeApp {
         }
         match self.view {
             View::Timeline => self.timeline_view_ui(ui),
-            View::Allocator => self.allocator_view_ui(ui),
+            View::Allocator => self.allocators.ui(ui),
             View::Diagnose => {
                 egui::CentralPanel::default().show(ui, |ui| self.wizard.ui(ui));
-                if self.wizard.take_open_request() {
-                    self.open_with_dialog();
-                }
-                if let Some(request) = self.wizard.take_allocator_tab_request() {
-                    self.show_in_allocator_tab(&request);
-                }
             }
             View::HardwareChecks => self.hardware_view_ui(ui),
         }
         self.settings_window(&ctx);
         self.drop_preview(&ctx);
-        self.quit_confirm_ui(&ctx);
-        self.path_prompt_ui(&ctx);
+        self.quit_question(&ctx);
+        self.path_prompt(&ctx);
+        // What the central area and the dialogs sent; the next frame shows the result.
+        if self.run_queued_commands() {
+            ctx.request_repaint();
+        }
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {

@@ -3,6 +3,8 @@
 
 use egui::{Color32, RichText, Ui};
 
+use crate::diagnose::finding::Severity;
+use crate::diagnose::hardware::device_health;
 use crate::model::{Capture, DeviceFacts, EventKind, FieldState, HealthSample, format_bytes};
 
 use super::timeline::USED_COLOR;
@@ -28,6 +30,18 @@ pub struct Badge {
     pub explanation: String,
 }
 
+impl BadgeState {
+    /// How a badge shows the diagnosis's verdict on its area: critical is red, a warning amber,
+    /// nothing found (or information only) green.
+    fn judged(severity: Option<Severity>) -> Self {
+        match severity {
+            Some(Severity::Critical) => BadgeState::Bad,
+            Some(Severity::Warning) => BadgeState::Warn,
+            Some(Severity::Info) | None => BadgeState::Good,
+        }
+    }
+}
+
 /// The newest slow-tier health reading of a device.
 fn latest_health(capture: &Capture, device_index: u32) -> Option<&HealthSample> {
     capture
@@ -50,9 +64,11 @@ fn field_note(capture: &Capture, device_index: u32, field: &str) -> Option<Strin
         })
 }
 
-/// The ECC, row-remapping and Xid badges of one device.
+/// The ECC, row-remapping and Xid badges of one device. Their colours are the diagnosis's verdict
+/// ([`device_health`]); only what could not be read is decided here (grey).
 pub fn health_badges(capture: &Capture, device: &DeviceFacts) -> Vec<Badge> {
     let index = device.index;
+    let judged = device_health(capture, index);
     let health = latest_health(capture, index);
     let latest = capture.series(index).and_then(|s| s.latest());
 
@@ -63,7 +79,7 @@ pub fn health_badges(capture: &Capture, device: &DeviceFacts) -> Vec<Badge> {
     let ecc = match (device.ecc_enabled, corrected, uncorrected) {
         (Some(false), _, _) => Badge {
             label: "ECC off".to_owned(),
-            state: BadgeState::Warn,
+            state: BadgeState::Unknown,
             explanation:
                 "ECC is disabled on this GPU: memory errors are neither corrected nor counted."
                     .to_owned(),
@@ -78,16 +94,9 @@ pub fn health_badges(capture: &Capture, device: &DeviceFacts) -> Vec<Badge> {
         },
         (_, corrected, uncorrected) => {
             let (c, u) = (corrected.unwrap_or(0), uncorrected.unwrap_or(0));
-            let state = if u > 0 || aggregate_uncorrected.unwrap_or(0) > 0 {
-                BadgeState::Bad
-            } else if c > 0 {
-                BadgeState::Warn
-            } else {
-                BadgeState::Good
-            };
             Badge {
                 label: format!("ECC {c}/{u}"),
-                state,
+                state: BadgeState::judged(judged.ecc),
                 explanation: format!(
                     "ECC errors since the driver loaded: {c} corrected (single-bit, fixed by the \
                      hardware), {u} uncorrected (double-bit: data was lost and the job that owned it \
@@ -112,16 +121,9 @@ pub fn health_badges(capture: &Capture, device: &DeviceFacts) -> Vec<Badge> {
         Some((Some(correctable), Some(uncorrectable), pending, failure)) => {
             let pending = pending.unwrap_or(false);
             let failure = failure.unwrap_or(false);
-            let state = if failure {
-                BadgeState::Bad
-            } else if pending || uncorrectable > 0 {
-                BadgeState::Warn
-            } else {
-                BadgeState::Good
-            };
             Badge {
                 label: format!("remap {}", correctable + uncorrectable),
-                state,
+                state: BadgeState::judged(judged.row_remap),
                 explanation: format!(
                     "Memory rows the GPU replaced with spares: {correctable} after correctable errors, \
                      {uncorrectable} after uncorrectable ones. {}{}",
@@ -162,8 +164,14 @@ pub fn health_badges(capture: &Capture, device: &DeviceFacts) -> Vec<Badge> {
     let xid = if xids.is_empty() {
         Badge {
             label: "Xid 0".to_owned(),
-            state: BadgeState::Good,
-            explanation: "No Xid errors reported by the driver for this GPU.".to_owned(),
+            state: BadgeState::judged(judged.xid),
+            explanation: if judged.xid.is_some() {
+                "No Xid errors reported by the driver, but the GPU stopped answering during the \
+                 capture (see the markers on the timeline)."
+            } else {
+                "No Xid errors reported by the driver for this GPU."
+            }
+            .to_owned(),
         }
     } else {
         let mut codes = xids.clone();
@@ -172,7 +180,7 @@ pub fn health_badges(capture: &Capture, device: &DeviceFacts) -> Vec<Badge> {
         let list: Vec<String> = codes.iter().map(u64::to_string).collect();
         Badge {
             label: format!("Xid ×{}", xids.len()),
-            state: BadgeState::Bad,
+            state: BadgeState::judged(judged.xid),
             explanation: format!(
                 "The driver reported {} Xid error(s) for this GPU (codes {}). Xids are the driver's \
                  error reports: 31 is a memory page fault (often an application bug), 48/63/64 are \
@@ -315,6 +323,7 @@ fn device_ui(ui: &mut Ui, capture: &Capture, device: &DeviceFacts) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diagnose::finding::Category;
     use crate::model::{CaptureMeta, DeviceSample, Event, FieldStatus, SampleBatch};
 
     fn capture_with(batch: SampleBatch) -> (Capture, DeviceFacts) {
@@ -353,16 +362,18 @@ mod tests {
         });
         let badges = health_badges(&capture, &device);
         assert_eq!(badges[0].label, "ECC 3/0");
-        assert_eq!(badges[0].state, BadgeState::Warn);
+        // A few corrected errors in one reading are no rate the diagnosis warns about.
+        assert_eq!(badges[0].state, BadgeState::Good);
         assert_eq!(badges[1].state, BadgeState::Unknown);
         assert!(
             badges[1]
                 .explanation
                 .contains("remapped_rows: failed: permission denied")
         );
+        // Xid 31 (a page fault, usually the application's) is a warning for the diagnosis.
         assert_eq!(
             (badges[2].label.as_str(), badges[2].state),
-            ("Xid ×1", BadgeState::Bad)
+            ("Xid ×1", BadgeState::Warn)
         );
         assert!(badges[2].explanation.contains("codes 31"));
     }
@@ -389,5 +400,55 @@ mod tests {
             .map(|b| b.state)
             .collect();
         assert_eq!(states, vec![BadgeState::Good; 3]);
+    }
+
+    /// The badges show the severity of the Hardware and driver wizard's findings for the GPU:
+    /// never amber or red where the wizard finds nothing, never green where it warns.
+    #[test]
+    fn badges_agree_with_the_diagnosis() {
+        use crate::diagnose::hardware::capture_findings;
+        let (mut capture, device) = capture_with(SampleBatch {
+            devices: vec![DeviceSample {
+                ecc_corrected_volatile: Some(0),
+                ecc_uncorrected_volatile: Some(0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        // Lifetime uncorrectable errors only, and a remap pending.
+        capture.health.push(HealthSample {
+            ecc_uncorrected_aggregate: Some(2),
+            remapped_rows_correctable: Some(0),
+            remapped_rows_uncorrectable: Some(1),
+            remapped_rows_pending: Some(true),
+            remapped_rows_failure: Some(false),
+            ..Default::default()
+        });
+        let mut findings = Vec::new();
+        capture_findings("test", &capture, &mut findings);
+        let wizard_worst = |category: Category| {
+            findings
+                .iter()
+                .filter(|f| f.category == category)
+                .map(|f| f.severity)
+                .min()
+        };
+        assert_eq!(wizard_worst(Category::Ecc), Some(Severity::Warning));
+        assert_eq!(wizard_worst(Category::RowRemap), Some(Severity::Warning));
+        let badges = health_badges(&capture, &device);
+        assert_eq!(
+            badges[0].state,
+            BadgeState::judged(wizard_worst(Category::Ecc))
+        );
+        assert_eq!(
+            badges[0].state,
+            BadgeState::Warn,
+            "lifetime errors: a warning"
+        );
+        assert_eq!(
+            badges[1].state,
+            BadgeState::judged(wizard_worst(Category::RowRemap))
+        );
+        assert_eq!(badges[2].state, BadgeState::Good);
     }
 }

@@ -1,15 +1,11 @@
 //! "Hardware checks" panel: runs the CUDA checks (facts, CUDA vs NVML, largest block, memory
-//! test) on a background thread and shows progress, a cancel button and the results.
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, TryRecvError};
-use std::time::Instant;
+//! test) as a job on the UI's [`Runner`] and shows progress, a cancel button and the results.
 
 use crate::cuda::{
-    CheckOptions, CheckProgress, CheckReport, Comparison, CudaError, MemtestConfig,
-    MemtestProgress, MemtestReport, driver_library_present, format_mib, run_checks,
+    CheckOptions, CheckProgress, CheckReport, Comparison, CudaError, MemtestConfig, MemtestReport,
+    driver_library_present, format_mib, run_checks,
 };
+use crate::ui::runner::{Job, Poll, Progress, Runner, job_progress_ui};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -22,7 +18,7 @@ pub struct HardwarePanel {
     runner: CheckRunner,
 }
 
-/// One run of [`run_checks`] on a worker thread, with its progress, a cancel flag and the outcome.
+/// One run of [`run_checks`] as a job, with its progress, a cancel flag and the outcome.
 /// Shared by this panel and the "Hardware and driver" wizard, so both run the checks the same way.
 pub struct CheckRunner {
     state: RunState,
@@ -30,22 +26,8 @@ pub struct CheckRunner {
 
 enum RunState {
     Idle,
-    Running(RunningCheck),
+    Running(Job<Result<CheckReport, CudaError>>),
     Finished(Box<Result<CheckReport, CudaError>>),
-}
-
-/// A check in flight on its worker thread.
-struct RunningCheck {
-    cancel: Arc<AtomicBool>,
-    messages: Receiver<WorkerMessage>,
-    stage: String,
-    memtest: Option<MemtestProgress>,
-    started: Instant,
-}
-
-enum WorkerMessage {
-    Progress(CheckProgress),
-    Done(Box<Result<CheckReport, CudaError>>),
 }
 
 impl Default for CheckRunner {
@@ -62,7 +44,7 @@ impl CheckRunner {
         }
     }
 
-    /// True while the checks run on the background thread.
+    /// True while the checks run.
     pub fn is_running(&self) -> bool {
         matches!(self.state, RunState::Running(_))
     }
@@ -75,96 +57,37 @@ impl CheckRunner {
         }
     }
 
-    /// Starts the checks on a worker thread; progress and the result arrive through a channel
-    /// and wake `ctx`.
+    /// Starts the checks; their progress and result wake `ctx`.
     pub fn start(&mut self, options: CheckOptions, ctx: egui::Context) {
-        let cancel = Arc::new(AtomicBool::new(false));
-        let (sender, messages) = mpsc::channel();
-        let worker_cancel = Arc::clone(&cancel);
-        let spawned = std::thread::Builder::new()
-            .name("vramscope-hardware-check".into())
-            .spawn(move || {
-                let progress_sender = sender.clone();
-                let progress_ctx = ctx.clone();
-                let outcome = run_checks(&options, &worker_cancel, &mut |step| {
-                    // The runner may be gone; then nobody needs the progress.
-                    let _ = progress_sender.send(WorkerMessage::Progress(step));
-                    progress_ctx.request_repaint();
-                });
-                let _ = sender.send(WorkerMessage::Done(Box::new(outcome)));
-                ctx.request_repaint();
-            });
-        self.state = match spawned {
-            Ok(_) => RunState::Running(RunningCheck {
-                cancel,
-                messages,
-                stage: "starting".into(),
-                memtest: None,
-                started: Instant::now(),
-            }),
-            Err(error) => RunState::Finished(Box::new(Err(CudaError::InvalidOption(format!(
-                "cannot start the check thread: {error}"
-            ))))),
-        };
+        let job = Runner::new(ctx).spawn("GPU checks", move |progress| {
+            run_checks(&options, progress.cancel_flag(), &mut |step| {
+                report_check_progress(progress, step);
+            })
+        });
+        self.state = RunState::Running(job);
     }
 
-    /// Drains the worker's messages; returns true when the run finished in this call.
+    /// Takes the result in; returns true when the run finished in this call.
     pub fn poll(&mut self) -> bool {
-        let RunState::Running(running) = &mut self.state else {
+        let RunState::Running(job) = &mut self.state else {
             return false;
         };
-        loop {
-            match running.messages.try_recv() {
-                Ok(WorkerMessage::Progress(CheckProgress::Stage(stage))) => running.stage = stage,
-                Ok(WorkerMessage::Progress(CheckProgress::Memtest(progress))) => {
-                    running.memtest = Some(progress);
-                }
-                Ok(WorkerMessage::Done(outcome)) => {
-                    self.state = RunState::Finished(outcome);
-                    return true;
-                }
-                Err(TryRecvError::Empty) => return false,
-                Err(TryRecvError::Disconnected) => {
-                    self.state = RunState::Finished(Box::new(Err(CudaError::Panicked {
-                        call: "hardware check thread".into(),
-                        message: "the check thread ended without a result".into(),
-                    })));
-                    return true;
-                }
-            }
-        }
+        let outcome = match job.poll() {
+            Poll::Running => return false,
+            Poll::Done(outcome) => outcome,
+            Poll::Lost(message) => Err(CudaError::Panicked {
+                call: "hardware check thread".into(),
+                message,
+            }),
+        };
+        self.state = RunState::Finished(Box::new(outcome));
+        true
     }
 
     /// While running: the stage or memory-test progress and a Cancel button.
     pub fn progress_ui(&self, ui: &mut egui::Ui) {
-        let RunState::Running(running) = &self.state else {
-            return;
-        };
-        let elapsed = running.started.elapsed().as_secs_f32();
-        match &running.memtest {
-            Some(progress) => {
-                ui.label(format!(
-                    "Testing memory: {} ({} of {}), {} error(s) so far",
-                    progress.test.label(),
-                    progress.test_index + 1,
-                    progress.test_count,
-                    progress.errors_so_far
-                ));
-                ui.add(
-                    egui::ProgressBar::new(progress.fraction_done as f32)
-                        .show_percentage()
-                        .text(format!("{elapsed:.0} s")),
-                );
-            }
-            None => {
-                ui.horizontal(|ui| {
-                    ui.spinner();
-                    ui.label(format!("{} ({elapsed:.0} s)", running.stage));
-                });
-            }
-        }
-        if ui.button("Cancel").clicked() {
-            running.cancel.store(true, Ordering::Relaxed);
+        if let RunState::Running(job) = &self.state {
+            job_progress_ui(ui, "GPU checks", job.progress());
         }
     }
 
@@ -179,6 +102,24 @@ impl CheckRunner {
                 ui.colored_label(ui.visuals().error_fg_color, error.to_string());
             }
             None => {}
+        }
+    }
+}
+
+/// A step of the checks as the job's progress: the stage's name, or the memory test's position
+/// and error count with how far the whole test got.
+fn report_check_progress(progress: &Progress, step: CheckProgress) {
+    match step {
+        CheckProgress::Stage(stage) => progress.set_stage(stage),
+        CheckProgress::Memtest(memtest) => {
+            progress.set_stage(format!(
+                "Testing memory: {} ({} of {}), {} error(s) so far",
+                memtest.test.label(),
+                memtest.test_index + 1,
+                memtest.test_count,
+                memtest.errors_so_far
+            ));
+            progress.set_fraction(memtest.fraction_done as f32);
         }
     }
 }
@@ -202,12 +143,12 @@ impl HardwarePanel {
         }
     }
 
-    /// True while a check runs on the background thread.
+    /// True while a check runs.
     pub fn is_running(&self) -> bool {
         self.runner.is_running()
     }
 
-    /// Draws the panel and collects what the worker thread sent since the last frame.
+    /// Draws the panel and collects the checks' result when they finish.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         self.runner.poll();
         ui.heading("Hardware checks");
@@ -391,16 +332,12 @@ fn memtest_ui(ui: &mut egui::Ui, memtest: &MemtestReport) {
                 ui.end_row();
             }
         });
-    let mismatches = memtest.tests.iter().flat_map(|test| {
-        test.errors
-            .iter()
-            .map(move |mismatch| (test.label.as_str(), mismatch))
-    });
-    for (label, mismatch) in mismatches.take(32) {
-        ui.monospace(format!(
-            "{label}: {:#018x} expected {:#018x} read {:#018x} (second read {:#018x})",
-            mismatch.address, mismatch.expected, mismatch.actual, mismatch.second_read
-        ));
+    let (listed, not_listed) = crate::diagnose::gpu_checks::listed_mismatches(memtest);
+    for mismatch in listed {
+        ui.monospace(format!("{}: {}", mismatch.place, mismatch.reading));
+    }
+    if not_listed > 0 {
+        ui.label(format!("… and {not_listed} more mismatch(es)"));
     }
     for change in &memtest.health_changes {
         ui.colored_label(

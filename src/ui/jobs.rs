@@ -1,6 +1,6 @@
-//! Work that takes longer than a frame (reading and preparing a capture, a PyTorch allocator
-//! snapshot or a log; writing a capture) runs here, off the UI thread; results come back through a
-//! channel and wake the UI with a repaint.
+//! The app's file jobs (reading and preparing a capture, a PyTorch allocator snapshot or a log;
+//! writing a capture, an image or a report) run here on the [`Runner`], off the UI thread; results
+//! wake the UI with a repaint.
 //!
 //! Files are routed by content, not only by name ([`route`], shared with the command line's
 //! readers): captures (`.vramcap`, nvidia-smi CSV logs), then snapshots, then the extension, then
@@ -9,8 +9,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
 
 use crate::diagnose::NamedCapture;
 use crate::diagnose::leak::SnapshotFacts;
@@ -19,6 +17,7 @@ use crate::formats::sniff::{Route, SNIFF_BYTES, route};
 use crate::formats::{capture, pytorch};
 use crate::model::allocator::AllocatorSnapshot;
 
+use super::runner::{Job, Poll, Progress, Runner};
 use super::session::PreparedCapture;
 
 /// A snapshot read off the UI thread, with the facts the doctor needs (computed there too,
@@ -63,11 +62,11 @@ pub enum JobResult {
     },
 }
 
-/// A read in progress: its file, how far it got and a flag that asks it to stop.
+/// A read in progress: its file and its job (how far it got, and a flag that asks it to stop).
 pub struct ReadStatus {
     id: u64,
     file_name: String,
-    progress: Arc<ReadProgress>,
+    job: Job<OpenOutcome>,
 }
 
 impl ReadStatus {
@@ -78,80 +77,64 @@ impl ReadStatus {
 
     /// Fraction read (0 to 1), when the reader reports it (snapshots do).
     pub fn fraction(&self) -> Option<f32> {
-        let fraction = f32::from_bits(self.progress.fraction_bits.load(Ordering::Relaxed));
-        fraction.is_finite().then_some(fraction)
+        self.job.progress().fraction()
     }
 
     /// Asks the read to stop; its result then comes back as [`OpenOutcome::Cancelled`].
     pub fn cancel(&self) {
-        self.progress.cancelled.store(true, Ordering::Relaxed);
+        self.job.progress().cancel();
     }
 
     /// Whether cancel was asked for.
     pub fn is_cancelled(&self) -> bool {
-        self.progress.cancelled.load(Ordering::Relaxed)
+        self.job.progress().is_cancelled()
+    }
+
+    /// The read's progress, to show with [`super::runner::job_progress_ui`].
+    pub fn progress(&self) -> &Progress {
+        self.job.progress()
     }
 }
 
-/// Shared between a read's thread (which writes the fraction and looks at the flag) and the UI.
-struct ReadProgress {
-    fraction_bits: AtomicU32,
-    cancelled: AtomicBool,
-    ctx: egui::Context,
-}
-
-impl ReadProgress {
-    /// The snapshot reader's progress callback: records the fraction, wakes the UI, and says
-    /// whether to go on.
-    fn report(&self, fraction: f32) -> bool {
-        self.fraction_bits
-            .store(fraction.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
-        self.ctx.request_repaint();
-        !self.is_cancelled()
-    }
-
-    fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed)
-    }
-}
-
-/// Runs background jobs and collects their results.
+/// Runs the app's file jobs on the [`Runner`] and collects their results.
 pub struct Jobs {
-    sender: Sender<(Option<u64>, JobResult)>,
-    receiver: Receiver<(Option<u64>, JobResult)>,
-    running: usize,
+    runner: Runner,
+    /// Reads in progress, oldest first.
     reads: Vec<ReadStatus>,
     /// Reads that finished while an earlier read was still going, by read id: results are
     /// handed out in the order the files were opened (command line, dialog, drop), not in the
     /// order the reads happen to finish, so the last file given is the one shown.
     finished_reads: std::collections::BTreeMap<u64, JobResult>,
-    next_read_id: Arc<AtomicU64>,
-    ctx: egui::Context,
+    next_read_id: u64,
+    /// Saves and exports in progress.
+    writes: Vec<Job<JobResult>>,
 }
 
 impl Jobs {
     /// Results wake `ctx` up (a repaint), so the UI needs no polling loop.
     pub fn new(ctx: egui::Context) -> Self {
-        let (sender, receiver) = channel();
         Jobs {
-            sender,
-            receiver,
-            running: 0,
+            runner: Runner::new(ctx),
             reads: Vec::new(),
             finished_reads: std::collections::BTreeMap::new(),
-            next_read_id: Arc::new(AtomicU64::new(0)),
-            ctx,
+            next_read_id: 0,
+            writes: Vec::new(),
         }
     }
 
-    /// Number of jobs started and not yet collected by [`Jobs::poll`].
+    /// Number of jobs started whose results [`Jobs::poll`] has not collected yet.
     pub fn running(&self) -> usize {
-        self.running
+        self.reads.len() + self.writes.len()
+    }
+
+    /// Saves and exports in progress.
+    pub fn writes_running(&self) -> usize {
+        self.writes.len()
     }
 
     /// The UI's context, which results wake.
     pub fn ctx(&self) -> &egui::Context {
-        &self.ctx
+        self.runner.ctx()
     }
 
     /// Reads in progress, oldest first.
@@ -159,31 +142,24 @@ impl Jobs {
         &self.reads
     }
 
-    /// Starts tracking a read of `file_name`.
-    fn new_read(&mut self, file_name: &str) -> (u64, Arc<ReadProgress>) {
-        let id = self.next_read_id.fetch_add(1, Ordering::Relaxed);
-        let progress = Arc::new(ReadProgress {
-            fraction_bits: AtomicU32::new(f32::NAN.to_bits()),
-            cancelled: AtomicBool::new(false),
-            ctx: self.ctx.clone(),
-        });
-        self.reads.push(ReadStatus {
-            id,
-            file_name: file_name.to_owned(),
-            progress: Arc::clone(&progress),
-        });
-        (id, progress)
+    /// Tracks a read of `file_name` done by `job`.
+    fn track_read(&mut self, file_name: String, job: Job<OpenOutcome>) {
+        let id = self.next_read_id;
+        self.next_read_id += 1;
+        self.reads.push(ReadStatus { id, file_name, job });
     }
 
     /// Reads and prepares the capture, snapshot or log at `path` (routed by [`route`]).
     #[cfg(feature = "native")]
     pub fn open_path(&mut self, path: PathBuf) {
         let file_name = display_name(&path);
-        let (id, progress) = self.new_read(&file_name);
-        self.spawn(Some(id), move || {
-            let outcome = read_path(&path, &file_name, &progress);
-            JobResult::Opened { file_name, outcome }
-        });
+        let name = file_name.clone();
+        let job = self
+            .runner
+            .spawn(&format!("reading {file_name}"), move |progress| {
+                read_path(&path, &name, progress)
+            });
+        self.track_read(file_name, job);
     }
 
     /// Reads a dropped file: by path when it has one on disk, else through the handle's bytes.
@@ -195,84 +171,101 @@ impl Jobs {
             return;
         }
         let file_name = display_name(&path);
-        let (id, progress) = self.new_read(&file_name);
+        let name = file_name.clone();
+        let title = format!("reading {file_name}");
         #[cfg(not(target_arch = "wasm32"))]
-        {
-            self.spawn(Some(id), move || {
-                let outcome = match file.bytes() {
-                    Ok(bytes) => read_bytes(&bytes, &file_name, &progress),
-                    Err(err) => OpenOutcome::Failed(format!(
-                        "{file_name}: cannot read the dropped file: {err}"
-                    )),
-                };
-                JobResult::Opened { file_name, outcome }
+        let job = self
+            .runner
+            .spawn(&title, move |progress| match file.bytes() {
+                Ok(bytes) => read_bytes(&bytes, &name, progress),
+                Err(err) => {
+                    OpenOutcome::Failed(format!("{name}: cannot read the dropped file: {err}"))
+                }
             });
-        }
         #[cfg(target_arch = "wasm32")]
-        {
-            let sender = self.sender.clone();
-            let ctx = self.ctx.clone();
-            self.running += 1;
-            wasm_bindgen_futures::spawn_local(async move {
-                let outcome = match file.bytes_async().await {
-                    Ok(bytes) => read_bytes(&bytes, &file_name, &progress),
-                    Err(err) => OpenOutcome::Failed(format!(
-                        "{file_name}: cannot read the dropped file: {err}"
-                    )),
-                };
-                // The receiver lives as long as the app; if it is gone there is nobody to tell.
-                let _ = sender.send((Some(id), JobResult::Opened { file_name, outcome }));
-                ctx.request_repaint();
-            });
-        }
+        let job = self.runner.spawn_local(&title, move |progress| async move {
+            match file.bytes_async().await {
+                Ok(bytes) => read_bytes(&bytes, &name, &progress),
+                Err(err) => {
+                    OpenOutcome::Failed(format!("{name}: cannot read the dropped file: {err}"))
+                }
+            }
+        });
+        self.track_read(file_name, job);
     }
 
     /// Writes `capture` to `path` as a `.vramcap` file.
     #[cfg(feature = "native")]
     pub fn save(&mut self, path: PathBuf, capture: crate::model::Capture) {
-        self.spawn(None, move || {
-            let result =
-                crate::formats::vramcap::write_file(&path, &capture).map_err(|err| err.to_string());
-            JobResult::Saved { path, result }
-        });
+        let job = self
+            .runner
+            .spawn(&format!("saving {}", path.display()), move |_| {
+                let result = crate::formats::vramcap::write_file(&path, &capture)
+                    .map_err(|err| err.to_string());
+                JobResult::Saved { path, result }
+            });
+        self.writes.push(job);
     }
 
     /// Makes a timeline export (image, CSV tables or trace) and writes its files.
     #[cfg(feature = "native")]
     pub fn export_timeline(&mut self, job: super::export::TimelineExportJob) {
-        self.spawn(None, move || {
+        let name = format!("exporting {}", job.path.display());
+        let job = self.runner.spawn(&name, move |_| {
             let result = super::export::write_timeline_export(&job);
             JobResult::Exported {
                 path: job.path,
                 result,
             }
         });
+        self.writes.push(job);
     }
 
     /// Writes `report` to `path` in the format its extension names (.html, .md or .json).
     pub fn write_report(&mut self, path: PathBuf, report: crate::report::Report) {
-        self.spawn(None, move || {
-            let result = crate::report::write(&report, &path)
-                .map(|()| vec![path.clone()])
-                .map_err(|err| err.to_string());
-            JobResult::Exported { path, result }
-        });
+        let job = self
+            .runner
+            .spawn(&format!("writing {}", path.display()), move |_| {
+                let result = crate::report::write(&report, &path)
+                    .map(|()| vec![path.clone()])
+                    .map_err(|err| err.to_string());
+                JobResult::Exported { path, result }
+            });
+        self.writes.push(job);
     }
 
     /// Finished jobs since the last call. Never blocks.
     pub fn poll(&mut self) -> Vec<JobResult> {
-        let finished: Vec<(Option<u64>, JobResult)> = self.receiver.try_iter().collect();
-        self.running = self.running.saturating_sub(finished.len());
-        let mut results = Vec::with_capacity(finished.len());
-        for (read_id, result) in finished {
-            match read_id {
-                Some(id) => {
-                    self.reads.retain(|read| read.id != id);
-                    self.finished_reads.insert(id, result);
-                }
-                None => results.push(result),
+        let mut results = Vec::new();
+        self.writes.retain_mut(|job| match job.poll() {
+            Poll::Running => true,
+            Poll::Done(result) => {
+                results.push(result);
+                false
             }
-        }
+            Poll::Lost(message) => {
+                log::error!("{message}");
+                false
+            }
+        });
+        let finished_reads = &mut self.finished_reads;
+        self.reads.retain_mut(|read| {
+            let outcome = match read.job.poll() {
+                Poll::Running => return true,
+                Poll::Done(outcome) => outcome,
+                Poll::Lost(message) => {
+                    OpenOutcome::Failed(format!("{}: the read stopped: {message}", read.file_name))
+                }
+            };
+            finished_reads.insert(
+                read.id,
+                JobResult::Opened {
+                    file_name: read.file_name.clone(),
+                    outcome,
+                },
+            );
+            false
+        });
         // Hand out finished reads up to the oldest one still in progress, in opening order.
         let oldest_running = self.reads.iter().map(|read| read.id).min();
         while let Some(entry) = self.finished_reads.first_entry() {
@@ -283,39 +276,12 @@ impl Jobs {
         }
         results
     }
-
-    /// Runs `job` on a thread (inline on the web, which has no threads) and reports its result.
-    fn spawn(&mut self, read_id: Option<u64>, job: impl FnOnce() -> JobResult + Send + 'static) {
-        self.running += 1;
-        let sender = self.sender.clone();
-        let ctx = self.ctx.clone();
-        let deliver = move |result: JobResult| {
-            // The receiver lives as long as the app; if it is gone there is nobody to tell.
-            let _ = sender.send((read_id, result));
-            ctx.request_repaint();
-        };
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let spawned = std::thread::Builder::new()
-                .name("vramscope-job".to_owned())
-                .spawn(move || deliver(job()));
-            if let Err(err) = spawned {
-                log::error!("could not start a background thread: {err}");
-                self.running -= 1;
-                if let Some(id) = read_id {
-                    self.reads.retain(|read| read.id != id);
-                }
-            }
-        }
-        #[cfg(target_arch = "wasm32")]
-        deliver(job());
-    }
 }
 
 /// Reads a file from disk. Regular files are sniffed first; anything else (a pipe) is routed by
 /// its name, since its first bytes can be read only once.
 #[cfg(feature = "native")]
-fn read_path(path: &Path, file_name: &str, progress: &ReadProgress) -> OpenOutcome {
+fn read_path(path: &Path, file_name: &str, progress: &Progress) -> OpenOutcome {
     let kind = if path.is_file() {
         match read_head(path) {
             Ok(head) => route(file_name, &head),
@@ -333,7 +299,7 @@ fn read_path(path: &Path, file_name: &str, progress: &ReadProgress) -> OpenOutco
             progress,
         ),
         Route::Snapshot => snapshot_outcome(
-            pytorch::read_file(path, &|fraction| progress.report(fraction)),
+            pytorch::read_file(path, &|fraction| progress.set_fraction(fraction)),
             file_name,
             progress,
         ),
@@ -362,7 +328,7 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// Reads a file handed over as bytes (dropped on the window or the web page).
-fn read_bytes(bytes: &[u8], file_name: &str, progress: &ReadProgress) -> OpenOutcome {
+fn read_bytes(bytes: &[u8], file_name: &str, progress: &Progress) -> OpenOutcome {
     match route(file_name, &bytes[..bytes.len().min(SNIFF_BYTES)]) {
         Route::Capture => capture_outcome(
             capture::read_bytes(bytes, file_name, capture::read_options_now())
@@ -371,7 +337,9 @@ fn read_bytes(bytes: &[u8], file_name: &str, progress: &ReadProgress) -> OpenOut
             progress,
         ),
         Route::Snapshot => snapshot_outcome(
-            pytorch::read_bytes(bytes, file_name, &|fraction| progress.report(fraction)),
+            pytorch::read_bytes(bytes, file_name, &|fraction| {
+                progress.set_fraction(fraction)
+            }),
             file_name,
             progress,
         ),
@@ -386,7 +354,7 @@ fn read_bytes(bytes: &[u8], file_name: &str, progress: &ReadProgress) -> OpenOut
 fn capture_outcome(
     read: Result<crate::model::Capture, String>,
     file_name: &str,
-    progress: &ReadProgress,
+    progress: &Progress,
 ) -> OpenOutcome {
     match read {
         Err(message) => OpenOutcome::Failed(message),
@@ -407,7 +375,7 @@ fn capture_outcome(
 fn snapshot_outcome(
     read: Result<AllocatorSnapshot, pytorch::SnapshotError>,
     file_name: &str,
-    progress: &ReadProgress,
+    progress: &Progress,
 ) -> OpenOutcome {
     match read {
         Err(pytorch::SnapshotError::Cancelled { .. }) => OpenOutcome::Cancelled,
@@ -458,20 +426,14 @@ mod tests {
     #[test]
     fn reads_are_handed_out_in_the_order_they_were_started() {
         let mut jobs = Jobs::new(egui::Context::default());
-        let (release_first, first_may_finish) = channel::<()>();
-        let (id, _) = jobs.new_read("first.pickle");
-        jobs.spawn(Some(id), move || {
+        let (release_first, first_may_finish) = std::sync::mpsc::channel::<()>();
+        let first = jobs.runner.spawn("first", move |_| {
             let _ = first_may_finish.recv();
-            JobResult::Opened {
-                file_name: "first.pickle".to_owned(),
-                outcome: OpenOutcome::Cancelled,
-            }
+            OpenOutcome::Cancelled
         });
-        let (id, _) = jobs.new_read("second.pickle");
-        jobs.spawn(Some(id), move || JobResult::Opened {
-            file_name: "second.pickle".to_owned(),
-            outcome: OpenOutcome::Cancelled,
-        });
+        jobs.track_read("first.pickle".to_owned(), first);
+        let second = jobs.runner.spawn("second", |_| OpenOutcome::Cancelled);
+        jobs.track_read("second.pickle".to_owned(), second);
         // The second read finishes first but waits for the first.
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert!(jobs.poll().is_empty());

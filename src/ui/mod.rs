@@ -6,9 +6,16 @@
 //! detail), [`processes`] (sortable process table), [`notices`] (errors and warnings). The central
 //! area switches between the [`views`]: the timeline, the [`allocator`] view of PyTorch snapshots,
 //! the diagnosis [`wizard`]s and the [`hardware`] checks.
+//!
+//! User actions are [`command::Command`]s: menus, shortcuts and views send them, and the app runs
+//! them in one place. Small state machines keep the app's conversations apart: [`quit`] (unsaved
+//! notes) and [`path_prompt`] (file dialogs or a typed path). Work longer
+//! than a frame (file reads and writes, the allocator analysis, the GPU checks) runs on the one
+//! job [`runner`], with progress and cancel.
 
 pub mod allocator;
 pub mod app;
+pub mod command;
 pub mod devices;
 pub mod dialogs;
 pub mod export;
@@ -17,7 +24,10 @@ pub mod format;
 pub mod hardware;
 pub mod jobs;
 pub mod notices;
+pub mod path_prompt;
 pub mod processes;
+pub mod quit;
+pub mod runner;
 pub mod session;
 pub mod settings;
 pub mod timeline;

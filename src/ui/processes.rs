@@ -1,5 +1,5 @@
 //! The process table: every process seen on any GPU, with its memory now and at peak, sortable by
-//! any column.
+//! any column. Clicking a row selects that process, and the timeline highlights it.
 
 use std::cmp::Ordering;
 
@@ -50,11 +50,13 @@ impl ProcessColumn {
     }
 }
 
-/// How the table is sorted.
+/// How the table is sorted, and the process selected in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessTableState {
     pub sort_by: ProcessColumn,
     pub ascending: bool,
+    /// Index into `Capture::processes` of the selected process, highlighted in the timeline.
+    pub selected: Option<usize>,
 }
 
 impl Default for ProcessTableState {
@@ -62,11 +64,17 @@ impl Default for ProcessTableState {
         ProcessTableState {
             sort_by: ProcessColumn::MemoryPeak,
             ascending: false,
+            selected: None,
         }
     }
 }
 
 impl ProcessTableState {
+    /// A click on a row: select that process, or clear the selection if it already was.
+    pub fn click_row(&mut self, track_index: usize) {
+        self.selected = (self.selected != Some(track_index)).then_some(track_index);
+    }
+
     /// A click on a header: sort by that column, or flip the direction if it already is.
     pub fn click(&mut self, column: ProcessColumn) {
         if self.sort_by == column {
@@ -151,8 +159,10 @@ pub fn process_table_ui(
     }
     let order = sorted_process_indices(capture, *state);
     let mut clicked = None;
+    let mut clicked_row = None;
     TableBuilder::new(ui)
         .striped(true)
+        .sense(egui::Sense::click())
         .resizable(true)
         .cell_layout(egui::Layout::left_to_right(egui::Align::Center))
         .column(Column::auto().at_least(60.0))
@@ -182,9 +192,11 @@ pub fn process_table_ui(
         })
         .body(|body| {
             body.rows(20.0, order.len(), |mut row| {
-                let track = &capture.processes[order[row.index()]];
+                let track_index = order[row.index()];
+                let track = &capture.processes[track_index];
+                row.set_selected(state.selected == Some(track_index));
                 row.col(|ui| {
-                    ui.label(track.pid.to_string());
+                    cell_label(ui, track.pid.to_string());
                 });
                 row.col(|ui| {
                     let name = if track.name.is_empty() {
@@ -192,20 +204,20 @@ pub fn process_table_ui(
                     } else {
                         &track.name
                     };
-                    ui.label(name)
-                        .on_hover_text(format!("{} context", track.kind.label()));
+                    cell_label(ui, name).on_hover_text(format!("{} context", track.kind.label()));
                 });
                 row.col(|ui| {
-                    ui.label(track.device_index.to_string());
+                    cell_label(ui, track.device_index.to_string());
                 });
                 row.col(|ui| {
                     match memory_now(capture, track) {
-                        Some(bytes) => ui.label(format_bytes(bytes)),
-                        None => ui.label(RichText::new("exited").weak()),
+                        Some(bytes) => cell_label(ui, format_bytes(bytes)),
+                        None => cell_label(ui, RichText::new("exited").weak()),
                     };
                 });
                 row.col(|ui| {
-                    ui.label(
+                    cell_label(
+                        ui,
                         track
                             .peak_used_bytes()
                             .map(format_bytes)
@@ -213,16 +225,33 @@ pub fn process_table_ui(
                     );
                 });
                 row.col(|ui| {
-                    ui.label(seen_text(timeline, track.first_seen_ms()));
+                    cell_label(ui, seen_text(timeline, track.first_seen_ms()));
                 });
                 row.col(|ui| {
-                    ui.label(seen_text(timeline, track.last_seen_ms()));
+                    cell_label(ui, seen_text(timeline, track.last_seen_ms()));
+                });
+                let response = row.response();
+                if response.clicked() {
+                    clicked_row = Some(track_index);
+                }
+                response.on_hover_text(if state.selected == Some(track_index) {
+                    "Selected: highlighted in the timeline. Click again to clear."
+                } else {
+                    "Click to highlight this process in the timeline"
                 });
             });
         });
     if let Some(column) = clicked {
         state.click(column);
     }
+    if let Some(track_index) = clicked_row {
+        state.click_row(track_index);
+    }
+}
+
+/// A cell's text, not selectable, so that a click anywhere on the row selects the row.
+fn cell_label(ui: &mut Ui, text: impl Into<egui::WidgetText>) -> egui::Response {
+    ui.add(egui::Label::new(text).selectable(false))
 }
 
 fn seen_text(timeline: &TimelineData, t_ms: Option<i64>) -> String {
@@ -295,5 +324,18 @@ mod tests {
         // pid 10 exited (absent from the last poll): it sorts as "no memory now".
         assert_eq!(pids(&capture, state), vec![20, 30, 10]);
         assert_eq!(memory_now(&capture, &capture.processes[1]), None);
+    }
+
+    #[test]
+    fn a_row_click_selects_and_a_second_click_clears() {
+        let mut state = ProcessTableState::default();
+        state.click_row(2);
+        assert_eq!(state.selected, Some(2));
+        state.click_row(0);
+        assert_eq!(state.selected, Some(0), "another row moves the selection");
+        state.click(ProcessColumn::Pid);
+        assert_eq!(state.selected, Some(0), "sorting keeps it");
+        state.click_row(0);
+        assert_eq!(state.selected, None);
     }
 }

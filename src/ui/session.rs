@@ -67,6 +67,9 @@ pub struct Session {
     sampler: Option<Sampler>,
     #[cfg(feature = "native")]
     recording: Option<ActiveRecording>,
+    /// The demo machine's pace, when this session samples it.
+    #[cfg(feature = "native")]
+    demo_pace: Option<crate::source::demo::DemoPace>,
 }
 
 impl Session {
@@ -81,6 +84,8 @@ impl Session {
             sampler: None,
             #[cfg(feature = "native")]
             recording: None,
+            #[cfg(feature = "native")]
+            demo_pace: None,
         }
     }
 
@@ -93,6 +98,7 @@ impl Session {
         sampling_interval_ms: u32,
         on_batch: Box<dyn Fn() + Send>,
     ) -> Self {
+        let demo_pace = source.demo_pace();
         let sampler = Sampler::spawn(
             source,
             SamplerConfig {
@@ -111,7 +117,15 @@ impl Session {
             unsaved_notes: 0,
             sampler: Some(sampler),
             recording: None,
+            demo_pace,
         }
+    }
+
+    /// The pace of the simulated demo machine this session samples (`None` for real GPUs and
+    /// files).
+    #[cfg(feature = "native")]
+    pub fn demo_pace(&self) -> Option<&crate::source::demo::DemoPace> {
+        self.demo_pace.as_ref()
     }
 
     /// Whether samples are still arriving.

@@ -1,13 +1,14 @@
 //! The views the central area switches between: the memory timeline, the allocator view of a
 //! PyTorch snapshot, the diagnosis wizards and the hardware checks. Shown as tabs under the top
-//! bar, each with a Ctrl+number shortcut.
+//! bar, each with a Ctrl+number shortcut (`Command::ShowView`).
 
-use egui::{Key, KeyboardShortcut, Modifiers};
+use super::command::{Command, CommandSender};
 
 /// One of the app's main views.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum View {
     /// Memory over time of a capture or the live machine.
+    #[default]
     Timeline,
     /// Block map, fragmentation and time travel of a PyTorch allocator snapshot.
     Allocator,
@@ -36,17 +37,6 @@ impl View {
         }
     }
 
-    /// Ctrl+1 … Ctrl+4 (Cmd on macOS), in tab order.
-    pub fn shortcut(self) -> KeyboardShortcut {
-        let key = match self {
-            View::Timeline => Key::Num1,
-            View::Allocator => Key::Num2,
-            View::Diagnose => Key::Num3,
-            View::HardwareChecks => Key::Num4,
-        };
-        KeyboardShortcut::new(Modifiers::COMMAND, key)
-    }
-
     /// What the tab's tooltip says the view is for.
     pub fn description(self) -> &'static str {
         match self {
@@ -63,19 +53,17 @@ impl View {
     }
 }
 
-/// The tab bar; returns the view clicked, if any.
-pub fn view_tabs_ui(ui: &mut egui::Ui, current: View) -> Option<View> {
-    let mut chosen = None;
+/// The tab bar; a click sends [`Command::ShowView`].
+pub fn view_tabs_ui(ui: &mut egui::Ui, current: View, commands: &CommandSender) {
     ui.horizontal(|ui| {
         for view in View::ALL {
-            let shortcut = ui.ctx().format_shortcut(&view.shortcut());
+            let command = Command::ShowView(view);
             let tab = ui
                 .selectable_label(current == view, view.label())
-                .on_hover_text(format!("{} ({shortcut})", view.description()));
+                .on_hover_text(command.tooltip_with_shortcut(ui.ctx()));
             if tab.clicked() {
-                chosen = Some(view);
+                commands.send(command);
             }
         }
     });
-    chosen
 }

@@ -888,7 +888,9 @@ impl Builder {
         }
     }
 
-    /// Assembles the snapshot from the decoded root value.
+    /// Assembles the snapshot from the decoded root value, in steps: the top-level keys, the
+    /// segments with their blocks, the per-device traces, the settings and annotations, the
+    /// format vintage, and the devices.
     pub(super) fn finish(
         mut self,
         root: Value,
@@ -897,58 +899,97 @@ impl Builder {
     ) -> Result<AllocatorSnapshot, NotSnapshot> {
         let root = self.use_value(root).map_err(NotSnapshot::Malformed)?;
         let mut warnings = Vec::new();
-        let mut segments_value = None;
-        let mut traces_value = None;
-        let mut settings_value = None;
-        let mut annotations_value = None;
-        let bare_list = if let Some(pairs) = self.dict_pairs(root) {
-            for &(key, value) in pairs {
-                match self.text(key) {
-                    Some("segments") => segments_value = Some(value),
-                    Some("device_traces") => traces_value = Some(value),
-                    Some("allocator_settings") => settings_value = Some(value),
-                    Some("external_annotations") => annotations_value = Some(value),
-                    Some("host_segments") | Some("host_traces") => {
-                        if !warnings.iter().any(|w: &String| w.contains("host")) {
-                            warnings.push(
-                                "the file also records pinned host memory (host_segments), \
-                                 which is not shown"
-                                    .to_owned(),
-                            );
-                        }
-                    }
-                    Some(other) => {
-                        warnings.push(format!("ignored unknown top-level key '{other}'"))
-                    }
-                    None => warnings.push("ignored a top-level key that is not a string".into()),
-                }
-            }
-            if segments_value.is_none() {
-                return Err(NotSnapshot::NotSnapshot(
-                    "the top-level dict has no 'segments' key".to_owned(),
-                ));
-            }
-            false
-        } else {
-            segments_value = Some(root);
-            true
-        };
-        let segment_rows = match segments_value.map(|v| self.rows_of(v, RowKind::Segment)) {
-            Some(Ok(source)) => self.row_indices(source),
-            _ if bare_list => {
-                return Err(NotSnapshot::NotSnapshot(
-                    "the file holds neither a snapshot dict nor a list of segments".to_owned(),
-                ));
-            }
-            _ => {
-                return Err(NotSnapshot::NotSnapshot(
-                    "'segments' is not a list of segments".to_owned(),
-                ));
-            }
-        };
+        let top = self.top_level(root, &mut warnings)?;
+        let segment_rows = self.segment_rows(&top)?;
+        let (segments, blocks) = self.assemble_segments(segment_rows, &mut warnings)?;
+        let traces = self.assemble_traces(top.traces)?;
+        self.decoding_warnings(&mut warnings);
+        let settings = top.settings.map(|v| self.settings(v));
+        let annotations = top
+            .annotations
+            .map(|v| self.annotations(v))
+            .unwrap_or_default();
+        let vintage = self.vintage(settings.is_some(), top.bare_list);
+        let devices = device_states(&segments, &traces);
+        Ok(AllocatorSnapshot {
+            name: name.to_owned(),
+            devices,
+            segments,
+            blocks,
+            traces,
+            frames: self.frames,
+            strings: self.strings,
+            settings,
+            annotations,
+            container: Some(container),
+            vintage: Some(vintage),
+            warnings,
+        })
+    }
 
-        // Segments sorted by (device, address), blocks copied in that order.
-        let mut order = segment_rows;
+    /// The top-level keys of a snapshot dict, or a bare list of segments (the oldest format).
+    fn top_level(&self, root: Value, warnings: &mut Vec<String>) -> Result<TopLevel, NotSnapshot> {
+        let Some(pairs) = self.dict_pairs(root) else {
+            return Ok(TopLevel {
+                segments: root,
+                traces: None,
+                settings: None,
+                annotations: None,
+                bare_list: true,
+            });
+        };
+        let mut segments = None;
+        let mut top = TopLevel {
+            segments: Value::None,
+            traces: None,
+            settings: None,
+            annotations: None,
+            bare_list: false,
+        };
+        for &(key, value) in pairs {
+            match self.text(key) {
+                Some("segments") => segments = Some(value),
+                Some("device_traces") => top.traces = Some(value),
+                Some("allocator_settings") => top.settings = Some(value),
+                Some("external_annotations") => top.annotations = Some(value),
+                Some("host_segments") | Some("host_traces") => {
+                    if !warnings.iter().any(|w: &String| w.contains("host")) {
+                        warnings.push(
+                            "the file also records pinned host memory (host_segments), which is \
+                             not shown"
+                                .to_owned(),
+                        );
+                    }
+                }
+                Some(other) => warnings.push(format!("ignored unknown top-level key '{other}'")),
+                None => warnings.push("ignored a top-level key that is not a string".into()),
+            }
+        }
+        top.segments = segments.ok_or_else(|| {
+            NotSnapshot::NotSnapshot("the top-level dict has no 'segments' key".to_owned())
+        })?;
+        Ok(top)
+    }
+
+    /// The staged rows of the segments list.
+    fn segment_rows(&self, top: &TopLevel) -> Result<Vec<u32>, NotSnapshot> {
+        match self.rows_of(top.segments, RowKind::Segment) {
+            Ok(source) => Ok(self.row_indices(source)),
+            Err(_) if top.bare_list => Err(NotSnapshot::NotSnapshot(
+                "the file holds neither a snapshot dict nor a list of segments".to_owned(),
+            )),
+            Err(_) => Err(NotSnapshot::NotSnapshot(
+                "'segments' is not a list of segments".to_owned(),
+            )),
+        }
+    }
+
+    /// Segments sorted by (device, address), with their blocks copied in that order.
+    fn assemble_segments(
+        &mut self,
+        mut order: Vec<u32>,
+        warnings: &mut Vec<String>,
+    ) -> Result<(Vec<Segment>, Vec<Block>), NotSnapshot> {
         self.spend(order.len()).map_err(NotSnapshot::Malformed)?;
         order.sort_by_key(|&row| {
             let s = &self.segments[row as usize];
@@ -961,85 +1002,84 @@ impl Builder {
             let block_rows = self.row_indices(staged.blocks);
             self.spend(block_rows.len())
                 .map_err(NotSnapshot::Malformed)?;
-            let first_block = u32::try_from(blocks.len())
-                .map_err(|_| NotSnapshot::Malformed("more than 4 billion blocks".to_owned()))?;
-            let mut next_address = staged.address;
-            let (mut total, mut allocated, mut active, mut requested) = (0u64, 0u64, 0u64, 0u64);
-            for &b in &block_rows {
-                let sb = self.blocks[b as usize];
-                let (history_requested, history_stack) = match sb.history {
-                    Some((size, stack)) => (Some(size), stack),
-                    None => (None, StackId::EMPTY),
-                };
-                let block = Block {
-                    address: sb.address.unwrap_or(next_address),
-                    size_bytes: sb.size_bytes,
-                    requested_bytes: sb.requested_bytes.or(history_requested),
-                    state: sb.state,
-                    stack: if sb.stack == StackId::EMPTY {
-                        history_stack
-                    } else {
-                        sb.stack
-                    },
-                };
-                if block.address != next_address && warnings.len() < 100 {
-                    warnings.push(format!(
-                        "segment {:#x}: block at {:#x} does not follow the previous one (expected {:#x})",
-                        staged.address, block.address, next_address
-                    ));
-                }
-                next_address = block.address.saturating_add(block.size_bytes);
-                total = total.saturating_add(block.size_bytes);
-                if block.state == BlockState::ActiveAllocated {
-                    allocated = allocated.saturating_add(block.size_bytes);
-                }
-                if block.state.is_active() {
-                    active = active.saturating_add(block.size_bytes);
-                    requested =
-                        requested.saturating_add(block.requested_bytes.unwrap_or(block.size_bytes));
-                }
-                blocks.push(block);
-            }
-            if let Some(recorded) = staged.total_bytes
-                && recorded != total
-                && !block_rows.is_empty()
-                && warnings.len() < 100
-            {
-                warnings.push(format!(
-                        "segment {:#x}: total_size {recorded} differs from the sum of its blocks {total}",
-                        staged.address
-                    ));
-            }
-            let total_bytes = staged.total_bytes.unwrap_or(total);
-            segments.push(Segment {
-                device: staged.device,
-                address: staged.address,
-                total_bytes,
-                allocated_bytes: staged.allocated_bytes.unwrap_or(allocated),
-                active_bytes: staged.active_bytes.unwrap_or(active),
-                requested_bytes: staged.requested_bytes.or(if self.features.block_frames {
-                    Some(requested)
-                } else {
-                    None
-                }),
-                stream: staged.stream,
-                // Old files without segment_type: the large pool has segments over 2 MiB.
-                pool: staged.pool.unwrap_or(if total_bytes > 2 << 20 {
-                    PoolKind::Large
-                } else {
-                    PoolKind::Small
-                }),
-                pool_id: staged.pool_id,
-                is_expandable: staged.is_expandable,
-                first_block,
-                block_count: block_rows.len() as u32,
-                stack: staged.stack,
-            });
+            segments.push(self.assemble_segment(staged, &block_rows, &mut blocks, warnings)?);
         }
+        Ok((segments, blocks))
+    }
 
-        // Traces: one per device ordinal (= index in device_traces).
+    /// One segment: its blocks appended to `blocks` (addresses filled in where old files leave
+    /// them out), and the totals the file does not record computed from them.
+    fn assemble_segment(
+        &self,
+        staged: StagedSegment,
+        block_rows: &[u32],
+        blocks: &mut Vec<Block>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Segment, NotSnapshot> {
+        let first_block = u32::try_from(blocks.len())
+            .map_err(|_| NotSnapshot::Malformed("more than 4 billion blocks".to_owned()))?;
+        let mut next_address = staged.address;
+        let (mut total, mut allocated, mut active, mut requested) = (0u64, 0u64, 0u64, 0u64);
+        for &b in block_rows {
+            let block = staged_block(self.blocks[b as usize], next_address);
+            if block.address != next_address && warnings.len() < 100 {
+                warnings.push(format!(
+                    "segment {:#x}: block at {:#x} does not follow the previous one (expected {:#x})",
+                    staged.address, block.address, next_address
+                ));
+            }
+            next_address = block.address.saturating_add(block.size_bytes);
+            total = total.saturating_add(block.size_bytes);
+            if block.state == BlockState::ActiveAllocated {
+                allocated = allocated.saturating_add(block.size_bytes);
+            }
+            if block.state.is_active() {
+                active = active.saturating_add(block.size_bytes);
+                requested =
+                    requested.saturating_add(block.requested_bytes.unwrap_or(block.size_bytes));
+            }
+            blocks.push(block);
+        }
+        if let Some(recorded) = staged.total_bytes
+            && recorded != total
+            && !block_rows.is_empty()
+            && warnings.len() < 100
+        {
+            warnings.push(format!(
+                "segment {:#x}: total_size {recorded} differs from the sum of its blocks {total}",
+                staged.address
+            ));
+        }
+        let total_bytes = staged.total_bytes.unwrap_or(total);
+        Ok(Segment {
+            device: staged.device,
+            address: staged.address,
+            total_bytes,
+            allocated_bytes: staged.allocated_bytes.unwrap_or(allocated),
+            active_bytes: staged.active_bytes.unwrap_or(active),
+            requested_bytes: staged
+                .requested_bytes
+                .or(self.features.block_frames.then_some(requested)),
+            stream: staged.stream,
+            // Old files without segment_type: the large pool has segments over 2 MiB.
+            pool: staged.pool.unwrap_or(if total_bytes > 2 << 20 {
+                PoolKind::Large
+            } else {
+                PoolKind::Small
+            }),
+            pool_id: staged.pool_id,
+            is_expandable: staged.is_expandable,
+            first_block,
+            block_count: block_rows.len() as u32,
+            stack: staged.stack,
+        })
+    }
+
+    /// One trace per device ordinal (= index in `device_traces`). The usual file has one device
+    /// trace holding every staged row in order: it is moved whole rather than gathered.
+    fn assemble_traces(&mut self, traces: Option<Value>) -> Result<Vec<DeviceTrace>, NotSnapshot> {
         let mut trace_sources = Vec::new();
-        if let Some(value) = traces_value {
+        if let Some(value) = traces {
             let items = self.list_items(value).ok_or_else(|| {
                 NotSnapshot::NotSnapshot("'device_traces' is not a list of lists".to_owned())
             })?;
@@ -1053,7 +1093,6 @@ impl Builder {
                 trace_sources.push(source);
             }
         }
-        // The usual file has one device trace holding every staged row in order: move it whole.
         let staged_rows = self.trace.actions.len() as u32;
         let non_empty = trace_sources
             .iter()
@@ -1086,8 +1125,12 @@ impl Builder {
             };
             traces.push(trace);
         }
-        drop(staging);
+        Ok(traces)
+    }
 
+    /// What decoding met that the snapshot does not show: actions this version does not know,
+    /// `frames` values that were not lists of frames.
+    fn decoding_warnings(&self, warnings: &mut Vec<String>) {
         if self.unknown_actions > 0 {
             warnings.push(format!(
                 "{} trace events have actions this version does not know; they are kept but not interpreted",
@@ -1100,13 +1143,11 @@ impl Builder {
                 self.odd_frames
             ));
         }
+    }
 
-        let settings = settings_value.map(|v| self.settings(v));
-        let annotations = annotations_value
-            .map(|v| self.annotations(v))
-            .unwrap_or_default();
-
-        let vintage = if settings.is_some() {
+    /// The format generation, from the newest feature seen.
+    fn vintage(&self, has_settings: bool, bare_list: bool) -> SnapshotVintage {
+        if has_settings {
             SnapshotVintage::AllocatorSettings
         } else if self.features.time {
             SnapshotVintage::TimedEvents
@@ -1116,39 +1157,7 @@ impl Builder {
             SnapshotVintage::BlockHistory
         } else {
             SnapshotVintage::BareSegmentList
-        };
-
-        let mut device_ids: Vec<u32> = segments.iter().map(|s| s.device).collect();
-        device_ids.extend(traces.iter().map(|t| t.device));
-        device_ids.sort_unstable();
-        device_ids.dedup();
-        let devices = device_ids
-            .into_iter()
-            .map(|device| {
-                let start = segments.partition_point(|s| s.device < device);
-                let end = segments.partition_point(|s| s.device <= device);
-                DeviceAllocState {
-                    device,
-                    segments: start..end,
-                    trace: traces.iter().position(|t| t.device == device),
-                }
-            })
-            .collect();
-
-        Ok(AllocatorSnapshot {
-            name: name.to_owned(),
-            devices,
-            segments,
-            blocks,
-            traces,
-            frames: self.frames,
-            strings: self.strings,
-            settings,
-            annotations,
-            container: Some(container),
-            vintage: Some(vintage),
-            warnings,
-        })
+        }
     }
 
     fn value_text(&self, value: Value) -> String {
@@ -1286,6 +1295,57 @@ fn non_negative(value: Option<i64>, record: &str, what: &str) -> BuildResult<Opt
             .map(Some)
             .map_err(|_| format!("{record}: '{what}' is negative ({v})")),
     }
+}
+
+/// The parts of a snapshot's top level that the builder reads.
+struct TopLevel {
+    /// The `segments` list (or the whole root, for a bare list of segments).
+    segments: Value,
+    traces: Option<Value>,
+    settings: Option<Value>,
+    annotations: Option<Value>,
+    /// The file is the oldest format: a bare list of segments, no dict.
+    bare_list: bool,
+}
+
+/// A staged block as the model holds it: where old files leave the address out, it follows the
+/// previous block (`next_address`); the legacy `history` supplies requested size and stack.
+fn staged_block(staged: StagedBlock, next_address: u64) -> Block {
+    let (history_requested, history_stack) = match staged.history {
+        Some((size, stack)) => (Some(size), stack),
+        None => (None, StackId::EMPTY),
+    };
+    Block {
+        address: staged.address.unwrap_or(next_address),
+        size_bytes: staged.size_bytes,
+        requested_bytes: staged.requested_bytes.or(history_requested),
+        state: staged.state,
+        stack: if staged.stack == StackId::EMPTY {
+            history_stack
+        } else {
+            staged.stack
+        },
+    }
+}
+
+/// One entry per device that has segments or a trace; segments are sorted by device.
+fn device_states(segments: &[Segment], traces: &[DeviceTrace]) -> Vec<DeviceAllocState> {
+    let mut device_ids: Vec<u32> = segments.iter().map(|s| s.device).collect();
+    device_ids.extend(traces.iter().map(|t| t.device));
+    device_ids.sort_unstable();
+    device_ids.dedup();
+    device_ids
+        .into_iter()
+        .map(|device| {
+            let start = segments.partition_point(|s| s.device < device);
+            let end = segments.partition_point(|s| s.device <= device);
+            DeviceAllocState {
+                device,
+                segments: start..end,
+                trace: traces.iter().position(|t| t.device == device),
+            }
+        })
+        .collect()
 }
 
 fn gather_trace(staging: &DeviceTrace, rows: &[u32], device: u32) -> DeviceTrace {

@@ -2,8 +2,8 @@
 //! and fast into [`crate::model::allocator::AllocatorSnapshot`].
 //!
 //! Accepts pickles of protocol 0 to 5 from Python's `pickle` and TorchScript's `Pickler`, the
-//! JSON form, the legacy bare list of segments, and every format vintage (reference
-//! `pytorch-snapshots.md` §1.8). Unknown keys and actions are kept or ignored, never fatal.
+//! JSON form, the legacy bare list of segments, and every format vintage (`docs/sources.md` §
+//! "Format vintages"). Unknown keys and actions are kept or ignored, never fatal.
 //!
 //! The reader never runs code from the file: a pickle that references a Python class is refused.
 //! Truncated, damaged or hostile input ends in a [`SnapshotError`] that names the file, the

@@ -4,11 +4,19 @@
 //! benchmarks and screenshots run on. Everything it produces says "simulated": device names, the
 //! host name, process names and [`SourceKind::Demo`] in the capture metadata.
 //!
-//! Samples are a pure function of `(start_ms, now_ms, tiers)`; see [`scenario`] for the script.
-//! Events (OOM, Xid, ECC) are reported once each, on the first poll at or after the moment they
-//! happen, like NVML's event queue: the source remembers only the time of its previous poll.
+//! Samples are a pure function of `(start_ms, now_ms, tiers)` and the pace; see [`scenario`] for
+//! the script. Events (OOM, Xid, ECC) are reported once each, on the first poll at or after the
+//! moment they happen, like NVML's event queue: the source remembers only the time of its previous
+//! poll.
+//!
+//! The scenario runs in real time by default (its OOM comes about 8 minutes in). A faster pace
+//! ([`DemoConfig::speed`], `--demo-speed N`, or a [`DemoPace`] changed while it runs) plays the
+//! same day N times faster, for a first look that does not wait.
 
 pub mod scenario;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{Source, SourceDescription, Tiers};
 use crate::model::{
@@ -25,6 +33,38 @@ pub const DEMO_DEVICE_NAME: &str = "NVIDIA H200 (simulated)";
 pub const GENERATED_SLOW_INTERVAL_MS: u32 = 5_000;
 /// More simulated GPUs than this are not useful and would only cost memory.
 pub const MAX_DEMO_DEVICES: u32 = 64;
+/// The fastest pace: an hour of the scenario per second. (The pace keeps wall-clock timestamps and
+/// the sampler's interval, for watching the day in the app; [`Accelerated`] is the time-lapse
+/// that records every simulated tick, for soak tests.)
+pub const MAX_DEMO_PACE: u32 = 3_600;
+
+/// The demo machine's pace (scenario milliseconds per wall millisecond, 1 to [`MAX_DEMO_PACE`]),
+/// shared between the source on the sampler thread and the UI that changes it. The source picks a
+/// change up at its next poll and continues from where the scenario was, so nothing jumps and no
+/// event is reported twice or lost.
+#[derive(Clone, Debug)]
+pub struct DemoPace(Arc<AtomicU32>);
+
+impl DemoPace {
+    /// A pace of `speed` (clamped to 1..=[`MAX_DEMO_PACE`]).
+    pub fn new(speed: u32) -> Self {
+        DemoPace(Arc::new(AtomicU32::new(clamp_speed(speed))))
+    }
+
+    /// The current speed.
+    pub fn speed(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Changes the speed (clamped to 1..=[`MAX_DEMO_PACE`]).
+    pub fn set_speed(&self, speed: u32) {
+        self.0.store(clamp_speed(speed), Ordering::Relaxed);
+    }
+}
+
+fn clamp_speed(speed: u32) -> u32 {
+    speed.clamp(1, MAX_DEMO_PACE)
+}
 
 /// Shape of the simulated machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +75,9 @@ pub struct DemoConfig {
     /// Where in the scenario the source starts, in milliseconds (0: the model load). Screenshots
     /// use it to start right before the OOM.
     pub scenario_offset_ms: i64,
+    /// Scenario milliseconds per wall millisecond at the start (1: real time; clamped to
+    /// 1..=[`MAX_DEMO_PACE`]).
+    pub speed: u32,
 }
 
 impl Default for DemoConfig {
@@ -42,6 +85,7 @@ impl Default for DemoConfig {
         DemoConfig {
             device_count: 2,
             scenario_offset_ms: 0,
+            speed: 1,
         }
     }
 }
@@ -52,6 +96,13 @@ pub struct DemoSource {
     config: DemoConfig,
     /// Time of the previous poll: events up to it have been reported. `None` before the first poll.
     last_poll_ms: Option<UnixMs>,
+    /// The pace the UI may change while the source runs.
+    pace: DemoPace,
+    /// The pace in use since `anchor_wall_ms`, when the scenario (before the offset and the
+    /// device shift) was at `anchor_elapsed_ms`.
+    speed: i64,
+    anchor_wall_ms: UnixMs,
+    anchor_elapsed_ms: i64,
 }
 
 impl DemoSource {
@@ -63,11 +114,22 @@ impl DemoSource {
     /// A demo machine of the given shape whose scenario starts at `start_ms`.
     pub fn with_config(start_ms: UnixMs, mut config: DemoConfig) -> Self {
         config.device_count = config.device_count.min(MAX_DEMO_DEVICES);
+        config.speed = clamp_speed(config.speed);
+        let pace = DemoPace::new(config.speed);
         DemoSource {
             start_ms,
+            speed: i64::from(config.speed),
             config,
             last_poll_ms: None,
+            pace,
+            anchor_wall_ms: start_ms,
+            anchor_elapsed_ms: 0,
         }
+    }
+
+    /// The handle that changes this source's pace while it runs (on the sampler thread).
+    pub fn pace(&self) -> DemoPace {
+        self.pace.clone()
     }
 
     fn device_indices(&self) -> std::ops::Range<u32> {
@@ -76,9 +138,42 @@ impl DemoSource {
 
     /// Milliseconds since the origin of device `device_index`'s scenario at wall time `t_ms`.
     fn elapsed_ms(&self, device_index: u32, t_ms: UnixMs) -> i64 {
-        t_ms.saturating_sub(self.start_ms)
+        self.scenario_elapsed_ms(t_ms)
             .saturating_add(self.config.scenario_offset_ms)
             .saturating_add(scenario::device_shift_ms(device_index))
+    }
+
+    /// Scenario milliseconds since the source's start at wall time `t_ms`, at the current pace.
+    fn scenario_elapsed_ms(&self, t_ms: UnixMs) -> i64 {
+        t_ms.saturating_sub(self.anchor_wall_ms)
+            .saturating_mul(self.speed)
+            .saturating_add(self.anchor_elapsed_ms)
+    }
+
+    /// The first wall time at which device `device_index`'s scenario has reached `elapsed_ms`.
+    fn wall_ms_at(&self, device_index: u32, elapsed_ms: i64) -> UnixMs {
+        let scenario_ms = elapsed_ms
+            .saturating_sub(self.config.scenario_offset_ms)
+            .saturating_sub(scenario::device_shift_ms(device_index))
+            .saturating_sub(self.anchor_elapsed_ms);
+        // Rounded up: the first whole millisecond at or after the moment.
+        let wall_offset =
+            scenario_ms.div_euclid(self.speed) + i64::from(scenario_ms.rem_euclid(self.speed) != 0);
+        self.anchor_wall_ms.saturating_add(wall_offset)
+    }
+
+    /// Takes up a pace changed through [`Self::pace`]: from the previous poll on, the scenario
+    /// runs at the new speed (the time up to that poll, whose events were reported, stays as
+    /// it was).
+    fn follow_pace(&mut self) {
+        let speed = i64::from(self.pace.speed());
+        if speed == self.speed {
+            return;
+        }
+        let anchor = self.last_poll_ms.unwrap_or(self.start_ms);
+        self.anchor_elapsed_ms = self.scenario_elapsed_ms(anchor);
+        self.anchor_wall_ms = anchor;
+        self.speed = speed;
     }
 
     fn time(&self, device_index: u32, t_ms: UnixMs) -> ScenarioTime {
@@ -148,27 +243,29 @@ impl DemoSource {
         }
     }
 
-    /// Events whose time lies in `(after_ms, up_to_ms]`, in time order. At most one cycle is
-    /// looked at, so a long gap between polls cannot produce an unbounded batch.
+    /// Events whose time lies in `(after_ms, up_to_ms]`, in time order. At most one scenario
+    /// cycle is looked at, so a long gap between polls cannot produce an unbounded batch.
     fn events_between(&self, after_ms: UnixMs, up_to_ms: UnixMs) -> Vec<Event> {
-        let after_ms = after_ms.max(up_to_ms.saturating_sub(SCENARIO_CYCLE_MS));
         let mut events = Vec::new();
         for device_index in self.device_indices() {
-            // Wall time at which this device's scenario time is 0 in cycle 0.
-            let origin_ms = up_to_ms.saturating_sub(self.elapsed_ms(device_index, up_to_ms));
+            // The same interval in this device's scenario time: events at scenario times in
+            // (from, to] happen at wall times in (after_ms, up_to_ms].
+            let to = self.elapsed_ms(device_index, up_to_ms);
+            let from = self
+                .elapsed_ms(device_index, after_ms)
+                .max(to.saturating_sub(SCENARIO_CYCLE_MS));
             for &(at_ms, scripted) in scenario::scripted_events(device_index) {
-                let first_cycle = after_ms
-                    .saturating_sub(origin_ms)
-                    .saturating_sub(at_ms)
-                    .div_euclid(SCENARIO_CYCLE_MS);
+                let first_cycle = from.saturating_sub(at_ms).div_euclid(SCENARIO_CYCLE_MS);
                 for cycle in first_cycle..=first_cycle.saturating_add(1) {
-                    let t_ms = cycle
+                    let Some(elapsed) = cycle
                         .checked_mul(SCENARIO_CYCLE_MS)
-                        .and_then(|offset| origin_ms.checked_add(offset))
-                        .and_then(|t| t.checked_add(at_ms));
-                    if let Some(t_ms) = t_ms.filter(|&t| t > after_ms && t <= up_to_ms) {
-                        events.push(self.event(device_index, t_ms, cycle, scripted));
-                    }
+                        .and_then(|offset| offset.checked_add(at_ms))
+                        .filter(|&elapsed| elapsed > from && elapsed <= to)
+                    else {
+                        continue;
+                    };
+                    let t_ms = self.wall_ms_at(device_index, elapsed);
+                    events.push(self.event(device_index, t_ms, cycle, scripted));
                 }
             }
         }
@@ -228,6 +325,7 @@ impl Source for DemoSource {
     }
 
     fn poll(&mut self, now_ms: UnixMs, tiers: Tiers) -> SampleBatch {
+        self.follow_pace();
         let mut batch = SampleBatch::default();
         let states: Vec<scenario::DeviceState> = if tiers.fast || tiers.slow {
             self.device_indices()
@@ -286,6 +384,10 @@ impl Source for DemoSource {
         }
         self.last_poll_ms = Some(self.last_poll_ms.map_or(now_ms, |last| last.max(now_ms)));
         batch
+    }
+
+    fn demo_pace(&self) -> Option<DemoPace> {
+        Some(self.pace())
     }
 }
 

@@ -351,7 +351,7 @@ mod tests {
 
     #[test]
     fn wanted_events_match_the_h200_mask_without_single_bit_errors() {
-        // The H200 reports 0xFF9F as supported (reference §4.1).
+        // The H200 reports 0xFF9F as supported (`docs/sources.md` § "Measured").
         let h200_supported = 0xFF9F;
         assert_eq!(h200_supported & WANTED_EVENTS, WANTED_EVENTS);
         assert_eq!(WANTED_EVENTS & bits::SINGLE_BIT_ECC_ERROR, 0);

@@ -1,6 +1,7 @@
 //! Allocation stacks as people want to read them: noise frames (the unwinder, the CPython
 //! interpreter loop, the dispatcher's boxing wrappers, the allocator itself) filtered out, as
-//! PyTorch's `_memory_viz.py` and MemoryViz do (reference §1.6).
+//! PyTorch's viewers do (`_frame_filter` in `torch/cuda/_memory_viz.py`, `frameFilter` in
+//! `torch/utils/viz/MemoryViz.js`, github.com/pytorch/pytorch).
 
 use crate::model::allocator::{AllocatorSnapshot, StackId};
 

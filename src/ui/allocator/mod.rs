@@ -3,11 +3,13 @@
 //!
 //! [`AllocatorView`] is self-contained: the app shell creates one per opened snapshot and calls
 //! [`AllocatorView::ui`] each frame. The analysis (time travel for every device, OOM
-//! explanations) runs on a background thread on native builds and wakes the UI when done.
+//! explanations) runs as a job on the UI's [`Runner`], a device per step (on a thread natively,
+//! between frames in the web viewer), from the first frame the view is drawn.
 
 pub mod block_map;
 pub mod frames;
 pub mod panels;
+pub mod tabs;
 pub mod timeline;
 #[cfg(feature = "native")]
 pub mod watcher;
@@ -23,6 +25,7 @@ use crate::analysis::fragmentation::{self, FragmentationReport};
 use crate::analysis::oom::{self, OomExplanation};
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
 use crate::model::allocator::{AllocatorSnapshot, StackId};
+use crate::ui::runner::{Job, Poll, Runner, Step, job_progress_ui};
 #[cfg(feature = "native")]
 pub use watcher::SnapshotWatcher;
 
@@ -46,24 +49,33 @@ fn snapshot_devices(snapshot: &AllocatorSnapshot) -> Vec<u32> {
     devices
 }
 
-fn analyze_snapshot(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceAnalysis> {
-    snapshot_devices(snapshot)
-        .into_iter()
-        .map(|device| {
-            let travel = TimeTravel::new(Arc::clone(snapshot), device);
-            let ooms = oom::explain_all(&travel);
-            DeviceAnalysis { travel, ooms }
-        })
-        .collect()
+/// One device's time travel and OOM explanations.
+fn analyze_device(snapshot: &Arc<AllocatorSnapshot>, device: u32) -> DeviceAnalysis {
+    let travel = TimeTravel::new(Arc::clone(snapshot), device);
+    let ooms = oom::explain_all(&travel);
+    DeviceAnalysis { travel, ooms }
 }
 
-fn device_views(snapshot: &Arc<AllocatorSnapshot>) -> Vec<DeviceView> {
-    analyze_snapshot(snapshot)
-        .into_iter()
-        .map(DeviceView::new)
-        .collect()
+/// Analyses every device of `snapshot` on `runner`, one device per step, reporting the share of
+/// devices done; a cancelled job stops between devices.
+fn spawn_analysis(
+    runner: &Runner,
+    snapshot: Arc<AllocatorSnapshot>,
+    name: &str,
+) -> Job<Vec<DeviceAnalysis>> {
+    let devices = snapshot_devices(&snapshot);
+    let mut done = Vec::with_capacity(devices.len());
+    runner.spawn_stepped(&format!("analysing {name}"), move |progress| {
+        if progress.is_cancelled() || done.len() == devices.len() {
+            return Step::Done(std::mem::take(&mut done));
+        }
+        let device = devices[done.len()];
+        progress.set_stage(format!("time travel of cuda:{device}"));
+        done.push(analyze_device(&snapshot, device));
+        progress.set_fraction(done.len() as f32 / devices.len() as f32);
+        Step::Pending
+    })
 }
-
 /// Which side tab is open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SideTab {
@@ -230,13 +242,13 @@ fn parse_address(query: &str) -> Option<u64> {
 
 /// Where the analysis is.
 enum Analysis {
-    #[cfg(not(target_arch = "wasm32"))]
-    Running {
-        receiver: std::sync::mpsc::Receiver<Vec<DeviceAnalysis>>,
-        /// The UI's context, so that the worker can wake it when done.
-        waker: Arc<std::sync::Mutex<Option<egui::Context>>>,
+    /// Not started: it starts on the first frame, with the UI's context to wake.
+    Waiting,
+    Running(Job<Vec<DeviceAnalysis>>),
+    /// Done; `cancelled` when the user stopped it (only the devices analysed by then are shown).
+    Ready {
+        cancelled: bool,
     },
-    Ready,
 }
 
 /// The allocator view of one snapshot.
@@ -253,36 +265,11 @@ impl AllocatorView {
     /// Starts analysing `snapshot` (in the background on native builds). `name` is shown as the
     /// title, usually the file name.
     pub fn new(snapshot: Arc<AllocatorSnapshot>, name: String) -> Self {
-        #[cfg(not(target_arch = "wasm32"))]
-        let (analysis, devices) = {
-            let (sender, receiver) = std::sync::mpsc::channel();
-            let waker: Arc<std::sync::Mutex<Option<egui::Context>>> = Arc::default();
-            let worker_snapshot = Arc::clone(&snapshot);
-            let worker_waker = Arc::clone(&waker);
-            let spawned = std::thread::Builder::new()
-                .name("allocator-analysis".to_string())
-                .spawn(move || {
-                    // The receiver may be gone when the view was closed; nothing to do then.
-                    let _ = sender.send(analyze_snapshot(&worker_snapshot));
-                    if let Ok(guard) = worker_waker.lock()
-                        && let Some(ctx) = guard.as_ref()
-                    {
-                        ctx.request_repaint();
-                    }
-                });
-            match spawned {
-                Ok(_) => (Analysis::Running { receiver, waker }, Vec::new()),
-                // No thread available: analyse here rather than not at all.
-                Err(_) => (Analysis::Ready, device_views(&snapshot)),
-            }
-        };
-        #[cfg(target_arch = "wasm32")]
-        let (analysis, devices) = (Analysis::Ready, device_views(&snapshot));
         AllocatorView {
             snapshot,
             name,
-            analysis,
-            devices,
+            analysis: Analysis::Waiting,
+            devices: Vec::new(),
             selected_device: 0,
             tab: SideTab::Summary,
         }
@@ -290,7 +277,7 @@ impl AllocatorView {
 
     /// True once the analysis has finished and the views show data.
     pub fn is_ready(&self) -> bool {
-        matches!(self.analysis, Analysis::Ready)
+        matches!(self.analysis, Analysis::Ready { .. })
     }
 
     /// The title shown, usually the file name (the app's snapshot picker lists it).
@@ -357,30 +344,31 @@ impl AllocatorView {
             .and_then(|d| d.pinned)
     }
 
+    /// Starts the analysis on the first frame; takes its result in when it is done.
     fn poll_analysis(&mut self, ui: &Ui) {
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Analysis::Running { receiver, waker } = &self.analysis {
-            // Register the context before looking, so that a result sent in between still
-            // wakes us.
-            if let Ok(mut guard) = waker.lock() {
-                *guard = Some(ui.ctx().clone());
+        if matches!(self.analysis, Analysis::Waiting) {
+            let runner = Runner::new(ui.ctx().clone());
+            let job = spawn_analysis(&runner, Arc::clone(&self.snapshot), &self.name);
+            self.analysis = Analysis::Running(job);
+        }
+        let Analysis::Running(job) = &mut self.analysis else {
+            return;
+        };
+        match job.poll() {
+            Poll::Running => {}
+            Poll::Done(devices) => {
+                let cancelled = job.progress().is_cancelled();
+                self.devices = devices.into_iter().map(DeviceView::new).collect();
+                self.analysis = Analysis::Ready { cancelled };
             }
-            match receiver.try_recv() {
-                Ok(devices) => {
-                    self.devices = devices.into_iter().map(DeviceView::new).collect();
-                    self.analysis = Analysis::Ready;
-                }
-                Err(std::sync::mpsc::TryRecvError::Empty) => {}
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    // The worker panicked: show the snapshot without time travel rather than
-                    // nothing.
-                    self.devices = Vec::new();
-                    self.analysis = Analysis::Ready;
-                }
+            Poll::Lost(message) => {
+                // The analysis failed: show the snapshot without time travel rather than
+                // nothing.
+                log::error!("{message}");
+                self.devices = Vec::new();
+                self.analysis = Analysis::Ready { cancelled: false };
             }
         }
-        #[cfg(target_arch = "wasm32")]
-        let _ = ui;
     }
 
     /// Draws the whole view.
@@ -405,18 +393,22 @@ impl AllocatorView {
                     });
             }
         });
-        if !self.is_ready() {
-            ui.horizontal(|ui| {
-                ui.spinner();
-                ui.label(format!(
-                    "Analysing {} trace events…",
-                    self.snapshot.event_count()
-                ));
-            });
+        if let Analysis::Running(job) = &self.analysis {
+            let title = format!("Analysing {} trace events…", self.snapshot.event_count());
+            job_progress_ui(ui, &title, job.progress());
             return;
         }
+        if matches!(self.analysis, Analysis::Ready { cancelled: true }) {
+            ui.label(format!(
+                "Analysis cancelled: {} of {} GPUs analysed. Open the file again to analyse it all.",
+                self.devices.len(),
+                snapshot_devices(&self.snapshot).len()
+            ));
+        }
         let Some(device) = self.devices.get_mut(self.selected_device) else {
-            ui.label("This snapshot has no segments and no trace.");
+            if !matches!(self.analysis, Analysis::Ready { cancelled: true }) {
+                ui.label("This snapshot has no segments and no trace.");
+            }
             return;
         };
         ui.label(RichText::new(&device.report.summary).strong());

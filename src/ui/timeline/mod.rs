@@ -139,6 +139,9 @@ pub struct TimelineInput<'a> {
     pub data: &'a TimelineData,
     /// Whether samples are still arriving (follow-live applies).
     pub live: bool,
+    /// The process selected in the process table (index into `Capture::processes`): its memory
+    /// is drawn over its GPU's lines, or its band stands out in the stacked view.
+    pub selected_process: Option<usize>,
 }
 
 /// Draws the toolbar, the hover readout and one plot per GPU.
@@ -398,17 +401,56 @@ struct DevicePlotOutcome {
 }
 
 fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
-    let data = plot.input.data;
-    let device = &data.devices[plot.position];
-    let settings = plot.settings;
-    let total_max = device.total.max_value;
-    let stack_max = device.stack.total.max_value;
-    let used_max = device.used.max_value;
-    let y_max = total_max.max(stack_max).max(used_max).max(1.0) * 1.08;
-    let device_index = device.device_index;
-
+    let device = &plot.input.data.devices[plot.position];
+    let y_max = device
+        .total
+        .max_value
+        .max(device.stack.total.max_value)
+        .max(device.used.max_value)
+        .max(1.0)
+        * 1.08;
     let mut lod_range = None;
-    let response = Plot::new(("memory", device_index, plot.generation))
+    let response = memory_plot(&plot, device.device_index, y_max).show(ui, |plot_ui| {
+        let range = plot_x_range(plot_ui, plot.forced_range, y_max);
+        lod_range = Some(range);
+        add_device_layers(plot_ui, &plot, range, y_max);
+        hovered_sample(plot_ui, plot.input.data, device)
+    });
+    let settings = plot.settings;
+
+    let hover = response.inner;
+    let shown: &PlotBounds = response.transform.bounds();
+    let (shown_min, shown_max) = (shown.min()[0], shown.max()[0]);
+    // The points were chosen for the range known when the plot was built; if the user panned or
+    // zoomed in this frame the range moved: draw once more with the new range.
+    let mut user_moved_view = false;
+    if let Some((x_min, x_max)) = lod_range {
+        let tolerance = (x_max - x_min).abs() * 1e-9;
+        if (shown_min - x_min).abs() > tolerance || (shown_max - x_max).abs() > tolerance {
+            ui.ctx().request_repaint();
+            user_moved_view = plot.forced_range.is_none()
+                || response.response.dragged()
+                || response.response.hovered();
+        }
+    }
+    let double_clicked = response.response.double_clicked();
+    if let Some(hover) = hover
+        && let Some(text) = hover_text(plot.input, settings, hover)
+    {
+        response.response.on_hover_text_at_pointer(text);
+    }
+    DevicePlotOutcome {
+        hover,
+        shown_range: (shown_min, shown_max),
+        user_moved_view,
+        double_clicked,
+    }
+}
+
+/// The plot of one device, before anything is drawn in it: linked time axis, fixed memory axis
+/// up to `y_max` GiB, round grid steps, legend.
+fn memory_plot(plot: &DevicePlot<'_>, device_index: u32, y_max: f64) -> Plot<'static> {
+    Plot::new(("memory", device_index, plot.generation))
         .height(plot.height)
         .link_axis(plot.link_group, Vec2b::new(true, false))
         .link_cursor(plot.link_group, Vec2b::new(true, false))
@@ -440,147 +482,216 @@ fn device_plot_ui(ui: &mut Ui, plot: DevicePlot<'_>) -> DevicePlotOutcome {
                 .text_style(egui::TextStyle::Small)
                 .follow_insertion_order(true),
         )
-        .show(ui, |plot_ui| {
-            let last_bounds = plot_ui.plot_bounds();
-            let (x_min, x_max) = match plot.forced_range {
-                Some(range) => {
-                    plot_ui.set_plot_bounds_x(range.0..=range.1);
-                    range
-                }
-                None => (last_bounds.min()[0], last_bounds.max()[0]),
-            };
-            plot_ui.set_plot_bounds_y(-0.02 * y_max..=y_max);
-            lod_range = Some((x_min, x_max));
-            let max_buckets = (plot_ui.transform().frame().width().max(1.0)) as usize;
+}
 
-            if settings.stacked_processes {
-                add_stacked_layers(
-                    plot_ui,
-                    plot.input,
-                    plot.position,
-                    x_min,
-                    x_max,
-                    max_buckets,
-                );
-            } else {
-                let range = device.visible_range(x_min, x_max);
-                if settings.show_total {
-                    plot_ui.line(
-                        Line::new(
-                            "total",
-                            device
-                                .total
-                                .points(&device.x_secs, range.clone(), max_buckets),
-                        )
-                        .color(TOTAL_COLOR)
-                        .width(1.0)
-                        .allow_hover(false),
-                    );
-                }
-                if settings.show_reserved {
-                    plot_ui.line(
-                        Line::new(
-                            "driver-reserved",
-                            device
-                                .reserved
-                                .points(&device.x_secs, range.clone(), max_buckets),
-                        )
-                        .color(RESERVED_COLOR)
-                        .allow_hover(false),
-                    );
-                }
-                plot_ui.line(
-                    Line::new(
-                        "used",
-                        device.used.points(&device.x_secs, range, max_buckets),
-                    )
-                    .color(USED_COLOR)
-                    .width(2.0)
-                    .allow_hover(false),
-                );
-            }
-            add_threshold(
-                plot_ui,
-                plot.input,
-                plot.position,
-                settings,
-                plot.crossings,
-                x_min,
-                x_max,
-            );
-            if settings.show_events {
-                add_event_markers(
-                    plot_ui,
-                    plot.input.capture,
-                    data,
-                    device_index,
-                    x_min,
-                    x_max,
-                    y_max,
-                );
-            }
-            if let Some(hover) = plot.hover {
-                plot_ui.vline(
-                    VLine::new("", hover.x_secs)
-                        .id("hovered sample")
-                        .color(Color32::from_gray(160))
-                        .width(1.0)
-                        .allow_hover(false),
-                );
-            }
-
-            // Our own hover: binary search for the nearest sample of this device.
-            let pointer = plot_ui
-                .response()
-                .hovered()
-                .then(|| plot_ui.pointer_coordinate())
-                .flatten();
-            // Only near the data: far before the first or after the last sample there is
-            // nothing to read out.
-            let bounds = plot_ui.plot_bounds();
-            let tolerance = (bounds.max()[0] - bounds.min()[0]) * 0.01;
-            pointer.and_then(|pointer| {
-                let (first, last) = (*device.x_secs.first()?, *device.x_secs.last()?);
-                if pointer.x < first - tolerance || pointer.x > last + tolerance {
-                    return None;
-                }
-                let nearest = nearest_index(&device.x_secs, pointer.x)?;
-                Some(TimelineHover {
-                    device_index,
-                    sample_index: *device.sample_index.get(nearest)? as usize,
-                    x_secs: device.x_secs[nearest],
-                    t_ms: data.t_of(device.x_secs[nearest]),
-                })
-            })
-        });
-
-    let hover = response.inner;
-    let shown: &PlotBounds = response.transform.bounds();
-    let (shown_min, shown_max) = (shown.min()[0], shown.max()[0]);
-    // The points were chosen for the range known when the plot was built; if the user panned or
-    // zoomed in this frame the range moved: draw once more with the new range.
-    let mut user_moved_view = false;
-    if let Some((x_min, x_max)) = lod_range {
-        let tolerance = (x_max - x_min).abs() * 1e-9;
-        if (shown_min - x_min).abs() > tolerance || (shown_max - x_max).abs() > tolerance {
-            ui.ctx().request_repaint();
-            user_moved_view = plot.forced_range.is_none()
-                || response.response.dragged()
-                || response.response.hovered();
+/// The time range to draw: the one forced on the plot (follow-live, reset, a linked change),
+/// else where the user left it; the memory axis stays fixed.
+fn plot_x_range(
+    plot_ui: &mut egui_plot::PlotUi<'_>,
+    forced_range: Option<(f64, f64)>,
+    y_max: f64,
+) -> (f64, f64) {
+    let last_bounds = plot_ui.plot_bounds();
+    let range = match forced_range {
+        Some(range) => {
+            plot_ui.set_plot_bounds_x(range.0..=range.1);
+            range
         }
+        None => (last_bounds.min()[0], last_bounds.max()[0]),
+    };
+    plot_ui.set_plot_bounds_y(-0.02 * y_max..=y_max);
+    range
+}
+
+/// Everything drawn in a device's plot over `(x_min, x_max)`: memory lines or stacked process
+/// bands, the selected process, the threshold, event markers and the hovered-sample line.
+fn add_device_layers(
+    plot_ui: &mut egui_plot::PlotUi<'_>,
+    plot: &DevicePlot<'_>,
+    (x_min, x_max): (f64, f64),
+    y_max: f64,
+) {
+    let settings = plot.settings;
+    let device = &plot.input.data.devices[plot.position];
+    let max_buckets = (plot_ui.transform().frame().width().max(1.0)) as usize;
+    if settings.stacked_processes {
+        add_stacked_layers(
+            plot_ui,
+            plot.input,
+            plot.position,
+            x_min,
+            x_max,
+            max_buckets,
+        );
+    } else {
+        add_memory_lines(plot_ui, device, settings, x_min, x_max, max_buckets);
+        add_selected_process_line(
+            plot_ui,
+            plot.input,
+            plot.position,
+            x_min,
+            x_max,
+            max_buckets,
+        );
     }
-    let double_clicked = response.response.double_clicked();
-    if let Some(hover) = hover
-        && let Some(text) = hover_text(plot.input, settings, hover)
-    {
-        response.response.on_hover_text_at_pointer(text);
+    add_threshold(
+        plot_ui,
+        plot.input,
+        plot.position,
+        settings,
+        plot.crossings,
+        x_min,
+        x_max,
+    );
+    if settings.show_events {
+        add_event_markers(
+            plot_ui,
+            plot.input.capture,
+            plot.input.data,
+            device.device_index,
+            x_min,
+            x_max,
+            y_max,
+        );
     }
-    DevicePlotOutcome {
-        hover,
-        shown_range: (shown_min, shown_max),
-        user_moved_view,
-        double_clicked,
+    if let Some(hover) = plot.hover {
+        plot_ui.vline(
+            VLine::new("", hover.x_secs)
+                .id("hovered sample")
+                .color(Color32::from_gray(160))
+                .width(1.0)
+                .allow_hover(false),
+        );
     }
+}
+
+/// The device's used, driver-reserved and total memory lines (the view without stacking).
+fn add_memory_lines(
+    plot_ui: &mut egui_plot::PlotUi<'_>,
+    device: &data::DeviceTimeline,
+    settings: &Settings,
+    x_min: f64,
+    x_max: f64,
+    max_buckets: usize,
+) {
+    let range = device.visible_range(x_min, x_max);
+    if settings.show_total {
+        plot_ui.line(
+            Line::new(
+                "total",
+                device
+                    .total
+                    .points(&device.x_secs, range.clone(), max_buckets),
+            )
+            .color(TOTAL_COLOR)
+            .width(1.0)
+            .allow_hover(false),
+        );
+    }
+    if settings.show_reserved {
+        plot_ui.line(
+            Line::new(
+                "driver-reserved",
+                device
+                    .reserved
+                    .points(&device.x_secs, range.clone(), max_buckets),
+            )
+            .color(RESERVED_COLOR)
+            .allow_hover(false),
+        );
+    }
+    plot_ui.line(
+        Line::new(
+            "used",
+            device.used.points(&device.x_secs, range, max_buckets),
+        )
+        .color(USED_COLOR)
+        .width(2.0)
+        .allow_hover(false),
+    );
+}
+
+/// The sample of `device` nearest the pointer (our own hover: a binary search over the sample
+/// times, where egui_plot's own would scan every point), when the pointer is near the data.
+fn hovered_sample(
+    plot_ui: &egui_plot::PlotUi<'_>,
+    data: &TimelineData,
+    device: &data::DeviceTimeline,
+) -> Option<TimelineHover> {
+    let pointer = plot_ui
+        .response()
+        .hovered()
+        .then(|| plot_ui.pointer_coordinate())
+        .flatten()?;
+    // Only near the data: far before the first or after the last sample there is nothing to
+    // read out.
+    let bounds = plot_ui.plot_bounds();
+    let tolerance = (bounds.max()[0] - bounds.min()[0]) * 0.01;
+    let (first, last) = (*device.x_secs.first()?, *device.x_secs.last()?);
+    if pointer.x < first - tolerance || pointer.x > last + tolerance {
+        return None;
+    }
+    let nearest = nearest_index(&device.x_secs, pointer.x)?;
+    Some(TimelineHover {
+        device_index: device.device_index,
+        sample_index: *device.sample_index.get(nearest)? as usize,
+        x_secs: device.x_secs[nearest],
+        t_ms: data.t_of(device.x_secs[nearest]),
+    })
+}
+
+/// The selected process's memory over time, drawn over its GPU's lines in the process's colour
+/// (from the stacked layers' bands, so it costs what a band costs at any zoom).
+fn add_selected_process_line(
+    plot_ui: &mut egui_plot::PlotUi<'_>,
+    input: &TimelineInput<'_>,
+    position: usize,
+    x_min: f64,
+    x_max: f64,
+    max_buckets: usize,
+) {
+    let Some(track_index) = input.selected_process else {
+        return;
+    };
+    let Some(track) = input.capture.processes.get(track_index) else {
+        return;
+    };
+    let stack = &input.data.devices[position].stack;
+    let ticks = stack.visible_ticks(x_min, x_max, max_buckets);
+    let color = process_color(track.pid);
+    let mut named = false;
+    for (layer_index, polygon) in stack.layer_polygons(&ticks) {
+        if stack.layers[layer_index].track_index != track_index {
+            continue;
+        }
+        let points: Vec<[f64; 2]> = polygon
+            .xs
+            .iter()
+            .zip(polygon.tops.iter().zip(&polygon.bottoms))
+            .map(|(&x, (top, bottom))| [x, top - bottom])
+            .collect();
+        // One legend entry, however many times the process came and went.
+        let name = if named {
+            String::new()
+        } else {
+            named = true;
+            selected_process_name(track)
+        };
+        plot_ui.line(
+            // Dashed: where the process is all of its GPU's memory, the used line shows through.
+            Line::new(name, PlotPoints::from(points))
+                .color(color)
+                .width(2.5)
+                .style(LineStyle::dashed_loose())
+                .id(("selected process", layer_index))
+                .allow_hover(false),
+        );
+    }
+}
+
+/// The legend name of the selected process.
+fn selected_process_name(track: &crate::model::capture::ProcessTrack) -> String {
+    format!("selected: pid {} {}", track.pid, track.name)
 }
 
 fn add_stacked_layers(
@@ -614,21 +725,35 @@ fn add_stacked_layers(
     for &(i, _) in by_size.iter().take(LEGEND_LAYERS) {
         named[i] = true;
     }
+    let mut selected_named = false;
     for ((layer_index, polygon), named) in polygons.into_iter().zip(named) {
         let layer = &stack.layers[layer_index];
         let Some(track) = input.capture.processes.get(layer.track_index) else {
             continue;
         };
         let color = process_color(track.pid);
-        let name = if named {
+        // With a process selected, its band stands out and the others fade.
+        let selected = input.selected_process.map(|s| s == layer.track_index);
+        let name = if selected == Some(true) && !selected_named {
+            selected_named = true;
+            selected_process_name(track)
+        } else if named && selected != Some(true) {
             format!("pid {} {}", track.pid, track.name)
         } else {
             String::new()
         };
+        let (fill, stroke) = match selected {
+            None => (color.gamma_multiply(0.55), Stroke::new(1.0, color)),
+            Some(true) => (color.gamma_multiply(0.85), Stroke::new(2.5, color)),
+            Some(false) => (
+                color.gamma_multiply(0.2),
+                Stroke::new(0.5, color.gamma_multiply(0.5)),
+            ),
+        };
         plot_ui.add(
             FilledArea::new(name, &polygon.xs, &polygon.bottoms, &polygon.tops)
-                .fill_color(color.gamma_multiply(0.55))
-                .stroke(Stroke::new(1.0, color))
+                .fill_color(fill)
+                .stroke(stroke)
                 .id(("layer", layer_index))
                 .allow_hover(false),
         );

@@ -16,6 +16,7 @@ use crate::diagnose::leak::SnapshotFacts;
 use crate::model::format_bytes;
 use crate::report::blockmap::{self, BlockMapImage};
 use crate::ui::allocator::panels::fragmentation_ui;
+use crate::ui::command::Command;
 
 /// Width the block map is drawn at, in pixels; it is shown scaled to the panel's width.
 const BLOCK_MAP_WIDTH_PX: u32 = 1000;
@@ -121,11 +122,8 @@ impl AllocatorFigures {
         let mut request = None;
         for (index, figure) in self.figures.iter_mut().enumerate() {
             ui.push_id(("allocator_figure", index), |ui| {
-                if figure_ui(ui, figure, offer_allocator_tab) {
-                    request = Some(AllocatorTabRequest {
-                        snapshot_name: figure.name.clone(),
-                        device: figure.state.device,
-                    });
+                if let Some(clicked) = figure_ui(ui, figure, offer_allocator_tab) {
+                    request = Some(clicked);
                 }
             });
         }
@@ -133,9 +131,13 @@ impl AllocatorFigures {
     }
 }
 
-/// Draws one state; true when "Open in Allocator tab" was clicked.
-fn figure_ui(ui: &mut egui::Ui, figure: &mut StateFigure, offer_allocator_tab: bool) -> bool {
-    let mut open_clicked = false;
+/// Draws one state; the request when "Open in Allocator tab" was clicked.
+fn figure_ui(
+    ui: &mut egui::Ui,
+    figure: &mut StateFigure,
+    offer_allocator_tab: bool,
+) -> Option<AllocatorTabRequest> {
+    let mut open_clicked = None;
     let title = format!(
         "Allocator at the {}: {}, GPU {}",
         if figure.ended_in_oom {
@@ -151,11 +153,21 @@ fn figure_ui(ui: &mut egui::Ui, figure: &mut StateFigure, offer_allocator_tab: b
         ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new(&title).heading())
                 .on_hover_text(&figure.name);
-            open_clicked = offer_allocator_tab
-                && ui
-                    .button("Open in Allocator tab")
-                    .on_hover_text("Time travel, OOM details and block details of this snapshot")
-                    .clicked();
+            if offer_allocator_tab {
+                // Labelled as the command it sends.
+                let request = AllocatorTabRequest {
+                    snapshot_name: figure.name.clone(),
+                    device: figure.state.device,
+                };
+                let command = Command::ShowInAllocatorTab(request.clone());
+                if ui
+                    .button(command.label())
+                    .on_hover_text(command.tooltip())
+                    .clicked()
+                {
+                    open_clicked = Some(request);
+                }
+            }
         });
         fragmentation_ui(ui, &figure.report);
         ui.add_space(8.0);

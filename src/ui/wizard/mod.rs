@@ -2,25 +2,26 @@
 //! analyzer. Each walks Choose → Evidence → Findings → Report with Back/Next; every step shows what
 //! was found so far and lets the user add evidence (paste a log; the app adds opened captures,
 //! snapshots and logs through [`WizardView::add_log`], [`WizardView::add_capture`] and
-//! [`WizardView::add_snapshot_facts`]).
+//! [`WizardView::add_snapshot_facts`]). Inside the app the wizard asks for things (open a file,
+//! show a snapshot in the Allocator tab) by sending commands ([`WizardView::connect`]).
 //!
 //! The diagnosis is the same engine the CLI runs (`crate::diagnose`); it is cheap over the facts,
 //! so it is recomputed whenever evidence changes. Reading files and computing snapshot facts (which
-//! replays the allocator trace) is the app's job, off the UI thread. Writing a report file runs on
-//! a thread on native builds.
+//! replays the allocator trace) is the app's job, off the UI thread. Writing a report file is a
+//! job on the UI's runner ([`crate::ui::runner`]).
 
 mod allocator_figures;
 mod findings;
 
 pub use allocator_figures::AllocatorTabRequest;
-#[cfg(feature = "native")]
-pub mod gpu_checks;
 
 use crate::diagnose::finding::{Category, Diagnosis, Finding, InputSummary, Severity, Wizard};
 use crate::diagnose::leak::SnapshotFacts;
 use crate::diagnose::log::{LogAnalysis, analyze_text};
 use crate::diagnose::{DiagnosisInput, NamedCapture, OomComposition, diagnose, oom_composition};
 use crate::report::{self, Report, ReportFormat, Timeline};
+use crate::ui::command::{Command, CommandSender};
+use crate::ui::runner::{Job, Poll};
 
 /// Which wizard is running.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,8 +140,9 @@ impl Step {
 /// Where a report write stands.
 enum ReportWrite {
     Idle,
-    #[cfg(not(target_arch = "wasm32"))]
-    Running(std::sync::mpsc::Receiver<Result<String, String>>),
+    /// The web viewer writes no files, so it never gets here.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    Running(Job<Result<String, String>>),
     /// The web viewer writes no files, so it never gets here.
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     Done(Result<String, String>),
@@ -165,12 +167,9 @@ pub struct WizardView {
     /// The Fragmentation wizard's figures of the snapshots' final allocator states, computed
     /// once per state and kept across rediagnoses.
     allocator_figures: allocator_figures::AllocatorFigures,
-    /// The app can show a snapshot in its Allocator tab (see [`WizardView::offer_allocator_tab`]).
-    allocator_tab_offered: bool,
-    /// "Open in Allocator tab" was clicked (see [`WizardView::take_allocator_tab_request`]).
-    allocator_tab_request: Option<AllocatorTabRequest>,
-    /// "Open a file…" was clicked; the app opens the dialog (see [`WizardView::take_open_request`]).
-    open_requested: bool,
+    /// Where "Open a file…" and "Open in Allocator tab" go, when the wizard runs inside the app
+    /// (see [`WizardView::connect`]).
+    commands: Option<CommandSender>,
     /// The GPU the user asked about (evidence step), or `None` for every GPU: captures are
     /// restricted to it and other devices' snapshots are left out of the diagnosis.
     device_filter: Option<u32>,
@@ -203,9 +202,7 @@ impl WizardView {
             report_write: ReportWrite::Idle,
             check_evidence: None,
             allocator_figures: allocator_figures::AllocatorFigures::default(),
-            allocator_tab_offered: false,
-            allocator_tab_request: None,
-            open_requested: false,
+            commands: None,
             device_filter: None,
             #[cfg(feature = "native")]
             checks: crate::ui::hardware::CheckRunner::new(),
@@ -264,21 +261,12 @@ impl WizardView {
         self.rediagnose();
     }
 
-    /// True once after the user asked to open a file as evidence; the app then shows its open
-    /// dialog, and what it opens comes back through the `add_*` methods.
-    pub fn take_open_request(&mut self) -> bool {
-        std::mem::take(&mut self.open_requested)
-    }
-
-    /// Says that the app shows snapshots in an Allocator tab: the Fragmentation wizard then offers
-    /// "Open in Allocator tab" for each snapshot's allocator state.
-    pub fn offer_allocator_tab(&mut self) {
-        self.allocator_tab_offered = true;
-    }
-
-    /// The snapshot device the user asked to see in the Allocator tab, once.
-    pub fn take_allocator_tab_request(&mut self) -> Option<AllocatorTabRequest> {
-        self.allocator_tab_request.take()
+    /// Runs the wizard inside the app: "Open a capture, snapshot or log…" sends
+    /// [`Command::Open`] (what the app opens comes back through the `add_*` methods), and the
+    /// Fragmentation wizard offers "Open in Allocator tab" for each snapshot's allocator state
+    /// ([`Command::ShowInAllocatorTab`]).
+    pub fn connect(&mut self, commands: CommandSender) {
+        self.commands = Some(commands);
     }
 
     /// Starts the wizard `kind` at its evidence step, keeping the evidence given so far.
@@ -318,7 +306,7 @@ impl WizardView {
         if self.checks.poll()
             && let Some(outcome) = self.checks.outcome()
         {
-            self.check_evidence = Some(gpu_checks::check_findings(outcome));
+            self.check_evidence = Some(crate::diagnose::gpu_checks::check_findings(outcome));
             self.rediagnose();
         }
     }
@@ -557,14 +545,15 @@ impl WizardView {
                 self.set_device_filter(chosen);
             }
         }
-        if ui
-            .button("Open a capture, snapshot or log…")
-            .on_hover_text(
-                "Files can also be dropped on the window; every opened file is added here",
-            )
-            .clicked()
+        if let Some(commands) = &self.commands
+            && ui
+                .button("Open a capture, snapshot or log…")
+                .on_hover_text(
+                    "Files can also be dropped on the window; every opened file is added here",
+                )
+                .clicked()
         {
-            self.open_requested = true;
+            commands.send(Command::Open);
         }
         ui.add_space(8.0);
         let label = ui.label("Paste a log (training output, dmesg, journalctl -k):");
@@ -636,8 +625,10 @@ impl WizardView {
         }
         if self.kind == WizardKind::Fragmentation {
             self.allocator_figures.sync(&self.input.snapshots);
-            if let Some(request) = self.allocator_figures.ui(ui, self.allocator_tab_offered) {
-                self.allocator_tab_request = Some(request);
+            if let Some(request) = self.allocator_figures.ui(ui, self.commands.is_some())
+                && let Some(commands) = &self.commands
+            {
+                commands.send(Command::ShowInAllocatorTab(request));
             }
         }
         if self.kind == WizardKind::HardwareAndDriver {
@@ -677,7 +668,6 @@ impl WizardView {
         });
         match &self.report_write {
             ReportWrite::Idle => {}
-            #[cfg(not(target_arch = "wasm32"))]
             ReportWrite::Running(_) => {
                 ui.label("Writing…");
             }
@@ -690,43 +680,33 @@ impl WizardView {
         }
     }
 
+    /// Writes the report to the typed path as a job on the runner.
     #[cfg(not(target_arch = "wasm32"))]
     fn start_report_write(&mut self, ctx: egui::Context) {
         let path = crate::ui::dialogs::expand_home(self.report_path.trim());
         let report = self.report();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let result = report::write(&report, &path)
-                .map(|()| path.display().to_string())
-                .map_err(|e| e.to_string());
-            let _ = tx.send(result);
-            ctx.request_repaint();
-        });
-        self.report_write = ReportWrite::Running(rx);
+        let job = crate::ui::runner::Runner::new(ctx).spawn(
+            &format!("writing {}", path.display()),
+            move |_| {
+                report::write(&report, &path)
+                    .map(|()| path.display().to_string())
+                    .map_err(|e| e.to_string())
+            },
+        );
+        self.report_write = ReportWrite::Running(job);
     }
 
     /// True while a report file is being written (tests wait on it).
     pub fn is_writing_report(&self) -> bool {
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            matches!(self.report_write, ReportWrite::Running(_))
-        }
-        #[cfg(target_arch = "wasm32")]
-        {
-            false
-        }
+        matches!(self.report_write, ReportWrite::Running(_))
     }
 
     fn poll_report_write(&mut self) {
-        #[cfg(not(target_arch = "wasm32"))]
-        if let ReportWrite::Running(rx) = &self.report_write {
-            match rx.try_recv() {
-                Ok(result) => self.report_write = ReportWrite::Done(result),
-                Err(std::sync::mpsc::TryRecvError::Empty) => {}
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    self.report_write =
-                        ReportWrite::Done(Err("the report writer stopped unexpectedly".to_owned()));
-                }
+        if let ReportWrite::Running(job) = &mut self.report_write {
+            match job.poll() {
+                Poll::Running => {}
+                Poll::Done(result) => self.report_write = ReportWrite::Done(result),
+                Poll::Lost(message) => self.report_write = ReportWrite::Done(Err(message)),
             }
         }
     }

@@ -1,0 +1,101 @@
+//! The Allocator tab's views: one [`AllocatorView`] per opened snapshot, a picker when several
+//! are open, and a cap on how many stay open (each holds a whole snapshot).
+
+use std::sync::Arc;
+
+use egui::{RichText, Ui};
+
+use super::AllocatorView;
+use crate::model::allocator::AllocatorSnapshot;
+use crate::ui::wizard::AllocatorTabRequest;
+
+/// Allocator views kept open at most (each holds a whole snapshot); the oldest is closed first.
+pub const MAX_ALLOCATOR_VIEWS: usize = 8;
+
+/// The opened snapshots' views, oldest first, and the one shown.
+#[derive(Default)]
+pub struct AllocatorTabs {
+    views: Vec<AllocatorView>,
+    /// Index into `views` of the one shown.
+    active: usize,
+}
+
+impl AllocatorTabs {
+    /// The views, oldest first.
+    pub fn views(&self) -> &[AllocatorView] {
+        &self.views
+    }
+
+    /// The view shown.
+    pub fn active(&self) -> Option<&AllocatorView> {
+        self.views.get(self.active)
+    }
+
+    /// Adds and shows a view of `snapshot`; returns the name of the view closed to stay within
+    /// [`MAX_ALLOCATOR_VIEWS`], if one was.
+    pub fn open(&mut self, snapshot: Arc<AllocatorSnapshot>, name: String) -> Option<String> {
+        // A watched folder gets a new snapshot every few minutes for as long as a job runs.
+        let closed = (self.views.len() >= MAX_ALLOCATOR_VIEWS)
+            .then(|| self.views.remove(0).name().to_owned());
+        self.views.push(AllocatorView::new(snapshot, name));
+        self.active = self.views.len() - 1;
+        closed
+    }
+
+    /// Shows the newest view of the requested snapshot on the requested device; false when no
+    /// view of that snapshot is open any more.
+    pub fn show(&mut self, request: &AllocatorTabRequest) -> bool {
+        let Some(index) = self
+            .views
+            .iter()
+            .rposition(|v| v.name() == request.snapshot_name)
+        else {
+            return false;
+        };
+        self.views[index].select_device(request.device);
+        self.active = index;
+        true
+    }
+
+    /// The Allocator view: the chosen snapshot (a picker when several are open), or how to open
+    /// one.
+    pub fn ui(&mut self, ui: &mut Ui) {
+        if self.views.is_empty() {
+            egui::CentralPanel::default().show(ui, |ui| {
+                ui.centered_and_justified(|ui| {
+                    ui.label(
+                        RichText::new(
+                            "Open a PyTorch memory snapshot (.pickle, from \
+                             torch.cuda.memory._dump_snapshot) with File › Open… (Ctrl+O) or drop \
+                             it here. File › Watch folder… opens new ones as they are written.",
+                        )
+                        .size(18.0),
+                    );
+                });
+            });
+            return;
+        }
+        if self.views.len() > 1 {
+            egui::Panel::top("snapshot_picker").show(ui, |ui| {
+                ui.horizontal(|ui| {
+                    ui.label("Snapshot");
+                    let active = self.active.min(self.views.len() - 1);
+                    let mut selected = active;
+                    egui::ComboBox::from_id_salt("snapshot_picker")
+                        .selected_text(self.views[active].name())
+                        .show_ui(ui, |ui| {
+                            for (i, view) in self.views.iter().enumerate() {
+                                ui.selectable_value(&mut selected, i, view.name());
+                            }
+                        });
+                    self.active = selected;
+                });
+            });
+        }
+        egui::CentralPanel::default().show(ui, |ui| {
+            if let Some(view) = self.views.get_mut(self.active) {
+                view.ui(ui);
+            }
+        });
+    }
+}
