@@ -3,9 +3,11 @@
 //! explanations).
 
 pub mod allocator_rules;
+pub mod deadline;
 pub mod fragmentation;
 pub mod lod;
 pub mod oom;
+pub mod snapshot_analysis;
 pub mod threshold;
 pub mod timetravel;
 pub mod totals;

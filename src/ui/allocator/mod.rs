@@ -22,7 +22,9 @@ use egui::{Color32, Key, Rect, RichText, Sense, Stroke, StrokeKind, Ui, pos2, ve
 use self::block_map::{BlockMapLayout, BlockPaint, MapRow, MapView, PaintedRect, ROW_HEIGHT};
 use self::timeline::TimelineColumns;
 use crate::analysis::fragmentation::{self, FragmentationReport};
-use crate::analysis::oom::{self, OomExplanation};
+use crate::analysis::deadline::{self, Deadline};
+use crate::analysis::oom::OomExplanation;
+use crate::analysis::snapshot_analysis::{DeviceAnalysis, SnapshotAnalysisBuild, snapshot_devices};
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
 use crate::model::allocator::{AllocatorSnapshot, StackId};
 use crate::ui::runner::{Job, Poll, Runner, Step, job_progress_ui};
@@ -34,46 +36,35 @@ const SIDE_PANEL_WIDTH: f32 = 380.0;
 /// Search results highlighted at most (the count is still reported).
 const MAX_HIGHLIGHTS: usize = 5000;
 
-/// The analysis of one device, computed off the UI thread.
-struct DeviceAnalysis {
-    travel: TimeTravel,
-    ooms: Vec<OomExplanation>,
-}
+/// How long one step of the analysis runs: the job sees Cancel and reports progress between
+/// steps (and in the web viewer the browser gets its turn).
+const ANALYSIS_STEP: web_time::Duration = web_time::Duration::from_millis(40);
 
-/// The devices of a snapshot, in the order the view lists them.
-fn snapshot_devices(snapshot: &AllocatorSnapshot) -> Vec<u32> {
-    let mut devices: Vec<u32> = snapshot.devices.iter().map(|d| d.device).collect();
-    devices.extend(snapshot.traces.iter().map(|t| t.device));
-    devices.sort_unstable();
-    devices.dedup();
-    devices
-}
-
-/// One device's time travel and OOM explanations.
-fn analyze_device(snapshot: &Arc<AllocatorSnapshot>, device: u32) -> DeviceAnalysis {
-    let travel = TimeTravel::new(Arc::clone(snapshot), device);
-    let ooms = oom::explain_all(&travel);
-    DeviceAnalysis { travel, ooms }
-}
-
-/// Analyses every device of `snapshot` on `runner`, one device per step, reporting the share of
-/// devices done; a cancelled job stops between devices.
+/// Analyses every device of `snapshot` on `runner` in steps that stop at a deadline, reporting
+/// the share of devices done; a cancelled job stops between steps with the devices analysed so
+/// far.
 fn spawn_analysis(
     runner: &Runner,
     snapshot: Arc<AllocatorSnapshot>,
     name: &str,
 ) -> Job<Vec<DeviceAnalysis>> {
-    let devices = snapshot_devices(&snapshot);
-    let mut done = Vec::with_capacity(devices.len());
+    let mut build = Some(SnapshotAnalysisBuild::new(snapshot));
     runner.spawn_stepped(&format!("analysing {name}"), move |progress| {
-        if progress.is_cancelled() || done.len() == devices.len() {
-            return Step::Done(std::mem::take(&mut done));
+        let Some(current) = build.take() else {
+            return Step::Done(Vec::new());
+        };
+        if progress.is_cancelled() {
+            return Step::Done(current.into_done());
         }
-        let device = devices[done.len()];
-        progress.set_stage(format!("time travel of cuda:{device}"));
-        done.push(analyze_device(&snapshot, device));
-        progress.set_fraction(done.len() as f32 / devices.len() as f32);
-        Step::Pending
+        match current.run(Deadline::after(ANALYSIS_STEP)) {
+            deadline::Step::Done(devices) => Step::Done(devices),
+            deadline::Step::Pending(more) => {
+                let (done, total) = more.devices_done();
+                progress.set_fraction(done as f32 / total.max(1) as f32);
+                build = Some(more);
+                Step::Pending
+            }
+        }
     })
 }
 /// Which side tab is open.
@@ -270,6 +261,24 @@ impl AllocatorView {
             name,
             analysis: Analysis::Waiting,
             devices: Vec::new(),
+            selected_device: 0,
+            tab: SideTab::Summary,
+        }
+    }
+
+    /// A view of `snapshot` with its analysis already made (by the reader that opened the file,
+    /// which also took the doctor's facts from it), one per device in
+    /// [`snapshot_devices`] order.
+    pub fn with_analysis(
+        snapshot: Arc<AllocatorSnapshot>,
+        name: String,
+        analysis: Vec<DeviceAnalysis>,
+    ) -> Self {
+        AllocatorView {
+            snapshot,
+            name,
+            analysis: Analysis::Ready { cancelled: false },
+            devices: analysis.into_iter().map(DeviceView::new).collect(),
             selected_device: 0,
             tab: SideTab::Summary,
         }
