@@ -32,6 +32,8 @@ pub mod session;
 pub mod settings;
 pub mod timeline;
 pub mod views;
+#[cfg(target_arch = "wasm32")]
+mod web_open;
 
 pub use app::{AppOptions, VramscopeApp};
 pub mod wizard;

@@ -31,13 +31,13 @@ impl AllocatorTabs {
         self.views.get(self.active)
     }
 
-    /// Adds and shows a view of `snapshot`; returns the name of the view closed to stay within
-    /// [`MAX_ALLOCATOR_VIEWS`], if one was.
-    pub fn open(&mut self, snapshot: Arc<AllocatorSnapshot>, name: String) -> Option<String> {
+    /// Adds and shows `view` (of a snapshot just opened); returns the name of the view closed to
+    /// stay within [`MAX_ALLOCATOR_VIEWS`], if one was.
+    pub fn open(&mut self, view: AllocatorView) -> Option<String> {
         // A watched folder gets a new snapshot every few minutes for as long as a job runs.
         let closed = (self.views.len() >= MAX_ALLOCATOR_VIEWS)
             .then(|| self.views.remove(0).name().to_owned());
-        self.views.push(AllocatorView::new(snapshot, name));
+        self.views.push(view);
         self.active = self.views.len() - 1;
         closed
     }
