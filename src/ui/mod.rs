@@ -30,6 +30,8 @@ pub mod quit;
 pub mod runner;
 pub mod session;
 pub mod settings;
+#[cfg(any(target_arch = "wasm32", test))]
+mod snapshot_opening;
 pub mod timeline;
 pub mod views;
 #[cfg(target_arch = "wasm32")]

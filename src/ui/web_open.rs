@@ -2,8 +2,8 @@
 //!
 //! The page has one thread, which also draws the app and answers input. A snapshot is read in
 //! slices (`Blob.slice`, the next one read while the current one is decoded), each decoded as it
-//! arrives ([`SnapshotStream`]), then analysed in steps that stop at a deadline
-//! ([`SnapshotAnalysisBuild`]); between slices and steps the browser draws the progress bar and
+//! arrives, then analysed in steps that stop at a deadline ([`SnapshotOpening`], which gives
+//! what the desktop gives); between slices and steps the browser draws the progress bar and
 //! handles Cancel. The file is never held whole, so the memory needed is the model's, not the
 //! file's plus the model's. Captures and logs are read whole, then as on the desktop.
 
@@ -11,10 +11,9 @@ use wasm_bindgen::{JsCast as _, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_time::Duration;
 
-use super::jobs::{OpenOutcome, OpenedSnapshot, ReadProgress, read_bytes};
+use super::jobs::{OpenOutcome, ReadProgress, read_bytes};
+use super::snapshot_opening::SnapshotOpening;
 use crate::analysis::deadline::{Deadline, Step};
-use crate::analysis::snapshot_analysis::SnapshotAnalysisBuild;
-use crate::formats::pytorch::{SnapshotError, SnapshotStream};
 use crate::formats::sniff::{Route, SNIFF_BYTES, route};
 
 /// Bytes read and decoded per slice: decoding one takes a few tens of milliseconds, short enough
@@ -23,9 +22,6 @@ const SLICE_BYTES: u64 = 4 << 20;
 
 /// How long one step of the analysis runs before the browser gets the thread back.
 const STEP_TIME: Duration = Duration::from_millis(40);
-
-/// Share of the progress bar for reading the file; the analysis has the rest.
-const READ_SHARE: f32 = 0.9;
 
 /// The largest snapshot opened in a browser. A page's WebAssembly memory ends at 4 GiB, and a
 /// snapshot's model, decoder state and analysis together take about as much memory as the
@@ -88,14 +84,13 @@ async fn open_snapshot(
     size_bytes: u64,
     progress: &ReadProgress,
 ) -> OpenOutcome {
-    let report_read = |fraction: f32| progress.report(fraction * READ_SHARE);
-    let mut stream = SnapshotStream::new(file_name, size_bytes);
+    let mut opening = SnapshotOpening::new(file_name, size_bytes);
     let mut slice = Vec::new();
+    let mut start = 0;
     let mut next = (size_bytes > 0).then(|| start_read(file, 0, size_bytes.min(SLICE_BYTES)));
     while let Some(reading) = next.take() {
         // A read that finished already resolves without letting the browser in between.
         next_tick().await;
-        let start = stream.received_len();
         let end = (start + SLICE_BYTES).min(size_bytes);
         // Read the next slice while this one is decoded.
         if end < size_bytes {
@@ -105,43 +100,18 @@ async fn open_snapshot(
             Ok(buffer) => copy_into(&buffer, &mut slice),
             Err(err) => return cannot_read(file_name, &err),
         }
-        if let Err(err) = stream.push(&slice, &report_read) {
-            return snapshot_failed(err);
+        if let Err(outcome) = opening.push(&slice, progress) {
+            return outcome;
         }
-        if progress.is_cancelled() {
-            return OpenOutcome::Cancelled;
-        }
+        start = end;
     }
     drop(slice);
-    let snapshot = match stream.finish(&report_read) {
-        Ok(snapshot) => std::sync::Arc::new(snapshot),
-        Err(err) => return snapshot_failed(err),
-    };
-    progress.set_analysing();
-    let mut build = SnapshotAnalysisBuild::new(std::sync::Arc::clone(&snapshot));
-    let analysis = loop {
+    loop {
         next_tick().await;
-        match build.run(Deadline::after(STEP_TIME)) {
-            Step::Done(analysis) => break analysis,
-            Step::Pending(more) => build = more,
+        match opening.run(Deadline::after(STEP_TIME), progress) {
+            Step::Done(outcome) => return outcome,
+            Step::Pending(more) => opening = more,
         }
-        let (done, total) = build.devices_done();
-        let analysed = done as f32 / total.max(1) as f32;
-        if !progress.report(READ_SHARE + (1.0 - READ_SHARE) * analysed) {
-            return OpenOutcome::Cancelled;
-        }
-    };
-    if progress.is_cancelled() {
-        return OpenOutcome::Cancelled;
-    }
-    OpenOutcome::Snapshot(Box::new(OpenedSnapshot::new(snapshot, analysis, file_name)))
-}
-
-fn snapshot_failed(err: SnapshotError) -> OpenOutcome {
-    match err {
-        SnapshotError::Cancelled { .. } => OpenOutcome::Cancelled,
-        // The error already starts with the file's name.
-        err => OpenOutcome::Failed(err.to_string()),
     }
 }
 
