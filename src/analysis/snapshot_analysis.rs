@@ -52,7 +52,7 @@ enum Current {
     Travel(Box<TimeTravelBuild>),
     /// Explaining the OOM events `oom_events[ooms.len()..]`.
     Ooms {
-        travel: TimeTravel,
+        travel: Box<TimeTravel>,
         oom_events: Vec<usize>,
         ooms: Vec<OomExplanation>,
     },
@@ -100,7 +100,7 @@ impl SnapshotAnalysisBuild {
                     Step::Done(travel) => {
                         let oom_events = oom::oom_events(travel.trace());
                         Current::Ooms {
-                            travel,
+                            travel: Box::new(travel),
                             oom_events,
                             ooms: Vec::new(),
                         }
@@ -120,7 +120,10 @@ impl SnapshotAnalysisBuild {
                         }
                     }
                     None => {
-                        self.done.push(DeviceAnalysis { travel, ooms });
+                        self.done.push(DeviceAnalysis {
+                            travel: *travel,
+                            ooms,
+                        });
                         Current::Idle
                     }
                 },
