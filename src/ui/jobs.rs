@@ -211,7 +211,9 @@ impl Jobs {
             });
         #[cfg(target_arch = "wasm32")]
         let job = match file.web_file() {
-            Some(web_file) => super::web_open::open_job(&self.runner, &title, web_file.clone(), name),
+            Some(web_file) => {
+                super::web_open::open_job(&self.runner, &title, web_file.clone(), name)
+            }
             None => self.runner.spawn(&title, move |_| {
                 OpenOutcome::Failed(format!("{name}: the browser handed over no file to read"))
             }),

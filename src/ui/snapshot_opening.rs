@@ -1,12 +1,13 @@
-//! Opening a snapshot in steps, for the web page's single thread (`web_open`): the file's
-//! slices are decoded as they arrive and the analysis runs until a deadline, again and again, so
-//! the page can draw and answer Cancel in between. What it gives is what the desktop's one-go read
-//! gives (tested here against `jobs::read_path`), so the web viewer shows the same views and
-//! numbers.
+//! Opening a snapshot in steps, for the web page's single thread (the body of the stepped job
+//! that `web_open` starts on the [`super::runner::Runner`]): the file's slices are decoded as
+//! they arrive and the analysis runs until a deadline, again and again, so the page can draw and
+//! answer Cancel in between. What it gives is what the desktop's one-go read gives (tested here
+//! against `jobs::read_path`), so the web viewer shows the same views and numbers.
 
 use std::sync::Arc;
 
-use super::jobs::{OpenOutcome, OpenedSnapshot, ReadProgress, snapshot_error_outcome};
+use super::jobs::{ANALYSING_STAGE, OpenOutcome, OpenedSnapshot, snapshot_error_outcome};
+use super::runner::Progress;
 use crate::analysis::deadline::{Deadline, Step};
 use crate::analysis::snapshot_analysis::SnapshotAnalysisBuild;
 use crate::formats::pytorch::SnapshotStream;
@@ -43,13 +44,13 @@ impl SnapshotOpening {
 
     /// Decodes the next slice of the file. An error is the outcome to stop with: the file is
     /// damaged or the user cancelled.
-    pub fn push(&mut self, slice: &[u8], progress: &ReadProgress) -> Result<(), OpenOutcome> {
+    pub fn push(&mut self, slice: &[u8], progress: &Progress) -> Result<(), OpenOutcome> {
         let OpeningStage::Reading(stream) = &mut self.stage else {
             return Ok(());
         };
         stream
             .push(slice, &|fraction| {
-                progress.report(fraction * STEPPED_READ_SHARE)
+                progress.set_fraction(fraction * STEPPED_READ_SHARE)
             })
             .map_err(snapshot_error_outcome)?;
         if progress.is_cancelled() {
@@ -60,15 +61,15 @@ impl SnapshotOpening {
 
     /// Once every slice was pushed: works until `deadline` and hands back the outcome, or
     /// itself to run again after the page had its turn.
-    pub fn run(mut self, deadline: Deadline, progress: &ReadProgress) -> Step<OpenOutcome, Self> {
+    pub fn run(mut self, deadline: Deadline, progress: &Progress) -> Step<OpenOutcome, Self> {
         loop {
             self.stage = match self.stage {
                 OpeningStage::Reading(stream) => {
-                    let read =
-                        stream.finish(&|fraction| progress.report(fraction * STEPPED_READ_SHARE));
+                    let read = stream
+                        .finish(&|fraction| progress.set_fraction(fraction * STEPPED_READ_SHARE));
                     match read {
                         Ok(snapshot) => {
-                            progress.set_analysing();
+                            progress.set_stage(ANALYSING_STAGE);
                             let snapshot = Arc::new(snapshot);
                             let build = SnapshotAnalysisBuild::new(Arc::clone(&snapshot));
                             OpeningStage::Analysing { snapshot, build }
@@ -89,7 +90,7 @@ impl SnapshotOpening {
                         let (done, total) = build.devices_done();
                         let analysed = done as f32 / total.max(1) as f32;
                         let fraction = STEPPED_READ_SHARE + (1.0 - STEPPED_READ_SHARE) * analysed;
-                        if !progress.report(fraction) {
+                        if !progress.set_fraction(fraction) {
                             return Step::Done(OpenOutcome::Cancelled);
                         }
                         OpeningStage::Analysing { snapshot, build }
@@ -107,7 +108,7 @@ impl SnapshotOpening {
 mod tests {
     use std::path::Path;
 
-    use super::super::jobs::{Jobs, read_path};
+    use super::super::jobs::read_path;
     use super::*;
 
     /// What the viewer shows of an opened snapshot: the model, the per-device analysis the
@@ -147,7 +148,6 @@ mod tests {
     /// the smallest steps) shows exactly what the desktop's one-go read shows.
     #[test]
     fn a_snapshot_opened_in_steps_shows_what_the_desktop_shows() {
-        let mut jobs = Jobs::new(egui::Context::default());
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch");
         for name in [
             "frag_oom.pickle",
@@ -156,18 +156,18 @@ mod tests {
             "leak.snapshot.json",
         ] {
             let path = fixtures.join(name);
-            let (_, progress) = jobs.new_read(name);
+            let progress = Progress::new(egui::Context::default());
             let desktop = shown(read_path(&path, name, &progress));
             let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
             for slice_bytes in [1 << 10, 4 << 20] {
-                let (_, progress) = jobs.new_read(name);
+                let progress = Progress::new(egui::Context::default());
                 let mut opening = SnapshotOpening::new(name, bytes.len() as u64);
                 for slice in bytes.chunks(slice_bytes) {
                     if opening.push(slice, &progress).is_err() {
                         panic!("{name}: a slice failed");
                     }
                 }
-                assert!(!progress.is_analysing(), "{name}");
+                assert_ne!(progress.stage(), ANALYSING_STAGE, "{name}");
                 let mut steps = 0;
                 let in_steps = loop {
                     match opening.run(Deadline::after(std::time::Duration::ZERO), &progress) {
@@ -177,7 +177,7 @@ mod tests {
                     steps += 1;
                 };
                 assert!(steps > 0, "{name} was analysed in one step");
-                assert!(progress.is_analysing(), "{name}");
+                assert_eq!(progress.stage(), ANALYSING_STAGE, "{name}");
                 let web = shown(in_steps);
                 if let Some((line, (a, b))) = web
                     .lines()

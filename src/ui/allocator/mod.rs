@@ -21,8 +21,8 @@ use egui::{Color32, Key, Rect, RichText, Sense, Stroke, StrokeKind, Ui, pos2, ve
 
 use self::block_map::{BlockMapLayout, BlockPaint, MapRow, MapView, PaintedRect, ROW_HEIGHT};
 use self::timeline::TimelineColumns;
-use crate::analysis::fragmentation::{self, FragmentationReport};
 use crate::analysis::deadline::{self, Deadline};
+use crate::analysis::fragmentation::{self, FragmentationReport};
 use crate::analysis::oom::OomExplanation;
 use crate::analysis::snapshot_analysis::{DeviceAnalysis, SnapshotAnalysisBuild, snapshot_devices};
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};

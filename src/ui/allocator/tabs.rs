@@ -1,12 +1,9 @@
 //! The Allocator tab's views: one [`AllocatorView`] per opened snapshot, a picker when several
 //! are open, and a cap on how many stay open (each holds a whole snapshot).
 
-use std::sync::Arc;
-
 use egui::{RichText, Ui};
 
 use super::AllocatorView;
-use crate::model::allocator::AllocatorSnapshot;
 use crate::ui::wizard::AllocatorTabRequest;
 
 /// Allocator views kept open at most (each holds a whole snapshot); the oldest is closed first.
