@@ -13,6 +13,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "common/mod.rs"]
+mod common;
+
 use vramscope::analysis::replay::{AllocConf, WhatIfRequest, replay_setting, what_if};
 use vramscope::analysis::timetravel::TimeTravel;
 use vramscope::formats::pytorch::read_file;
@@ -33,22 +36,18 @@ fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn status_kib(field: &str) -> u64 {
+/// Resident memory of this process now, in KiB (`VmRSS` in `/proc/self/status`; Linux).
+fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
             status
                 .lines()
-                .find(|l| l.starts_with(field))
+                .find(|l| l.starts_with("VmRSS:"))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn confs() -> Result<Vec<AllocConf>, String> {
@@ -66,7 +65,7 @@ fn bench(path: &Path, smoke: bool) -> Result<(), String> {
     let travel = TimeTravel::new(Arc::clone(&snapshot), 0);
     let travel_s = started.elapsed().as_secs_f64();
     let events = travel.len();
-    let rss_before_kib = status_kib("VmRSS");
+    let rss_before_kib = rss_kib();
     println!(
         "{}: {events} events; open {open_s:.2} s, time travel {travel_s:.2} s, RSS {} MiB",
         path.display(),
@@ -90,14 +89,17 @@ fn bench(path: &Path, smoke: bool) -> Result<(), String> {
         report = Some(result);
     }
     let report = report.ok_or("no run")?;
-    let extra_peak_mib = status_kib("VmHWM").saturating_sub(rss_before_kib) / 1024;
+    let extra_peak_mib = common::peak_rss_kib()
+        .unwrap_or(0)
+        .saturating_sub(rss_before_kib)
+        / 1024;
     println!(
         "  7-setting sweep (self-check + recorded + 7, {} threads): median {:.2} s of {runs}; \
          self-check reliable: {}; peak memory added: {extra_peak_mib} MiB",
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
-        median(sweep_s.clone()),
+        common::Samples::from_values(sweep_s.clone()).median(),
         report.self_check.reliable
     );
     if !report.self_check.reliable {
@@ -115,7 +117,7 @@ fn bench(path: &Path, smoke: bool) -> Result<(), String> {
             seconds.push(started.elapsed().as_secs_f64());
             replayed = outcome.events_replayed;
         }
-        let s = median(seconds);
+        let s = common::Samples::from_values(seconds).median();
         println!(
             "  one setting ({text}), one thread: {replayed} events in {s:.3} s = {:.1} M events/s",
             replayed as f64 / s / 1e6
@@ -147,7 +149,7 @@ fn default_big_snapshot() -> Result<PathBuf, String> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = if args.iter().any(|a| a == "--bench") {
+    let result = if common::measuring() {
         let explicit = args.iter().find(|a| !a.starts_with('-')).map(PathBuf::from);
         explicit
             .map(Ok)
