@@ -1,11 +1,12 @@
 //! Pure functions over the model: level-of-detail pyramids for timelines, threshold crossings,
 //! allocator snapshot totals, and the allocator analyses (time travel, fragmentation, OOM
-//! explanations).
+//! explanations, and the what-if replay of a trace under other allocator settings).
 
 pub mod allocator_rules;
 pub mod fragmentation;
 pub mod lod;
 pub mod oom;
+pub mod replay;
 pub mod threshold;
 pub mod timetravel;
 pub mod totals;

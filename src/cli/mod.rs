@@ -12,6 +12,7 @@ mod gui;
 mod info;
 mod inspect;
 mod record;
+mod whatif;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,6 +58,9 @@ pub enum Command {
     Diagnose(diagnose::DiagnoseArgs),
     /// Export a capture's timeline as CSV, a Chrome/Perfetto trace or a PNG image for a review.
     Export(export::ExportArgs),
+    /// Replay a snapshot's allocator trace under other PYTORCH_CUDA_ALLOC_CONF settings: which
+    /// would have avoided the OOM, and with how much headroom.
+    Whatif(whatif::WhatIfArgs),
 }
 
 /// Entry point of the binary.
@@ -70,6 +74,7 @@ pub fn main() -> ExitCode {
                 | Command::Check(_)
                 | Command::Analyze(_)
                 | Command::Diagnose(_)
+                | Command::Whatif(_)
         )
     ) {
         exit_quietly_on_closed_pipe();
@@ -83,6 +88,7 @@ pub fn main() -> ExitCode {
         Some(Command::Analyze(args)) => analyze::run(args),
         Some(Command::Diagnose(args)) => diagnose::run(args),
         Some(Command::Export(args)) => export::run(args),
+        Some(Command::Whatif(args)) => whatif::run(args),
     }
 }
 
