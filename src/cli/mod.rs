@@ -8,9 +8,12 @@ mod analyze;
 mod check;
 mod diagnose;
 mod export;
+mod exporter;
 mod gui;
 mod info;
 mod inspect;
+mod prometheus;
+mod pull;
 mod record;
 mod whatif;
 
@@ -37,6 +40,9 @@ pub struct Cli {
     /// (as File › Watch folder… does).
     #[arg(long, value_name = "DIR")]
     pub watch: Option<PathBuf>,
+    /// In the GUI: show the GPUs of a Prometheus server (--since back) and follow it live.
+    #[command(flatten)]
+    pub prometheus: prometheus::PrometheusArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -61,6 +67,11 @@ pub enum Command {
     /// Replay a snapshot's allocator trace under other PYTORCH_CUDA_ALLOC_CONF settings: which
     /// would have avoided the OOM, and with how much headroom.
     Whatif(whatif::WhatIfArgs),
+    /// Serve this machine's GPUs at /metrics for Prometheus (memory, processes, Xid, ECC, remaps).
+    Exporter(exporter::ExporterArgs),
+    /// Save a range of a Prometheus server's GPU series (dcgm-exporter, nvitop-exporter,
+    /// vramscope exporter) as a .vramcap capture.
+    Pull(pull::PullArgs),
 }
 
 /// Entry point of the binary.
@@ -80,7 +91,7 @@ pub fn main() -> ExitCode {
         exit_quietly_on_closed_pipe();
     }
     match cli.command {
-        None => gui::run(cli.files, cli.demo, cli.demo_speed, cli.watch),
+        None => gui::run(cli.files, cli.demo, cli.demo_speed, cli.watch, cli.prometheus),
         Some(Command::Record(args)) => record::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Info(args)) => info::run(args),
@@ -89,6 +100,8 @@ pub fn main() -> ExitCode {
         Some(Command::Diagnose(args)) => diagnose::run(args),
         Some(Command::Export(args)) => export::run(args),
         Some(Command::Whatif(args)) => whatif::run(args),
+        Some(Command::Exporter(args)) => exporter::run(args),
+        Some(Command::Pull(args)) => pull::run(args),
     }
 }
 
