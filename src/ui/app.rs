@@ -83,6 +83,8 @@ pub struct VramscopeApp {
     active: Option<usize>,
     timeline: TimelineState,
     process_table: ProcessTableState,
+    /// The fleet view, for sessions of many GPUs (a Prometheus fleet).
+    fleet: super::fleet::FleetView,
     jobs: Jobs,
     pub notices: Notices,
     /// File dialogs, or the in-app path field where none can appear.
@@ -131,6 +133,7 @@ impl VramscopeApp {
             active: None,
             timeline: TimelineState::default(),
             process_table: ProcessTableState::default(),
+            fleet: super::fleet::FleetView::default(),
             jobs: Jobs::new(cc.egui_ctx.clone()),
             notices: Notices::default(),
             paths: PathAsker::new(options.dialogs),
@@ -326,6 +329,24 @@ impl VramscopeApp {
     fn add_session(&mut self, session: Session) {
         self.sessions.push(session);
         self.select_session(self.sessions.len() - 1);
+    }
+
+    /// Opens one GPU of the fleet shown as a session of its own (its timeline, processes and
+    /// devices panel), named after the GPU and the fleet.
+    fn open_fleet_gpu(&mut self, device_index: u32) {
+        let Some(fleet) = self.active_session() else {
+            return;
+        };
+        let file_name = format!(
+            "{} of {}",
+            fleet.capture.gpu_label(device_index),
+            fleet.label()
+        );
+        let prepared = PreparedCapture::new(fleet.capture.only_device(device_index));
+        self.add_session(Session::from_prepared(
+            SessionOrigin::File { file_name },
+            prepared,
+        ));
     }
 
     fn select_session(&mut self, index: usize) {
@@ -1120,6 +1141,16 @@ impl VramscopeApp {
             });
             return;
         };
+        if super::fleet::is_fleet(&session.capture) {
+            let threshold = self.settings.threshold_fraction();
+            let opened = egui::CentralPanel::default()
+                .show(ui, |ui| self.fleet.ui(ui, &session.capture, threshold))
+                .inner;
+            if let Some(device_index) = opened {
+                self.open_fleet_gpu(device_index);
+            }
+            return;
+        }
         egui::Panel::left("devices")
             .resizable(true)
             .default_size(250.0)
