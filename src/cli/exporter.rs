@@ -6,8 +6,7 @@
 //! last rendered page.
 
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::source::open_real_or_demo;
@@ -41,11 +40,10 @@ pub fn run(args: ExporterArgs) -> ExitCode {
         Ok(address) => address,
         Err(err) => return super::fail(err),
     };
-    let stop_requested = Arc::new(AtomicBool::new(false));
-    let handler_flag = Arc::clone(&stop_requested);
-    if let Err(err) = ctrlc::set_handler(move || handler_flag.store(true, Ordering::SeqCst)) {
-        return super::fail(format!("cannot install the Ctrl+C/SIGTERM handler: {err}"));
-    }
+    let stop_requested = match super::stop_on_ctrl_c() {
+        Ok(flag) => flag,
+        Err(code) => return code,
+    };
     let (source, demo_reason) = match open_real_or_demo(args.demo) {
         Ok(opened) => opened,
         Err(err) => {

@@ -117,6 +117,37 @@ fn exit_quietly_on_closed_pipe() {
     }
 }
 
+/// Refuses to write `out` when it is a folder, or exists and `force` is not set; `example` is a
+/// file name to suggest inside a folder. `Some(exit code)` when refused (the message is printed).
+pub(crate) fn refuse_output(out: &std::path::Path, force: bool, example: &str) -> Option<ExitCode> {
+    if out.is_dir() {
+        return Some(fail(format!(
+            "{} is a directory; give a file name such as {}",
+            out.display(),
+            out.join(example).display()
+        )));
+    }
+    if out.exists() && !force {
+        return Some(fail(format!(
+            "{} already exists; pass --force to replace it",
+            out.display()
+        )));
+    }
+    None
+}
+
+/// A flag set by Ctrl+C or SIGTERM, for commands that run until stopped (`record`, `exporter`).
+pub(crate) fn stop_on_ctrl_c() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>, ExitCode> {
+    let stop_requested = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler_flag = std::sync::Arc::clone(&stop_requested);
+    match ctrlc::set_handler(move || handler_flag.store(true, std::sync::atomic::Ordering::SeqCst)) {
+        Ok(()) => Ok(stop_requested),
+        Err(err) => Err(fail(format!(
+            "cannot install the Ctrl+C/SIGTERM handler: {err}"
+        ))),
+    }
+}
+
 /// Prints an error the way every command does (`vramscope: error: …`) and returns exit code 1.
 pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("vramscope: error: {message}");

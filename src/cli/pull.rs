@@ -25,18 +25,8 @@ pub fn run(args: PullArgs) -> ExitCode {
     if args.prometheus.prometheus.is_none() {
         return super::fail("pull: give the server to read with --prometheus URL");
     }
-    if args.out.is_dir() {
-        return super::fail(format!(
-            "{} is a directory; give a file name such as {}",
-            args.out.display(),
-            args.out.join("fleet.vramcap").display()
-        ));
-    }
-    if args.out.exists() && !args.force {
-        return super::fail(format!(
-            "{} already exists; pass --force to replace it",
-            args.out.display()
-        ));
+    if let Some(refused) = super::refuse_output(&args.out, args.force, "fleet.vramcap") {
+        return refused;
     }
     let (reader, range, capture) = match args.prometheus.pull() {
         Ok(pulled) => pulled,

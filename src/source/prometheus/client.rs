@@ -159,7 +159,7 @@ impl PrometheusClient {
             Auth::Bearer(token) => Some(format!("Bearer {}", token.trim())),
             Auth::Basic { user, password } => Some(format!(
                 "Basic {}",
-                base64_encode(format!("{user}:{password}").as_bytes())
+                crate::report::html::base64(format!("{user}:{password}").as_bytes())
             )),
         };
         Ok(PrometheusClient {
@@ -342,47 +342,9 @@ fn seconds(ms: i64) -> String {
     format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
 }
 
-/// Standard base64 (RFC 4648, with padding), for the basic-auth header.
-fn base64_encode(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_matches_rfc_4648_vectors() {
-        for (plain, encoded) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-            ("Aladdin:open sesame", "QWxhZGRpbjpvcGVuIHNlc2FtZQ=="),
-        ] {
-            assert_eq!(base64_encode(plain.as_bytes()), encoded, "{plain:?}");
-        }
-    }
 
     #[test]
     fn urls_without_a_scheme_or_host_are_refused() {
