@@ -79,8 +79,13 @@ fn start_prometheus(dir: &Path, targets: &[(&str, u16)]) -> (Running, String) {
 }
 
 /// Starts Prometheus (with a web configuration: TLS, users) and returns it with its port.
-fn spawn_prometheus(dir: &Path, targets: &[(&str, u16)], web_config: Option<&Path>) -> (Running, u16) {
-    let mut config = String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n");
+fn spawn_prometheus(
+    dir: &Path,
+    targets: &[(&str, u16)],
+    web_config: Option<&Path>,
+) -> (Running, u16) {
+    let mut config =
+        String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n");
     for (job, port) in targets {
         config.push_str(&format!(
             "  - job_name: {job}\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
@@ -92,7 +97,10 @@ fn spawn_prometheus(dir: &Path, targets: &[(&str, u16)], web_config: Option<&Pat
     let mut command = Command::new(prometheus_binary());
     command
         .arg(format!("--config.file={}", config_path.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"));
     if let Some(web_config) = web_config {
         command.arg(format!("--web.config.file={}", web_config.display()));
@@ -690,16 +698,70 @@ const PASSWORD_HASH: &str = "$2b$10$abcdefghijklmnopqrstuuf8IDzradNoVu7dQxKrv4wH
 #[test]
 fn https_with_a_private_ca_and_basic_auth() {
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl makes a self-signed certificate (apt-get install openssl)");
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    // A private CA and a server certificate it signed, as a company's internal PKI would issue.
+    let path = |name: &str| dir.path().join(name);
+    let (ca, cert, key) = (path("ca.pem"), path("cert.pem"), path("key.pem"));
+    std::fs::write(
+        path("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .expect("write the certificate extensions");
+    let openssl = |args: &[&str]| {
+        let made = Command::new("openssl")
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .expect("openssl makes the test certificates (apt-get install openssl)");
+        assert!(
+            made.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=vramscope test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "server.csr",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "cert.pem",
+    ]);
     let web_config = dir.path().join("web.yml");
     std::fs::write(
         &web_config,
@@ -710,32 +772,65 @@ fn https_with_a_private_ca_and_basic_auth() {
         ),
     )
     .expect("write the web configuration");
-    let gpus = [DcgmGpu { host: "node-tls", gpu: 0, used_mib: 4_242, total_mib: 81_559 }];
+    let gpus = [DcgmGpu {
+        host: "node-tls",
+        gpu: 0,
+        used_mib: 4_242,
+        total_mib: 81_559,
+    }];
     let (dcgm_port, _dcgm) = serve_metrics(move || dcgm_page(&gpus, 0, 0));
-    let (_prometheus, port) = spawn_prometheus(dir.path(), &[("dcgm", dcgm_port)], Some(&web_config));
+    let (_prometheus, port) =
+        spawn_prometheus(dir.path(), &[("dcgm", dcgm_port)], Some(&web_config));
     let url = format!("https://127.0.0.1:{port}");
     let out = dir.path().join("tls.vramcap");
     let out_text = out.to_str().unwrap_or_default().to_owned();
-    let cert_text = cert.to_str().unwrap_or_default().to_owned();
+    let ca_text = ca.to_str().unwrap_or_default().to_owned();
     let args = |extra: &[&str]| {
-        let mut args = vec!["pull", "--prometheus", url.as_str(), "--since", "1m", "--step", "1s", "--force", "--out", out_text.as_str()];
+        let mut args = vec![
+            "pull",
+            "--prometheus",
+            url.as_str(),
+            "--since",
+            "1m",
+            "--step",
+            "1s",
+            "--force",
+            "--out",
+            out_text.as_str(),
+        ];
         args.extend_from_slice(extra);
         vramscope(&args)
     };
     // The server starts, then scrapes: wait until a pull finds the GPU with a few samples.
-    wait_until(Duration::from_secs(60), "an authenticated HTTPS pull with samples", || {
-        let output = args(&["--ca-cert", &cert_text, "--user", "vramscope:s3cret-pass"]);
-        output.status.success() && vramcap::read_file(&out).is_ok_and(|c| c.sample_count() >= 3)
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "an authenticated HTTPS pull with samples",
+        || {
+            let output = args(&["--ca-cert", &ca_text, "--user", "vramscope:s3cret-pass"]);
+            output.status.success() && vramcap::read_file(&out).is_ok_and(|c| c.sample_count() >= 3)
+        },
+    );
     let capture = vramcap::read_file(&out).expect("the pulled capture");
     assert_eq!(capture.devices.len(), 1);
     assert_eq!(capture.devices[0].label(), "node-tls GPU 0");
-    assert!(capture.series[0].samples.iter().all(|s| s.memory.map(|m| m.used_bytes) == Some(4_242 * MIB)));
+    assert!(
+        capture.series[0]
+            .samples
+            .iter()
+            .all(|s| s.memory.map(|m| m.used_bytes) == Some(4_242 * MIB))
+    );
     let untrusted = args(&["--user", "vramscope:s3cret-pass"]);
     assert_eq!(untrusted.status.code(), Some(1));
     let message = String::from_utf8_lossy(&untrusted.stderr);
-    assert!(message.contains("cannot reach Prometheus at https://127.0.0.1:") && message.to_lowercase().contains("certificate"), "{message}");
-    let wrong_password = args(&["--ca-cert", &cert_text, "--user", "vramscope:wrong"]);
+    assert!(
+        message.contains("cannot reach Prometheus at https://127.0.0.1:")
+            && message.to_lowercase().contains("certificate"),
+        "{message}"
+    );
+    let wrong_password = args(&["--ca-cert", &ca_text, "--user", "vramscope:wrong"]);
     assert_eq!(wrong_password.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&wrong_password.stderr).contains("answered 401"), "{wrong_password:?}");
+    assert!(
+        String::from_utf8_lossy(&wrong_password.stderr).contains("answered 401"),
+        "{wrong_password:?}"
+    );
 }
