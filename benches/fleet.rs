@@ -168,9 +168,20 @@ fn main() {
         capture.sample_count(),
         capture.devices.len() * workload.steps
     );
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(path) = args
+        .iter()
+        .position(|a| a == "--save")
+        .and_then(|i| args.get(i + 1))
+    {
+        match vramscope::formats::vramcap::write_file(std::path::Path::new(path), &capture) {
+            Ok(()) => println!("fleet written to {path}"),
+            Err(err) => panic!("cannot save the fleet: {err}"),
+        }
+    }
 
     // Preparing in the frames' slices: how many frames until every GPU is judged, and how long
-    // each slice took (the budget per frame is 6 ms).
+    // each slice took (the budget per frame is 4 ms).
     let ctx = egui::Context::default();
     let threshold = 0.9;
     let mut view = FleetView::default();

@@ -17,8 +17,10 @@ mod pull;
 mod record;
 mod whatif;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand};
 
@@ -119,7 +121,7 @@ fn exit_quietly_on_closed_pipe() {
 
 /// Refuses to write `out` when it is a folder, or exists and `force` is not set; `example` is a
 /// file name to suggest inside a folder. `Some(exit code)` when refused (the message is printed).
-pub(crate) fn refuse_output(out: &std::path::Path, force: bool, example: &str) -> Option<ExitCode> {
+pub(crate) fn refuse_output(out: &Path, force: bool, example: &str) -> Option<ExitCode> {
     if out.is_dir() {
         return Some(fail(format!(
             "{} is a directory; give a file name such as {}",
@@ -137,10 +139,10 @@ pub(crate) fn refuse_output(out: &std::path::Path, force: bool, example: &str) -
 }
 
 /// A flag set by Ctrl+C or SIGTERM, for commands that run until stopped (`record`, `exporter`).
-pub(crate) fn stop_on_ctrl_c() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>, ExitCode> {
-    let stop_requested = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let handler_flag = std::sync::Arc::clone(&stop_requested);
-    match ctrlc::set_handler(move || handler_flag.store(true, std::sync::atomic::Ordering::SeqCst)) {
+pub(crate) fn stop_on_ctrl_c() -> Result<Arc<AtomicBool>, ExitCode> {
+    let stop_requested = Arc::new(AtomicBool::new(false));
+    let handler_flag = Arc::clone(&stop_requested);
+    match ctrlc::set_handler(move || handler_flag.store(true, Ordering::SeqCst)) {
         Ok(()) => Ok(stop_requested),
         Err(err) => Err(fail(format!(
             "cannot install the Ctrl+C/SIGTERM handler: {err}"

@@ -99,6 +99,7 @@ impl MetricsServer {
             }
         })?;
         let address = listener.local_addr().unwrap_or(address);
+        no_delay_for_accepted(&listener);
         let server =
             tiny_http::Server::from_listener(listener, None).map_err(|err| ListenError::Io {
                 address: address.to_string(),
@@ -145,6 +146,32 @@ impl Drop for MetricsServer {
                 log::error!("a metrics worker thread panicked");
             }
         }
+    }
+}
+
+/// Turns Nagle's algorithm off for every connection the listener accepts (Linux copies the
+/// option to accepted sockets). tiny_http writes a response's head and body separately; with
+/// Nagle on, a kept-alive scraper waits for the delayed ACK, 40 ms per scrape (measured: 44 ms
+/// p50 before, see docs/benchmarks.md).
+fn no_delay_for_accepted(listener: &TcpListener) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor owned by `listener`, and a pointer to an int that lives
+    // for the call, with its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        log::warn!(
+            "TCP_NODELAY could not be set on the metrics socket: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
