@@ -254,6 +254,8 @@ impl FleetView {
 
     /// Draws the view; returns the device index of a row the user opened.
     pub fn ui(&mut self, ui: &mut Ui, capture: &Capture, threshold_fraction: f64) -> Option<u32> {
+        // A click anywhere on a row opens it: text in the rows must not take clicks for selection.
+        ui.style_mut().interaction.selectable_labels = false;
         if self.prepare(capture, threshold_fraction, WORK_BUDGET) {
             ui.ctx().request_repaint();
         }
@@ -284,24 +286,27 @@ impl FleetView {
                 ui.label(format!("{with_findings} with findings"));
             }
             ui.separator();
-            ui.label("Filter:");
+            let filter_label = ui.label("Filter:");
             ui.add(
                 egui::TextEdit::singleline(&mut self.filter)
                     .hint_text("host, label or key=value")
                     .desired_width(200.0),
             )
+            .labelled_by(filter_label.id)
             .on_hover_text(
                 "Shows GPUs whose host, name or any label contains the text; key=value matches \
                  one label (e.g. namespace=ml); several words must all match",
             );
-            ui.label("Sort by:");
+            let sort_label = ui.label("Sort by:");
             egui::ComboBox::from_id_salt("fleet_sort")
                 .selected_text(self.sort.title())
                 .show_ui(ui, |ui| {
                     for sort in FleetSort::ALL {
                         ui.selectable_value(&mut self.sort, sort, sort.title());
                     }
-                });
+                })
+                .response
+                .labelled_by(sort_label.id);
             let direction = if self.ascending {
                 "ascending"
             } else {
