@@ -105,7 +105,7 @@ fn fleet(workload: &Workload) -> Capture {
     for series in &mut capture.series {
         let d = u64::from(series.device_index);
         let base = 0.2 + 0.5 * (mix(d) % 1000) as f64 / 1000.0;
-        series.samples.reserve_exact(workload.steps);
+        series.reserve_exact(workload.steps);
         for step in 0..workload.steps {
             let t = step as f64 / workload.steps as f64;
             let mut fraction = base
@@ -121,7 +121,7 @@ fn fleet(workload: &Workload) -> Capture {
                 fraction = 0.99;
             }
             let used_bytes = (fraction.clamp(0.0, 1.0) * usable) as u64;
-            series.samples.push(DeviceSample {
+            series.push(&DeviceSample {
                 t_ms: START_MS + step as i64 * STEP_MS,
                 device_index: series.device_index,
                 memory: Some(MemoryReading {

@@ -353,12 +353,8 @@ fn pull_and_diagnose_a_real_prometheus_scraping_vramscope_and_dcgm_exporter() {
     // Every sample of the dcgm GPUs carries exactly the MiB the endpoint served, in bytes.
     for (device, used_mib, temperature_c) in [(2, 10_000, 40), (3, 137_000, 41), (4, 20_000, 40)] {
         let series = capture.series(device).expect("a series per GPU");
-        assert!(
-            series.samples.len() >= 6,
-            "GPU {device}: {} samples",
-            series.samples.len()
-        );
-        for sample in &series.samples {
+        assert!(series.len() >= 6, "GPU {device}: {} samples", series.len());
+        for sample in series.iter() {
             let memory = sample.memory.expect("memory in every sample");
             assert_eq!(memory.used_bytes, used_mib * MIB);
             assert_eq!(memory.reserved_bytes, RESERVED_MIB * MIB);
@@ -395,8 +391,8 @@ fn pull_and_diagnose_a_real_prometheus_scraping_vramscope_and_dcgm_exporter() {
         assert_eq!(facts.name, "NVIDIA H200 (simulated)");
         assert_eq!(facts.memory_total_bytes, scenario::TOTAL_BYTES);
         let series = capture.series(device).expect("demo series");
-        assert!(!series.samples.is_empty());
-        for sample in &series.samples {
+        assert!(!series.is_empty());
+        for sample in series.iter() {
             let memory = sample.memory.expect("memory");
             assert_eq!(
                 (memory.total_bytes, memory.reserved_bytes),
@@ -528,7 +524,6 @@ fn a_thousand_gpus_pull_exactly() {
         .map(|d| {
             let series = capture.series(d.index).expect("a series per GPU");
             let used: Vec<u64> = series
-                .samples
                 .iter()
                 .filter_map(|s| s.memory.map(|m| m.used_bytes / MIB))
                 .collect();
@@ -815,7 +810,6 @@ fn https_with_a_private_ca_and_basic_auth() {
     assert_eq!(capture.devices[0].label(), "node-tls GPU 0");
     assert!(
         capture.series[0]
-            .samples
             .iter()
             .all(|s| s.memory.map(|m| m.used_bytes) == Some(4_242 * MIB))
     );

@@ -1,6 +1,7 @@
 //! The fleet view in the real app (egui_kittest): a capture of GPUs on several hosts opens as a
 //! fleet, each GPU gets the badges the diagnosis gives it, the filter narrows the rows, and a
-//! click on a row opens that GPU's own timeline as a session.
+//! click on a row opens that GPU's own timeline as a session; a snapshot image of a varied fleet
+//! (`tests/snapshots/fleet_view.png`, made with `UPDATE_SNAPSHOTS=1` on lavapipe like the others).
 
 use std::time::{Duration, Instant};
 
@@ -9,25 +10,43 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
 use vramscope::model::{
-    Capture, CaptureMeta, DeviceFacts, DeviceSample, GIB, MemoryReading, SampleBatch, SourceKind,
+    Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, GIB, MemoryReading,
+    SampleBatch, SourceKind,
 };
 use vramscope::ui::dialogs::NoDialogs;
 use vramscope::ui::{AppOptions, VramscopeApp};
 
 /// Three hosts × four GPUs over two hours at a minute; node-b GPU 2 runs at 97 %.
 fn fleet() -> Capture {
-    let devices: Vec<DeviceFacts> = ["node-a", "node-b", "node-c"]
-        .iter()
+    fleet_of(3, 4, 120, |d, _| {
+        if d == 6 {
+            0.97
+        } else {
+            (20 + d) as f64 / 100.0
+        }
+    })
+}
+
+/// `hosts` × `gpus_per_host` H200-sized GPUs of 100 GiB sampled every minute for `minutes`; GPU
+/// `d` holds `share(d, minute)` of its memory.
+fn fleet_of(
+    hosts: u32,
+    gpus_per_host: u32,
+    minutes: i64,
+    share: impl Fn(u32, i64) -> f64,
+) -> Capture {
+    let devices: Vec<DeviceFacts> = (0..hosts)
+        .map(|h| format!("node-{}", char::from(b'a' + h as u8)))
         .flat_map(|host| {
-            (0..4).map(move |gpu| DeviceFacts {
-                host: (*host).to_owned(),
+            (0..gpus_per_host).map(move |gpu| DeviceFacts {
+                host: host.clone(),
                 name: "NVIDIA H200".to_owned(),
                 memory_total_bytes: 100 * GIB,
                 labels: [
                     ("gpu", gpu.to_string()),
                     (
                         "namespace",
-                        if *host == "node-c" { "serving" } else { "ml" }.to_owned(),
+                        if host == "node-c" { "serving" } else { "ml" }.to_owned(),
                     ),
                 ]
                 .into_iter()
@@ -52,18 +71,18 @@ fn fleet() -> Capture {
         },
         devices,
     );
-    for minute in 0..120_i64 {
+    for minute in 0..minutes {
         capture.ingest(&SampleBatch {
-            devices: (0..12_u32)
+            devices: (0..hosts * gpus_per_host)
                 .map(|d| {
-                    let used_gib = if d == 6 { 97 } else { 20 + u64::from(d) };
+                    let used_bytes = (share(d, minute).clamp(0.0, 1.0) * (100 * GIB) as f64) as u64;
                     DeviceSample {
                         t_ms: 1_796_000_400_000 + minute * 60_000,
                         device_index: d,
                         memory: Some(MemoryReading {
-                            used_bytes: used_gib * GIB,
+                            used_bytes,
                             reserved_bytes: 0,
-                            free_bytes: (100 - used_gib) * GIB,
+                            free_bytes: 100 * GIB - used_bytes,
                             total_bytes: 100 * GIB,
                         }),
                         ..Default::default()
@@ -85,6 +104,7 @@ fn harness(capture: Capture) -> Harness<'static, VramscopeApp> {
     };
     Harness::builder()
         .with_size(Vec2::new(1200.0, 700.0))
+        .wgpu()
         .build_eframe(move |cc| {
             let mut app = VramscopeApp::new(cc, options);
             app.show_capture("fleet.vramcap", capture);
@@ -92,9 +112,8 @@ fn harness(capture: Capture) -> Harness<'static, VramscopeApp> {
         })
 }
 
-#[test]
-fn a_fleet_is_judged_filtered_and_a_click_opens_one_gpu() {
-    let mut harness = harness(fleet());
+/// Steps until every GPU of the fleet is judged (the view works in slices per frame).
+fn judge_all(harness: &mut Harness<'static, VramscopeApp>) {
     let deadline = Instant::now() + Duration::from_secs(60);
     harness.step();
     while harness.query_by_label_contains("judging").is_some() {
@@ -105,6 +124,12 @@ fn a_fleet_is_judged_filtered_and_a_click_opens_one_gpu() {
         harness.step();
     }
     harness.step();
+}
+
+#[test]
+fn a_fleet_is_judged_filtered_and_a_click_opens_one_gpu() {
+    let mut harness = harness(fleet());
+    judge_all(&mut harness);
     assert!(
         harness
             .query_by_label("Fleet: 12 GPUs on 3 host(s)")
@@ -117,7 +142,9 @@ fn a_fleet_is_judged_filtered_and_a_click_opens_one_gpu() {
 
     // The filter narrows the rows to one label's GPUs.
     harness.get_by_label("Filter:").focus();
-    harness.get_by_label("Filter:").type_text("namespace=serving");
+    harness
+        .get_by_label("Filter:")
+        .type_text("namespace=serving");
     harness.run_steps(3);
     assert!(
         harness
@@ -156,4 +183,38 @@ fn a_fleet_is_judged_filtered_and_a_click_opens_one_gpu() {
             .query_by_label_contains("node-b GPU 2 · NVIDIA H200")
             .is_some()
     );
+}
+
+/// Two hosts × eight GPUs over six hours: a daily wave and noise on each, one leaking, one
+/// running near full with an Xid, one with short spikes; what a user sees first.
+#[test]
+fn fleet_view_snapshot() {
+    let noise = |d: u32, minute: i64| {
+        let x = (u64::from(d) * 1_000_003 + minute as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        ((x >> 40) % 1000) as f64 / 1000.0 - 0.5
+    };
+    let mut capture = fleet_of(2, 8, 360, |d, minute| {
+        let t = minute as f64 / 360.0;
+        let base = 0.25 + 0.05 * f64::from(d % 8);
+        let share = base
+            + 0.06 * (t * std::f64::consts::TAU * 2.0 + f64::from(d)).sin()
+            + 0.02 * noise(d, minute);
+        match d {
+            3 => share + 0.4 * t,
+            9 => 0.97,
+            12 if minute % 45 == 0 => 0.99,
+            _ => share,
+        }
+    });
+    capture.events.push(Event {
+        t_ms: 1_796_000_400_000 + 200 * 60_000,
+        device_index: Some(9),
+        kind: EventKind::Xid {
+            code: 79,
+            mig_instance: None,
+        },
+    });
+    let mut harness = harness(capture);
+    judge_all(&mut harness);
+    harness.snapshot("fleet_view");
 }

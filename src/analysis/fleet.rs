@@ -35,10 +35,10 @@ impl FleetStrip {
     /// Folds in the samples the series gained since the last call (a series replaced by a
     /// shorter one starts the strip over). Costs O(new samples).
     pub fn extend(&mut self, series: &DeviceSeries) {
-        if series.samples.len() < self.samples_seen {
+        if series.len() < self.samples_seen {
             *self = FleetStrip::default();
         }
-        for sample in &series.samples[self.samples_seen..] {
+        for sample in series.iter_from(self.samples_seen) {
             let Some(memory) = sample.memory else {
                 continue;
             };
@@ -49,7 +49,7 @@ impl FleetStrip {
                 self.peak_total_bytes = memory.total_bytes;
             }
         }
-        self.samples_seen = series.samples.len();
+        self.samples_seen = series.len();
         self.pyramid.extend(&self.fraction);
     }
 
@@ -92,32 +92,26 @@ mod tests {
     use crate::model::{DeviceSample, MemoryReading};
 
     fn series(per_mille: &[u64]) -> DeviceSeries {
-        DeviceSeries {
-            device_index: 0,
-            samples: per_mille
-                .iter()
-                .enumerate()
-                .map(|(i, &p)| DeviceSample {
-                    t_ms: i as i64 * 1000,
-                    memory: (p > 0).then_some(MemoryReading {
-                        used_bytes: p,
-                        reserved_bytes: 0,
-                        free_bytes: 1000 - p,
-                        total_bytes: 1000,
-                    }),
-                    ..Default::default()
-                })
-                .collect(),
+        let mut series = DeviceSeries::new(0);
+        for (i, &p) in per_mille.iter().enumerate() {
+            series.push(&DeviceSample {
+                t_ms: i as i64 * 1000,
+                memory: (p > 0).then_some(MemoryReading {
+                    used_bytes: p,
+                    reserved_bytes: 0,
+                    free_bytes: 1000 - p,
+                    total_bytes: 1000,
+                }),
+                ..Default::default()
+            });
         }
+        series
     }
 
     #[test]
     fn strips_grow_with_the_series_and_keep_the_peak() {
         let mut whole = series(&[100, 0, 900, 300]);
-        let mut strip = FleetStrip::build(&DeviceSeries {
-            device_index: 0,
-            samples: whole.samples[..2].to_vec(),
-        });
+        let mut strip = FleetStrip::build(&series(&[100, 0]));
         assert_eq!(
             strip.fraction,
             vec![0.1],
@@ -136,7 +130,7 @@ mod tests {
             FleetStrip::build(&whole),
             "extending equals building at once"
         );
-        whole.samples.truncate(1);
+        whole.truncate(1);
         strip.extend(&whole);
         assert_eq!(strip.fraction, vec![0.1], "a replaced series starts over");
     }

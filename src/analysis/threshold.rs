@@ -116,10 +116,13 @@ pub fn time_at_or_above_ms(
 }
 
 /// The `(t_ms, occupied fraction)` readings of one device's samples (those with memory).
-pub fn occupancy(samples: &[DeviceSample]) -> impl Iterator<Item = (UnixMs, f64)> + '_ {
-    samples
-        .iter()
-        .filter_map(|s| s.memory.map(|m| (s.t_ms, m.occupied_fraction())))
+pub fn occupancy<S: Borrow<DeviceSample>>(
+    samples: impl IntoIterator<Item = S>,
+) -> impl Iterator<Item = (UnixMs, f64)> {
+    samples.into_iter().filter_map(|s| {
+        let s = s.borrow();
+        s.memory.map(|m| (s.t_ms, m.occupied_fraction()))
+    })
 }
 
 #[cfg(test)]
@@ -246,7 +249,10 @@ mod tests {
             100,
             "a sample without memory does not cut the span"
         );
-        assert_eq!(time_at_or_above_ms(occupancy(&[]), 0.9), 0);
+        assert_eq!(
+            time_at_or_above_ms(occupancy(&[] as &[DeviceSample]), 0.9),
+            0
+        );
         assert_eq!(time_at_or_above_ms(occupancy(&series(&[100, 200])), 0.9), 0);
     }
 }

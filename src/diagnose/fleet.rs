@@ -53,9 +53,8 @@ pub fn gpu_verdicts(name: &str, capture: &Capture) -> Vec<GpuVerdict> {
 /// The used-memory trend of one device, per hour.
 fn growth_bytes_per_hour(capture: &Capture, device_index: u32) -> Option<f64> {
     let series = capture.series(device_index)?;
-    let first_ms = series.samples.first()?.t_ms;
+    let first_ms = *series.times().first()?;
     let points: Vec<(f64, f64)> = series
-        .samples
         .iter()
         .filter_map(|s| {
             let memory = s.memory?;

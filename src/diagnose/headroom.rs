@@ -13,7 +13,6 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     for series in &capture.series {
         let d = series.device_index;
         let Some((peak_t_ms, peak)) = series
-            .samples
             .iter()
             .filter_map(|s| s.memory.map(|m| (s.t_ms, m)))
             .filter(|(_, m)| m.total_bytes > 0)
@@ -25,8 +24,7 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
         if peak_fraction < thresholds::NEAR_FULL_FRACTION {
             continue;
         }
-        let above_ms =
-            time_at_or_above_ms(occupancy(&series.samples), thresholds::NEAR_FULL_FRACTION);
+        let above_ms = time_at_or_above_ms(occupancy(series), thresholds::NEAR_FULL_FRACTION);
         let line_pct = thresholds::NEAR_FULL_FRACTION * 100.0;
         let source = EvidenceSource::Capture {
             file: name.to_owned(),

@@ -159,7 +159,7 @@ impl FleetView {
             };
             let row = &mut self.rows[position];
             let mut changed = false;
-            if row.strip.samples_seen() != series.samples.len() {
+            if row.strip.samples_seen() != series.len() {
                 row.strip.extend(series);
                 changed = true;
             }
@@ -175,10 +175,10 @@ impl FleetView {
                 row.time_above_threshold = threshold_fraction;
                 changed = true;
             }
-            if row.verdict.is_none() || row.judged_samples != series.samples.len() {
+            if row.verdict.is_none() || row.judged_samples != series.len() {
                 let one = capture.only_device(device.index);
                 row.verdict = gpu_verdicts(&device.label(), &one).into_iter().next();
-                row.judged_samples = series.samples.len();
+                row.judged_samples = series.len();
                 changed = true;
             }
             if changed {
@@ -193,7 +193,7 @@ impl FleetView {
         self.rows.iter().enumerate().any(|(i, row)| {
             capture.series.get(i).is_some_and(|s| {
                 row.verdict.is_none()
-                    || row.judged_samples != s.samples.len()
+                    || row.judged_samples != s.len()
                     || row.time_above_threshold != threshold_fraction
             })
         })
