@@ -1324,7 +1324,7 @@ impl VramscopeApp {
                 .response
                 // Named for screen readers (it has no visible label: the choice is the name).
                 .widget_info(|| {
-                    egui::WidgetInfo::labeled(egui::WidgetType::ComboBox, true, "Source shown")
+                    egui::WidgetInfo::labeled(egui::Role::ComboBox, true, "Source shown")
                 });
             self.select_session(selected);
         } else {

@@ -95,7 +95,7 @@ impl ExporterState {
     pub fn apply(&mut self, batch: &SampleBatch) {
         for sample in &batch.devices {
             if let Some(gpu) = self.gpu_mut(sample.device_index) {
-                gpu.sample = Some(sample.clone());
+                gpu.sample = Some(*sample);
             }
         }
         for health in &batch.health {
@@ -229,7 +229,7 @@ impl ExporterState {
             }
         }
 
-        let sample = |gpu: &GpuState| gpu.sample.clone();
+        let sample = |gpu: &GpuState| gpu.sample;
         let health = |gpu: &GpuState| gpu.health.clone();
         each(
             &mut page,
