@@ -25,6 +25,7 @@ use vramscope::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, MIB, MemoryReading,
     SourceKind,
 };
+use vramscope::ui::command::CommandQueue;
 use vramscope::ui::fleet::{FleetSort, FleetView};
 
 const START_MS: i64 = 1_796_000_400_000;
@@ -185,6 +186,8 @@ fn main() {
     let ctx = egui::Context::default();
     let threshold = 0.9;
     let mut view = FleetView::default();
+    // Rows the bench would open (none: it does not click) go nowhere.
+    let commands = CommandQueue::default().sender();
     let mut frame_number = 0;
     let mut preparing_frames = 0;
     let mut preparing_worst = Duration::ZERO;
@@ -196,7 +199,7 @@ fn main() {
         let mut still_working = false;
         let output = ctx.run_ui(raw_input(frame_number), |ui| {
             egui::CentralPanel::default().show(ui, |ui| {
-                view.ui(ui, &capture, threshold);
+                view.ui(ui, &capture, threshold, &commands);
             });
             still_working = ui.ctx().has_requested_repaint();
         });
@@ -233,7 +236,7 @@ fn main() {
             frame_number += 1;
             let output = ctx.run_ui(raw_input(frame_number), |ui| {
                 egui::CentralPanel::default().show(ui, |ui| {
-                    view.ui(ui, &capture, threshold);
+                    view.ui(ui, &capture, threshold, &commands);
                 });
             });
             vertex_count(&ctx, output)

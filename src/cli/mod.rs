@@ -93,7 +93,13 @@ pub fn main() -> ExitCode {
         exit_quietly_on_closed_pipe();
     }
     match cli.command {
-        None => gui::run(cli.files, cli.demo, cli.demo_speed, cli.watch, cli.prometheus),
+        None => gui::run(
+            cli.files,
+            cli.demo,
+            cli.demo_speed,
+            cli.watch,
+            cli.prometheus,
+        ),
         Some(Command::Record(args)) => record::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Info(args)) => info::run(args),

@@ -74,7 +74,8 @@ pub struct DeviceHealth {
     /// Uncorrectable ECC errors (this boot, during the capture or in the GPU's lifetime) and the
     /// corrected-error rate.
     pub ecc: Option<Severity>,
-    /// Row remapping (failed or pending) and retired pages.
+    /// Row remapping (failed or pending), rows remapped for uncorrectable errors and retired
+    /// pages.
     pub row_remap: Option<Severity>,
     /// Xid errors and a GPU that stopped answering.
     pub xid: Option<Severity>,
@@ -83,8 +84,7 @@ pub struct DeviceHealth {
 /// [`DeviceHealth`] of GPU `d` in `capture`, from the same rules as [`capture_findings`]. Cheap
 /// enough for every frame: the counters are read from the newest samples back.
 pub fn device_health(capture: &Capture, d: u32) -> DeviceHealth {
-    let worst =
-        |findings: &[Option<Finding>]| findings.iter().flatten().map(|f| f.severity).min();
+    let worst = |findings: &[Option<Finding>]| findings.iter().flatten().map(|f| f.severity).min();
     let ecc = worst(&[
         uncorrectable_ecc("", capture, d),
         corrected_ecc_rate("", capture, d),

@@ -1010,6 +1010,7 @@ impl VramscopeApp {
             Command::AddNote => self.add_annotation(),
             Command::ShowInAllocatorTab(request) => self.show_in_allocator_tab(&request),
             Command::SetDemoSpeed(speed) => self.set_demo_speed(speed),
+            Command::OpenFleetGpu(device_index) => self.open_fleet_gpu(device_index),
         }
     }
 
@@ -1213,12 +1214,10 @@ impl VramscopeApp {
         };
         if super::fleet::is_fleet(&session.capture) {
             let threshold = self.settings.threshold_fraction();
-            let opened = egui::CentralPanel::default()
-                .show(ui, |ui| self.fleet.ui(ui, &session.capture, threshold))
-                .inner;
-            if let Some(device_index) = opened {
-                self.open_fleet_gpu(device_index);
-            }
+            let commands = self.commands.sender();
+            egui::CentralPanel::default().show(ui, |ui| {
+                self.fleet.ui(ui, &session.capture, threshold, &commands);
+            });
             return;
         }
         egui::Panel::left("devices")

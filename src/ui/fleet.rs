@@ -21,6 +21,7 @@ use crate::diagnose::fleet::{GpuVerdict, gpu_verdicts};
 use crate::diagnose::{Category, Severity};
 use crate::model::{Capture, DeviceFacts, format_bytes};
 
+use super::command::{Command, CommandSender};
 use super::timeline::{THRESHOLD_COLOR, USED_COLOR};
 
 /// Captures with at least this many GPUs, or GPUs of more than one host, open as a fleet.
@@ -252,8 +253,14 @@ impl FleetView {
         }
     }
 
-    /// Draws the view; returns the device index of a row the user opened.
-    pub fn ui(&mut self, ui: &mut Ui, capture: &Capture, threshold_fraction: f64) -> Option<u32> {
+    /// Draws the view; a click on a row sends [`Command::OpenFleetGpu`] for its GPU.
+    pub fn ui(
+        &mut self,
+        ui: &mut Ui,
+        capture: &Capture,
+        threshold_fraction: f64,
+        commands: &CommandSender,
+    ) {
         // A click anywhere on a row opens it: text in the rows must not take clicks for selection.
         ui.style_mut().interaction.selectable_labels = false;
         if self.prepare(capture, threshold_fraction, WORK_BUDGET) {
@@ -333,7 +340,6 @@ impl FleetView {
             .small()
             .weak(),
         );
-        let mut opened = None;
         let mut points = Vec::new();
         TableBuilder::new(ui)
             .striped(true)
@@ -394,11 +400,10 @@ impl FleetView {
                     });
                     table_row.col(|ui| badges_ui(ui, row.verdict.as_ref()));
                     if table_row.response().clicked() {
-                        opened = Some(device.index);
+                        commands.send(Command::OpenFleetGpu(device.index));
                     }
                 });
             });
-        opened
     }
 }
 
