@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use vramscope::formats::vramcap;
 use vramscope::model::{Capture, EventKind, MIB};
@@ -460,15 +460,23 @@ fn pull_and_diagnose_a_real_prometheus_scraping_vramscope_and_dcgm_exporter() {
         "node-a GPU 0 is healthy: {titles:#?}"
     );
 
-    // A query the server refuses is shown with the query.
+    // A selector the server refuses is shown with the query, also over a range that holds no
+    // GPU series at all (an hour before the server started): the refusal is not lost behind
+    // "no GPU series".
+    let an_hour_ago_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() - 3_600)
+        .unwrap_or_default();
     let refused = vramscope(&[
         "pull",
         "--prometheus",
         &url,
         "--match",
         "Hostname=~\"(\"",
-        "--since",
-        "1m",
+        "--start",
+        &(an_hour_ago_s - 60).to_string(),
+        "--end",
+        &an_hour_ago_s.to_string(),
         "--out",
         dir.path().join("x.vramcap").to_str().unwrap_or_default(),
     ]);

@@ -303,18 +303,25 @@ impl PrometheusClient {
     }
 
     /// Every metric name with samples between `start_ms` and `end_ms`, so that queries for
-    /// exporters the server does not scrape can be skipped.
+    /// exporters the server does not scrape can be skipped. With `series_match` (a series
+    /// selector, `match[]` of the API) only the names of the series it selects: the server parses
+    /// it here, so a selector it refuses is reported with the selector quoted even when the range
+    /// holds no GPU series to query.
     pub fn metric_names(
         &self,
         start_ms: UnixMs,
         end_ms: UnixMs,
+        series_match: Option<&str>,
     ) -> Result<Vec<String>, PrometheusError> {
-        let what = "the list of metric names (/api/v1/label/__name__/values)";
-        let (status, body) = self.get(
-            "/api/v1/label/__name__/values",
-            &[("start", seconds(start_ms)), ("end", seconds(end_ms))],
-            what,
-        )?;
+        let mut params = vec![("start", seconds(start_ms)), ("end", seconds(end_ms))];
+        let what = match series_match {
+            Some(selector) => {
+                params.push(("match[]", selector.to_owned()));
+                selector
+            }
+            None => "the list of metric names (/api/v1/label/__name__/values)",
+        };
+        let (status, body) = self.get("/api/v1/label/__name__/values", &params, what)?;
         #[derive(Deserialize)]
         struct NamesAnswer {
             status: String,

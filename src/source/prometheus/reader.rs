@@ -371,6 +371,13 @@ impl Selector {
             format!("{{{}}}", self.0)
         }
     }
+
+    /// The series of any metric that the selector selects (`None` without a selector), for
+    /// asking which metrics those series have: a selector of label matchers alone may match the
+    /// empty string (`pod=~".*"`), which Prometheus refuses without a name matcher.
+    fn series_match(&self) -> Option<String> {
+        (!self.0.is_empty()).then(|| format!("{{__name__=~\".+\",{}}}", self.0))
+    }
 }
 
 /// A Prometheus duration for a window of `ms`.
@@ -547,7 +554,11 @@ impl FleetReader {
         if steps == 0 {
             return Ok(Vec::new());
         }
-        let present = self.client.metric_names(range.start_ms, range.end_ms)?;
+        let present = self.client.metric_names(
+            range.start_ms,
+            range.end_ms,
+            self.selector.series_match().as_deref(),
+        )?;
         let queries: Vec<(usize, &QueryDef)> = QUERIES
             .iter()
             .enumerate()
@@ -941,6 +952,11 @@ mod tests {
         );
         assert_eq!(Selector::new("pod=\"a\"").braces(), "{pod=\"a\"}");
         assert_eq!(Selector::new("").braces(), "");
+        assert_eq!(
+            Selector::new("{pod=\"a\"}").series_match().as_deref(),
+            Some("{__name__=~\".+\",pod=\"a\"}")
+        );
+        assert_eq!(Selector::new(" ").series_match(), None);
         assert_eq!(promql_duration(15_000), "15s");
         assert_eq!(promql_duration(1_500), "1500ms");
     }
