@@ -3,6 +3,7 @@
 //! explanations, and the what-if replay of a trace under other allocator settings).
 
 pub mod allocator_rules;
+pub mod fleet;
 pub mod fragmentation;
 pub mod lod;
 pub mod oom;

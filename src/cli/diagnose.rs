@@ -15,7 +15,7 @@ use crate::source::{self, Source, Tiers};
 #[derive(Debug, clap::Args)]
 #[command(group(
     clap::ArgGroup::new("input")
-        .args(["live", "capture", "snapshot", "log"])
+        .args(["live", "capture", "snapshot", "log", "prometheus"])
         .required(true)
         .multiple(true)
 ))]
@@ -45,6 +45,9 @@ pub struct DiagnoseArgs {
     /// Also write a report: OUT.html (self-contained page), OUT.md or OUT.json.
     #[arg(long, value_name = "OUT")]
     pub report: Option<PathBuf>,
+    /// Diagnose every GPU of a Prometheus server over --since (near full, growth, Xid, remaps).
+    #[command(flatten)]
+    pub prometheus: super::prometheus::PrometheusArgs,
 }
 
 fn parse_cuda_version(text: &str) -> Result<(u32, u32), String> {
@@ -121,6 +124,13 @@ fn gather(args: &DiagnoseArgs) -> Result<DiagnosisInput, String> {
     input.snapshots = snapshots::facts(&args.snapshot)?;
     if args.live {
         input.captures.push(live_capture(args.demo)?);
+    }
+    if let Some(url) = &args.prometheus.prometheus {
+        let (_, _, capture) = args.prometheus.pull()?;
+        input.captures.push(NamedCapture {
+            name: format!("Prometheus {url}"),
+            capture,
+        });
     }
     Ok(input)
 }

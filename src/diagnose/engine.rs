@@ -13,7 +13,7 @@ use super::finding::{
 use super::leak::{self, SnapshotFacts};
 use super::log::{Framework, LogAnalysis, OomNumbers};
 use super::oom::{self, OomCase};
-use super::{compat, hardware};
+use super::{compat, hardware, headroom};
 use crate::model::{Capture, EventKind, format_bytes};
 
 /// A capture (from a file, or a live reading) with the name evidence should cite.
@@ -56,8 +56,7 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
         leak::log_findings(log, capture_capacity.as_ref(), &mut findings);
     }
     for c in &input.captures {
-        hardware::capture_findings(&c.name, &c.capture, &mut findings);
-        leak::capture_findings(&c.name, &c.capture, &mut findings);
+        findings.extend(capture_findings(&c.name, &c.capture));
     }
     leak::snapshot_findings(&input.snapshots, &mut findings);
     driver_check(input, &mut findings);
@@ -83,6 +82,17 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
             })
             .collect(),
     }
+}
+
+/// The findings a capture gives by itself, GPU by GPU: Xid, ECC, row remaps, throttling, leaks
+/// and near-full memory (OOM events and the driver check need the whole input; see [`diagnose`]).
+/// The fleet view judges each GPU of a Prometheus fleet with it.
+pub fn capture_findings(name: &str, capture: &Capture) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    hardware::capture_findings(name, capture, &mut findings);
+    leak::capture_findings(name, capture, &mut findings);
+    headroom::capture_findings(name, capture, &mut findings);
+    findings
 }
 
 /// A job that ran out of memory because its live tensors filled the card, while memory grew
@@ -133,7 +143,7 @@ fn capture_capacity(captures: &[NamedCapture]) -> Option<leak::KnownCapacity> {
 }
 
 /// The device a finding's evidence names, if any.
-fn finding_device(f: &Finding) -> Option<u32> {
+pub(crate) fn finding_device(f: &Finding) -> Option<u32> {
     f.evidence.iter().find_map(|e| match &e.source {
         EvidenceSource::Capture { device_index, .. }
         | EvidenceSource::Snapshot { device_index, .. } => *device_index,

@@ -332,7 +332,7 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 .iter()
                 .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
                 .collect();
-            candidates.push((format!("GPU {d} used memory"), readings));
+            candidates.push(("used memory".to_owned(), readings));
         }
         for (label, readings) in candidates {
             let Some(trend) = leak_trend(&readings) else {
@@ -383,7 +383,8 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 category: Category::Leak,
                 severity: if exhaustion.is_some_and(|s| s < 3600.0) { Severity::Critical } else { Severity::Warning },
                 title: format!(
-                    "{label} on GPU {d} grows steadily by {}/h{}",
+                    "{label} on {} grows steadily by {}/h{}",
+                    capture.gpu_label(d),
                     format_bytes(per_hour as u64),
                     exhaustion.map(|s| format!("; the GPU is full in about {}", duration_text(s))).unwrap_or_default()
                 ),

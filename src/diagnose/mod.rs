@@ -10,9 +10,11 @@ pub mod compat;
 pub mod cuda_errors;
 pub mod engine;
 pub mod finding;
+pub mod fleet;
 #[cfg(feature = "native")]
 pub mod gpu_checks;
 pub mod hardware;
+pub mod headroom;
 pub mod leak;
 pub mod log;
 pub mod oom;

@@ -276,6 +276,23 @@ pub fn tensorflow_memory_growth() -> Recommendation {
     )
 }
 
+/// Leave room on a GPU that runs near full.
+pub fn leave_headroom(peak_bytes: u64, total_bytes: u64) -> Recommendation {
+    let margin_bytes = total_bytes / 10;
+    rec(
+        "leave-headroom",
+        "Keep a tenth of the GPU free for spikes",
+        format!(
+            "At a peak of {} of {}, the next spike fails; keeping {} free absorbs one.",
+            format_bytes(peak_bytes),
+            format_bytes(total_bytes),
+            format_bytes(margin_bytes)
+        ),
+        "# see who holds the GPU:\nnvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv\n# cap a PyTorch job below the GPU's size (it then fails alone, not its neighbours):\ntorch.cuda.set_per_process_memory_fraction(0.9)",
+        None,
+    )
+}
+
 /// Find what grows between steps.
 pub fn find_leak(growth_bytes_per_hour: Option<u64>) -> Recommendation {
     rec(

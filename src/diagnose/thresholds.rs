@@ -15,6 +15,12 @@ pub const TEMPERATURE_WARNING_C: u32 = 85;
 /// Share of samples with thermal or power-brake throttling from which a warning is given.
 pub const THROTTLED_SAMPLE_FRACTION_WARNING: f64 = 0.05;
 
+/// Our choice: occupied memory (used + driver-reserved) at or above this share of the GPU is
+/// "near full": the next allocation spike, a bigger batch or a second job fails with out of
+/// memory. PyTorch's caching allocator keeps what it reserved, so a busy training job sits at
+/// 80–90 %; 95 % leaves under 8 GiB of an H200.
+pub const NEAR_FULL_FRACTION: f64 = 0.95;
+
 /// Our choice: the shortest span of a capture's readings (ms) from which growth is called a leak.
 /// A start-up (model load, the allocator warming its cache) or a few training steps rise steeply
 /// for seconds to minutes; only growth that keeps on for ten minutes tells a leak from them.

@@ -261,6 +261,13 @@ impl WizardView {
         self.rediagnose();
     }
 
+    /// Replaces the capture named `old_name` with `capture` (two nvidia-smi logs of one run
+    /// joined into one capture after both opened), or adds it when there is none.
+    pub fn replace_capture(&mut self, old_name: &str, capture: NamedCapture) {
+        self.input.captures.retain(|c| c.name != old_name);
+        self.set_capture(capture);
+    }
+
     /// Runs the wizard inside the app: "Open a capture, snapshot or log…" sends
     /// [`Command::Open`] (what the app opens comes back through the `add_*` methods), and the
     /// Fragmentation wizard offers "Open in Allocator tab" for each snapshot's allocator state
