@@ -1,4 +1,5 @@
 //! Pure functions over the model: level-of-detail pyramids for timelines, threshold crossings,
+//! robust trend lines,
 //! allocator snapshot totals, and the allocator analyses (time travel, fragmentation, OOM
 //! explanations, and the what-if replay of a trace under other allocator settings).
 
@@ -11,3 +12,4 @@ pub mod replay;
 pub mod threshold;
 pub mod timetravel;
 pub mod totals;
+pub mod trend;

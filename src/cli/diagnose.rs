@@ -59,7 +59,7 @@ fn parse_cuda_version(text: &str) -> Result<(u32, u32), String> {
 }
 
 /// Milliseconds of the simulated day `--live --demo` records: the whole day, past its OOM (at
-/// 7:59) and long enough for the serving GPU's leak to count (`LEAK_MIN_OBSERVATION_MS`).
+/// 7:59) and long enough for the serving GPU's slow leak to be judged with confidence.
 const DEMO_DURATION_MS: u64 = source::demo::scenario::SCENARIO_CYCLE_MS as u64;
 
 pub fn run(args: DiagnoseArgs) -> ExitCode {
@@ -205,12 +205,18 @@ fn text(d: &Diagnosis) -> String {
         for (j, r) in f.recommendations.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "   {}) {} [{}]: {}",
+                "   {}) {} [{}]{}: {}",
                 j + 1,
                 r.title,
                 r.id,
+                r.verification_label()
+                    .map(|l| format!(" ({l})"))
+                    .unwrap_or_default(),
                 r.expected_effect
             );
+            if let Some(detail) = r.unverified_detail() {
+                let _ = writeln!(out, "      {detail}");
+            }
             for line in r.action.lines() {
                 let _ = writeln!(out, "        {line}");
             }

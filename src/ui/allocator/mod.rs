@@ -22,8 +22,9 @@ use egui::{Color32, Key, Rect, RichText, Sense, Stroke, StrokeKind, Ui, pos2, ve
 use self::block_map::{BlockMapLayout, BlockPaint, MapRow, MapView, PaintedRect, ROW_HEIGHT};
 use self::timeline::TimelineColumns;
 use crate::analysis::fragmentation::{self, FragmentationReport};
-use crate::analysis::oom::{self, OomExplanation};
+use crate::analysis::oom::OomExplanation;
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
+use crate::diagnose::oom::{JudgedOom, judged_ooms};
 use crate::model::allocator::{AllocatorSnapshot, StackId};
 use crate::ui::runner::{Job, Poll, Runner, Step, job_progress_ui};
 #[cfg(feature = "native")]
@@ -38,6 +39,8 @@ const MAX_HIGHLIGHTS: usize = 5000;
 struct DeviceAnalysis {
     travel: TimeTravel,
     ooms: Vec<OomExplanation>,
+    /// The diagnosis's verdict on each OOM, in the same order.
+    judged: Vec<JudgedOom>,
 }
 
 /// The devices of a snapshot, in the order the view lists them.
@@ -49,11 +52,19 @@ fn snapshot_devices(snapshot: &AllocatorSnapshot) -> Vec<u32> {
     devices
 }
 
-/// One device's time travel and OOM explanations.
+/// One device's time travel, OOM explanations and the diagnosis's verdict on each OOM.
 fn analyze_device(snapshot: &Arc<AllocatorSnapshot>, device: u32) -> DeviceAnalysis {
     let travel = TimeTravel::new(Arc::clone(snapshot), device);
-    let ooms = oom::explain_all(&travel);
-    DeviceAnalysis { travel, ooms }
+    let expandable = snapshot
+        .settings
+        .as_ref()
+        .and_then(|s| s.expandable_segments);
+    let (ooms, judged) = judged_ooms(&travel, expandable).into_iter().unzip();
+    DeviceAnalysis {
+        travel,
+        ooms,
+        judged,
+    }
 }
 
 /// Analyses every device of `snapshot` on `runner`, one device per step, reporting the share of
@@ -89,6 +100,7 @@ enum SideTab {
 struct DeviceView {
     travel: TimeTravel,
     ooms: Vec<OomExplanation>,
+    judged: Vec<JudgedOom>,
     /// Events applied: the state shown is the one after `position` events.
     position: usize,
     state: AllocatorState,
@@ -122,6 +134,7 @@ impl DeviceView {
         DeviceView {
             travel: analysis.travel,
             ooms: analysis.ooms,
+            judged: analysis.judged,
             position,
             state,
             layout,
@@ -411,6 +424,13 @@ impl AllocatorView {
             }
             return;
         };
+        // The diagnosis of the failure the snapshot ends in: what Diagnose says for it.
+        if let Some(judged) = device.judged.last() {
+            ui.horizontal_wrapped(|ui| {
+                ui.label("Diagnosis of the last out-of-memory error:");
+                panels::verdict_ui(ui, judged);
+            });
+        }
         ui.label(RichText::new(&device.report.summary).strong());
         let check = device.travel.check();
         if !check.matches_final_state
@@ -508,7 +528,7 @@ fn side_panel_ui(
         }
         SideTab::Oom => {
             let go_to = egui::ScrollArea::vertical()
-                .show(ui, |ui| panels::oom_ui(ui, &device.ooms))
+                .show(ui, |ui| panels::oom_ui(ui, &device.ooms, &device.judged))
                 .inner;
             if let Some(event) = go_to {
                 device.seek(event);
