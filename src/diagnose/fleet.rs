@@ -4,7 +4,7 @@
 
 use super::engine::{capture_findings, finding_device};
 use super::finding::{Finding, Severity};
-use super::leak;
+use super::growth;
 use crate::model::Capture;
 
 /// What the doctor says about one GPU of a fleet.
@@ -64,7 +64,12 @@ fn growth_bytes_per_hour(capture: &Capture, device_index: u32) -> Option<f64> {
             ))
         })
         .collect();
-    leak::fit(&points).map(|trend| trend.bytes_per_second * 3600.0)
+    // The same judgement as the growth findings: a plateau or a flat series grows by nothing.
+    match growth::assess(&points, growth::CAPTURE_MIN_SPAN_MS as f64 / 1000.0) {
+        growth::Shape::Growing(trend) => Some(trend.slope() * 3600.0),
+        growth::Shape::Flat | growth::Shape::LevelledOff { .. } => Some(0.0),
+        growth::Shape::TooShort { .. } => None,
+    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,6 @@ pub const THROTTLED_SAMPLE_FRACTION_WARNING: f64 = 0.05;
 /// 80–90 %; 95 % leaves under 8 GiB of an H200.
 pub const NEAR_FULL_FRACTION: f64 = 0.95;
 
-
 /// NVML clock-event (throttle) reason bits (`nvmlClocksEventReason*`, nvml.h). The one table of
 /// these bits: `vramscope info` prints their ids, findings their labels.
 pub mod throttle {

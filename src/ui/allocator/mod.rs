@@ -13,6 +13,7 @@ pub mod tabs;
 pub mod timeline;
 #[cfg(feature = "native")]
 pub mod watcher;
+pub mod whatif;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -94,6 +95,7 @@ enum SideTab {
     Oom,
     Events,
     Block,
+    WhatIf,
 }
 
 /// Everything the view shows for one device.
@@ -123,6 +125,8 @@ struct DeviceView {
     reveal: Option<(usize, u64)>,
     /// The event list should scroll to the current position on the next frame.
     scroll_events: bool,
+    /// The "What if…" tab: settings typed and the last replay of this device's trace.
+    whatif: whatif::WhatIfPanel,
 }
 
 impl DeviceView {
@@ -150,6 +154,7 @@ impl DeviceView {
             map_rect: Rect::NOTHING,
             reveal: None,
             scroll_events: false,
+            whatif: whatif::WhatIfPanel::default(),
         }
     }
 
@@ -510,7 +515,7 @@ fn time_travel_ui(ui: &mut Ui, device: &mut DeviceView) {
 
 fn side_panel_ui(
     ui: &mut Ui,
-    snapshot: &AllocatorSnapshot,
+    snapshot: &Arc<AllocatorSnapshot>,
     device: &mut DeviceView,
     tab: &mut SideTab,
 ) {
@@ -519,9 +524,16 @@ fn side_panel_ui(
         ui.selectable_value(tab, SideTab::Oom, format!("OOM ({})", device.ooms.len()));
         ui.selectable_value(tab, SideTab::Events, "Events");
         ui.selectable_value(tab, SideTab::Block, "Pinned block");
+        ui.selectable_value(tab, SideTab::WhatIf, "What if…");
     });
     ui.separator();
     match tab {
+        SideTab::WhatIf => {
+            let device_id = device.travel.device();
+            if let Some(event) = device.whatif.ui(ui, snapshot, device_id) {
+                device.seek(event);
+            }
+        }
         SideTab::Summary => {
             egui::ScrollArea::vertical()
                 .show(ui, |ui| panels::fragmentation_ui(ui, &device.report));
