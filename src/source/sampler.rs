@@ -297,10 +297,6 @@ fn run(mut source: Box<dyn Source>, shared: &Shared, on_batch: Box<dyn Fn() + Se
         }
         last_tick = tick;
         next_fast = next_tick(fast_origin, config.fast(), Instant::now());
-        if batch.is_empty() {
-            // Nothing to deliver (a Prometheus source between steps): no wake-up either.
-            continue;
-        }
 
         let mut state = shared.lock();
         if state.queue.len() >= MAX_QUEUED_BATCHES {

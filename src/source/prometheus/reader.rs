@@ -314,19 +314,31 @@ impl StepRange {
         if self.end_ms < self.start_ms || self.step_ms <= 0 {
             return 0;
         }
-        ((self.end_ms - self.start_ms) / self.step_ms) as usize + 1
+        // Timestamps come from the server's answer: near i64's ends the span does not fit.
+        match self.end_ms.checked_sub(self.start_ms) {
+            Some(span) => usize::try_from(span / self.step_ms)
+                .unwrap_or(usize::MAX)
+                .saturating_add(1),
+            None => 0,
+        }
     }
 
     fn time_of(&self, step: usize) -> UnixMs {
-        self.start_ms + step as i64 * self.step_ms
+        let offset = i64::try_from(step)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(self.step_ms);
+        self.start_ms.saturating_add(offset)
     }
 
+    /// The step nearest to `t_ms`, if it is on the grid; `None` for times outside it (including
+    /// any whose distance from the start does not fit in an `i64`).
     fn step_of(&self, t_ms: UnixMs) -> Option<usize> {
-        let offset = t_ms - self.start_ms;
+        let offset = t_ms.checked_sub(self.start_ms)?;
         if offset < 0 || self.step_ms <= 0 {
             return None;
         }
-        let step = ((offset + self.step_ms / 2) / self.step_ms) as usize;
+        let rounded = offset.checked_add(self.step_ms / 2)?;
+        let step = usize::try_from(rounded / self.step_ms).ok()?;
         (step < self.steps()).then_some(step)
     }
 
@@ -913,6 +925,29 @@ fn same_health(a: &HealthSample, b: &HealthSample) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by fuzzing (23 inputs, one bug): timestamps near i64's ends overflowed the step
+    /// grid's arithmetic.
+    #[test]
+    fn the_step_grid_survives_timestamps_at_the_ends_of_i64() {
+        let grid = StepRange {
+            start_ms: i64::MIN + 1,
+            end_ms: i64::MAX,
+            step_ms: 15_000,
+        };
+        assert!(grid.steps() == 0 || grid.steps() > 1);
+        assert_eq!(grid.step_of(i64::MAX), None);
+        let normal = StepRange {
+            start_ms: 0,
+            end_ms: 60_000,
+            step_ms: 15_000,
+        };
+        assert_eq!(normal.steps(), 5);
+        assert_eq!(normal.step_of(i64::MAX), None);
+        assert_eq!(normal.step_of(i64::MIN), None);
+        assert_eq!(normal.step_of(29_000), Some(2));
+        assert_eq!(normal.time_of(usize::MAX), i64::MAX);
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
