@@ -109,6 +109,34 @@ struct Block {
 }
 
 impl Block {
+    /// A free block of `size` bytes at `ptr` that nothing has allocated yet, linked to no
+    /// neighbour (callers set `prev`/`next` when it is part of a split segment).
+    fn free_range(
+        ptr: u64,
+        size: u64,
+        stream: u16,
+        pool: u8,
+        mapped: bool,
+        expandable: u32,
+    ) -> Block {
+        Block {
+            generation: 0,
+            ptr,
+            size,
+            requested: 0,
+            stream,
+            pool,
+            allocated: false,
+            pending: false,
+            mapped,
+            prev: NIL,
+            next: NIL,
+            expandable,
+            gc_base: 0,
+            alloc_event: NIL,
+        }
+    }
+
     fn is_split(&self) -> bool {
         self.prev != NIL || self.next != NIL
     }
@@ -542,22 +570,7 @@ impl AllocatorModel {
     }
 
     fn new_unmapped(&mut self, ptr: u64, size: u64, stream: u16, pool: u8, es: u32) -> u32 {
-        let index = self.new_block(Block {
-            generation: 0,
-            ptr,
-            size,
-            requested: 0,
-            stream,
-            pool,
-            allocated: false,
-            pending: false,
-            mapped: false,
-            prev: NIL,
-            next: NIL,
-            expandable: es,
-            gc_base: 0,
-            alloc_event: NIL,
-        });
+        let index = self.new_block(Block::free_range(ptr, size, stream, pool, false, es));
         self.insert_unmapped(index);
         index
     }
@@ -742,22 +755,7 @@ impl AllocatorModel {
             self.segment_count += 1;
             self.stats.num_device_alloc += 1;
             self.grow_reserved(size);
-            p.block = self.new_block(Block {
-                generation: 0,
-                ptr,
-                size,
-                requested: 0,
-                stream: p.stream,
-                pool: p.pool,
-                allocated: false,
-                pending: false,
-                mapped: true,
-                prev: NIL,
-                next: NIL,
-                expandable: NIL,
-                gc_base: 0,
-                alloc_event: NIL,
-            });
+            p.block = self.new_block(Block::free_range(ptr, size, p.stream, p.pool, true, NIL));
             true
         }
     }
@@ -791,20 +789,9 @@ impl AllocatorModel {
                 (r.ptr, r.prev, r.expandable)
             };
             block = self.new_block(Block {
-                generation: 0,
-                ptr,
-                size: p.size,
-                requested: 0,
-                stream: p.stream,
-                pool: p.pool,
-                allocated: false,
-                pending: false,
-                mapped: true,
                 prev,
                 next: remaining,
-                expandable,
-                gc_base: 0,
-                alloc_event: NIL,
+                ..Block::free_range(ptr, p.size, p.stream, p.pool, true, expandable)
             });
             if prev != NIL {
                 self.blocks[prev as usize].next = block;
@@ -994,20 +981,9 @@ impl AllocatorModel {
         if before_size > 0 {
             let prev = self.blocks[block as usize].prev;
             let before = self.new_block(Block {
-                generation: 0,
-                ptr,
-                size: before_size,
-                requested: 0,
-                stream,
-                pool,
-                allocated: false,
-                pending: false,
-                mapped: true,
                 prev,
                 next: block,
-                expandable: es,
-                gc_base: 0,
-                alloc_event: NIL,
+                ..Block::free_range(ptr, before_size, stream, pool, true, es)
             });
             if prev != NIL {
                 self.blocks[prev as usize].next = before;
@@ -1019,20 +995,16 @@ impl AllocatorModel {
         if after_size > 0 {
             let next = self.blocks[block as usize].next;
             let after = self.new_block(Block {
-                generation: 0,
-                ptr: unmapped_ptr + unmapped_size,
-                size: after_size,
-                requested: 0,
-                stream,
-                pool,
-                allocated: false,
-                pending: false,
-                mapped: true,
                 prev: block,
                 next,
-                expandable: es,
-                gc_base: 0,
-                alloc_event: NIL,
+                ..Block::free_range(
+                    unmapped_ptr + unmapped_size,
+                    after_size,
+                    stream,
+                    pool,
+                    true,
+                    es,
+                )
             });
             if next != NIL {
                 self.blocks[next as usize].prev = after;
