@@ -14,9 +14,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+use vramscope::analysis::fragmentation;
 use vramscope::analysis::timetravel::TimeTravel;
 use vramscope::analysis::totals::device_totals;
-use vramscope::analysis::{fragmentation, oom};
+use vramscope::diagnose::oom::judged_ooms;
+use vramscope::diagnose::trajectory;
 use vramscope::formats::pytorch::read_file;
 
 #[path = "support/big_snapshot.rs"]
@@ -40,9 +42,10 @@ fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Opens the snapshot and computes the totals (`MODE_OPEN`), or also the full analysis: time
-/// travel over the whole trace, fragmentation of the final state and every OOM explained
-/// (`MODE_FULL`). Prints what the parent parses.
+/// Opens the snapshot and computes the totals (`MODE_OPEN`), or also the full analysis the
+/// Allocator tab makes: time travel over the whole trace, fragmentation of the final state and
+/// every OOM explained and judged (`MODE_FULL`); the live set's history over the whole trace
+/// (what the diagnosis adds) is timed apart. Prints what the parent parses.
 fn child(path: &Path, mode: &str) -> Result<(), String> {
     let started = Instant::now();
     let snapshot = Arc::new(read_file(path, &|_| true).map_err(|e| e.to_string())?);
@@ -56,7 +59,11 @@ fn child(path: &Path, mode: &str) -> Result<(), String> {
             let travel = TimeTravel::new(Arc::clone(&snapshot), device.device);
             let report = fragmentation::analyze(&travel.state_at(travel.len()));
             stranded_bytes += report.device.stranded_bytes;
-            oom_count += oom::explain_all(&travel).len();
+            let expandable = snapshot
+                .settings
+                .as_ref()
+                .and_then(|s| s.expandable_segments);
+            oom_count += judged_ooms(&travel, expandable).len();
             travels.push(travel);
         }
     }
@@ -70,10 +77,18 @@ fn child(path: &Path, mode: &str) -> Result<(), String> {
         .map(|t| t.replay_forward(t.len()).block_count())
         .sum();
     let whole_replay_seconds = replay_started.elapsed().as_secs_f64();
+    let trajectory_started = Instant::now();
+    let iterations: usize = travels
+        .iter()
+        .filter_map(|t| trajectory::of_trace(t, None))
+        .map(|t| t.iterations.len())
+        .sum();
+    let trajectory_seconds = trajectory_started.elapsed().as_secs_f64();
     println!(
         "seconds={seconds} peak_rss_kib={} events={} reserved_bytes={reserved} \
          stranded_bytes={stranded_bytes} ooms={oom_count} \
-         whole_replay_seconds={whole_replay_seconds} replayed_blocks={replayed_blocks}",
+         whole_replay_seconds={whole_replay_seconds} replayed_blocks={replayed_blocks} \
+         trajectory_seconds={trajectory_seconds} iterations={iterations}",
         common::peak_rss_kib().unwrap_or(0),
         snapshot.event_count()
     );
@@ -85,6 +100,8 @@ struct Measure {
     peak_rss_kib: u64,
     /// A whole forward replay of every trace, timed apart (full analysis only; 0 otherwise).
     whole_replay_seconds: f64,
+    /// The live set's history over every trace, timed apart (full analysis only; 0 otherwise).
+    trajectory_seconds: f64,
     line: String,
 }
 
@@ -114,6 +131,9 @@ fn run_measured(command: &mut Command) -> Result<Measure, String> {
             .and_then(|v| v.parse().ok())
             .ok_or("bad rss")?,
         whole_replay_seconds: field("whole_replay_seconds=")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0),
+        trajectory_seconds: field("trajectory_seconds=")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0),
         line,
@@ -188,6 +208,10 @@ fn bench(path: &Path) -> Result<(), String> {
         "  as if the trace replayed exactly (full analysis + a whole forward replay timed apart): \
          {worst_s:.2} s, speed-up {:.1}x",
         py_s / worst_s
+    );
+    let trajectory_s = median(full.iter().map(|m| m.trajectory_seconds).collect());
+    println!(
+        "  the live set's history over the whole trace (diagnosis, timed apart): {trajectory_s:.2} s"
     );
     Ok(())
 }

@@ -13,10 +13,13 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "support/frame_timing.rs"]
+mod frame_timing;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use egui::{Pos2, RawInput, Rect, vec2};
+use frame_timing::{print_row, raw_input, time_frames, vertex_count};
+
 use egui_plot::{Line, Plot, PlotPoint, PlotPoints};
 
 use vramscope::source::demo::{DemoConfig, generate_capture};
@@ -50,55 +53,6 @@ impl Workload {
         measured_frames: 2,
         reference_frames: 1,
     };
-}
-
-fn raw_input(frame: usize) -> RawInput {
-    RawInput {
-        screen_rect: Some(Rect::from_min_size(Pos2::ZERO, vec2(1600.0, 900.0))),
-        time: Some(frame as f64 / 60.0),
-        ..Default::default()
-    }
-}
-
-/// Per-frame CPU time (median, worst), wall time (median), and the last frame's vertex count.
-struct FrameStats {
-    cpu_median: Duration,
-    cpu_worst: Duration,
-    wall_median: Duration,
-    vertices: usize,
-}
-
-fn time_frames(frames: usize, mut frame: impl FnMut(usize) -> usize) -> FrameStats {
-    let mut cpu = Vec::with_capacity(frames);
-    let mut wall = Vec::with_capacity(frames);
-    let mut vertices = 0;
-    for i in 0..frames {
-        let (wall_start, cpu_start) = (Instant::now(), common::thread_cpu_time());
-        vertices = frame(i);
-        cpu.push(common::thread_cpu_time().saturating_sub(cpu_start));
-        wall.push(wall_start.elapsed());
-    }
-    let cpu = common::Samples::from_durations(cpu);
-    let wall = common::Samples::from_durations(wall);
-    FrameStats {
-        cpu_median: cpu.median(),
-        cpu_worst: cpu.max(),
-        wall_median: wall.median(),
-        vertices,
-    }
-}
-
-/// Vertices of the meshes egui tessellates from one frame's output.
-fn vertex_count(ctx: &egui::Context, mut output: egui::FullOutput) -> usize {
-    // A renderer would upload the font atlas here; this benchmark has none.
-    output.textures_delta.clear();
-    ctx.tessellate(output.shapes, output.pixels_per_point)
-        .iter()
-        .map(|m| match &m.primitive {
-            egui::epaint::Primitive::Mesh(mesh) => mesh.vertices.len(),
-            egui::epaint::Primitive::Callback(_) => 0,
-        })
-        .sum()
 }
 
 fn main() {
@@ -185,13 +139,7 @@ fn main() {
         // Warm-up: the first frames lay out fonts and settle the requested range.
         time_frames(3, &mut run_frame);
         let stats = time_frames(workload.measured_frames, &mut run_frame);
-        println!(
-            "| {name} | {:.2} ms | {:.2} ms | {:.2} ms | {} |",
-            common::ms(stats.cpu_median),
-            common::ms(stats.cpu_worst),
-            common::ms(stats.wall_median),
-            stats.vertices
-        );
+        print_row(name, &stats);
     }
 
     // Reference: every sample of every GPU handed to egui_plot (what the pyramid avoids).
@@ -223,12 +171,11 @@ fn main() {
         });
         vertex_count(&ctx, output)
     });
-    println!(
-        "| reference: whole day, all {} samples handed to egui_plot (used line only) | {:.2} ms | {:.2} ms | {:.2} ms | {} |",
-        capture.sample_count(),
-        common::ms(stats.cpu_median),
-        common::ms(stats.cpu_worst),
-        common::ms(stats.wall_median),
-        stats.vertices
+    print_row(
+        &format!(
+            "reference: whole day, all {} samples handed to egui_plot (used line only)",
+            capture.sample_count()
+        ),
+        &stats,
     );
 }

@@ -33,11 +33,18 @@ fn devices() -> Vec<DeviceFacts> {
             ecc_enabled: Some(false),
             compute_capability: Some((9, 0)),
             simulated: true,
+            ..Default::default()
         },
         DeviceFacts {
             index: 3,
             name: String::new(),
             memory_total_bytes: 80 * GIB,
+            // A fleet GPU: its host and Prometheus labels round-trip too.
+            host: "node-b".to_owned(),
+            labels: [("gpu", "1"), ("pod", "train-0"), ("namespace", "ml")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
             ..Default::default()
         },
     ]

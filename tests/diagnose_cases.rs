@@ -319,8 +319,9 @@ fn steady_growth_in_a_capture_is_a_leak_with_time_to_full() {
 
 #[test]
 fn a_flat_capture_is_healthy() {
+    // Two minutes: long enough to judge (a 59 s capture is too short, and says so).
     let d = capture_case(capture(
-        60,
+        120,
         |_| vec![(100, 30 * GIB)],
         vec![],
         vec![HealthSample {
@@ -401,7 +402,8 @@ fn a_short_steep_start_up_in_a_capture_is_not_a_leak() {
         "{:?}",
         d.findings
     );
-    assert_eq!(primary(&d), (Category::Healthy, String::new()));
+    // 30 s cannot tell a model load from a leak: said so, not "healthy".
+    assert_eq!(primary(&d), (Category::Inconclusive, String::new()));
 }
 
 /// Identity of a snapshot whose trace recorded `events` as (time µs, address).
@@ -563,10 +565,12 @@ fn step_log(extra: &str) -> String {
     text
 }
 
+/// The log's per-step leak finding (an out-of-memory error the growth ended in has its own leak
+/// finding too, first).
 fn leak_finding(d: &Diagnosis) -> vramscope::diagnose::Finding {
     d.findings
         .iter()
-        .find(|f| f.category == Category::Leak)
+        .find(|f| f.category == Category::Leak && f.title.contains("per step"))
         .cloned()
         .unwrap_or_else(|| panic!("no leak finding: {:?}", d.findings))
 }

@@ -391,7 +391,29 @@ fn fragmentation_split_limit_makes_the_failing_request_oversize() {
             .display()
             .to_string()
     };
-    let out = vramscope(&[
+    let recommendations = |args: &[&str]| {
+        let doc = json_of(&vramscope(args));
+        doc["findings"][0]["recommendations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    // The log alone: the setting is named, marked unverified.
+    let from_log = recommendations(&["diagnose", "--log", &case("fragmentation.log"), "--json"]);
+    let split = from_log
+        .iter()
+        .find(|r| r["id"] == "max-split-size")
+        .cloned()
+        .unwrap_or_default();
+    // 1.5 GiB request: a limit of 1024 MiB, below it, not 2048.
+    assert_eq!(
+        split["action"],
+        "export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:1024"
+    );
+    assert_eq!(split["verification"]["status"], "unverified");
+    // With the allocation history (the snapshot) but no replay, no setting is recommended on
+    // the failure's state alone: the what-if replay that would prove one is offered instead.
+    let with_history = recommendations(&[
         "diagnose",
         "--log",
         &case("fragmentation.log"),
@@ -399,15 +421,10 @@ fn fragmentation_split_limit_makes_the_failing_request_oversize() {
         &case("fragmentation.pickle"),
         "--json",
     ]);
-    let doc = json_of(&out);
-    let split = doc["findings"][0]["recommendations"]
-        .as_array()
-        .and_then(|r| r.iter().find(|r| r["id"] == "max-split-size"))
-        .cloned()
-        .unwrap_or_default();
-    // 1.5 GiB request, 2 GiB segments: a limit of 1024 MiB, not 2048.
-    assert_eq!(
-        split["action"],
-        "export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:1024"
-    );
+    let ids: Vec<&str> = with_history
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["replay-settings", "empty-cache"], "{with_history:?}");
+    assert_eq!(with_history[0]["verification"]["status"], "unverified");
 }

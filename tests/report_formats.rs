@@ -179,6 +179,7 @@ fn assert_type(value: &Value, path: &str, expected: &str) {
         "object" => value.is_object(),
         "number|null" => value.is_number() || value.is_null(),
         "string|null" => value.is_string() || value.is_null(),
+        "object|null" => value.is_object() || value.is_null(),
         other => panic!("unknown type {other}"),
     };
     assert!(ok, "{path} should be {expected}, is {value}");
@@ -226,6 +227,7 @@ fn json_matches_the_documented_schema() {
         "thermal",
         "cuda-error",
         "library",
+        "inconclusive",
         "healthy",
     ];
     let units = [
@@ -294,6 +296,7 @@ fn json_matches_the_documented_schema() {
                 field(r, "recommendation", name, "string");
             }
             field(r, "recommendation", "estimated_saving_bytes", "number|null");
+            field(r, "recommendation", "verification", "object|null");
         }
     }
     assert!(

@@ -141,7 +141,7 @@ fn fragmentation_and_oom_explanations_are_reported() {
         fragmentation["summary"]
             .as_str()
             .unwrap_or("")
-            .contains("fragmentation dominates")
+            .contains("most unused memory is stranded")
     );
     let ooms = device["ooms"].as_array().expect("ooms");
     assert_eq!(ooms.len(), 3);
@@ -157,9 +157,16 @@ fn fragmentation_and_oom_explanations_are_reported() {
         text.contains("OOM at event 298: 70.0 MiB requested (large pool"),
         "{text}"
     );
-    // The GPU had 135 GiB free: a per-process cap refused the cudaMalloc, as `diagnose` says.
+    // The GPU had 135 GiB free: a per-process cap refused the cudaMalloc, as `diagnose` says
+    // (the verdict text is the diagnosis's title for it).
     assert!(
-        text.contains("stream 0x0). Memory cap: The GPU still had 135 GiB free"),
+        text.contains(
+            "stream 0x0). Memory cap: The allocator refused 70.0 MiB while 135 GiB was free on GPU 0"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("The GPU had 135 GiB free for the 70.0 MiB segment"),
         "{text}"
     );
     assert!(!text.contains("Capacity"), "{text}");
@@ -175,7 +182,7 @@ fn fragmentation_and_oom_explanations_are_reported() {
         oom["verdict_text"]
             .as_str()
             .unwrap_or("")
-            .starts_with("The GPU still had 135 GiB free"),
+            .starts_with("The allocator refused 70.0 MiB while 135 GiB was free"),
         "{oom}"
     );
 }

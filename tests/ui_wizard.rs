@@ -247,7 +247,7 @@ fn leak_wizard_shows_the_slope_and_time_to_full() {
     let mut harness = harness(view);
     assert!(has(&harness, "capture run.vramcap"), "evidence so far");
     next(&mut harness);
-    assert!(has(&harness, "grows steadily by 352 GiB/h"));
+    assert!(has(&harness, "grows steadily by 5.86 GiB/min"));
     assert!(
         harness
             .query_by_label("time until the GPU is full")
@@ -335,8 +335,13 @@ fn fragmentation_wizard_shows_the_allocator_metrics_and_block_map_of_a_snapshot(
         "only offered when the app has an Allocator tab"
     );
     assert!(has(&harness, "large pool ("), "pool groups");
-    // The findings' recommendations are still there.
+    // The findings' recommendations are still there: with the snapshot's allocation history
+    // and no replay, the what-if replay that would prove a setting, not an unproven setting.
     assert!(has(
+        &harness,
+        "Replay the allocation history under other allocator settings"
+    ));
+    assert!(!has(
         &harness,
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     ));
@@ -388,4 +393,44 @@ fn the_user_can_ask_about_one_gpu_of_a_multi_gpu_capture() {
     let harness = harness(view);
     assert_eq!(harness.state().step(), Step::Evidence);
     assert!(harness.query_by_label("Which GPU:").is_some());
+}
+
+#[test]
+fn the_user_leaves_an_unrelated_snapshot_out_of_the_diagnosis() {
+    let cases = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
+    let facts = |name: &str| {
+        let snapshot = std::sync::Arc::new(
+            vramscope::formats::pytorch::read_file(&cases.join(name), &|_| true)
+                .unwrap_or_else(|e| panic!("{name}: {e}")),
+        );
+        vramscope::diagnose::snapshot::facts(&snapshot)
+    };
+    let mut view = WizardView::with_kind(WizardKind::OutOfMemory);
+    view.add_snapshot_facts(facts("fragmentation.pickle"));
+    view.add_snapshot_facts(facts("memory_cap.pickle"));
+    let categories = |view: &WizardView| -> Vec<Category> {
+        view.diagnosis()
+            .findings
+            .iter()
+            .map(|f| f.category)
+            .collect()
+    };
+    assert!(categories(&view).contains(&Category::Fragmentation));
+    assert!(categories(&view).contains(&Category::MemoryCap));
+    let mut harness = harness(view);
+    let tick_box = || {
+        egui_kittest::kittest::by()
+            .role(Role::CheckBox)
+            .label_contains("fragmentation.pickle")
+    };
+    harness.get(tick_box()).click();
+    harness.run();
+    let left = categories(harness.state());
+    assert!(!left.contains(&Category::Fragmentation), "{left:?}");
+    assert_eq!(left.first(), Some(&Category::MemoryCap));
+    assert!(has(&harness, "fragmentation.pickle (left out)"));
+    // Ticked again, it is back.
+    harness.get(tick_box()).click();
+    harness.run();
+    assert!(categories(harness.state()).contains(&Category::Fragmentation));
 }

@@ -32,12 +32,13 @@ pub enum OversizeRejection {
     /// The request is below `max_split_size` but the block is at or above it: PyTorch never
     /// hands out an unsplittable oversize block for a normal request.
     OversizeBlockForNormalRequest,
-    /// The request is oversize and the block exceeds it by `LARGE_BUFFER_BYTES` or more.
+    /// The request is oversize and the block exceeds it by `max_non_split_rounding_mb` (20 MiB
+    /// unless set) or more.
     OversizeBlockTooLarge,
 }
 
 /// The allocator settings that change sizing, read from a snapshot's `allocator_settings`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AllocatorRules {
     /// `max_split_size`; `None` when unlimited (PyTorch writes -1).
     pub max_split_size_bytes: Option<u64>,
@@ -45,6 +46,15 @@ pub struct AllocatorRules {
     pub roundup_power2_divisions: [u64; ROUNDUP_INTERVALS],
     /// `expandable_segments`: segments grow by mapping pages, and blocks always split.
     pub expandable_segments: bool,
+    /// `max_non_split_rounding_mb` in bytes: how much larger than an oversize request an
+    /// unsplittable cached block may be and still serve it (20 MiB unless set).
+    pub max_non_split_rounding_bytes: u64,
+    /// `garbage_collection_threshold` (0 = off): with a per-process cap, cached blocks are
+    /// released oldest first once reserved memory passes this fraction of the cap.
+    pub garbage_collection_threshold: f64,
+    /// `large_segment_size_mb` in bytes: the segment made for 1–10 MiB requests, and the page
+    /// an expandable segment of the large pool maps (20 MiB unless set).
+    pub large_segment_bytes: u64,
 }
 
 impl Default for AllocatorRules {
@@ -54,6 +64,9 @@ impl Default for AllocatorRules {
             max_split_size_bytes: None,
             roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
             expandable_segments: false,
+            max_non_split_rounding_bytes: LARGE_BUFFER_BYTES,
+            garbage_collection_threshold: 0.0,
+            large_segment_bytes: LARGE_BUFFER_BYTES,
         }
     }
 }
@@ -67,6 +80,10 @@ impl AllocatorRules {
         };
         rules.max_split_size_bytes = settings.max_split_size_bytes;
         rules.expandable_segments = settings.expandable_segments.unwrap_or(false);
+        rules.garbage_collection_threshold = settings
+            .garbage_collection_threshold
+            .filter(|t| t.is_finite() && *t > 0.0 && *t < 1.0)
+            .unwrap_or(0.0);
         for &(interval_start_mib, divisions) in &settings.roundup_power2_divisions {
             // Keys are interval starts in MiB: 1, 2, 4, ... 32768 -> indices 0..16.
             if interval_start_mib.is_power_of_two() {
@@ -85,7 +102,9 @@ impl AllocatorRules {
             return MIN_BLOCK_BYTES;
         }
         let divisions = self.divisions_for(requested_bytes);
-        if divisions > 0 && requested_bytes > MIN_BLOCK_BYTES.saturating_mul(divisions) {
+        // PyTorch rounds to divisions only for more than one division (`divisions > 1`): one
+        // division means plain 512-byte rounding, not the next power of two.
+        if divisions > 1 && requested_bytes > MIN_BLOCK_BYTES.saturating_mul(divisions) {
             return roundup_power2_next_division(requested_bytes, divisions);
         }
         requested_bytes
@@ -110,12 +129,19 @@ impl AllocatorRules {
     }
 
     /// The size of the new segment `cudaMalloc` is asked for when no cached block fits
-    /// (`get_allocation_size`); this is the size PyTorch's OOM message reports.
+    /// (`get_allocation_size`) under PyTorch's default `large_segment_size_mb`; this is the
+    /// size PyTorch's OOM message reports.
     pub fn segment_size_for(rounded_bytes: u64) -> u64 {
+        AllocatorRules::default().allocation_size(rounded_bytes)
+    }
+
+    /// `get_allocation_size` under these rules: 2 MiB for the small pool, the large segment
+    /// size for 1–10 MiB requests, else the request rounded up to 2 MiB.
+    pub fn allocation_size(&self, rounded_bytes: u64) -> u64 {
         if rounded_bytes <= SMALL_SIZE_BYTES {
             SMALL_BUFFER_BYTES
         } else if rounded_bytes < MIN_LARGE_ALLOC_BYTES {
-            LARGE_BUFFER_BYTES
+            self.large_segment_bytes
         } else {
             rounded_bytes
                 .div_ceil(ROUND_LARGE_BYTES)
@@ -163,7 +189,9 @@ impl AllocatorRules {
         if rounded_bytes < limit && candidate_bytes >= limit {
             return Some(OversizeRejection::OversizeBlockForNormalRequest);
         }
-        if rounded_bytes >= limit && candidate_bytes >= rounded_bytes + LARGE_BUFFER_BYTES {
+        if rounded_bytes >= limit
+            && candidate_bytes >= rounded_bytes.saturating_add(self.max_non_split_rounding_bytes)
+        {
             return Some(OversizeRejection::OversizeBlockTooLarge);
         }
         None
@@ -218,6 +246,16 @@ mod tests {
         // 5 MiB + 1 with 4 divisions: steps of 1 MiB between 4 and 8 MiB -> 6 MiB.
         assert_eq!(rules.round_size(5 * MIB + 1), 6 * MIB);
         assert_eq!(rules.round_size(8 * MIB), 8 * MIB);
+    }
+
+    #[test]
+    fn one_division_means_plain_rounding() {
+        // `[256:1,...]` is common: one division must not round up to the next power of two.
+        let rules = AllocatorRules {
+            roundup_power2_divisions: [1; ROUNDUP_INTERVALS],
+            ..AllocatorRules::default()
+        };
+        assert_eq!(rules.round_size(300 * MIB + 1), 300 * MIB + 512);
     }
 
     #[test]

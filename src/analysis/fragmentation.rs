@@ -216,7 +216,9 @@ fn add_to_group<K: PartialEq + Copy>(
 /// fragmentation ratio).
 const NEGLIGIBLE_UNUSED_FRACTION: f64 = 0.05;
 
-/// One sentence on what dominates the reserved memory that tensors do not use.
+/// One sentence on where the reserved memory that tensors do not use is. A description, not a
+/// verdict: why an allocation failed is `diagnose`'s to say (the Allocator tab shows its verdict
+/// above this sentence).
 pub fn summarize(metrics: &FragmentationMetrics) -> String {
     if metrics.reserved_bytes == 0 {
         return "Nothing is reserved: the allocator holds no memory.".to_string();
@@ -230,7 +232,11 @@ pub fn summarize(metrics: &FragmentationMetrics) -> String {
         percent(metrics.requested_bytes)
     );
     if (unused as f64) < NEGLIGIBLE_UNUSED_FRACTION * reserved {
-        return format!("{head}; little is wasted ({}).", format_bytes(unused));
+        return format!(
+            "{head}; only {} ({:.1}%) is not in use by tensors.",
+            format_bytes(unused),
+            percent(unused)
+        );
     }
     let candidates = [
         (metrics.stranded_bytes, Waste::Stranded),
@@ -245,26 +251,27 @@ pub fn summarize(metrics: &FragmentationMetrics) -> String {
         .unwrap_or((0, Waste::Stranded));
     let detail = match waste {
         Waste::Stranded => format!(
-            "fragmentation dominates: {} ({:.1}%) is free but stranded in partly used segments, \
+            "most unused memory is stranded: {} ({:.1}%) is free in partly used segments, \
              and the largest free block is only {}",
             format_bytes(bytes),
             percent(bytes),
             format_bytes(metrics.largest_free_bytes)
         ),
         Waste::Releasable => format!(
-            "cached free segments dominate: {} ({:.1}%) sits in entirely free segments that \
-             empty_cache() would return",
+            "most unused memory is in cached free segments: {} ({:.1}%) sits in entirely free \
+             segments that empty_cache() would return",
             format_bytes(bytes),
             percent(bytes)
         ),
         Waste::Rounding => format!(
-            "rounding dominates: {} ({:.1}%) is lost rounding requests up to block sizes",
+            "most unused memory is rounding: {} ({:.1}%) is lost rounding requests up to block \
+             sizes",
             format_bytes(bytes),
             percent(bytes)
         ),
         Waste::PendingFree => format!(
-            "pending frees dominate: {} ({:.1}%) is freed but waits for other streams \
-             (record_stream)",
+            "most unused memory is pending frees: {} ({:.1}%) is freed but waits for other \
+             streams (record_stream)",
             format_bytes(bytes),
             percent(bytes)
         ),
@@ -393,14 +400,19 @@ mod tests {
     fn summary_names_the_dominant_waste() {
         let report = analyze(&sample_state());
         assert!(
-            report.summary.contains("cached free segments dominate"),
+            report
+                .summary
+                .contains("most unused memory is in cached free segments"),
             "{}",
             report.summary
         );
         let mut state = sample_state();
         state.segments.remove(1);
         let summary = analyze(&state).summary;
-        assert!(summary.contains("fragmentation dominates"), "{summary}");
+        assert!(
+            summary.contains("most unused memory is stranded"),
+            "{summary}"
+        );
         assert!(
             summary.contains("largest free block is only 4.00 MiB"),
             "{summary}"

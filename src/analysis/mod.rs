@@ -1,13 +1,17 @@
 //! Pure functions over the model: level-of-detail pyramids for timelines, threshold crossings,
+//! robust trend lines,
 //! allocator snapshot totals, and the allocator analyses (time travel, fragmentation, OOM
-//! explanations).
+//! explanations, and the what-if replay of a trace under other allocator settings).
 
 pub mod allocator_rules;
 pub mod deadline;
+pub mod fleet;
 pub mod fragmentation;
 pub mod lod;
 pub mod oom;
+pub mod replay;
 pub mod snapshot_analysis;
 pub mod threshold;
 pub mod timetravel;
 pub mod totals;
+pub mod trend;

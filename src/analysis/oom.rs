@@ -3,10 +3,10 @@
 //! At an `oom` event the allocator had failed, after releasing its cached segments, to find a
 //! free block for the request and to cudaMalloc a new segment. The state at that event (from
 //! [`TimeTravel`]) shows which free blocks existed and why none could serve it: too small, on
-//! another stream, in the other pool, or ruled out by `max_split_size`. The verdict separates
-//! fragmentation (enough cached free memory, but in pieces) from a memory cap (the GPU had room
-//! for the new segment, so a per-process limit refused it) and from capacity (live tensors hold
-//! the memory and the GPU had no room either).
+//! another stream, in the other pool, or ruled out by `max_split_size`. These are facts; the
+//! verdict (fragmentation, memory cap, capacity, ...) is `diagnose`'s, from the same numbers
+//! (`crate::diagnose::oom::judge_explanation`), so that the Allocator tab and the diagnosis never
+//! disagree.
 
 use super::allocator_rules::{AllocatorRules, OversizeRejection};
 use super::timetravel::{AllocatorState, BlockStatus, TimeTravel};
@@ -77,52 +77,6 @@ impl FailureTally {
     }
 }
 
-/// What kind of OOM it was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OomVerdict {
-    /// The request's pool and stream had enough cached free memory, but no single block fits.
-    Fragmentation,
-    /// Cached free memory was smaller than the request, yet the GPU had room for the new
-    /// segment: a per-process limit (`set_per_process_memory_fraction`, an MPS or container
-    /// limit) refused the cudaMalloc. The same criterion as `diagnose`'s `memory-cap`.
-    MemoryCap,
-    /// Cached free memory was smaller than the request and the GPU had no room for a new
-    /// segment (or its free memory was not recorded): live tensors hold the memory.
-    Capacity,
-    /// A free block should have fit: the reconstruction disagrees with the allocator.
-    Unexplained,
-}
-
-impl OomVerdict {
-    /// Stable identifier for JSON (`memory-cap` as in `diagnose`'s categories).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OomVerdict::Fragmentation => "fragmentation",
-            OomVerdict::MemoryCap => "memory-cap",
-            OomVerdict::Capacity => "capacity",
-            OomVerdict::Unexplained => "unexplained",
-        }
-    }
-
-    /// The verdict as a heading for people; the explanation's text does not repeat it.
-    pub fn heading(self) -> &'static str {
-        match self {
-            OomVerdict::Fragmentation => "Fragmentation",
-            OomVerdict::MemoryCap => "Memory cap",
-            OomVerdict::Capacity => "Capacity",
-            OomVerdict::Unexplained => "Unexplained",
-        }
-    }
-}
-
-/// Whether a per-process limit, not the GPU, refused an allocation that cached memory could not
-/// serve: the device's free memory read at the failure (cudaMemGetInfo) covers the `needed_bytes`
-/// cudaMalloc asked for. Shared by the OOM explainer and `diagnose`'s `memory-cap` rule so that
-/// both name the same cause.
-pub fn refused_by_memory_cap(device_free_bytes: Option<u64>, needed_bytes: u64) -> bool {
-    needed_bytes > 0 && device_free_bytes.is_some_and(|free| free >= needed_bytes)
-}
-
 /// Everything known about one `oom` event.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OomExplanation {
@@ -160,10 +114,10 @@ pub struct OomExplanation {
     /// Segments PyTorch already released (cudaFree) between the previous allocation and the
     /// OOM, while retrying.
     pub released_before_oom_bytes: u64,
-    pub verdict: OomVerdict,
-    /// The verdict in plain words, with numbers; it does not start with the verdict's name
-    /// (see [`OomVerdict::heading`]).
-    pub verdict_text: String,
+    /// Usable free blocks big enough for the request: more than 0 means the reconstructed state
+    /// disagrees with the allocator (or the block was freed by the allocator's own retry after
+    /// the OOM was decided).
+    pub fitting_blocks: u64,
 }
 
 impl OomExplanation {
@@ -230,20 +184,9 @@ pub fn explain(travel: &TimeTravel, event_index: usize) -> OomExplanation {
         largest_free_blocks: Vec::new(),
         releasable_bytes: 0,
         released_before_oom_bytes,
-        verdict: OomVerdict::Capacity,
-        verdict_text: String::new(),
+        fitting_blocks: 0,
     };
-    let fits = classify_free_blocks(&state, travel.rules(), &mut explanation);
-    explanation.verdict = if fits > 0 {
-        OomVerdict::Unexplained
-    } else if explanation.usable_free_bytes >= rounded_request_bytes {
-        OomVerdict::Fragmentation
-    } else if refused_by_memory_cap(explanation.device_free_bytes, explanation.needed_bytes()) {
-        OomVerdict::MemoryCap
-    } else {
-        OomVerdict::Capacity
-    };
-    explanation.verdict_text = verdict_text(&explanation);
+    explanation.fitting_blocks = classify_free_blocks(&state, travel.rules(), &mut explanation);
     explanation
 }
 
@@ -312,89 +255,67 @@ fn classify_free_blocks(
     fits
 }
 
-fn verdict_text(e: &OomExplanation) -> String {
-    let request = format_bytes(e.rounded_request_bytes);
-    let place = format!("the {} pool on stream {}", e.pool.as_str(), e.stream);
-    let mut text = match e.verdict {
-        OomVerdict::Fragmentation => format!(
-            "{} cached free in {place}, but the largest free block is {} < the {request} request.",
-            format_bytes(e.usable_free_bytes),
-            format_bytes(e.usable_largest_free_bytes),
-        ),
-        OomVerdict::MemoryCap => format!(
-            "The GPU still had {} free, more than the {} segment the allocator needed, yet the \
-             cudaMalloc was refused: a per-process limit (torch.cuda.set_per_process_memory_fraction, \
-             an MPS or a container limit) capped this process. Only {} was cached free in {place} \
-             for the {request} request; live tensors hold {}.",
-            format_bytes(e.device_free_bytes.unwrap_or(0)),
-            format_bytes(e.needed_bytes()),
-            format_bytes(e.usable_free_bytes),
-            format_bytes(e.allocated_bytes),
-        ),
-        OomVerdict::Capacity => format!(
-            "Only {} cached free in {place} for a {request} request; live tensors hold {}.",
-            format_bytes(e.usable_free_bytes),
-            format_bytes(e.allocated_bytes),
-        ),
-        OomVerdict::Unexplained => format!(
-            "A free block in {place} should have served the {request} request; \
-             the trace may be incomplete."
-        ),
-    };
-    let elsewhere = e.wrong_stream.bytes + e.wrong_pool.bytes + e.oversize.bytes;
-    if e.wrong_stream.largest_bytes >= e.rounded_request_bytes {
-        text.push_str(&format!(
-            " A {} block was free on another stream.",
-            format_bytes(e.wrong_stream.largest_bytes)
-        ));
-    } else if elsewhere > 0 && matches!(e.verdict, OomVerdict::Capacity | OomVerdict::MemoryCap) {
-        text.push_str(&format!(
-            " Another {} was free but in other pools or streams.",
-            format_bytes(elsewhere)
-        ));
-    }
-    if e.oversize.blocks > 0 {
-        text.push_str(&format!(
-            " {} oversize free block(s) ({}) were excluded by max_split_size.",
-            e.oversize.blocks,
-            format_bytes(e.oversize.bytes)
-        ));
-    }
-    if let Some(device_free) = e.device_free_bytes
-        && e.verdict != OomVerdict::MemoryCap
-    {
-        if refused_by_memory_cap(e.device_free_bytes, e.needed_bytes()) {
+impl OomExplanation {
+    /// What the free blocks and the device had, in plain words (no verdict): where the cached
+    /// memory was, what max_split_size excluded, what the GPU had free, what releasing could
+    /// still return.
+    pub fn facts_text(&self) -> String {
+        let request = format_bytes(self.rounded_request_bytes);
+        let place = format!(
+            "the {} pool on stream {:#x}",
+            self.pool.as_str(),
+            self.stream
+        );
+        let mut text = format!(
+            "{} cached free in {place} for the {request} request, the largest block {}; live tensors hold {}.",
+            format_bytes(self.usable_free_bytes),
+            format_bytes(self.usable_largest_free_bytes),
+            format_bytes(self.allocated_bytes),
+        );
+        let elsewhere = self.wrong_stream.bytes + self.wrong_pool.bytes + self.oversize.bytes;
+        if self.wrong_stream.largest_bytes >= self.rounded_request_bytes {
             text.push_str(&format!(
-                " The GPU still had {} free, more than the {} segment it needed, so a \
-                 per-process limit (set_per_process_memory_fraction) refused the cudaMalloc.",
-                format_bytes(device_free),
-                format_bytes(e.needed_bytes())
+                " A {} block was free on another stream.",
+                format_bytes(self.wrong_stream.largest_bytes)
             ));
-        } else {
+        } else if elsewhere > 0 {
             text.push_str(&format!(
-                " The GPU had only {} free for the {} segment it needed.",
-                format_bytes(device_free),
-                format_bytes(e.segment_request_bytes)
+                " Another {} was free but in other pools or streams.",
+                format_bytes(elsewhere)
             ));
         }
+        if self.oversize.blocks > 0 {
+            text.push_str(&format!(
+                " {} oversize free block(s) ({}) were excluded by max_split_size.",
+                self.oversize.blocks,
+                format_bytes(self.oversize.bytes)
+            ));
+        }
+        if let Some(device_free) = self.device_free_bytes {
+            text.push_str(&format!(
+                " The GPU had {} free for the {} segment the allocator needed.",
+                format_bytes(device_free),
+                format_bytes(self.needed_bytes())
+            ));
+        }
+        if self.releasable_bytes > 0 {
+            text.push_str(&format!(
+                " Releasing cached blocks could still return {}.",
+                format_bytes(self.releasable_bytes)
+            ));
+        } else if self.released_before_oom_bytes > 0 {
+            text.push_str(&format!(
+                " PyTorch had already released {} of cached segments while retrying; nothing more \
+                 was releasable.",
+                format_bytes(self.released_before_oom_bytes)
+            ));
+        }
+        text
     }
-    if e.releasable_bytes > 0 {
-        text.push_str(&format!(
-            " Releasing cached blocks could still return {}.",
-            format_bytes(e.releasable_bytes)
-        ));
-    } else if e.released_before_oom_bytes > 0 {
-        text.push_str(&format!(
-            " PyTorch had already released {} of cached segments while retrying; nothing more \
-             was releasable.",
-            format_bytes(e.released_before_oom_bytes)
-        ));
-    }
-    text
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use super::*;
@@ -405,10 +326,10 @@ mod tests {
 
     use crate::model::MIB;
 
-    type SegmentSpec<'a> = (u64, PoolKind, &'a [(u64, BlockState)]);
+    pub(crate) type SegmentSpec<'a> = (u64, PoolKind, &'a [(u64, BlockState)]);
 
     /// A snapshot of device 0 whose trace is one `oom` event.
-    fn snapshot_with_oom(
+    pub(crate) fn snapshot_with_oom(
         segments: &[SegmentSpec],
         settings: Option<AllocatorSettings>,
         request_bytes: u64,
@@ -471,7 +392,7 @@ mod tests {
         Arc::new(snapshot)
     }
 
-    fn explain_only(snapshot: Arc<AllocatorSnapshot>) -> OomExplanation {
+    pub(crate) fn explain_only(snapshot: Arc<AllocatorSnapshot>) -> OomExplanation {
         let travel = TimeTravel::new(snapshot, 0);
         let mut all = explain_all(&travel);
         assert_eq!(all.len(), 1);
@@ -479,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn live_tensors_filling_the_gpu_is_capacity() {
+    fn live_tensors_filling_the_gpu_leave_only_small_blocks() {
         let e = explain_only(snapshot_with_oom(
             &[(
                 0,
@@ -493,56 +414,16 @@ mod tests {
             40 * MIB,
             10 * MIB,
         ));
-        assert_eq!(e.verdict, OomVerdict::Capacity);
         assert_eq!(e.usable_free_bytes, 4 * MIB);
         assert_eq!(e.too_small.blocks, 1);
         assert_eq!(e.allocated_bytes, 60 * MIB);
+        assert_eq!(e.fitting_blocks, 0);
+        let text = e.facts_text();
+        assert!(text.starts_with("4.00 MiB cached free"), "{text}");
         assert!(
-            e.verdict_text.starts_with("Only 4.00 MiB cached free"),
-            "{}",
-            e.verdict_text
+            text.contains("The GPU had 10.0 MiB free for the 40.0 MiB segment"),
+            "{text}"
         );
-        assert!(
-            e.verdict_text
-                .contains("The GPU had only 10.0 MiB free for the 40.0 MiB segment"),
-            "{}",
-            e.verdict_text
-        );
-    }
-
-    #[test]
-    fn room_on_the_gpu_makes_it_a_memory_cap() {
-        let e = explain_only(snapshot_with_oom(
-            &[(
-                0,
-                PoolKind::Large,
-                &[
-                    (60 * MIB, BlockState::ActiveAllocated),
-                    (4 * MIB, BlockState::Inactive),
-                ],
-            )],
-            None,
-            40 * MIB,
-            1000 * MIB,
-        ));
-        assert_eq!(e.verdict, OomVerdict::MemoryCap);
-        assert_eq!(e.verdict.as_str(), "memory-cap");
-        assert!(
-            e.verdict_text.starts_with(
-                "The GPU still had 1000 MiB free, more than the 40.0 MiB segment the allocator \
-                 needed"
-            ),
-            "{}",
-            e.verdict_text
-        );
-        // The cap is said once, and the text does not repeat the verdict's name.
-        assert_eq!(e.verdict_text.matches("per-process limit").count(), 1);
-        assert!(!e.verdict_text.contains("Memory cap"), "{}", e.verdict_text);
-        // Exactly enough free memory is room; one byte less is not.
-        assert!(refused_by_memory_cap(Some(40 * MIB), 40 * MIB));
-        assert!(!refused_by_memory_cap(Some(40 * MIB - 1), 40 * MIB));
-        assert!(!refused_by_memory_cap(None, 40 * MIB));
-        assert!(!refused_by_memory_cap(Some(MIB), 0));
     }
 
     #[test]
@@ -560,21 +441,17 @@ mod tests {
             40 * MIB,
             MIB,
         ));
-        assert_eq!(e.verdict, OomVerdict::Capacity);
         assert_eq!(e.wrong_stream.blocks, 1);
         assert_eq!(e.largest_free_blocks[0].failure, FitFailure::WrongStream);
         assert_eq!(e.releasable_bytes, 100 * MIB);
+        let text = e.facts_text();
         assert!(
-            e.verdict_text
-                .contains("A 100 MiB block was free on another stream."),
-            "{}",
-            e.verdict_text
+            text.contains("A 100 MiB block was free on another stream."),
+            "{text}"
         );
         assert!(
-            e.verdict_text
-                .contains("Releasing cached blocks could still return 100 MiB."),
-            "{}",
-            e.verdict_text
+            text.contains("Releasing cached blocks could still return 100 MiB."),
+            "{text}"
         );
     }
 
@@ -603,17 +480,16 @@ mod tests {
             FitFailure::Oversize(OversizeRejection::OversizeBlockForNormalRequest)
         );
         assert_eq!(e.usable_free_bytes, 0);
-        assert_eq!(e.verdict, OomVerdict::Capacity);
         assert!(
-            e.verdict_text
+            e.facts_text()
                 .contains("1 oversize free block(s) (200 MiB) were excluded"),
             "{}",
-            e.verdict_text
+            e.facts_text()
         );
     }
 
     #[test]
-    fn a_block_that_fits_makes_the_oom_unexplained() {
+    fn a_block_that_fits_is_counted() {
         let e = explain_only(snapshot_with_oom(
             &[(
                 0,
@@ -627,7 +503,7 @@ mod tests {
             40 * MIB,
             MIB,
         ));
-        assert_eq!(e.verdict, OomVerdict::Unexplained);
+        assert_eq!(e.fitting_blocks, 1);
         assert_eq!(e.largest_free_blocks[0].failure, FitFailure::WouldFit);
     }
 }

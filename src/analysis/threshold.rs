@@ -94,6 +94,37 @@ impl CrossingScan {
     }
 }
 
+/// How long occupancy was at or above `threshold_fraction`, from one device's `(t_ms, occupied
+/// fraction)` readings in time order: each reading counts until the next one (the last counts for
+/// nothing, as its span is unknown).
+pub fn time_at_or_above_ms(
+    readings: impl IntoIterator<Item = (UnixMs, f64)>,
+    threshold_fraction: f64,
+) -> i64 {
+    let mut readings = readings.into_iter();
+    let Some(mut previous) = readings.next() else {
+        return 0;
+    };
+    let mut total_ms = 0;
+    for reading in readings {
+        if previous.1 >= threshold_fraction {
+            total_ms += (reading.0 - previous.0).max(0);
+        }
+        previous = reading;
+    }
+    total_ms
+}
+
+/// The `(t_ms, occupied fraction)` readings of one device's samples (those with memory).
+pub fn occupancy<S: Borrow<DeviceSample>>(
+    samples: impl IntoIterator<Item = S>,
+) -> impl Iterator<Item = (UnixMs, f64)> {
+    samples.into_iter().filter_map(|s| {
+        let s = s.borrow();
+        s.memory.map(|m| (s.t_ms, m.occupied_fraction()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +226,33 @@ mod tests {
             crossings(series(&[500, 990]), f64::NAN).is_empty(),
             "a NaN threshold crosses nothing"
         );
+    }
+
+    #[test]
+    fn time_above_counts_each_reading_until_the_next() {
+        // 100 ms apart: 960 at 0 and 950 at 100 count (200 ms), 500 at 200 does not, 990 at 300
+        // is the last reading and its span is unknown.
+        assert_eq!(
+            time_at_or_above_ms(occupancy(&series(&[960, 950, 500, 990])), 0.95),
+            200
+        );
+        let mut gapped = series(&[960, 960]);
+        gapped.insert(
+            1,
+            DeviceSample {
+                t_ms: 50,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            time_at_or_above_ms(occupancy(&gapped), 0.95),
+            100,
+            "a sample without memory does not cut the span"
+        );
+        assert_eq!(
+            time_at_or_above_ms(occupancy(&[] as &[DeviceSample]), 0.9),
+            0
+        );
+        assert_eq!(time_at_or_above_ms(occupancy(&series(&[100, 200])), 0.9), 0);
     }
 }

@@ -275,6 +275,20 @@ impl AllocatorState {
         state
     }
 
+    /// A state made of `segments` (any order): sorted, indexed and totalled. Used by the
+    /// what-if replay to show its own states with the same views.
+    pub(crate) fn from_segments(device: u32, mut segments: Vec<StateSegment>) -> Self {
+        segments.sort_by_key(|s| s.address);
+        let mut state = AllocatorState {
+            device,
+            ..Default::default()
+        };
+        for segment in segments {
+            state.insert_segment(segment);
+        }
+        state
+    }
+
     /// Number of blocks over all segments.
     pub fn block_count(&self) -> usize {
         self.segments.iter().map(|s| s.blocks.len()).sum()

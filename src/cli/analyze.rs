@@ -10,9 +10,10 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::analysis::fragmentation::{self, FragmentationMetrics};
-use crate::analysis::oom::{self, OomExplanation};
+use crate::analysis::oom::OomExplanation;
 use crate::analysis::timetravel::TimeTravel;
 use crate::analysis::totals::{DeviceTotals, PoolTotals, device_totals};
+use crate::diagnose::oom::{JudgedOom, judged_ooms};
 use crate::formats::pytorch::read_file;
 use crate::model::allocator::{AllocatorSnapshot, SnapshotContainer, SnapshotVintage, TraceAction};
 use crate::model::format_bytes;
@@ -133,17 +134,23 @@ pub struct OomSummary {
     pub usable_free_bytes: u64,
     pub usable_largest_free_bytes: u64,
     pub releasable_bytes: u64,
-    /// "fragmentation", "memory-cap", "capacity" or "unexplained".
+    /// The diagnosis's category for this failure, the same `vramscope diagnose` gives the
+    /// snapshot: "fragmentation", "memory-cap", "capacity", "other-process" or "leak".
     pub verdict: &'static str,
     /// The verdict's name for the text report (the JSON has `verdict`).
     #[serde(skip)]
     pub verdict_heading: &'static str,
-    /// The verdict in plain words, without its name.
+    /// The verdict in plain words: the diagnosis's title for it.
     pub verdict_text: String,
+    /// What the free blocks and the device held, without a verdict.
+    pub facts_text: String,
+    /// Set when the reconstructed state contradicts the allocator (a free block that should
+    /// have fit): the verdict then rests on the totals.
+    pub reconstruction_warning: Option<String>,
 }
 
 impl OomSummary {
-    fn new(oom: &OomExplanation) -> OomSummary {
+    fn new(oom: &OomExplanation, judged: &JudgedOom) -> OomSummary {
         OomSummary {
             event_index: oom.event_index,
             time_us: oom.time_us,
@@ -157,9 +164,11 @@ impl OomSummary {
             usable_free_bytes: oom.usable_free_bytes,
             usable_largest_free_bytes: oom.usable_largest_free_bytes,
             releasable_bytes: oom.releasable_bytes,
-            verdict: oom.verdict.as_str(),
-            verdict_heading: oom.verdict.heading(),
-            verdict_text: oom.verdict_text.clone(),
+            verdict: judged.category.as_str(),
+            verdict_heading: judged.heading,
+            verdict_text: judged.title.clone(),
+            facts_text: oom.facts_text(),
+            reconstruction_warning: judged.reconstruction_warning.clone(),
         }
     }
 }
@@ -168,6 +177,10 @@ impl SnapshotReport {
     /// Summarizes a snapshot read from `path`.
     pub fn new(path: &Path, snapshot: &Arc<AllocatorSnapshot>) -> SnapshotReport {
         let totals = device_totals(snapshot);
+        let expandable_segments = snapshot
+            .settings
+            .as_ref()
+            .and_then(|s| s.expandable_segments);
         let devices = snapshot
             .devices
             .iter()
@@ -193,9 +206,9 @@ impl SnapshotReport {
                             fragmentation: FragmentationSummary::new(metrics),
                         })
                         .collect(),
-                    ooms: oom::explain_all(&travel)
+                    ooms: judged_ooms(&travel, expandable_segments)
                         .iter()
-                        .map(OomSummary::new)
+                        .map(|(e, judged)| OomSummary::new(e, judged))
                         .collect(),
                 }
             })
@@ -275,14 +288,18 @@ impl SnapshotReport {
             out += &format!("    {}\n", f.summary);
             for oom in &device.ooms {
                 out += &format!(
-                    "    OOM at event {}: {} requested ({} pool, stream {:#x}). {}: {}\n",
+                    "    OOM at event {}: {} requested ({} pool, stream {:#x}). {}: {}. {}\n",
                     oom.event_index,
                     format_bytes(oom.rounded_request_bytes),
                     oom.pool,
                     oom.stream,
                     oom.verdict_heading,
-                    oom.verdict_text
+                    oom.verdict_text,
+                    oom.facts_text
                 );
+                if let Some(warning) = &oom.reconstruction_warning {
+                    out += &format!("      warning: {warning}\n");
+                }
             }
             let ranges = device.totals.all.expandable_range_count;
             if ranges > 0 {

@@ -15,7 +15,7 @@ use crate::source::{self, Source, Tiers};
 #[derive(Debug, clap::Args)]
 #[command(group(
     clap::ArgGroup::new("input")
-        .args(["live", "capture", "snapshot", "log"])
+        .args(["live", "capture", "snapshot", "log", "prometheus"])
         .required(true)
         .multiple(true)
 ))]
@@ -45,6 +45,9 @@ pub struct DiagnoseArgs {
     /// Also write a report: OUT.html (self-contained page), OUT.md or OUT.json.
     #[arg(long, value_name = "OUT")]
     pub report: Option<PathBuf>,
+    /// Diagnose every GPU of a Prometheus server over --since (near full, growth, Xid, remaps).
+    #[command(flatten)]
+    pub prometheus: super::prometheus::PrometheusArgs,
 }
 
 fn parse_cuda_version(text: &str) -> Result<(u32, u32), String> {
@@ -56,7 +59,7 @@ fn parse_cuda_version(text: &str) -> Result<(u32, u32), String> {
 }
 
 /// Milliseconds of the simulated day `--live --demo` records: the whole day, past its OOM (at
-/// 7:59) and long enough for the serving GPU's leak to count (`LEAK_MIN_OBSERVATION_MS`).
+/// 7:59) and long enough for the serving GPU's slow leak to be judged with confidence.
 const DEMO_DURATION_MS: u64 = source::demo::scenario::SCENARIO_CYCLE_MS as u64;
 
 pub fn run(args: DiagnoseArgs) -> ExitCode {
@@ -121,6 +124,13 @@ fn gather(args: &DiagnoseArgs) -> Result<DiagnosisInput, String> {
     input.snapshots = snapshots::facts(&args.snapshot)?;
     if args.live {
         input.captures.push(live_capture(args.demo)?);
+    }
+    if let Some(url) = &args.prometheus.prometheus {
+        let (_, _, capture) = args.prometheus.pull()?;
+        input.captures.push(NamedCapture {
+            name: format!("Prometheus {url}"),
+            capture,
+        });
     }
     Ok(input)
 }
@@ -195,12 +205,18 @@ fn text(d: &Diagnosis) -> String {
         for (j, r) in f.recommendations.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "   {}) {} [{}]: {}",
+                "   {}) {} [{}]{}: {}",
                 j + 1,
                 r.title,
                 r.id,
+                r.verification_label()
+                    .map(|l| format!(" ({l})"))
+                    .unwrap_or_default(),
                 r.expected_effect
             );
+            if let Some(detail) = r.unverified_detail() {
+                let _ = writeln!(out, "      {detail}");
+            }
             for line in r.action.lines() {
                 let _ = writeln!(out, "        {line}");
             }

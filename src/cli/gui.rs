@@ -1,5 +1,5 @@
 //! Starting the GUI from the command line: `vramscope [FILES…] [--demo] [--demo-speed N]
-//! [--watch DIR]`.
+//! [--watch DIR] [--prometheus URL]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,11 +13,15 @@ use crate::ui::{AppOptions, VramscopeApp, dialogs};
 ///
 /// `demo_speed` plays the demo machine that many times faster than real time (and asks for the
 /// demo). `watch` is a folder whose new allocator snapshots open as they are written.
+///
+/// `prometheus` (with `--prometheus URL`) shows a server's GPUs: the range is read before the
+/// window opens (progress on stderr), then the window follows the server live.
 pub fn run(
     files: Vec<PathBuf>,
     demo: bool,
     demo_speed: Option<u32>,
     watch: Option<PathBuf>,
+    prometheus: super::prometheus::PrometheusArgs,
 ) -> ExitCode {
     let demo = demo || demo_speed.is_some();
     if let Some(dir) = &watch
@@ -30,7 +34,20 @@ pub fn run(
         };
         return super::fail(format!("--watch {}: {why}", dir.display()));
     }
-    let live = if files.is_empty() || demo {
+    let live = if prometheus.prometheus.is_some() {
+        if demo {
+            return super::fail("--prometheus and --demo: choose one source");
+        }
+        let (reader, range, history) = match prometheus.pull() {
+            Ok(pulled) => pulled,
+            Err(err) => return super::fail(err),
+        };
+        let source = crate::source::prometheus::PrometheusSource::new(reader, history, &range);
+        Some(LiveStart {
+            source: Box::new(source),
+            demo_notice: None,
+        })
+    } else if files.is_empty() || demo {
         let (source, demo_notice) = crate::source::open_default(demo);
         if let (Some(speed), Some(pace)) = (demo_speed, source.demo_pace()) {
             pace.set_speed(speed);

@@ -482,6 +482,7 @@ mod tests {
                     ecc_enabled: Some(true),
                     compute_capability: Some((9, 0)),
                     simulated: false,
+                    ..Default::default()
                 }],
             }
         }

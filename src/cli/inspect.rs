@@ -74,6 +74,10 @@ struct DeviceSummary {
     pci_bus_id: String,
     memory_total_bytes: u64,
     simulated: bool,
+    /// The GPU's machine in a fleet capture (Prometheus); "" for the capture's own host.
+    host: String,
+    /// Labels the GPU carried in Prometheus (`gpu`, `UUID`, `pod`, ...); empty for local GPUs.
+    labels: std::collections::BTreeMap<String, String>,
     sample_count: usize,
     peak_used_bytes: Option<u64>,
     peak_used_ms: Option<UnixMs>,
@@ -109,6 +113,7 @@ impl CaptureSummary {
             source: match capture.meta.source {
                 SourceKind::Live => "live",
                 SourceKind::Demo => "demo",
+                SourceKind::Prometheus => "prometheus",
             },
             host: capture.meta.host.clone(),
             driver_version: capture.meta.driver_version.clone(),
@@ -137,6 +142,8 @@ impl CaptureSummary {
                         pci_bus_id: device.pci_bus_id.clone(),
                         memory_total_bytes: device.memory_total_bytes,
                         simulated: device.simulated,
+                        host: device.host.clone(),
+                        labels: device.labels.clone(),
                         sample_count: series.map_or(0, |s| s.len()),
                         peak_used_bytes: peak.map(|(_, used)| used),
                         peak_used_ms: peak.map(|(t, _)| t),
@@ -236,8 +243,17 @@ impl CaptureSummary {
                 };
                 writeln!(
                     out,
-                    "  GPU {}  {}  {} total  {}  ({} samples)",
+                    "  GPU {}{}  {}  {} total  {}  ({} samples)",
                     d.index,
+                    if d.host.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " ({} GPU {})",
+                            d.host,
+                            d.labels.get("gpu").map_or("?", String::as_str)
+                        )
+                    },
                     or_unknown(&d.name),
                     format_bytes(d.memory_total_bytes),
                     peak,

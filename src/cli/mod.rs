@@ -8,13 +8,19 @@ mod analyze;
 mod check;
 mod diagnose;
 mod export;
+mod exporter;
 mod gui;
 mod info;
 mod inspect;
+mod prometheus;
+mod pull;
 mod record;
+mod whatif;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand};
 
@@ -36,6 +42,9 @@ pub struct Cli {
     /// (as File › Watch folder… does).
     #[arg(long, value_name = "DIR")]
     pub watch: Option<PathBuf>,
+    /// In the GUI: show the GPUs of a Prometheus server (--since back) and follow it live.
+    #[command(flatten)]
+    pub prometheus: prometheus::PrometheusArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -57,6 +66,14 @@ pub enum Command {
     Diagnose(diagnose::DiagnoseArgs),
     /// Export a capture's timeline as CSV, a Chrome/Perfetto trace or a PNG image for a review.
     Export(export::ExportArgs),
+    /// Replay a snapshot's allocator trace under other PYTORCH_CUDA_ALLOC_CONF settings: which
+    /// would have avoided the OOM, and with how much headroom.
+    Whatif(whatif::WhatIfArgs),
+    /// Serve this machine's GPUs at /metrics for Prometheus (memory, processes, Xid, ECC, remaps).
+    Exporter(exporter::ExporterArgs),
+    /// Save a range of a Prometheus server's GPU series (dcgm-exporter, nvitop-exporter,
+    /// vramscope exporter) as a .vramcap capture.
+    Pull(pull::PullArgs),
 }
 
 /// Entry point of the binary.
@@ -70,12 +87,19 @@ pub fn main() -> ExitCode {
                 | Command::Check(_)
                 | Command::Analyze(_)
                 | Command::Diagnose(_)
+                | Command::Whatif(_)
         )
     ) {
         exit_quietly_on_closed_pipe();
     }
     match cli.command {
-        None => gui::run(cli.files, cli.demo, cli.demo_speed, cli.watch),
+        None => gui::run(
+            cli.files,
+            cli.demo,
+            cli.demo_speed,
+            cli.watch,
+            cli.prometheus,
+        ),
         Some(Command::Record(args)) => record::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Info(args)) => info::run(args),
@@ -83,6 +107,9 @@ pub fn main() -> ExitCode {
         Some(Command::Analyze(args)) => analyze::run(args),
         Some(Command::Diagnose(args)) => diagnose::run(args),
         Some(Command::Export(args)) => export::run(args),
+        Some(Command::Whatif(args)) => whatif::run(args),
+        Some(Command::Exporter(args)) => exporter::run(args),
+        Some(Command::Pull(args)) => pull::run(args),
     }
 }
 
@@ -95,6 +122,37 @@ fn exit_quietly_on_closed_pipe() {
     // disposition of SIGPIPE back to the system default.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Refuses to write `out` when it is a folder, or exists and `force` is not set; `example` is a
+/// file name to suggest inside a folder. `Some(exit code)` when refused (the message is printed).
+pub(crate) fn refuse_output(out: &Path, force: bool, example: &str) -> Option<ExitCode> {
+    if out.is_dir() {
+        return Some(fail(format!(
+            "{} is a directory; give a file name such as {}",
+            out.display(),
+            out.join(example).display()
+        )));
+    }
+    if out.exists() && !force {
+        return Some(fail(format!(
+            "{} already exists; pass --force to replace it",
+            out.display()
+        )));
+    }
+    None
+}
+
+/// A flag set by Ctrl+C or SIGTERM, for commands that run until stopped (`record`, `exporter`).
+pub(crate) fn stop_on_ctrl_c() -> Result<Arc<AtomicBool>, ExitCode> {
+    let stop_requested = Arc::new(AtomicBool::new(false));
+    let handler_flag = Arc::clone(&stop_requested);
+    match ctrlc::set_handler(move || handler_flag.store(true, Ordering::SeqCst)) {
+        Ok(()) => Ok(stop_requested),
+        Err(err) => Err(fail(format!(
+            "cannot install the Ctrl+C/SIGTERM handler: {err}"
+        ))),
     }
 }
 

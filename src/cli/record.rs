@@ -7,7 +7,6 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -82,24 +81,13 @@ const PROGRESS_TTY: Duration = Duration::from_millis(250);
 const PROGRESS_PLAIN: Duration = Duration::from_secs(5);
 
 pub fn run(args: RecordArgs) -> ExitCode {
-    if args.out.is_dir() {
-        return super::fail(format!(
-            "{} is a directory; give a file name such as {}",
-            args.out.display(),
-            args.out.join("recording.vramcap").display()
-        ));
+    if let Some(refused) = super::refuse_output(&args.out, args.force, "recording.vramcap") {
+        return refused;
     }
-    if args.out.exists() && !args.force {
-        return super::fail(format!(
-            "{} already exists; pass --force to replace it",
-            args.out.display()
-        ));
-    }
-    let stop_requested = Arc::new(AtomicBool::new(false));
-    let handler_flag = Arc::clone(&stop_requested);
-    if let Err(err) = ctrlc::set_handler(move || handler_flag.store(true, Ordering::SeqCst)) {
-        return super::fail(format!("cannot install the Ctrl+C/SIGTERM handler: {err}"));
-    }
+    let stop_requested = match super::stop_on_ctrl_c() {
+        Ok(flag) => flag,
+        Err(code) => return code,
+    };
     // Without --demo, a machine with no usable driver is an error, as in `info`: a scripted
     // recording on a server must never produce hours of simulated data and report success.
     let opened = if args.demo_speed.is_some() || args.demo_gpus.is_some() {

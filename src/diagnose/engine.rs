@@ -13,7 +13,8 @@ use super::finding::{
 use super::leak::{self, SnapshotFacts};
 use super::log::{Framework, LogAnalysis, OomNumbers};
 use super::oom::{self, OomCase};
-use super::{compat, hardware};
+use super::trajectory::{self, Trajectory};
+use super::{compat, hardware, headroom};
 use crate::model::{Capture, EventKind, format_bytes};
 
 /// A capture (from a file, or a live reading) with the name evidence should cite.
@@ -56,15 +57,19 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
         leak::log_findings(log, capture_capacity.as_ref(), &mut findings);
     }
     for c in &input.captures {
-        hardware::capture_findings(&c.name, &c.capture, &mut findings);
-        leak::capture_findings(&c.name, &c.capture, &mut findings);
+        findings.extend(capture_findings(&c.name, &c.capture));
     }
     leak::snapshot_findings(&input.snapshots, &mut findings);
     driver_check(input, &mut findings);
 
-    findings.sort_by_key(|f| f.severity);
+    // Within a severity, what could not be judged comes first: it is why there is no verdict.
+    findings.sort_by_key(|f| (f.severity, f.category != Category::Inconclusive));
     promote_leak_behind_capacity_oom(&mut findings);
-    if !findings.iter().any(|f| f.severity != Severity::Info) {
+    let nothing_wrong = !findings.iter().any(|f| f.severity != Severity::Info);
+    let undecided = findings
+        .iter()
+        .any(|f| f.category == Category::Inconclusive);
+    if nothing_wrong && !undecided {
         findings.insert(0, healthy(input));
     }
     Diagnosis {
@@ -83,6 +88,17 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
             })
             .collect(),
     }
+}
+
+/// The findings a capture gives by itself, GPU by GPU: Xid, ECC, row remaps, throttling, leaks
+/// and near-full memory (OOM events and the driver check need the whole input; see [`diagnose`]).
+/// The fleet view judges each GPU of a Prometheus fleet with it.
+pub fn capture_findings(name: &str, capture: &Capture) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    hardware::capture_findings(name, capture, &mut findings);
+    leak::capture_findings(name, capture, &mut findings);
+    headroom::capture_findings(name, capture, &mut findings);
+    findings
 }
 
 /// A job that ran out of memory because its live tensors filled the card, while memory grew
@@ -133,7 +149,7 @@ fn capture_capacity(captures: &[NamedCapture]) -> Option<leak::KnownCapacity> {
 }
 
 /// The device a finding's evidence names, if any.
-fn finding_device(f: &Finding) -> Option<u32> {
+pub(crate) fn finding_device(f: &Finding) -> Option<u32> {
     f.evidence.iter().find_map(|e| match &e.source {
         EvidenceSource::Capture { device_index, .. }
         | EvidenceSource::Snapshot { device_index, .. } => *device_index,
@@ -229,25 +245,36 @@ fn oom_cases(input: &DiagnosisInput) -> Vec<OomCase> {
         .iter()
         .filter_map(|log| {
             let (m, numbers, framework) = log.best_oom()?;
-            Some(OomCase {
+            let mut case = OomCase::new(
                 framework,
-                numbers: numbers.clone(),
-                source: EvidenceSource::LogLine {
+                numbers.clone(),
+                EvidenceSource::LogLine {
                     file: log.name.clone(),
                     line: m.line,
                 },
-                occurrences: 0,
-                largest_free_block: None,
-                other_processes_from_capture: Vec::new(),
-                expandable_segments: None,
-            })
+            );
+            case.history = logged_history(log);
+            Some(case)
         })
         .max_by_key(|c| richness(&c.numbers));
     // The snapshot whose numbers the primary case uses; its own OOM is not listed again.
     let (mut primary, used_snapshot) = match log_case {
         Some(mut case) => {
             let device = case.numbers.device_index.unwrap_or(0);
-            let used = latest_on(&with_oom, device).or_else(|| latest_on(&snapshots, device));
+            // A snapshot of another failure (another request size) is another run's evidence:
+            // it keeps its own case instead of lending its numbers to this one.
+            let of_this_failure: Vec<&SnapshotFacts> = with_oom
+                .iter()
+                .copied()
+                .filter(|s| same_failure(&case, s))
+                .collect();
+            let without_oom: Vec<&SnapshotFacts> = snapshots
+                .iter()
+                .copied()
+                .filter(|s| s.oom.is_none())
+                .collect();
+            let used =
+                latest_on(&of_this_failure, device).or_else(|| latest_on(&without_oom, device));
             if let Some(s) = used {
                 enrich_from_snapshot(&mut case, s, device);
             }
@@ -276,6 +303,19 @@ fn oom_cases(input: &DiagnosisInput) -> Vec<OomCase> {
     primary.into_iter().chain(others).collect()
 }
 
+/// Whether a snapshot's OOM is the failure a log reports: the same request, as PyTorch prints it
+/// (two decimals of its unit), when the log gives one.
+fn same_failure(case: &OomCase, snapshot: &SnapshotFacts) -> bool {
+    let (Some(logged), Some(recorded)) = (
+        case.numbers.requested_bytes,
+        snapshot.oom.as_ref().map(|o| o.requested_bytes),
+    ) else {
+        return true;
+    };
+    let tolerance = (logged.max(recorded) / 100).max(crate::model::MIB);
+    logged.abs_diff(recorded) <= tolerance
+}
+
 /// The latest of the snapshots (in time order) that is of `device`.
 fn latest_on<'a>(snapshots: &[&'a SnapshotFacts], device: u32) -> Option<&'a SnapshotFacts> {
     snapshots
@@ -285,8 +325,9 @@ fn latest_on<'a>(snapshots: &[&'a SnapshotFacts], device: u32) -> Option<&'a Sna
         .copied()
 }
 
-/// Fills what a log's OOM message lacks from a snapshot of the same device: the largest free
-/// block, the expandable-segments setting, and the allocator's numbers.
+/// Fills what a log's OOM message lacks from a snapshot of the same device: the free blocks the
+/// request could use, the expandable-segments setting, the allocator's numbers, the live set's
+/// history and the what-if replay.
 fn enrich_from_snapshot(case: &mut OomCase, s: &SnapshotFacts, device: u32) {
     let source = EvidenceSource::Snapshot {
         file: s.name.clone(),
@@ -294,11 +335,14 @@ fn enrich_from_snapshot(case: &mut OomCase, s: &SnapshotFacts, device: u32) {
     };
     if case.largest_free_block.is_none() {
         // At the OOM when the snapshot recorded it, else at the snapshot's end.
-        let largest = s
-            .oom
-            .as_ref()
-            .map_or(s.largest_free_block_bytes, |o| o.largest_usable_free_bytes);
-        case.largest_free_block = Some((largest, source));
+        match s.oom.as_ref() {
+            Some(o) if o.fitting_blocks == 0 => {
+                case.largest_free_block = Some((o.largest_usable_free_bytes, source.clone()));
+                case.usable_cached_bytes = Some(o.usable_free_bytes);
+            }
+            Some(_) => {}
+            None => case.largest_free_block = Some((s.largest_free_block_bytes, source.clone())),
+        }
     }
     if case.expandable_segments.is_none() {
         case.expandable_segments = s.expandable_segments;
@@ -314,6 +358,34 @@ fn enrich_from_snapshot(case: &mut OomCase, s: &SnapshotFacts, device: u32) {
         case.numbers.reserved_bytes = Some(reserved);
         case.numbers.reserved_unallocated_bytes = Some(reserved.saturating_sub(allocated));
     }
+    // The trace's history is finer than a log's step figures.
+    if let Some(t) = &s.trajectory {
+        case.history = Some((t.clone(), source));
+    }
+    case.replay = s.replay.clone();
+    // A snapshot without a trace (history not recorded) has nothing to replay.
+    if s.trajectory.is_some() || s.oom.is_some() {
+        case.history_file = Some(s.name.clone());
+    }
+}
+
+/// The live set's history a log prints per step: its `allocated` series (live tensors), else its
+/// first series.
+fn logged_history(log: &LogAnalysis) -> Option<(Trajectory, EvidenceSource)> {
+    let series = log
+        .step_series
+        .iter()
+        .find(|s| s.label.contains("allocated"))
+        .or_else(|| log.step_series.first())?;
+    let trajectory = trajectory::of_logged_steps(series)?;
+    let line = series.points.first()?.line;
+    Some((
+        trajectory,
+        EvidenceSource::LogLine {
+            file: log.name.clone(),
+            line,
+        },
+    ))
 }
 
 fn richness(n: &OomNumbers) -> usize {
@@ -331,32 +403,19 @@ fn richness(n: &OomNumbers) -> usize {
     .count()
 }
 
-/// The OOM a snapshot recorded, on the snapshot's own numbers.
+/// The OOM a snapshot recorded, on the snapshot's own numbers (the same case the Allocator tab's
+/// explainer judges), with its history and replay.
 fn snapshot_oom(s: &SnapshotFacts) -> Option<OomCase> {
     let oom = s.oom.as_ref()?;
-    let source = EvidenceSource::Snapshot {
-        file: s.name.clone(),
-        device_index: Some(s.device_index),
-    };
-    Some(OomCase {
-        framework: Framework::PyTorch,
-        numbers: OomNumbers {
-            device_index: Some(s.device_index),
-            requested_bytes: Some(oom.requested_bytes),
-            free_bytes: oom.device_free_bytes,
-            allocated_bytes: Some(oom.allocated_bytes),
-            reserved_bytes: Some(oom.reserved_bytes),
-            reserved_unallocated_bytes: Some(
-                oom.reserved_bytes.saturating_sub(oom.allocated_bytes),
-            ),
-            ..Default::default()
-        },
-        source: source.clone(),
-        occurrences: 1,
-        largest_free_block: Some((oom.largest_usable_free_bytes, source)),
-        other_processes_from_capture: Vec::new(),
-        expandable_segments: s.expandable_segments,
-    })
+    let mut case = oom::case_from_snapshot(
+        oom,
+        &s.name,
+        s.device_index,
+        s.expandable_segments,
+        s.trajectory.clone(),
+    );
+    case.replay = s.replay.clone();
+    Some(case)
 }
 
 /// An OOM event in a capture, with the device's memory at that moment.
@@ -383,9 +442,9 @@ fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
             });
             let this_process =
                 pid.and_then(|pid| process_bytes_at(&c.capture, device, pid, e.t_ms));
-            return Some(OomCase {
-                framework: Framework::Cuda,
-                numbers: OomNumbers {
+            return Some(OomCase::new(
+                Framework::Cuda,
+                OomNumbers {
                     device_index: Some(device),
                     requested_bytes: *requested_bytes,
                     total_bytes: reading.map(|m| m.total_bytes),
@@ -393,16 +452,12 @@ fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
                     this_process_bytes: this_process,
                     ..Default::default()
                 },
-                source: EvidenceSource::Capture {
+                EvidenceSource::Capture {
                     file: c.name.clone(),
                     device_index: Some(device),
                     t_ms: Some(e.t_ms),
                 },
-                occurrences: 1,
-                largest_free_block: None,
-                other_processes_from_capture: Vec::new(),
-                expandable_segments: None,
-            });
+            ));
         }
     }
     None

@@ -40,6 +40,9 @@ pub enum Category {
     CudaError,
     /// cuDNN / cuBLAS failures.
     Library,
+    /// The evidence cannot settle a question it raises (a recording too short to tell a leak
+    /// from a warm-up): said instead of "healthy".
+    Inconclusive,
     /// Nothing wrong was found in the evidence given.
     Healthy,
 }
@@ -60,6 +63,7 @@ impl Category {
             Category::Thermal => "thermal",
             Category::CudaError => "cuda-error",
             Category::Library => "library",
+            Category::Inconclusive => "inconclusive",
             Category::Healthy => "healthy",
         }
     }
@@ -237,6 +241,66 @@ pub struct Recommendation {
     pub action: String,
     /// Estimated bytes this saves or makes available, when it can be computed.
     pub estimated_saving_bytes: Option<u64>,
+    /// Whether the recommendation was tried before it was shown (a what-if replay of the
+    /// allocation history) and what came out; `None` where no check applies (hardware advice).
+    pub verification: Option<Verification>,
+}
+
+impl Recommendation {
+    /// "proven by replay" or "unverified", for reports; `None` where no check applies.
+    pub fn verification_label(&self) -> Option<&'static str> {
+        self.verification.as_ref().map(|v| match v.status {
+            VerificationStatus::Proven => "proven by replay",
+            VerificationStatus::Unverified => "unverified",
+        })
+    }
+
+    /// Why it is unverified and how to verify it, when it is (a proven recommendation's effect
+    /// already starts with what the replay showed).
+    pub fn unverified_detail(&self) -> Option<&str> {
+        self.verification
+            .as_ref()
+            .filter(|v| v.status == VerificationStatus::Unverified)
+            .map(|v| v.detail.as_str())
+    }
+}
+
+/// How far a recommendation is proven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerificationStatus {
+    /// A replay of the recorded allocations under the change did not run out of memory.
+    Proven,
+    /// Not tried: no allocation history, the replay could not be trusted, or the change is not
+    /// one a replay can try. `detail` says which and how to verify it.
+    Unverified,
+}
+
+/// The outcome of checking a recommendation, for people and scripts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verification {
+    pub status: VerificationStatus,
+    /// What the check showed ("replayed: peak 61.2 GiB of 64.0 GiB allowed"), or why there was
+    /// none and how to run one.
+    pub detail: String,
+}
+
+impl Verification {
+    /// A change the replay tried and that did not run out of memory.
+    pub fn proven(detail: impl Into<String>) -> Self {
+        Verification {
+            status: VerificationStatus::Proven,
+            detail: detail.into(),
+        }
+    }
+
+    /// A change not tried, with the reason and how to verify it.
+    pub fn unverified(detail: impl Into<String>) -> Self {
+        Verification {
+            status: VerificationStatus::Unverified,
+            detail: detail.into(),
+        }
+    }
 }
 
 /// Which guided wizard continues the investigation of a finding or a log line.

@@ -4,7 +4,9 @@
 //! that changed, CUDA and NVML disagreeing, no driver. The memory test's mismatches are also
 //! listed here, once, for every place that shows them ([`listed_mismatches`]).
 
-use super::finding::{Category, Evidence, EvidenceSource, Finding, InputSummary, Severity, Wizard};
+use super::finding::{
+    Category, Evidence, EvidenceSource, Finding, InputSummary, Severity, Unit, Wizard,
+};
 use super::recommend;
 use crate::cuda::{CheckReport, CudaError, MemoryMismatch, MemtestReport};
 
@@ -109,6 +111,7 @@ fn report_findings(
         findings.extend(memtest_mismatches(device, memtest));
         findings.extend(counters_changed(device, memtest));
         findings.extend(memtest_stopped(device, memtest));
+        findings.extend(memtest_cancelled(device, memtest));
     }
     findings.extend(cuda_nvml_disagreements(report));
     let memtest_text = match &report.memtest {
@@ -214,6 +217,32 @@ fn memtest_stopped(device: usize, memtest: &MemtestReport) -> Option<Finding> {
     )
 }
 
+/// The user cancelled the memory test: no mismatch so far is no clean bill of health.
+fn memtest_cancelled(device: usize, memtest: &MemtestReport) -> Option<Finding> {
+    if !memtest.cancelled || memtest.stopped_by.is_some() {
+        return None;
+    }
+    Some(
+        Finding::new(
+            Category::Inconclusive,
+            Severity::Info,
+            format!("The memory test on GPU {device} was cancelled before it finished"),
+        )
+        .with_evidence([Evidence::number(
+            "bytes tested",
+            memtest.tested_bytes as f64,
+            Unit::Bytes,
+            crate::model::format_bytes(memtest.tested_bytes),
+            source(),
+        )])
+        .explained(
+            "Only part of the passes ran: no mismatch so far, which is not a clean bill of \
+             health for the memory. Run the test to the end to judge it.",
+        )
+        .in_wizard(Wizard::HardwareAndDriver),
+    )
+}
+
 /// The facts CUDA and NVML state differently.
 fn cuda_nvml_disagreements(report: &CheckReport) -> Option<Finding> {
     let disagreements: Vec<_> = report
@@ -267,6 +296,30 @@ mod tests {
         let (summary, findings) = check_findings(&Err(CudaError::Cancelled));
         assert!(summary.summary.contains("cancelled"));
         assert!(findings.is_empty());
+    }
+
+    #[test]
+    fn a_cancelled_memory_test_is_inconclusive_not_healthy() {
+        let mut report = report_with_problems();
+        report.disagreement_count = 0;
+        report.driver_comparisons.clear();
+        for device in &mut report.devices {
+            device.comparisons.clear();
+        }
+        if let Some(memtest) = report.memtest.as_mut() {
+            memtest.total_errors = 0;
+            for test in &mut memtest.tests {
+                test.error_count = 0;
+                test.errors.clear();
+            }
+            memtest.health_changes.clear();
+            memtest.stopped_by = None;
+            memtest.cancelled = true;
+        }
+        let (_, findings) = check_findings(&Ok(report));
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(findings[0].category, Category::Inconclusive);
+        assert_eq!(findings[0].severity, Severity::Info);
     }
 
     fn report_with_problems() -> CheckReport {

@@ -74,7 +74,8 @@ pub struct DeviceHealth {
     /// Uncorrectable ECC errors (this boot, during the capture or in the GPU's lifetime) and the
     /// corrected-error rate.
     pub ecc: Option<Severity>,
-    /// Row remapping (failed or pending) and retired pages.
+    /// Row remapping (failed or pending), rows remapped for uncorrectable errors and retired
+    /// pages.
     pub row_remap: Option<Severity>,
     /// Xid errors and a GPU that stopped answering.
     pub xid: Option<Severity>,
@@ -83,9 +84,8 @@ pub struct DeviceHealth {
 /// [`DeviceHealth`] of GPU `d` in `capture`, from the same rules as [`capture_findings`]. Cheap
 /// enough for every frame: the counters are read from the newest samples back.
 pub fn device_health(capture: &Capture, d: u32) -> DeviceHealth {
-    let worst =
-        |findings: [Option<Finding>; 2]| findings.into_iter().flatten().map(|f| f.severity).min();
-    let ecc = worst([
+    let worst = |findings: &[Option<Finding>]| findings.iter().flatten().map(|f| f.severity).min();
+    let ecc = worst(&[
         uncorrectable_ecc("", capture, d),
         corrected_ecc_rate("", capture, d),
     ]);
@@ -95,9 +95,11 @@ pub fn device_health(capture: &Capture, d: u32) -> DeviceHealth {
         .rfind(|h| h.device_index == d)
         .and_then(|health| {
             let source = capture_source("", Some(d), Some(health.t_ms));
-            worst([
-                row_remap(d, health, &source),
-                retired_pages(d, health, &source),
+            let gpu = capture.gpu_label(d);
+            worst(&[
+                row_remap(&gpu, health, &source),
+                remapped_rows(&gpu, capture, d, health, &source),
+                retired_pages(&gpu, health, &source),
             ])
         });
     let xid = capture
@@ -147,19 +149,20 @@ fn xid_events(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 capture_source(name, device, Some(*last)),
             ));
         }
-        out.push(xid_finding(code32, device, evidence));
+        let label = device.map(|d| capture.gpu_label(d));
+        out.push(xid_finding(code32, label.as_deref(), evidence));
     }
     for event in &capture.events {
         if let EventKind::DeviceLost { detail } = &event.kind {
             let gpu = event
                 .device_index
-                .map(|d| d.to_string())
-                .unwrap_or_else(|| "?".into());
+                .map(|d| capture.gpu_label(d))
+                .unwrap_or_else(|| "A GPU".into());
             out.push(
                 Finding::new(
                     Category::Xid,
                     Severity::Critical,
-                    format!("GPU {gpu} stopped answering"),
+                    format!("{gpu} stopped answering"),
                 )
                 .with_evidence(lost_evidence(name, capture, event, detail))
                 .explained(
@@ -201,7 +204,8 @@ fn lost_evidence(name: &str, capture: &Capture, lost: &Event, detail: &str) -> V
     evidence
 }
 
-fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Finding {
+/// `device` names the GPU (`GPU 3`, `node-a GPU 3`) when the Xid was on a known one.
+fn xid_finding(code: u32, device: Option<&str>, evidence: Vec<Evidence>) -> Finding {
     let severity = xid_severity(code);
     let recommendations = match code {
         13 | 31 | 43 => vec![recommend::debug_kernel_fault()],
@@ -215,7 +219,7 @@ fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Findi
         ],
         _ => vec![recommend::check_hardware()],
     };
-    let on_gpu = device.map(|d| format!(" on GPU {d}")).unwrap_or_default();
+    let on_gpu = device.map(|d| format!(" on {d}")).unwrap_or_default();
     Finding::new(
         xid_category(code),
         severity,
@@ -234,15 +238,17 @@ fn xid_finding(code: u32, device: Option<u32>, evidence: Vec<Evidence>) -> Findi
 fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     for device in &capture.devices {
         let d = device.index;
+        let gpu = device.label();
         out.extend(uncorrectable_ecc(name, capture, d));
         out.extend(corrected_ecc_rate(name, capture, d));
         let Some(health) = capture.health.iter().rfind(|h| h.device_index == d) else {
             continue;
         };
         let source = capture_source(name, Some(d), Some(health.t_ms));
-        out.extend(row_remap(d, health, &source));
-        out.extend(retired_pages(d, health, &source));
-        out.extend(persistence_off(d, health, source));
+        out.extend(row_remap(&gpu, health, &source));
+        out.extend(remapped_rows(&gpu, capture, d, health, &source));
+        out.extend(retired_pages(&gpu, health, &source));
+        out.extend(persistence_off(&gpu, health, source));
     }
 }
 
@@ -300,12 +306,18 @@ fn uncorrectable_ecc(name: &str, capture: &Capture, d: u32) -> Option<Finding> {
     let (severity, title) = if recent {
         (
             Severity::Critical,
-            format!("GPU {d} had uncorrectable ECC errors since the driver loaded"),
+            format!(
+                "{} had uncorrectable ECC errors since the driver loaded",
+                capture.gpu_label(d)
+            ),
         )
     } else {
         (
             Severity::Warning,
-            format!("GPU {d} has had uncorrectable ECC errors in its lifetime"),
+            format!(
+                "{} has had uncorrectable ECC errors in its lifetime",
+                capture.gpu_label(d)
+            ),
         )
     };
     Some(
@@ -346,7 +358,10 @@ fn corrected_ecc_rate(name: &str, capture: &Capture, d: u32) -> Option<Finding> 
         Finding::new(
             Category::Ecc,
             Severity::Warning,
-            format!("GPU {d} corrects {per_hour:.0} single-bit ECC errors per hour"),
+            format!(
+                "{} corrects {per_hour:.0} single-bit ECC errors per hour",
+                capture.gpu_label(d)
+            ),
         )
         .with_evidence([
             Evidence::count(
@@ -375,13 +390,13 @@ fn corrected_ecc_rate(name: &str, capture: &Capture, d: u32) -> Option<Finding> 
 
 /// A failed row remap (critical) or one pending until the next reset (warning), from the
 /// latest health sample of GPU `d`.
-fn row_remap(d: u32, health: &HealthSample, source: &EvidenceSource) -> Option<Finding> {
+fn row_remap(gpu: &str, health: &HealthSample, source: &EvidenceSource) -> Option<Finding> {
     if health.remapped_rows_failure == Some(true) {
         return Some(
             Finding::new(
                 Category::RowRemap,
                 Severity::Critical,
-                format!("GPU {d}: row remapping failed"),
+                format!("{gpu}: row remapping failed"),
             )
             .with_evidence([Evidence::text(
                 "remapping failure flag",
@@ -418,7 +433,7 @@ fn row_remap(d: u32, health: &HealthSample, source: &EvidenceSource) -> Option<F
         Finding::new(
             Category::RowRemap,
             Severity::Warning,
-            format!("GPU {d}: a memory row remap is pending until the next reset"),
+            format!("{gpu}: a memory row remap is pending until the next reset"),
         )
         .with_evidence(evidence)
         .explained(
@@ -431,8 +446,76 @@ fn row_remap(d: u32, health: &HealthSample, source: &EvidenceSource) -> Option<F
     )
 }
 
+/// Rows remapped for uncorrectable errors (dcgm-exporter's `DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`,
+/// NVML's remapping counters) when no failure or pending remap was reported for them already:
+/// new ones during the capture are a warning (the memory failed while it was watched), old ones a
+/// note (the GPU is using spare rows). `latest` is GPU `d`'s newest slow-tier reading, cited by
+/// `source`; the first one with a count gives the start of the capture.
+fn remapped_rows(
+    gpu: &str,
+    capture: &Capture,
+    d: u32,
+    latest: &HealthSample,
+    source: &EvidenceSource,
+) -> Option<Finding> {
+    if latest.remapped_rows_failure == Some(true) || latest.remapped_rows_pending == Some(true) {
+        return None;
+    }
+    let mut counts = capture
+        .health
+        .iter()
+        .filter(|h| h.device_index == d)
+        .filter_map(|h| h.remapped_rows_uncorrectable);
+    let first = counts.next()?;
+    let last = counts.next_back().unwrap_or(first);
+    if last == 0 {
+        return None;
+    }
+    let new_rows = last.saturating_sub(first);
+    let mut evidence = vec![Evidence::count(
+        "rows remapped for uncorrectable errors",
+        last,
+        source.clone(),
+    )];
+    if new_rows > 0 {
+        evidence.push(Evidence::number(
+            "remapped during the capture",
+            new_rows as f64,
+            Unit::Count,
+            format!("{new_rows} (from {first} to {last})"),
+            source.clone(),
+        ));
+    }
+    let (severity, title) = if new_rows > 0 {
+        (
+            Severity::Warning,
+            format!(
+                "{gpu}: {new_rows} memory row(s) remapped for uncorrectable errors during the \
+                 capture ({last} in all)"
+            ),
+        )
+    } else {
+        (
+            Severity::Info,
+            format!("{gpu} has {last} memory row(s) remapped for uncorrectable errors"),
+        )
+    };
+    Some(
+        Finding::new(Category::RowRemap, severity, title)
+            .with_evidence(evidence)
+            .explained(
+                "Each remapped row replaced memory that had an uncorrectable (double-bit) error; \
+                 the GPU has a few spare rows per bank. Rows that keep being remapped mean \
+                 failing memory: a remap failure follows once the spares of a bank run out, and \
+                 DCGM then fails the GPU.",
+            )
+            .recommend([recommend::check_hardware()])
+            .in_wizard(Wizard::HardwareAndDriver),
+    )
+}
+
 /// Retired pages (pre-Ampere GPUs) at DCGM's failure limits.
-fn retired_pages(d: u32, health: &HealthSample, source: &EvidenceSource) -> Option<Finding> {
+fn retired_pages(gpu: &str, health: &HealthSample, source: &EvidenceSource) -> Option<Finding> {
     let dbe = health.retired_pages_dbe.unwrap_or(0);
     let retired = health.retired_pages_sbe.unwrap_or(0) + dbe;
     if retired < thresholds::MAX_RETIRED_PAGES && dbe < thresholds::DBE_RETIRED_PAGES_SOFT_LIMIT {
@@ -442,7 +525,7 @@ fn retired_pages(d: u32, health: &HealthSample, source: &EvidenceSource) -> Opti
         Finding::new(
             Category::RowRemap,
             Severity::Critical,
-            format!("GPU {d} has retired {retired} memory pages ({dbe} for double-bit errors)"),
+            format!("{gpu} has retired {retired} memory pages ({dbe} for double-bit errors)"),
         )
         .with_evidence([
             Evidence::count("retired pages", retired, source.clone()),
@@ -459,7 +542,7 @@ fn retired_pages(d: u32, health: &HealthSample, source: &EvidenceSource) -> Opti
 }
 
 /// Persistence mode off: volatile ECC counters start from zero with every job.
-fn persistence_off(d: u32, health: &HealthSample, source: EvidenceSource) -> Option<Finding> {
+fn persistence_off(gpu: &str, health: &HealthSample, source: EvidenceSource) -> Option<Finding> {
     if health.persistence_mode != Some(false) {
         return None;
     }
@@ -467,7 +550,7 @@ fn persistence_off(d: u32, health: &HealthSample, source: EvidenceSource) -> Opt
         Finding::new(
             Category::Ecc,
             Severity::Info,
-            format!("GPU {d}: persistence mode is off, volatile ECC counters reset with each job"),
+            format!("{gpu}: persistence mode is off, volatile ECC counters reset with each job"),
         )
         .with_evidence([Evidence::text("persistence mode", "off", source)])
         .explained(
@@ -535,7 +618,8 @@ fn thermal(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 Category::Thermal,
                 Severity::Warning,
                 format!(
-                    "GPU {d} is thermally or power throttled ({:.0}% of samples)",
+                    "{} is thermally or power throttled ({:.0}% of samples)",
+                    capture.gpu_label(d),
                     fraction * 100.0
                 ),
             )

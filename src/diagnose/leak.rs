@@ -1,14 +1,13 @@
-//! The leak rule: steady growth of a process's (or a device's) memory over a capture, with the
-//! slope and the time until the GPU is full; and growth between allocator snapshots, by call site.
+//! The leak rule: memory that keeps growing, in a capture (per process and per GPU), in the
+//! figures a training log prints per step, and between allocator snapshots (by call site).
 //!
-//! Growth is judged with a least-squares line through the samples: a leak is a good fit
-//! (R² ≥ 0.8), a total rise of at least [`MIN_LEAK_GROWTH_BYTES`], still rising in the second half
-//! of the capture (so a warm-up that levels off is not a leak), and at least three separate rises
-//! (so one big allocation is not a leak). A capture's readings must also span at least
-//! [`thresholds::LEAK_MIN_OBSERVATION_MS`]; the first [`thresholds::LEAK_WARM_UP_FRACTION`] of the
-//! span (the model load) is skipped, and the floor (lowest reading) of each of
-//! [`thresholds::LEAK_FLOOR_WINDOWS`] windows of the rest must rise, so a start-up ramp or a
-//! sawtooth of steps is not a leak.
+//! Captures and logs are judged by [`super::growth::assess`]: the robust slope of the series'
+//! floor, its fit, whether it levels off (a warm-up is not a leak) and, for captures, the time
+//! until the GPU is full. A capture of any length from [`growth::CAPTURE_MIN_SPAN_MS`] on is
+//! judged; a climb that fills the GPU within [`growth::FAST_FILL_SECONDS`] is critical however
+//! short the recording, and slow growth in a recording shorter than
+//! [`growth::CAPTURE_SURE_SPAN_MS`] is reported as not yet decidable. A recording too short to
+//! judge at all says so (an `inconclusive` finding), never "healthy".
 //!
 //! Snapshots are compared in time order (latest trace event, else the file's modification time),
 //! and only neighbours that come from the same process, by [`same_process`]: a trace event (same
@@ -17,128 +16,18 @@
 //! same allocator settings. Anything else is not compared, and a low-severity note says why.
 
 use super::finding::{Category, Evidence, EvidenceSource, Finding, Severity, Unit, Wizard};
+use super::growth::{self, Growth, Shape, duration_text};
 use super::log::{LogAnalysis, StepSeries};
+use super::proof::ReplayEvidence;
 use super::recommend::{self, MIN_LEAK_GROWTH_BYTES};
-use super::thresholds;
+use super::trajectory::Trajectory;
 use std::sync::Arc;
 
+use crate::analysis::oom::OomExplanation;
 use crate::analysis::timetravel::AllocatorState;
 use crate::model::allocator::AllocatorSettings;
+use crate::model::capture::ProcessTrack;
 use crate::model::{Capture, format_bytes};
-
-/// Minimum number of readings for a slope.
-const MIN_POINTS: usize = 8;
-/// Minimum goodness of fit of the line.
-const MIN_R_SQUARED: f64 = 0.8;
-
-/// A fitted line through (seconds, bytes).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Trend {
-    pub bytes_per_second: f64,
-    pub r_squared: f64,
-    /// Fitted rise over the whole span.
-    pub growth_bytes: f64,
-    pub span_seconds: f64,
-}
-
-/// Least-squares fit; `None` with fewer than two distinct times.
-pub fn fit(points: &[(f64, f64)]) -> Option<Trend> {
-    let n = points.len() as f64;
-    if points.len() < 2 {
-        return None;
-    }
-    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
-    let syy: f64 = points.iter().map(|p| (p.1 - mean_y).powi(2)).sum();
-    if sxx <= 0.0 {
-        return None;
-    }
-    let slope = sxy / sxx;
-    let r_squared = if syy <= 0.0 {
-        0.0
-    } else {
-        (sxy * sxy) / (sxx * syy)
-    };
-    let span = points.last()?.0 - points.first()?.0;
-    Some(Trend {
-        bytes_per_second: slope,
-        r_squared,
-        growth_bytes: slope * span,
-        span_seconds: span,
-    })
-}
-
-/// Whether a series of (t_ms, bytes) readings, oldest first, is a leak by the rules in the module
-/// comment: long enough, judged after the start-up ramp, with a rising floor and a steady line.
-/// The trend describes the judged span (after the ramp).
-pub fn leak_trend(readings: &[(i64, u64)]) -> Option<Trend> {
-    let first_ms = readings.first()?.0;
-    let span_ms = readings.last()?.0.saturating_sub(first_ms);
-    if span_ms < thresholds::LEAK_MIN_OBSERVATION_MS {
-        return None;
-    }
-    let ramp_end_ms = first_ms + (span_ms as f64 * thresholds::LEAK_WARM_UP_FRACTION) as i64;
-    let judged: Vec<(i64, u64)> = readings
-        .iter()
-        .copied()
-        .filter(|r| r.0 >= ramp_end_ms)
-        .collect();
-    if !floor_rises(&judged) {
-        return None;
-    }
-    let t0 = judged.first()?.0;
-    let points: Vec<(f64, f64)> = judged
-        .iter()
-        .map(|&(t, b)| ((t - t0) as f64 / 1000.0, b as f64))
-        .collect();
-    growth_trend(&points)
-}
-
-/// Whether the lowest reading of every one of [`thresholds::LEAK_FLOOR_WINDOWS`] equal time
-/// windows is higher than that of the window before (an empty window fails).
-fn floor_rises(readings: &[(i64, u64)]) -> bool {
-    let (Some(first), Some(last)) = (readings.first(), readings.last()) else {
-        return false;
-    };
-    let windows = thresholds::LEAK_FLOOR_WINDOWS as i64;
-    let width_ms = (last.0 - first.0) / windows;
-    if width_ms <= 0 {
-        return false;
-    }
-    let mut floors = [u64::MAX; thresholds::LEAK_FLOOR_WINDOWS];
-    for &(t, bytes) in readings {
-        let window = (((t - first.0) / width_ms).min(windows - 1)) as usize;
-        if let Some(floor) = floors.get_mut(window) {
-            *floor = (*floor).min(bytes);
-        }
-    }
-    floors.iter().all(|&f| f != u64::MAX) && floors.windows(2).all(|w| w[1] > w[0])
-}
-
-/// The leak test on (x, bytes) points, x in seconds or steps; the slope is then per x.
-fn growth_trend(points: &[(f64, f64)]) -> Option<Trend> {
-    if points.len() < MIN_POINTS {
-        return None;
-    }
-    let trend = fit(points)?;
-    if trend.bytes_per_second <= 0.0
-        || trend.r_squared < MIN_R_SQUARED
-        || trend.growth_bytes < MIN_LEAK_GROWTH_BYTES as f64
-    {
-        return None;
-    }
-    let second_half = fit(&points[points.len() / 2..])?;
-    if second_half.bytes_per_second < 0.5 * trend.bytes_per_second {
-        return None;
-    }
-    let rises = points.windows(2).filter(|w| w[1].1 > w[0].1).count();
-    if rises < 3 {
-        return None;
-    }
-    Some(trend)
-}
 
 /// The size of the GPU a log's training ran on, when another input says it, with where it comes
 /// from (a capture's device total; the log's own OOM message is looked at first).
@@ -148,28 +37,37 @@ pub struct KnownCapacity {
     pub source: EvidenceSource,
 }
 
+/// The growth of a log's step series, when it grows (x = step).
+fn step_growth(series: &StepSeries) -> Option<Growth> {
+    let points: Vec<(f64, f64)> = series
+        .points
+        .iter()
+        .map(|p| (p.step as f64, p.bytes as f64))
+        .collect();
+    match growth::assess(&points, 0.0) {
+        Shape::Growing(g) => Some(g),
+        _ => None,
+    }
+}
+
+/// Steps needed before a per-step trend counts as sure.
+const SURE_STEPS: f64 = 20.0;
+
 /// Leak findings from memory figures a log prints per step (`step 12 allocated 4.06 GiB`): one
 /// finding per log, for the series that grew most, with the number of steps until the GPU is full
 /// when its size is known (from the log's OOM message, else `capacity`).
 pub fn log_findings(log: &LogAnalysis, capacity: Option<&KnownCapacity>, out: &mut Vec<Finding>) {
-    let mut leaking: Vec<(&StepSeries, Trend)> = log
+    let mut leaking: Vec<(&StepSeries, Growth)> = log
         .step_series
         .iter()
-        .filter_map(|series| {
-            let points: Vec<(f64, f64)> = series
-                .points
-                .iter()
-                .map(|p| (p.step as f64, p.bytes as f64))
-                .collect();
-            growth_trend(&points).map(|t| (series, t))
-        })
+        .filter_map(|series| step_growth(series).map(|g| (series, g)))
         .collect();
     // Live tensors ("allocated") say most about a leak; then the largest growth.
     leaking.sort_by(|a, b| {
         let live = |s: &StepSeries| s.label.contains("allocated");
         live(b.0)
             .cmp(&live(a.0))
-            .then(b.1.growth_bytes.total_cmp(&a.1.growth_bytes))
+            .then(b.1.growth_bytes().total_cmp(&a.1.growth_bytes()))
     });
     let Some((series, trend)) = leaking.first() else {
         return;
@@ -181,11 +79,11 @@ pub fn log_findings(log: &LogAnalysis, capacity: Option<&KnownCapacity>, out: &m
         file: log.name.clone(),
         line: l,
     };
-    let per_step = trend.bytes_per_second.max(0.0) as u64;
+    let per_step = trend.slope().max(0.0) as u64;
     let mut evidence = vec![
         Evidence::number(
             format!("{} growth per step", series.label),
-            trend.bytes_per_second,
+            trend.slope(),
             Unit::Bytes,
             format!("{}/step", format_bytes(per_step)),
             EvidenceSource::Derived,
@@ -200,14 +98,15 @@ pub fn log_findings(log: &LogAnalysis, capacity: Option<&KnownCapacity>, out: &m
             last.bytes,
             line(last.line),
         ),
-        fit_evidence(trend.r_squared),
+        fit_evidence(trend.line.r_squared),
+        confidence_evidence(trend, SURE_STEPS),
     ];
     for (other, t) in leaking.iter().skip(1) {
         evidence.push(Evidence::number(
             format!("{} growth per step", other.label),
-            t.bytes_per_second,
+            t.slope(),
             Unit::Bytes,
-            format!("{}/step", format_bytes(t.bytes_per_second.max(0.0) as u64)),
+            format!("{}/step", format_bytes(t.slope().max(0.0) as u64)),
             EvidenceSource::Derived,
         ));
     }
@@ -278,128 +177,367 @@ pub fn log_findings(log: &LogAnalysis, capacity: Option<&KnownCapacity>, out: &m
         ),
         evidence,
         explanation: format!(
-            "The log prints {} memory at every step and it rises along a straight line (R² {:.2}) instead of levelling off after the first steps: each step keeps about {} alive. A training loop that frees its activations stays flat.{until_full}",
+            "The log prints {} memory at every step and the level it returns to rises steadily (robust slope {}/step) instead of levelling off after the first steps: each step keeps about {} alive. A training loop that frees its activations stays flat. {}{until_full}",
             series.label,
-            trend.r_squared,
-            format_bytes(per_step)
+            format_bytes(per_step),
+            format_bytes(per_step),
+            trend.confidence_text(SURE_STEPS, "step")
         ),
         recommendations: vec![recommend::find_leak(None), recommend::empty_cache()],
         wizard: Some(Wizard::Leak),
     });
 }
 
-fn duration_text(seconds: f64) -> String {
-    if seconds < 120.0 {
-        format!("{seconds:.0} s")
-    } else if seconds < 7200.0 {
-        format!("{:.0} min", seconds / 60.0)
-    } else {
-        format!("{:.1} h", seconds / 3600.0)
+/// What one process (or a GPU's used memory) in a capture does, for the leak rule and the
+/// process table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SeriesGrowth {
+    /// The judgement of the readings.
+    pub shape: Shape,
+    /// Free memory on the device at the last reading, when read.
+    pub free_at_end_bytes: Option<u64>,
+}
+
+impl SeriesGrowth {
+    /// The growth, when growing.
+    pub fn growth(&self) -> Option<&Growth> {
+        match &self.shape {
+            Shape::Growing(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// Bytes per minute, when growing.
+    pub fn bytes_per_minute(&self) -> Option<f64> {
+        self.growth().map(|g| g.slope() * 60.0)
+    }
+
+    /// Seconds until the device is full at the current rate, when growing and the free memory
+    /// is known.
+    pub fn seconds_until_full(&self) -> Option<f64> {
+        self.growth()?.until_full(self.free_at_end_bytes?)
+    }
+
+    /// How serious the growth is, by the rules of the module comment: `None` when it is no
+    /// finding (not growing), `Some(Info)` when slow growth in a short recording cannot yet be told
+    /// from a warm-up.
+    pub fn severity(&self) -> Option<Severity> {
+        let g = self.growth()?;
+        let until_full = self.seconds_until_full();
+        let fast = until_full.is_some_and(|s| s < growth::FAST_FILL_SECONDS);
+        let sure_span = growth::CAPTURE_SURE_SPAN_MS as f64 / 1000.0;
+        Some(if fast && !g.decelerating {
+            Severity::Critical
+        } else if g.span() < sure_span && !fast {
+            Severity::Info
+        } else {
+            Severity::Warning
+        })
     }
 }
 
-/// Leak findings from a capture's process tracks (or, for devices without visible processes, the
-/// device's used memory).
+/// `(t_ms, bytes)` readings as `(seconds from the first, bytes)`.
+fn seconds_points(readings: &[(i64, u64)]) -> Vec<(f64, f64)> {
+    let t0 = readings.first().map_or(0, |r| r.0);
+    readings
+        .iter()
+        .map(|&(t, b)| ((t - t0) as f64 / 1000.0, b as f64))
+        .collect()
+}
+
+/// A process track's readings as `(t_ms, bytes)`, the ticks the driver reported no memory left
+/// out.
+fn track_readings(track: &ProcessTrack) -> Vec<(i64, u64)> {
+    track
+        .t_ms
+        .iter()
+        .zip(&track.used_bytes)
+        .filter_map(|(&t, b)| b.map(|b| (t, b)))
+        .collect()
+}
+
+/// The growth judgement of one process's readings (`pid` on `device`) in a capture; `None` when
+/// the capture has no such process.
+pub fn process_growth(capture: &Capture, device: u32, pid: u32) -> Option<SeriesGrowth> {
+    let track = capture
+        .processes
+        .iter()
+        .find(|p| p.device_index == device && p.pid == pid)?;
+    Some(judge_readings(capture, device, &track_readings(track)))
+}
+
+fn judge_readings(capture: &Capture, device: u32, readings: &[(i64, u64)]) -> SeriesGrowth {
+    SeriesGrowth {
+        shape: growth::assess(
+            &seconds_points(readings),
+            growth::CAPTURE_MIN_SPAN_MS as f64 / 1000.0,
+        ),
+        free_at_end_bytes: capture
+            .series(device)
+            .and_then(|s| s.iter().rev().find_map(|x| x.memory))
+            .map(|m| m.free_bytes),
+    }
+}
+
+/// The processes of a capture whose memory grows enough for a finding (warning or critical),
+/// as `(device, pid)`: what the Leak wizard and the timeline highlight.
+pub fn leaking_processes(capture: &Capture) -> Vec<(u32, u32)> {
+    capture
+        .processes
+        .iter()
+        .filter(|p| {
+            process_growth(capture, p.device_index, p.pid)
+                .and_then(|g| g.severity())
+                .is_some_and(|s| s != Severity::Info)
+        })
+        .map(|p| (p.device_index, p.pid))
+        .collect()
+}
+
+/// Leak findings from a capture: per process, and per GPU where no process explains the growth
+/// (processes the driver does not list, or none at all); an `inconclusive` finding when the
+/// recording is too short to judge. A single reading (`diagnose --live`) is no recording: it says
+/// nothing about growth either way.
 pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
+    let Some((first_ms, last_ms)) = recording_span_ms(capture) else {
+        return;
+    };
+    let span_ms = last_ms - first_ms;
+    if span_ms == 0 {
+        return;
+    }
+    if span_ms < growth::CAPTURE_MIN_SPAN_MS {
+        out.push(too_short(name, span_ms));
+        return;
+    }
     for series in &capture.series {
         let d = series.device_index;
-        let latest = series.iter().rev().find_map(|s| s.memory);
-        let headroom = latest.map(|m| m.free_bytes);
-        let tracks: Vec<_> = capture
-            .processes
-            .iter()
-            .filter(|p| p.device_index == d)
-            .collect();
-        let mut candidates: Vec<(String, Vec<(i64, u64)>)> = tracks
-            .iter()
-            .map(|t| {
-                let label = if t.name.is_empty() {
-                    format!("process {}", t.pid)
-                } else {
-                    format!("process {} ({})", t.pid, t.name)
-                };
-                let readings = t
-                    .t_ms
-                    .iter()
-                    .zip(&t.used_bytes)
-                    .filter_map(|(&t, b)| b.map(|b| (t, b)))
-                    .collect();
-                (label, readings)
-            })
-            .collect();
-        if tracks.is_empty() {
-            let readings = series
+        let mut process_growing = false;
+        for track in capture.processes.iter().filter(|p| p.device_index == d) {
+            let label = if track.name.is_empty() {
+                format!("process {}", track.pid)
+            } else {
+                format!("process {} ({})", track.pid, track.name)
+            };
+            let readings = track_readings(track);
+            let judged = judge_readings(capture, d, &readings);
+            if let Some(finding) = capture_growth_finding(name, d, &label, &readings, &judged) {
+                process_growing |= finding.severity != Severity::Info;
+                out.push(finding);
+            }
+        }
+        if !process_growing {
+            let all: Vec<(i64, u64)> = series
                 .iter()
                 .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
                 .collect();
-            candidates.push((format!("GPU {d} used memory"), readings));
-        }
-        for (label, readings) in candidates {
-            let Some(trend) = leak_trend(&readings) else {
-                continue;
-            };
-            let first_t = readings.first().map(|r| r.0);
-            let last_t = readings.last().map(|r| r.0);
-            let per_hour = trend.bytes_per_second * 3600.0;
-            let source = |t| EvidenceSource::Capture {
-                file: name.to_owned(),
-                device_index: Some(d),
-                t_ms: t,
-            };
-            let mut evidence = vec![
-                Evidence::number(
-                    "growth rate",
-                    trend.bytes_per_second,
-                    Unit::BytesPerSecond,
-                    format!("{}/h", format_bytes(per_hour as u64)),
-                    EvidenceSource::Derived,
-                ),
-                Evidence::bytes(
-                    "growth over the capture",
-                    trend.growth_bytes as u64,
-                    source(first_t),
-                ),
-                Evidence::number(
-                    "span judged, after the start-up ramp",
-                    trend.span_seconds,
-                    Unit::Seconds,
-                    duration_text(trend.span_seconds),
-                    source(last_t),
-                ),
-                fit_evidence(trend.r_squared),
-            ];
-            let exhaustion = headroom.map(|h| h as f64 / trend.bytes_per_second);
-            if let (Some(h), Some(secs)) = (headroom, exhaustion) {
-                evidence.push(Evidence::bytes("free at the end", h, source(last_t)));
-                evidence.push(Evidence::number(
-                    "time until the GPU is full",
-                    secs,
-                    Unit::Seconds,
-                    duration_text(secs),
-                    EvidenceSource::Derived,
-                ));
+            let readings = until_final_release(&all);
+            let judged = judge_readings(capture, d, readings);
+            let label = format!("GPU {d} used memory");
+            if let Some(finding) = capture_growth_finding(name, d, &label, readings, &judged) {
+                out.push(finding);
             }
-            out.push(Finding {
-                category: Category::Leak,
-                severity: if exhaustion.is_some_and(|s| s < 3600.0) { Severity::Critical } else { Severity::Warning },
-                title: format!(
-                    "{label} on GPU {d} grows steadily by {}/h{}",
-                    format_bytes(per_hour as u64),
-                    exhaustion.map(|s| format!("; the GPU is full in about {}", duration_text(s))).unwrap_or_default()
-                ),
-                evidence,
-                explanation: format!(
-                    "After the start-up ramp, memory rose by {} over {} along a straight line (R² {:.2}), its floor rose in every part of that span and it was still rising at the end, in {} separate steps: something keeps allocations alive from step to step. NVML shows the allocator's reserved memory, so take two snapshots to see which tensors grow.",
-                    format_bytes(trend.growth_bytes as u64),
-                    duration_text(trend.span_seconds),
-                    trend.r_squared,
-                    readings.windows(2).filter(|w| w[1].1 > w[0].1).count()
-                ),
-                recommendations: vec![recommend::find_leak(Some(per_hour as u64)), recommend::empty_cache()],
-                wizard: Some(Wizard::Leak),
-            });
         }
     }
+}
+
+/// First and last time (Unix ms) of any reading in the capture: device samples or process
+/// readings (an nvidia-smi `--query-compute-apps` log has only the latter).
+fn recording_span_ms(capture: &Capture) -> Option<(i64, i64)> {
+    let firsts = capture
+        .series
+        .iter()
+        .filter_map(|s| s.times().first().copied())
+        .chain(
+            capture
+                .processes
+                .iter()
+                .filter_map(|p| p.t_ms.first().copied()),
+        );
+    let lasts = capture
+        .series
+        .iter()
+        .filter_map(|s| s.times().last().copied())
+        .chain(
+            capture
+                .processes
+                .iter()
+                .filter_map(|p| p.t_ms.last().copied()),
+        );
+    Some((firsts.min()?, lasts.max()?))
+}
+
+/// A GPU's readings up to the last one before a final release: when memory ends below half of
+/// its rise (from the first reading to the highest) and stays there, the job exited (or
+/// crashed) and gave everything back. Growth is judged on the job's run, not on the empty GPU
+/// after it (a per-process track ends with its process anyway). Otherwise all readings.
+fn until_final_release(readings: &[(i64, u64)]) -> &[(i64, u64)] {
+    let (Some(start), Some(peak)) = (
+        readings.first().map(|r| r.1),
+        readings.iter().map(|r| r.1).max(),
+    ) else {
+        return readings;
+    };
+    let half_way = start + peak.saturating_sub(start) / 2;
+    if peak <= start {
+        return readings;
+    }
+    let released_from = readings
+        .iter()
+        .rposition(|r| r.1 > half_way)
+        .map_or(0, |last_high| last_high + 1);
+    &readings[..released_from.max(1)]
+}
+
+/// The finding that a capture is too short for its growth to be judged.
+fn too_short(name: &str, span_ms: i64) -> Finding {
+    let span_s = span_ms as f64 / 1000.0;
+    let needed_s = growth::CAPTURE_MIN_SPAN_MS as f64 / 1000.0;
+    Finding {
+        category: Category::Inconclusive,
+        severity: Severity::Info,
+        title: format!(
+            "Too short to judge memory growth: {} of readings, at least {} needed",
+            duration_text(span_s),
+            duration_text(needed_s)
+        ),
+        evidence: vec![Evidence::number(
+            "span of the readings",
+            span_s,
+            Unit::Seconds,
+            duration_text(span_s),
+            EvidenceSource::Capture {
+                file: name.to_owned(),
+                device_index: None,
+                t_ms: None,
+            },
+        )],
+        explanation: format!(
+            "Over {} a model load or the first training steps look exactly like a leak, so whether memory grows cannot be told: this is not a clean bill of health. Record at least {}, better {} (vramscope record), and diagnose again.",
+            duration_text(span_s),
+            duration_text(needed_s),
+            duration_text(growth::CAPTURE_SURE_SPAN_MS as f64 / 1000.0)
+        ),
+        recommendations: Vec::new(),
+        wizard: Some(Wizard::Leak),
+    }
+}
+
+/// The leak finding for one series of a capture, when it grows.
+fn capture_growth_finding(
+    name: &str,
+    d: u32,
+    label: &str,
+    readings: &[(i64, u64)],
+    judged: &SeriesGrowth,
+) -> Option<Finding> {
+    let trend = judged.growth()?;
+    let severity = judged.severity()?;
+    let t0 = readings.first().map(|r| r.0)?;
+    let last_t = readings.last().map(|r| r.0);
+    let judged_from_ms = t0 + (trend.judged_from * 1000.0) as i64;
+    let per_second = trend.slope();
+    let per_minute = per_second * 60.0;
+    let per_hour = per_second * 3600.0;
+    let source = |t| EvidenceSource::Capture {
+        file: name.to_owned(),
+        device_index: Some(d),
+        t_ms: t,
+    };
+    let sure_span = growth::CAPTURE_SURE_SPAN_MS as f64 / 1000.0;
+    let mut evidence = vec![
+        Evidence::number(
+            "growth rate",
+            per_second,
+            Unit::BytesPerSecond,
+            format!(
+                "{}/min ({}/h)",
+                format_bytes(per_minute.max(0.0) as u64),
+                format_bytes(per_hour.max(0.0) as u64)
+            ),
+            EvidenceSource::Derived,
+        ),
+        Evidence::bytes(
+            "growth over the span judged",
+            trend.growth_bytes().max(0.0) as u64,
+            source(Some(judged_from_ms)),
+        ),
+        Evidence::number(
+            "span judged, after the start-up ramp",
+            trend.span(),
+            Unit::Seconds,
+            duration_text(trend.span()),
+            source(last_t),
+        ),
+        fit_evidence(trend.line.r_squared),
+        confidence_evidence(trend, sure_span),
+    ];
+    let until_full = judged.seconds_until_full();
+    if let (Some(free), Some(secs)) = (judged.free_at_end_bytes, until_full) {
+        evidence.push(Evidence::bytes("free at the end", free, source(last_t)));
+        evidence.push(Evidence::number(
+            "time until the GPU is full",
+            secs,
+            Unit::Seconds,
+            duration_text(secs),
+            EvidenceSource::Derived,
+        ));
+    }
+    let full_text = until_full
+        .map(|s| format!("; the GPU is full in about {}", duration_text(s)))
+        .unwrap_or_default();
+    let (title, explanation) = if severity == Severity::Info {
+        (
+            format!(
+                "{label} on GPU {d} grew by {}/min over the {} recorded: too short to tell a leak from a long warm-up",
+                format_bytes(per_minute.max(0.0) as u64),
+                duration_text(trend.span())
+            ),
+            format!(
+                "Memory rose by {} over {} along a steady line, but a recording this short cannot tell a leak from a start-up that levels off later, and at this rate the GPU is not full for a while{full_text}. Record at least {} and diagnose again. {}",
+                format_bytes(trend.growth_bytes().max(0.0) as u64),
+                duration_text(trend.span()),
+                duration_text(sure_span),
+                trend.confidence_text(sure_span, "s")
+            ),
+        )
+    } else {
+        (
+            format!(
+                "{label} on GPU {d} grows steadily by {}/min{full_text}",
+                format_bytes(per_minute.max(0.0) as u64)
+            ),
+            format!(
+                "After the start-up ramp, the memory the readings fall back to rose by {} over {} and was still rising at the end{}: something keeps allocations alive. {} NVML shows the allocator's reserved memory, so take two snapshots to see which tensors grow.",
+                format_bytes(trend.growth_bytes().max(0.0) as u64),
+                duration_text(trend.span()),
+                if trend.decelerating {
+                    ", although more slowly"
+                } else {
+                    ""
+                },
+                trend.confidence_text(sure_span, "s")
+            ),
+        )
+    };
+    Some(Finding {
+        category: Category::Leak,
+        severity,
+        title,
+        evidence,
+        explanation,
+        recommendations: vec![
+            recommend::find_leak(Some(per_hour.max(0.0) as u64)),
+            recommend::empty_cache(),
+        ],
+        wizard: Some(Wizard::Leak),
+    })
+}
+
+/// How sure a growth is, as evidence.
+fn confidence_evidence(trend: &Growth, sure_span: f64) -> Evidence {
+    let confidence = trend.confidence(sure_span);
+    Evidence::text("confidence", confidence.as_str(), EvidenceSource::Derived)
 }
 
 /// Allocator facts from one snapshot that the rules need, per device; made from a PyTorch
@@ -426,6 +564,11 @@ pub struct SnapshotFacts {
     pub final_state: Option<Arc<AllocatorState>>,
     /// When the snapshot was taken and what shows which process it came from.
     pub identity: SnapshotIdentity,
+    /// How the live set moved up to the last OOM (or the end of the trace), when the snapshot
+    /// has a trace.
+    pub trajectory: Option<Trajectory>,
+    /// A what-if replay of the trace under other allocator settings, when one was run.
+    pub replay: Option<ReplayEvidence>,
 }
 
 impl SnapshotFacts {
@@ -510,17 +653,40 @@ pub fn in_time_order(snapshots: &[SnapshotFacts]) -> Vec<&SnapshotFacts> {
     ordered
 }
 
-/// An out-of-memory event in a snapshot's trace.
+/// An out-of-memory event in a snapshot's trace, with the allocator's numbers at that moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SnapshotOom {
+    /// Index of the `oom` event in the device's trace.
+    pub event_index: usize,
     /// The segment size the allocator asked cudaMalloc for ("Tried to allocate").
     pub requested_bytes: u64,
     /// `cudaMemGetInfo` free memory at the OOM.
     pub device_free_bytes: Option<u64>,
     pub allocated_bytes: u64,
     pub reserved_bytes: u64,
+    /// Cached free bytes in the request's pool and stream that the request could use.
+    pub usable_free_bytes: u64,
     /// Largest cached free block in the request's pool and stream.
     pub largest_usable_free_bytes: u64,
+    /// Free blocks the reconstruction says would have fit (more than 0: the reconstructed state
+    /// is not the allocator's).
+    pub fitting_blocks: u64,
+}
+
+impl SnapshotOom {
+    /// The numbers of an explained `oom` event.
+    pub fn from_explanation(e: &OomExplanation) -> Self {
+        SnapshotOom {
+            event_index: e.event_index,
+            requested_bytes: e.needed_bytes(),
+            device_free_bytes: e.device_free_bytes,
+            allocated_bytes: e.allocated_bytes,
+            reserved_bytes: e.reserved_bytes,
+            usable_free_bytes: e.usable_free_bytes,
+            largest_usable_free_bytes: e.usable_largest_free_bytes,
+            fitting_blocks: e.fitting_blocks,
+        }
+    }
 }
 
 /// Leak findings from two or more snapshots of one device: per run of neighbours (in time order)
@@ -712,59 +878,7 @@ fn fit_evidence(r_squared: f64) -> Evidence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{GIB, MIB};
-
-    #[test]
-    fn fits_a_line_exactly() {
-        let t = fit(&[(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]).unwrap_or_else(|| panic!("no fit"));
-        assert!((t.bytes_per_second - 2.0).abs() < 1e-9);
-        assert!((t.r_squared - 1.0).abs() < 1e-9);
-        assert!(fit(&[(1.0, 1.0), (1.0, 2.0)]).is_none());
-    }
-
-    /// Readings every 10 s for `minutes`, of `bytes(t_s)`.
-    fn readings(minutes: i64, bytes: impl Fn(i64) -> u64) -> Vec<(i64, u64)> {
-        (0..=minutes * 6)
-            .map(|i| (i * 10_000, bytes(i * 10)))
-            .collect()
-    }
-
-    #[test]
-    fn steady_growth_is_a_leak_but_warm_up_and_one_jump_are_not() {
-        let steady = readings(20, |t| GIB + t as u64 * MIB);
-        assert!(leak_trend(&steady).is_some());
-        let warm_up = readings(20, |t| GIB + (t.min(300) as u64) * 50 * MIB);
-        assert!(leak_trend(&warm_up).is_none(), "levels off after 5 min");
-        let one_jump = readings(20, |t| if t < 600 { GIB } else { 5 * GIB });
-        assert!(leak_trend(&one_jump).is_none());
-        let small = readings(20, |t| GIB + t as u64 * 1024);
-        assert!(leak_trend(&small).is_none(), "1.2 MiB is noise");
-    }
-
-    #[test]
-    fn a_short_start_up_ramp_is_not_a_leak() {
-        // 20 s of a model load at 2 GiB/s: steep and steady, but far too short to tell.
-        let ramp: Vec<(i64, u64)> = (0..=20).map(|s| (s * 1000, s as u64 * 2 * GIB)).collect();
-        assert!(leak_trend(&ramp).is_none());
-        // Nine minutes of steady growth is still too short.
-        assert!(leak_trend(&readings(9, |t| GIB + t as u64 * MIB)).is_none());
-    }
-
-    #[test]
-    fn a_sawtooth_of_growing_teeth_on_a_flat_floor_is_not_a_leak() {
-        // Steps every 60 s fall back to 10 GiB; the peaks grow (longer sequences), the floor not.
-        let steps = readings(30, |t| {
-            let in_step = (t % 60) as u64;
-            10 * GIB + in_step * (t as u64 / 60 + 1) * 20 * MIB
-        });
-        assert!(leak_trend(&steps).is_none());
-        // Small teeth on a floor that rises 50 MiB a step is a leak.
-        let leaking = readings(30, |t| {
-            let in_step = (t % 60) as u64;
-            10 * GIB + (t as u64 / 60) * 50 * MIB + in_step * 2 * MIB
-        });
-        assert!(leak_trend(&leaking).is_some());
-    }
+    use crate::model::GIB;
 
     fn facts(name: &str, allocated: u64, identity: SnapshotIdentity) -> SnapshotFacts {
         SnapshotFacts {
@@ -847,5 +961,22 @@ mod tests {
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(out[0].severity, Severity::Info);
         assert!(out[0].title.contains("not compared"), "{}", out[0].title);
+    }
+
+    #[test]
+    fn a_gpu_is_judged_up_to_the_release_at_the_jobs_end() {
+        // Rises 0 -> 30 GiB over 60 s, then the job exits and everything is freed.
+        let mut readings: Vec<(i64, u64)> =
+            (0..=240).map(|i| (i * 250, i as u64 * GIB / 8)).collect();
+        readings.extend((241..=250).map(|i| (i * 250, 0)));
+        assert_eq!(until_final_release(&readings).len(), 241);
+        // Still high at the end, or a plateau with a dip: everything counts.
+        readings.truncate(241);
+        assert_eq!(until_final_release(&readings).len(), 241);
+        let plateau: Vec<(i64, u64)> = (0..100)
+            .map(|i| (i * 1000, if i == 0 || i == 50 { GIB } else { 20 * GIB }))
+            .collect();
+        assert_eq!(until_final_release(&plateau).len(), 100);
+        assert!(until_final_release(&[]).is_empty());
     }
 }

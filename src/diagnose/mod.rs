@@ -10,16 +10,21 @@ pub mod compat;
 pub mod cuda_errors;
 pub mod engine;
 pub mod finding;
+pub mod fleet;
 #[cfg(feature = "native")]
 pub mod gpu_checks;
+pub mod growth;
 pub mod hardware;
+pub mod headroom;
 pub mod leak;
 pub mod log;
 pub mod oom;
+pub mod proof;
 pub mod recommend;
 pub mod size;
 pub mod snapshot;
 pub mod thresholds;
+pub mod trajectory;
 pub mod xid;
 
 pub use engine::{DiagnosisInput, NamedCapture, OomComposition, diagnose, oom_composition};

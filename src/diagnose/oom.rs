@@ -1,25 +1,50 @@
-//! The out-of-memory rule: decides, from the numbers, why an allocation failed.
+//! The out-of-memory rule: decides, from the numbers at the failure and from what happened before
+//! it, why an allocation failed. The one verdict: `diagnose`, the wizards, the Allocator tab's OOM
+//! explainer and `vramscope analyze` all classify with [`classify`] (the explainer through
+//! [`judge_explanation`]), so they cannot contradict each other.
 //!
 //! The card at the failure is split into: other processes, this process (framework allocated +
-//! reserved-but-unallocated + context), free, and any per-process cap. Then, in order:
-//! 1. a cap was set and the device still had room → the cap stopped it (`memory-cap`), unless the
-//!    allocator already had enough cached bytes for the request, in which case those bytes were in
-//!    blocks too small (`fragmentation`, with the cap as a second finding);
-//! 2. the allocator had enough cached-but-unallocated bytes for the request but no block large
-//!    enough → `fragmentation`;
+//! reserved-but-unallocated + context), free, and any per-process cap. The live set's history
+//! (an allocator trace's iterations, or the figures a log prints per step) says whether the job
+//! had completed an iteration and whether its live set was still growing. Then, in order:
+//! 1. a cap was set and the device still had room, or CUDA reported room at the failure that the
+//!    allocator was refused → the cap stopped it (`memory-cap`); when the allocator also held
+//!    enough cached bytes for the request in blocks too small, and fixing that would last
+//!    (rule 2's conditions), fragmentation is the primary finding and the cap a second one;
+//! 2. the allocator held enough cached-but-unallocated bytes usable for the request (its pool and
+//!    stream, when a snapshot shows them) but no block large enough → `fragmentation`, unless the
+//!    job failed in its first step (`capacity`: the step's peak is unknown, and a batch that does
+//!    not fit does not fit whatever the allocator does) or its live set was growing by more than
+//!    the cached bytes (`leak`: packing them better only postpones the failure);
 //! 3. other processes hold enough that freeing them would have made the request fit, and a notable
 //!    share of the card → `other-process`;
-//! 4. free plus cached-but-unallocated would have fit the request → `fragmentation`;
-//! 5. otherwise the job needs more than the card has → `capacity`.
+//! 4. a live set that grew from iteration to iteration until the card was full (without the
+//!    growth, the request would have fit) → `leak`;
+//! 5. otherwise the job needs more than the card has → `capacity`. Less cached memory than the
+//!    request is never fragmentation: however it was packed, it could not hold the request, and
+//!    cached blocks in partly used segments cannot be joined with free device memory (the
+//!    Allocator tab's explainer has always said so). When free plus cached memory would add up to
+//!    the request and the live set plus the request fits on the card, expandable segments (which
+//!    can unmap and remap those pages) are offered as an unverified alternative.
 //!
-//! PyTorch prints the `expandable_segments` hint on every OOM; it is only repeated when rule 1, 2
-//! or 4 says fragmentation is the cause, and otherwise the explanation says why it would not help.
+//! A reliable what-if replay of the allocation history (`super::proof`) overrides rules 2 and 5
+//! where it can: when no allocator setting would have avoided the failure, it is not
+//! fragmentation; when one would have (and the job was neither in its first step nor growing), it
+//! is. Allocator settings are recommended only as the replay proves them; without a replay they say
+//! they are unverified and how to verify them.
+//!
+//! PyTorch prints the `expandable_segments` hint on every OOM; it is only repeated when
+//! fragmentation is the verdict, and otherwise the explanation says why it would not help.
 
 use super::finding::{
-    Category, Evidence, EvidenceSource, Finding, Recommendation, Severity, Wizard,
+    Category, Evidence, EvidenceSource, Finding, Recommendation, Severity, Unit, Wizard,
 };
+use super::leak::SnapshotOom;
 use super::log::{Framework, OomNumbers};
+use super::proof::{self, ReplayEvidence};
 use super::recommend::{self, NOTABLE_BYTES, NOTABLE_OTHER_PROCESS_FRACTION};
+use super::trajectory::{IterationSource, LiveGrowth, Trajectory};
+use crate::analysis::oom::OomExplanation;
 use crate::model::format_bytes;
 
 /// Everything known about one out-of-memory failure, merged from a log, a snapshot and a capture.
@@ -31,24 +56,104 @@ pub struct OomCase {
     pub source: EvidenceSource,
     /// How many OOM lines or events were seen in all (ranks and retries print the same failure).
     pub occurrences: usize,
-    /// Largest free (cached) block of the allocator at the failure, from a snapshot.
+    /// Largest free (cached) block usable for the request at the failure, from a snapshot.
     pub largest_free_block: Option<(u64, EvidenceSource)>,
+    /// Cached free bytes the request could use (its pool and stream, not excluded by
+    /// `max_split_size`), from a snapshot; without one, all reserved-but-unallocated bytes count.
+    pub usable_cached_bytes: Option<u64>,
     /// Other processes on the device seen by a capture at the failure, when the message had none:
     /// (pid, name, bytes).
     pub other_processes_from_capture: Vec<(u32, String, u64, EvidenceSource)>,
     /// Whether the allocator already used expandable segments (from a snapshot's settings).
     pub expandable_segments: Option<bool>,
+    /// How the live set moved before the failure, and where that comes from.
+    pub history: Option<(Trajectory, EvidenceSource)>,
+    /// A what-if replay of the allocation history under other settings.
+    pub replay: Option<ReplayEvidence>,
+    /// The snapshot holding the allocation history, when there is one (its name, for "how to
+    /// verify").
+    pub history_file: Option<String>,
 }
 
-/// What the numbers say, before the findings are written.
+impl OomCase {
+    /// A case with only `numbers` from `source`; everything else unknown.
+    pub fn new(framework: Framework, numbers: OomNumbers, source: EvidenceSource) -> Self {
+        OomCase {
+            framework,
+            numbers,
+            source,
+            occurrences: 1,
+            largest_free_block: None,
+            usable_cached_bytes: None,
+            other_processes_from_capture: Vec::new(),
+            expandable_segments: None,
+            history: None,
+            replay: None,
+            history_file: None,
+        }
+    }
+
+    fn trajectory(&self) -> Option<&Trajectory> {
+        self.history.as_ref().map(|(t, _)| t)
+    }
+}
+
+/// What the evidence says caused the failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OomCause {
+    /// Fragmentation, and the cap is why the allocator could not reserve more.
     CapWithFragmentation,
     Cap,
     Fragmentation,
     OtherProcess,
     Capacity,
+    /// The live set kept growing from iteration to iteration until it filled the card.
+    Growth,
 }
+
+impl OomCause {
+    /// The finding category of the primary finding.
+    pub fn category(self) -> Category {
+        match self {
+            OomCause::CapWithFragmentation | OomCause::Fragmentation => Category::Fragmentation,
+            OomCause::Cap => Category::MemoryCap,
+            OomCause::OtherProcess => Category::OtherProcess,
+            OomCause::Capacity => Category::Capacity,
+            OomCause::Growth => Category::Leak,
+        }
+    }
+
+    /// The verdict as a heading for people.
+    pub fn heading(self) -> &'static str {
+        match self {
+            OomCause::CapWithFragmentation | OomCause::Fragmentation => "Fragmentation",
+            OomCause::Cap => "Memory cap",
+            OomCause::OtherProcess => "Other process",
+            OomCause::Capacity => "Capacity",
+            OomCause::Growth => "Growth",
+        }
+    }
+}
+
+/// The cause and the facts of the history and the replay that decided it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub cause: OomCause,
+    /// The job had not completed an iteration (and the trace shows it from the start).
+    pub first_step: bool,
+    /// The live set grew by more than the cached bytes could ever give back.
+    pub growth_outpaces_waste: bool,
+    /// The replay changed the verdict of the numbers alone; why.
+    pub replay_note: Option<String>,
+}
+
+/// Expandable segments of the large pool grow and shrink in pages of this size (c10
+/// `CUDACachingAllocator`: `kLargeBuffer`, 20 MiB): a free block smaller than a page holds no
+/// whole page, so expandable segments can neither unmap nor remap any of it.
+const EXPANDABLE_PAGE_BYTES: u64 = 20 * crate::model::MIB;
+
+/// Requests up to this size come from the small pool (c10 `kSmallSize`, 1 MiB).
+const SMALL_POOL_MAX_BYTES: u64 = crate::model::MIB;
 
 /// Allowance for this process's CUDA context and libraries (cuBLAS/cuDNN workspaces) on top of
 /// what its allocator reserved, when the message does not give the process's total.
@@ -111,12 +216,20 @@ fn free_is_exact(case: &OomCase) -> bool {
     )
 }
 
+/// Whether a per-process limit, not the GPU, refused an allocation that cached memory could not
+/// serve: the device's free memory read at the failure (cudaMemGetInfo) covers the `needed_bytes`
+/// cudaMalloc asked for.
+pub fn refused_by_memory_cap(device_free_bytes: Option<u64>, needed_bytes: u64) -> bool {
+    needed_bytes > 0 && device_free_bytes.is_some_and(|free| free >= needed_bytes)
+}
+
 /// Applies the rules in the module comment.
-pub fn classify(case: &OomCase) -> OomCause {
+pub fn classify(case: &OomCase) -> Verdict {
     let n = &case.numbers;
     let requested = n.requested_bytes.unwrap_or(0);
     let free = n.free_bytes;
     let unallocated = n.reserved_unallocated_bytes.unwrap_or(0);
+    let usable = case.usable_cached_bytes.unwrap_or(unallocated);
     let largest_block = case.largest_free_block.as_ref().map(|(b, _)| *b);
     let others_sum: u64 = other_processes(case).iter().map(|(_, b)| b).sum();
     let device_had_room = free.is_some_and(|f| f >= requested);
@@ -124,42 +237,135 @@ pub fn classify(case: &OomCase) -> OomCause {
         .allowed_bytes
         .is_some_and(|c| n.total_bytes.is_none_or(|t| c < t));
     let cached_enough =
-        requested > 0 && unallocated >= requested && largest_block.is_none_or(|l| l < requested);
+        requested > 0 && usable >= requested && largest_block.is_none_or(|l| l < requested);
 
-    if cap_set && (device_had_room || free.is_none()) {
-        return if cached_enough {
+    let history = case.trajectory();
+    let first_step = history.is_some_and(Trajectory::failed_in_first_step);
+    // A working set that grows by design (the same tensors made larger) is capacity, not growth.
+    let growth_outpaces_waste = history.is_some_and(|t| {
+        t.still_growing()
+            && !t.grows_by_enlarging()
+            && !t.failed_in_first_step()
+            && t.observed_growth_bytes()
+                .is_some_and(|growth| growth >= unallocated)
+    });
+    // Growth filled the card when, without it, the request would have fit.
+    let growing_per_iteration = history.is_some_and(|t| {
+        !t.grows_by_enlarging()
+            && matches!(
+                t.growth,
+                LiveGrowth::Growing {
+                    decelerating: false,
+                    ..
+                }
+            )
+            && t.observed_growth_bytes()
+                .is_some_and(|growth| free.unwrap_or(0).saturating_add(growth) >= requested)
+    });
+    let fragmentation_would_last = !first_step && !growth_outpaces_waste;
+    let verdict = |cause| Verdict {
+        cause,
+        first_step,
+        growth_outpaces_waste,
+        replay_note: None,
+    };
+
+    if cap_set && (device_had_room || free.is_none())
+        || free_is_exact(case) && refused_by_memory_cap(free, requested)
+    {
+        return verdict(if cached_enough && fragmentation_would_last {
             OomCause::CapWithFragmentation
         } else {
             OomCause::Cap
-        };
+        });
     }
-    if cached_enough {
-        return OomCause::Fragmentation;
-    }
-    // The device had room at the failure, yet the allocator refused: a limit it must obey (the
-    // criterion the allocator view's OOM explainer uses for its memory-cap verdict).
-    if free_is_exact(case) && crate::analysis::oom::refused_by_memory_cap(free, requested) {
-        return OomCause::Cap;
-    }
-    let free = free.unwrap_or(0);
+    let by_numbers = if cached_enough {
+        if fragmentation_would_last {
+            OomCause::Fragmentation
+        } else if growth_outpaces_waste {
+            OomCause::Growth
+        } else {
+            OomCause::Capacity
+        }
+    } else if other_process_stopped_it(case, others_sum) {
+        OomCause::OtherProcess
+    } else if growing_per_iteration {
+        OomCause::Growth
+    } else {
+        OomCause::Capacity
+    };
+    let mut verdict = verdict(by_numbers);
+    apply_replay(case, &mut verdict);
+    verdict
+}
+
+/// Rule 3: other processes hold what the request lacked, and a notable share of the card.
+fn other_process_stopped_it(case: &OomCase, others_sum: u64) -> bool {
+    let n = &case.numbers;
+    let requested = n.requested_bytes.unwrap_or(0);
+    let free = n.free_bytes.unwrap_or(0);
     let share_ok = n
         .total_bytes
         .is_none_or(|t| others_sum as f64 >= NOTABLE_OTHER_PROCESS_FRACTION * t as f64)
         || others_sum >= requested;
-    if others_sum >= NOTABLE_BYTES
+    others_sum >= NOTABLE_BYTES
         && free < requested
         && free.saturating_add(others_sum) >= requested
         && share_ok
-    {
-        return OomCause::OtherProcess;
-    }
-    if unallocated >= NOTABLE_BYTES
+}
+
+/// Free plus cached memory would hold the request, and the live set plus the request fits in what
+/// the card leaves this process: expandable segments might have served it (rule 5).
+fn packing_would_fit(n: &OomNumbers, others_sum: u64) -> bool {
+    let requested = n.requested_bytes.unwrap_or(0);
+    let free = n.free_bytes.unwrap_or(0);
+    let unallocated = n.reserved_unallocated_bytes.unwrap_or(0);
+    let sum_fits = unallocated >= NOTABLE_BYTES
         && free < requested
-        && free.saturating_add(unallocated) >= requested
-    {
-        return OomCause::Fragmentation;
+        && free.saturating_add(unallocated) >= requested;
+    let live_fits = match (n.allocated_bytes, n.total_bytes) {
+        (Some(allocated), Some(total)) => {
+            let context = n
+                .this_process_bytes
+                .zip(n.reserved_bytes)
+                .map_or(CONTEXT_ALLOWANCE_BYTES, |(p, r)| p.saturating_sub(r));
+            allocated.saturating_add(requested)
+                <= total.saturating_sub(others_sum).saturating_sub(context)
+        }
+        _ => true,
+    };
+    sum_fits && live_fits
+}
+
+/// Where a reliable replay decides between fragmentation and a full card (module comment).
+fn apply_replay(case: &OomCase, verdict: &mut Verdict) {
+    let Some(proof) = case.replay.as_ref().and_then(proof::judge) else {
+        return;
+    };
+    match verdict.cause {
+        OomCause::Fragmentation | OomCause::CapWithFragmentation if proof.helps.is_empty() => {
+            verdict.cause = if verdict.cause == OomCause::Fragmentation {
+                OomCause::Capacity
+            } else {
+                OomCause::Cap
+            };
+            verdict.replay_note = Some(format!(
+                "The replay of the allocation history under {} other allocator setting(s) ran out of memory every time: better packing would not have saved this run.",
+                proof.useless.len()
+            ));
+        }
+        OomCause::Capacity if !verdict.first_step && !verdict.growth_outpaces_waste => {
+            if let Some(best) = proof.helps.first() {
+                verdict.cause = OomCause::Fragmentation;
+                verdict.replay_note = Some(format!(
+                    "The replay of the allocation history under {} did not run out of memory ({}): the allocator's packing, not the live set, used up the card.",
+                    best.conf,
+                    proof::proven_text(best, proof.limit_bytes)
+                ));
+            }
+        }
+        _ => {}
     }
-    OomCause::Capacity
 }
 
 fn process_label(pid: u32, bytes: u64) -> String {
@@ -244,14 +450,80 @@ fn evidence(case: &OomCase) -> Vec<Evidence> {
             src(),
         ));
     }
+    if let Some(usable) = case.usable_cached_bytes {
+        ev.push(Evidence::bytes(
+            "of which usable for this request (its pool and stream)",
+            usable,
+            src(),
+        ));
+    }
     if let Some((l, s)) = &case.largest_free_block {
         ev.push(Evidence::bytes("largest cached free block", *l, s.clone()));
+    }
+    if let Some((trajectory, source)) = &case.history {
+        ev.push(Evidence::number(
+            "iterations completed before the failure",
+            trajectory.iterations.len() as f64,
+            Unit::Count,
+            trajectory.iterations.len().to_string(),
+            source.clone(),
+        ));
+        match trajectory.growth {
+            LiveGrowth::Growing {
+                per_iteration_bytes,
+                r_squared,
+                confidence,
+                ..
+            } => ev.push(Evidence::number(
+                "live set growth per iteration",
+                per_iteration_bytes as f64,
+                Unit::Bytes,
+                format!(
+                    "{} (R² {r_squared:.2}, confidence {})",
+                    format_bytes(per_iteration_bytes),
+                    confidence.as_str()
+                ),
+                source.clone(),
+            )),
+            LiveGrowth::Steady { peak_bytes } => ev.push(Evidence::bytes(
+                "live set peak per iteration (steady)",
+                peak_bytes,
+                source.clone(),
+            )),
+            LiveGrowth::RoseWithoutFallingBack {
+                from_bytes,
+                to_bytes,
+                ..
+            } => ev.push(Evidence::text(
+                "live set, never falling back",
+                format!("{} → {}", format_bytes(from_bytes), format_bytes(to_bytes)),
+                source.clone(),
+            )),
+            LiveGrowth::Unknown => {}
+        }
+    }
+    if let Some(replay) = &case.replay {
+        if let Some(proof) = proof::judge(replay) {
+            for useless in &proof.useless {
+                ev.push(Evidence::text(
+                    format!("tried by replay: does not help: {}", useless.conf),
+                    proof::useless_text(useless),
+                    EvidenceSource::Derived,
+                ));
+            }
+        } else {
+            ev.push(Evidence::text(
+                "what-if replay (unreliable, not used)",
+                replay.self_check.clone(),
+                EvidenceSource::Derived,
+            ));
+        }
     }
     if case.occurrences > 1 {
         ev.push(Evidence::number(
             "out-of-memory reports",
             case.occurrences as f64,
-            super::finding::Unit::Count,
+            Unit::Count,
             format!("{} reports", case.occurrences),
             src(),
         ));
@@ -275,28 +547,301 @@ fn hint_not_echoed(n: &OomNumbers) -> String {
     }
 }
 
-fn framework_capacity_recs(case: &OomCase) -> Vec<Recommendation> {
+/// What the history adds to an explanation: the trajectory in one sentence, and what it means
+/// for this verdict.
+fn history_text(case: &OomCase, verdict: &Verdict) -> String {
+    let Some(t) = case.trajectory() else {
+        return String::new();
+    };
+    let mut text = format!(" {}", t.describe());
+    if t.grows_by_enlarging() {
+        text.push_str(" The number of live tensors stayed the same while they grew: the same tensors were replaced by larger ones (a cache or a sequence that grows by design), so the job needs more memory at its largest than the card has; a leak would add tensors every iteration.");
+    }
+    if verdict.first_step {
+        text.push_str(" The job failed in its first step: the step's peak is unknown and at least the live set plus the failing request, so no allocator setting makes it fit.");
+    } else if verdict.growth_outpaces_waste {
+        text.push_str(&format!(
+            " The live set grew by more than the {} the allocator held cached: packing memory better would only postpone the failure.",
+            format_bytes(case.numbers.reserved_unallocated_bytes.unwrap_or(0))
+        ));
+    }
+    if let Some(note) = &verdict.replay_note {
+        text.push(' ');
+        text.push_str(note);
+    }
+    text
+}
+
+/// The activations a smaller batch shrinks, when the trace shows them: what the failing step
+/// had risen above the floor the last completed iteration left, plus the failing request (or a
+/// typical iteration's rise, when larger).
+fn activation_bytes(case: &OomCase) -> Option<u64> {
+    // A log's step figures are taken after each step: they hold no step's rise.
+    let t = case
+        .trajectory()
+        .filter(|t| t.source != IterationSource::LoggedSteps)?;
+    let floor = t.iterations.last()?.floor_bytes;
+    let failing_step = t
+        .live_at_end_bytes
+        .saturating_sub(floor)
+        .saturating_add(case.numbers.requested_bytes.unwrap_or(0));
+    Some(failing_step.max(t.typical_excursion_bytes().unwrap_or(0))).filter(|&b| b > 0)
+}
+
+fn framework_capacity_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendation> {
     let n = &case.numbers;
-    let mut recs = vec![recommend::reduce_batch_size(
+    let mut recs = vec![recommend::reduce_batch_size_within(
         shortfall(n),
         n.allocated_bytes,
+        activation_bytes(case),
     )];
+    let others_sum: u64 = other_processes(case).iter().map(|(_, b)| b).sum();
+    let worth_a_try = case.framework == Framework::PyTorch
+        && case.expandable_segments != Some(true)
+        && !verdict.first_step
+        && !verdict.growth_outpaces_waste
+        // With an allocation history only the replay may recommend a setting: a reliable one
+        // found none that helps (or the verdict would be fragmentation), an unreliable one
+        // proves nothing.
+        && case.history_file.is_none()
+        && packing_would_fit(n, others_sum);
+    if worth_a_try {
+        let mut rec = recommend::expandable_segments(n.reserved_unallocated_bytes);
+        rec.expected_effect = format!(
+            "Free and cached memory together ({} + {}) would hold the {} request: with expandable segments the allocator can unmap cached pages of partly used segments and map them where the request needs them. Whether the whole run then fits is not known.",
+            format_bytes(n.free_bytes.unwrap_or(0)),
+            format_bytes(n.reserved_unallocated_bytes.unwrap_or(0)),
+            format_bytes(n.requested_bytes.unwrap_or(0))
+        );
+        rec.verification = Some(proof::unverified(&unverified_reason(case)));
+        recs.push(rec);
+    }
     match case.framework {
         Framework::Jax => recs.push(recommend::jax_preallocation()),
         Framework::TensorFlow => recs.push(recommend::tensorflow_memory_growth()),
         Framework::PyTorch | Framework::Cuda => {}
     }
-    recs.push(recommend::mixed_precision(n.allocated_bytes));
+    recs.push(recommend::mixed_precision(
+        activation_bytes(case).or(n.allocated_bytes),
+    ));
     recs.push(recommend::activation_checkpointing());
     recs.push(recommend::inference_mode());
     recs.push(recommend::shard_model(n.total_bytes));
     recs
 }
 
+/// "No single change covers the shortfall" when every recommendation with an estimate saves less
+/// than the request lacked; empty otherwise.
+fn combine_note(recs: &[Recommendation], shortfall_bytes: Option<u64>) -> String {
+    let Some(short) = shortfall_bytes else {
+        return String::new();
+    };
+    let bounded: Vec<&Recommendation> = recs
+        .iter()
+        .filter(|r| r.estimated_saving_bytes.is_some())
+        .collect();
+    if bounded.is_empty()
+        || bounded
+            .iter()
+            .any(|r| r.estimated_saving_bytes.is_some_and(|s| s >= short))
+    {
+        return String::new();
+    }
+    let list = bounded
+        .iter()
+        .map(|r| {
+            format!(
+                "{} at most {}",
+                r.id,
+                format_bytes(r.estimated_saving_bytes.unwrap_or(0))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        " No single change covers the {} shortfall ({list}): combine them, e.g. a smaller batch with bf16 and activation checkpointing.",
+        format_bytes(short)
+    )
+}
+
+/// The allocator-setting recommendations for a fragmentation verdict: those a reliable replay
+/// proved, best first; without a usable replay, the usual settings marked unverified with the
+/// reason.
+fn allocator_setting_recs(case: &OomCase) -> Vec<Recommendation> {
+    let n = &case.numbers;
+    let growth = case.trajectory().and_then(|t| match t.growth {
+        LiveGrowth::Growing {
+            per_iteration_bytes,
+            ..
+        } => Some(per_iteration_bytes),
+        _ => None,
+    });
+    if let Some(proof) = case.replay.as_ref().and_then(proof::judge) {
+        return proof
+            .helps
+            .iter()
+            .map(|setting| {
+                let mut rec = recommend::allocator_setting(&setting.conf);
+                let mut verification = proof::proven(setting, proof.limit_bytes);
+                if let Some(iterations) =
+                    proof::headroom_lasts(setting, proof.limit_bytes, growth)
+                {
+                    verification.detail.push_str(&format!(
+                        "; the live set grows by {} per iteration, so the spare memory lasts about {iterations} more iteration(s)",
+                        format_bytes(growth.unwrap_or(0))
+                    ));
+                }
+                rec.expected_effect = format!(
+                    "{} {}",
+                    verification.detail, rec.expected_effect
+                );
+                rec.verification = Some(verification);
+                rec
+            })
+            .chain([recommend::empty_cache()])
+            .collect();
+    }
+    let why = unverified_reason(case);
+    if case.history_file.is_some() {
+        // There is a history, and it did not prove a setting (no replay, or an unreliable
+        // one): none is recommended on the state at the failure alone (issue 10: such guesses
+        // failed as often as they worked when re-run). How to check one by hand is said.
+        let mut whatif = recommend::verify_with_whatif(case.history_file.as_deref());
+        whatif.verification = Some(proof::unverified(&why));
+        return vec![whatif, recommend::empty_cache()];
+    }
+    let unverified = |mut rec: Recommendation| {
+        rec.verification = Some(proof::unverified(&why));
+        rec
+    };
+    let holes_below_a_page = case
+        .largest_free_block
+        .as_ref()
+        .is_some_and(|(largest, _)| *largest < EXPANDABLE_PAGE_BYTES)
+        && n.requested_bytes.is_some_and(|r| r > SMALL_POOL_MAX_BYTES);
+    let settings: Vec<Recommendation> = if case.expandable_segments == Some(true) {
+        // Already on (the snapshot's settings say so): limit splitting instead.
+        recommend::max_split_size(n.requested_bytes)
+            .into_iter()
+            .collect()
+    } else if holes_below_a_page {
+        // Expandable segments return and remap free memory in whole pages; free blocks smaller
+        // than a page hold none, so they cannot help here.
+        recommend::max_split_size(n.requested_bytes)
+            .into_iter()
+            .map(|mut rec| {
+                rec.expected_effect = format!(
+                    "Expandable segments would not help: the largest cached free block ({}) is smaller than the {} pages they map and unmap, so none of the cached memory could be returned. {}",
+                    format_bytes(case.largest_free_block.as_ref().map_or(0, |(l, _)| *l)),
+                    format_bytes(EXPANDABLE_PAGE_BYTES),
+                    rec.expected_effect
+                );
+                rec
+            })
+            .collect()
+    } else {
+        std::iter::once(recommend::expandable_segments(n.reserved_unallocated_bytes))
+            .chain(recommend::max_split_size(n.requested_bytes))
+            .collect()
+    };
+    settings
+        .into_iter()
+        .map(unverified)
+        .chain([recommend::empty_cache()])
+        .collect()
+}
+
+/// Why an allocator setting could not be proven for this case.
+fn unverified_reason(case: &OomCase) -> String {
+    match (&case.replay, &case.history_file) {
+        (Some(replay), _) if !replay.reliable => format!(
+            "the what-if replay's self-check failed ({}), so its numbers are not proof",
+            replay.self_check
+        ),
+        (Some(_), _) => "the what-if replay did not try this setting".to_owned(),
+        (None, Some(file)) => format!("{file} was not replayed"),
+        (None, None) => {
+            "there is no allocation history to replay (a log or a snapshot without a trace)"
+                .to_owned()
+        }
+    }
+}
+
+/// What the job needs under a cap, from its history: `(needed bytes, why)`.
+fn cap_need(case: &OomCase) -> (u64, Option<String>) {
+    let n = &case.numbers;
+    let at_failure = n
+        .reserved_bytes
+        .or(n.allowed_bytes)
+        .unwrap_or(0)
+        .saturating_add(n.requested_bytes.unwrap_or(0));
+    let Some(t) = case.trajectory() else {
+        return (at_failure, None);
+    };
+    let limit = n.allowed_bytes.unwrap_or(at_failure);
+    match t.growth {
+        LiveGrowth::Growing {
+            per_iteration_bytes,
+            r_squared,
+            confidence,
+            ..
+        } if per_iteration_bytes > 0 => {
+            let done = t.iterations.len() as u64;
+            let again = at_failure.saturating_add(per_iteration_bytes.saturating_mul(done));
+            let card = n
+                .total_bytes
+                .map(|total| {
+                    format!(
+                        " the whole {} card lasts about {} more iteration(s);",
+                        format_bytes(total),
+                        total.saturating_sub(limit) / per_iteration_bytes
+                    )
+                })
+                .unwrap_or_default();
+            (
+                again,
+                Some(format!(
+                    "The live set grew by {} per iteration over {done} iteration(s) without levelling off (R² {r_squared:.2}, confidence {}): a cap just above the failure lasts less than one more iteration. Running as many iterations again needs about {};{card} the trend cannot tell when the growth stops.",
+                    format_bytes(per_iteration_bytes),
+                    confidence.as_str(),
+                    format_bytes(again)
+                )),
+            )
+        }
+        LiveGrowth::RoseWithoutFallingBack {
+            from_bytes,
+            to_bytes,
+            bytes_per_second,
+        } => (
+            at_failure,
+            Some(format!(
+                "The live set rose from {} to {}{} without ever falling back: what the rest of the run needs cannot be told from one request's shortfall, only that it is more than {}.",
+                format_bytes(from_bytes),
+                format_bytes(to_bytes),
+                bytes_per_second
+                    .filter(|r| *r > 0.0)
+                    .map(|r| format!(" ({}/s)", format_bytes(r as u64)))
+                    .unwrap_or_default(),
+                format_bytes(at_failure)
+            )),
+        ),
+        LiveGrowth::Steady { peak_bytes } => (
+            at_failure.max(peak_bytes),
+            Some(format!(
+                "The iterations before the failure were steady, peaking at {}: the job needs at least {}.",
+                format_bytes(peak_bytes),
+                format_bytes(at_failure.max(peak_bytes))
+            )),
+        ),
+        _ => (at_failure, None),
+    }
+}
+
 /// The findings for one OOM case: the primary cause first, then contributing causes.
 pub fn findings(case: &OomCase) -> Vec<Finding> {
-    let cause = classify(case);
-    let words = Wording::of(case);
+    let verdict = classify(case);
+    let cause = verdict.cause;
+    let words = Wording::of(case, &verdict);
     let evidence = evidence(case);
     let mut out = Vec::new();
     match cause {
@@ -318,7 +863,24 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
             evidence.clone(),
         )),
         OomCause::OtherProcess => out.push(other_process_finding(case, &words, evidence.clone())),
-        OomCause::Capacity => out.push(capacity_finding(case, &words, evidence.clone())),
+        OomCause::Growth => {
+            out.push(growth_finding(case, &words, evidence.clone()));
+            // What ran out, with its numbers.
+            out.push(capacity_finding(
+                case,
+                &verdict,
+                Severity::Warning,
+                &words,
+                evidence.clone(),
+            ));
+        }
+        OomCause::Capacity => out.push(capacity_finding(
+            case,
+            &verdict,
+            Severity::Critical,
+            &words,
+            evidence.clone(),
+        )),
     }
     // A notable other process is worth mentioning even when it is not the primary cause.
     if cause != OomCause::OtherProcess {
@@ -327,16 +889,19 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
     out
 }
 
-/// How the findings of one OOM name the GPU and the request.
+/// How the findings of one OOM name the GPU and the request, and what the live set's history
+/// adds to every explanation.
 struct Wording {
     /// "GPU 0", or "the GPU" when the message did not say.
     gpu: String,
     /// "2.00 GiB", or "an allocation".
     request: String,
+    /// The trajectory's sentence ([`history_text`]), empty without one.
+    history: String,
 }
 
 impl Wording {
-    fn of(case: &OomCase) -> Self {
+    fn of(case: &OomCase, verdict: &Verdict) -> Self {
         let n = &case.numbers;
         Wording {
             gpu: n
@@ -347,11 +912,13 @@ impl Wording {
                 .requested_bytes
                 .map(format_bytes)
                 .unwrap_or_else(|| "an allocation".to_owned()),
+            history: history_text(case, verdict),
         }
     }
 }
 
-/// A per-process cap (memory fraction, MPS or container limit) refused the allocation.
+/// A per-process cap (memory fraction, MPS or container limit) refused the allocation. The cap
+/// to ask for comes from the live set's history when there is one ([`cap_need`]).
 fn cap_finding(
     case: &OomCase,
     severity: Severity,
@@ -359,12 +926,13 @@ fn cap_finding(
     evidence: Vec<Evidence>,
 ) -> Finding {
     let n = &case.numbers;
-    let Wording { gpu, request: req } = words;
-    let needed = n
-        .reserved_bytes
-        .or(n.allowed_bytes)
-        .unwrap_or(0)
-        .saturating_add(n.requested_bytes.unwrap_or(0));
+    let Wording {
+        gpu,
+        request: req,
+        history,
+    } = words;
+    let (needed, need_why) = cap_need(case);
+    let growing = case.trajectory().is_some_and(Trajectory::still_growing);
     let free_text = n
         .free_bytes
         .map(format_bytes)
@@ -376,7 +944,7 @@ fn cap_finding(
                 format_bytes(cap)
             ),
             format!(
-                "The process may use at most {} (torch.cuda.set_per_process_memory_fraction or an equivalent setting). The allocator had reserved {} and needed {req} more, which exceeds the cap, although {gpu} had room.{}",
+                "The process may use at most {} (torch.cuda.set_per_process_memory_fraction or an equivalent setting). The allocator had reserved {} and needed {req} more, which exceeds the cap, although {gpu} had room.{}{history}",
                 format_bytes(cap),
                 n.reserved_bytes
                     .map(format_bytes)
@@ -389,23 +957,46 @@ fn cap_finding(
                 "The allocator refused {req} while {free_text} was free on {gpu}: a memory cap is in force"
             ),
             format!(
-                "CUDA reported {free_text} free at the failure, more than the {req} requested, and the cached memory could not explain it: a per-process limit stopped the allocation (torch.cuda.set_per_process_memory_fraction, an MPS memory limit or a container limit).{}",
+                "CUDA reported {free_text} free at the failure, more than the {req} requested, and the cached memory could not explain it: a per-process limit stopped the allocation (torch.cuda.set_per_process_memory_fraction, an MPS memory limit or a container limit).{}{history}",
                 hint_not_echoed(n)
             ),
         ),
     };
+    let mut raise = match &need_why {
+        Some(why) => recommend::raise_memory_fraction_from_history(
+            n.allowed_bytes,
+            needed,
+            n.total_bytes,
+            growing,
+            why,
+        ),
+        None => recommend::raise_memory_fraction(n.allowed_bytes, needed, n.total_bytes),
+    };
+    raise.verification = Some(proof::unverified(if growing {
+        "a replay ends where the recorded run ended, and this live set was still growing"
+    } else {
+        "a raised cap is not replayed yet"
+    }));
+    let mut recommendations = vec![raise];
+    if growing {
+        recommendations.push(recommend::find_leak(None));
+    }
+    recommendations.push(recommend::reduce_batch_size_within(
+        n.requested_bytes,
+        n.allocated_bytes,
+        activation_bytes(case),
+    ));
+    recommendations.push(recommend::mixed_precision(
+        activation_bytes(case).or(n.allocated_bytes),
+    ));
     Finding::new(Category::MemoryCap, severity, title)
         .with_evidence(evidence)
         .explained(explanation)
-        .recommend([
-            recommend::raise_memory_fraction(n.allowed_bytes, needed, n.total_bytes),
-            recommend::reduce_batch_size(n.requested_bytes, n.allocated_bytes),
-            recommend::mixed_precision(n.allocated_bytes),
-        ])
+        .recommend(recommendations)
         .in_wizard(Wizard::OutOfMemory)
 }
 
-/// Enough memory was cached, but in blocks too small for the request.
+/// Enough memory was cached (in the request's pool and stream), but in blocks too small for it.
 fn fragmentation_finding(
     case: &OomCase,
     cause: OomCause,
@@ -413,19 +1004,23 @@ fn fragmentation_finding(
     evidence: Vec<Evidence>,
 ) -> Finding {
     let n = &case.numbers;
-    let Wording { gpu, request: req } = words;
-    let unallocated = n.reserved_unallocated_bytes;
-    let u = unallocated.unwrap_or(0);
+    let Wording {
+        gpu,
+        request: req,
+        history,
+    } = words;
+    let u = n.reserved_unallocated_bytes.unwrap_or(0);
     let block = case
         .largest_free_block
         .as_ref()
         .map(|(l, _)| format!(" (largest free block {})", format_bytes(*l)))
         .unwrap_or_default();
-    let cached_enough = u >= n.requested_bytes.unwrap_or(0);
+    let usable = case.usable_cached_bytes.unwrap_or(u);
+    let cached_enough = usable >= n.requested_bytes.unwrap_or(0);
     let title = if cached_enough {
         format!(
             "{} cached on {gpu} but no free block fits the {req} request{block}",
-            format_bytes(u)
+            format_bytes(usable)
         )
     } else {
         format!(
@@ -435,40 +1030,39 @@ fn fragmentation_finding(
         )
     };
     let explanation = if cause == OomCause::CapWithFragmentation {
+        let cap = match (n.allowed_bytes, n.free_bytes) {
+            (Some(allowed), _) => format!("the {} cap", format_bytes(allowed)),
+            (None, Some(free)) => format!(
+                "a per-process limit (the GPU still had {} free)",
+                format_bytes(free)
+            ),
+            (None, None) => "a per-process limit".to_owned(),
+        };
         format!(
-            "The allocator held {} reserved but unallocated, more than the {req} requested, yet in blocks too small to hold it; it could not reserve more because of the {} cap. Free blocks stranded in partly used segments are what fragmentation costs.",
-            format_bytes(u),
-            n.allowed_bytes.map(format_bytes).unwrap_or_default()
+            "The allocator held {} reserved but unallocated, more than the {req} requested, yet in blocks too small to hold it; it could not reserve more because of {cap}. Free blocks stranded in partly used segments are what fragmentation costs.{history}",
+            format_bytes(usable)
         )
     } else {
         format!(
-            "The allocator held {} reserved but unallocated{block}; the request needed one contiguous block of {req}. Cached blocks stranded in partly used segments could not be combined or returned.",
+            "The allocator held {} reserved but unallocated{block}; the request needed one contiguous block of {req}. Cached blocks stranded in partly used segments could not be combined or returned.{history}",
             format_bytes(u)
         )
-    };
-    let recommendations: Vec<_> = if case.expandable_segments == Some(true) {
-        // Already on (the snapshot's settings say so): limit splitting instead.
-        recommend::max_split_size(n.requested_bytes)
-            .into_iter()
-            .chain([recommend::empty_cache()])
-            .collect()
-    } else {
-        std::iter::once(recommend::expandable_segments(unallocated))
-            .chain(recommend::max_split_size(n.requested_bytes))
-            .chain([recommend::empty_cache()])
-            .collect()
     };
     Finding::new(Category::Fragmentation, Severity::Critical, title)
         .with_evidence(evidence)
         .explained(explanation)
-        .recommend(recommendations)
+        .recommend(allocator_setting_recs(case))
         .in_wizard(Wizard::Fragmentation)
 }
 
 /// Other processes held the memory the request needed.
 fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) -> Finding {
     let n = &case.numbers;
-    let Wording { gpu, request: req } = words;
+    let Wording {
+        gpu,
+        request: req,
+        history,
+    } = words;
     let others = other_processes(case);
     let sum: u64 = others.iter().map(|(_, b)| b).sum();
     let list = others
@@ -486,7 +1080,7 @@ fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence
     )
     .with_evidence(evidence)
     .explained(format!(
-        "Only {} was free{}. The other processes hold {}; without them the request would have fit.{}",
+        "Only {} was free{}. The other processes hold {}; without them the request would have fit.{}{history}",
         n.free_bytes.map(format_bytes).unwrap_or_else(|| "little".into()),
         n.total_bytes
             .map(|t| format!(" of {}", format_bytes(t)))
@@ -496,16 +1090,73 @@ fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence
     ))
     .recommend([
         recommend::free_other_process(&others, shortfall(n)),
-        recommend::reduce_batch_size(shortfall(n), n.allocated_bytes),
-        recommend::mixed_precision(n.allocated_bytes),
+        recommend::reduce_batch_size_within(
+            shortfall(n),
+            n.allocated_bytes,
+            activation_bytes(case),
+        ),
+        recommend::mixed_precision(activation_bytes(case).or(n.allocated_bytes)),
     ])
     .in_wizard(Wizard::OutOfMemory)
 }
 
-/// The job's peak is larger than the GPU (or a single request is).
-fn capacity_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) -> Finding {
+/// The live set grew every iteration until the GPU ran out: a leak, not a peak.
+fn growth_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) -> Finding {
     let n = &case.numbers;
-    let Wording { gpu, request: req } = words;
+    let Wording {
+        gpu,
+        request: req,
+        history,
+    } = words;
+    let (per_iteration, iterations) = case
+        .trajectory()
+        .map(|t| match t.growth {
+            LiveGrowth::Growing {
+                per_iteration_bytes,
+                ..
+            } => (per_iteration_bytes, t.iterations.len()),
+            _ => (0, t.iterations.len()),
+        })
+        .unwrap_or((0, 0));
+    Finding::new(
+        Category::Leak,
+        Severity::Critical,
+        format!(
+            "The live set grew by {} per iteration for {iterations} iterations until {gpu} ran out ({req} requested)",
+            format_bytes(per_iteration)
+        ),
+    )
+    .with_evidence(evidence)
+    .explained(format!(
+        "Every iteration left more memory allocated than the one before, and the failure came when the growth reached the card's limit. A smaller batch or an allocator setting only buys a few iterations.{history}{}",
+        hint_not_echoed(n)
+    ))
+    .recommend([
+        recommend::find_leak(None),
+        recommend::reduce_batch_size_within(
+            shortfall(n),
+            n.allocated_bytes,
+            activation_bytes(case),
+        ),
+    ])
+    .in_wizard(Wizard::Leak)
+}
+
+/// The job's peak is larger than the GPU (or a single request is); `severity` is lower when it
+/// only gives the numbers of what a growing live set ran out of.
+fn capacity_finding(
+    case: &OomCase,
+    verdict: &Verdict,
+    severity: Severity,
+    words: &Wording,
+    evidence: Vec<Evidence>,
+) -> Finding {
+    let n = &case.numbers;
+    let Wording {
+        gpu,
+        request: req,
+        history,
+    } = words;
     let detail = match (n.free_bytes, n.allocated_bytes, n.total_bytes) {
         (Some(f), Some(a), Some(t)) => format!(
             "Only {} of {} was free and live tensors already took {} ({:.0}% of the card): the job's peak is larger than the GPU.",
@@ -519,6 +1170,10 @@ fn capacity_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) ->
             format_bytes(f)
         ),
         (Some(f), _, _) => format!("Only {} was free.", format_bytes(f)),
+        (None, Some(a), _) => format!(
+            "Live tensors held {} and the allocator could not get the {req} it needed.",
+            format_bytes(a)
+        ),
         _ => "The message carries no breakdown; add a snapshot or a capture for one.".to_owned(),
     };
     let too_big = matches!((n.requested_bytes, n.total_bytes), (Some(r), Some(t)) if r > t);
@@ -532,10 +1187,12 @@ fn capacity_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) ->
                 .unwrap_or_default()
         )
     };
-    Finding::new(Category::Capacity, Severity::Critical, title)
+    let recommendations = framework_capacity_recs(case, verdict);
+    let combine = combine_note(&recommendations, shortfall(n));
+    Finding::new(Category::Capacity, severity, title)
         .with_evidence(evidence)
-        .explained(format!("{detail}{}", hint_not_echoed(n)))
-        .recommend(framework_capacity_recs(case))
+        .explained(format!("{detail}{}{history}{combine}", hint_not_echoed(n)))
+        .recommend(recommendations)
         .in_wizard(Wizard::OutOfMemory)
 }
 
@@ -568,4 +1225,640 @@ fn notable_other_processes(
         .recommend([recommend::free_other_process(&others, None)])
         .in_wizard(Wizard::OutOfMemory)
     })
+}
+
+/// The OOM case of an `oom` event of a snapshot's trace, on the snapshot's own numbers: the one
+/// path by which `diagnose` and the Allocator tab's explainer turn a snapshot into a case.
+pub fn case_from_snapshot(
+    oom: &SnapshotOom,
+    snapshot_name: &str,
+    device: u32,
+    expandable_segments: Option<bool>,
+    trajectory: Option<Trajectory>,
+) -> OomCase {
+    let source = EvidenceSource::Snapshot {
+        file: snapshot_name.to_owned(),
+        device_index: Some(device),
+    };
+    let mut case = OomCase::new(
+        Framework::PyTorch,
+        OomNumbers {
+            device_index: Some(device),
+            requested_bytes: Some(oom.requested_bytes),
+            free_bytes: oom.device_free_bytes,
+            allocated_bytes: Some(oom.allocated_bytes),
+            reserved_bytes: Some(oom.reserved_bytes),
+            reserved_unallocated_bytes: Some(
+                oom.reserved_bytes.saturating_sub(oom.allocated_bytes),
+            ),
+            ..Default::default()
+        },
+        source.clone(),
+    );
+    // A block the reconstruction says would have fit means the reconstructed state is not the
+    // allocator's: judge on totals then, not on its blocks.
+    if oom.fitting_blocks == 0 {
+        case.largest_free_block = Some((oom.largest_usable_free_bytes, source.clone()));
+        case.usable_cached_bytes = Some(oom.usable_free_bytes);
+    }
+    case.expandable_segments = expandable_segments;
+    case.history = trajectory.map(|t| (t, source));
+    case.history_file = Some(snapshot_name.to_owned());
+    case
+}
+
+/// The verdict on one explained `oom` event, as the Allocator tab and `vramscope analyze` show
+/// it: the same [`classify`] as `diagnose`, on the same evidence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgedOom {
+    pub cause: OomCause,
+    pub category: Category,
+    /// Short name of the verdict ("Capacity").
+    pub heading: &'static str,
+    /// The primary finding's title and explanation, as `diagnose` words them.
+    pub title: String,
+    pub explanation: String,
+    /// Where the reconstruction contradicts the allocator (a free block that should have fit).
+    pub reconstruction_warning: Option<String>,
+}
+
+/// Judges one explained `oom` event of a snapshot (`trajectory` up to that event).
+pub fn judge_explanation(
+    e: &OomExplanation,
+    snapshot_name: &str,
+    expandable_segments: Option<bool>,
+    trajectory: Option<Trajectory>,
+) -> JudgedOom {
+    let case = case_from_snapshot(
+        &SnapshotOom::from_explanation(e),
+        snapshot_name,
+        e.device,
+        expandable_segments,
+        trajectory,
+    );
+    let verdict = classify(&case);
+    let primary = findings(&case).into_iter().next();
+    JudgedOom {
+        cause: verdict.cause,
+        category: verdict.cause.category(),
+        heading: verdict.cause.heading(),
+        title: primary.as_ref().map(|f| f.title.clone()).unwrap_or_default(),
+        explanation: primary.map(|f| f.explanation).unwrap_or_default(),
+        reconstruction_warning: (e.fitting_blocks > 0).then(|| {
+            format!(
+                "{} free block(s) in the request's pool and stream should have fit: the reconstructed state differs from the allocator's (a wrapped trace?), so the verdict rests on the totals.",
+                e.fitting_blocks
+            )
+        }),
+    }
+}
+
+/// Every `oom` event of a device's trace, explained and judged as the Allocator tab and
+/// `vramscope analyze` show them (see [`judge_all`]).
+pub fn judged_ooms(
+    travel: &crate::analysis::timetravel::TimeTravel,
+    expandable_segments: Option<bool>,
+) -> Vec<(OomExplanation, JudgedOom)> {
+    let explanations = crate::analysis::oom::explain_all(travel);
+    let judged = judge_all(travel, &explanations, expandable_segments);
+    explanations.into_iter().zip(judged).collect()
+}
+
+/// The verdict on each of `explanations` (a device's `oom` events, explained in trace order), in
+/// the same order. The last one (the failure that was raised; earlier ones were caught by the
+/// job) is judged with the live set's history up to it, exactly as `diagnose` judges the
+/// snapshot; earlier ones on their numbers alone, so that a trace with thousands of caught
+/// failures costs one history, not thousands. Separate from explaining so that a view whose
+/// analysis explained the OOMs in steps (the web viewer's) judges them without explaining again.
+pub fn judge_all(
+    travel: &crate::analysis::timetravel::TimeTravel,
+    explanations: &[OomExplanation],
+    expandable_segments: Option<bool>,
+) -> Vec<JudgedOom> {
+    let last = explanations.len().saturating_sub(1);
+    let name = &travel.snapshot().name;
+    explanations
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let history = (i == last)
+                .then(|| super::trajectory::of_trace(travel, Some(e.event_index)))
+                .flatten();
+            judge_explanation(e, name, expandable_segments, history)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::proof::{ReplayedOom, ReplayedSetting};
+    use crate::diagnose::trajectory::Iteration;
+    use crate::model::{GIB, MIB};
+
+    fn snapshot_case(numbers: OomNumbers) -> OomCase {
+        OomCase::new(
+            Framework::PyTorch,
+            numbers,
+            EvidenceSource::Snapshot {
+                file: "oom.pickle".into(),
+                device_index: Some(0),
+            },
+        )
+    }
+
+    fn trajectory(iterations: usize, growth: LiveGrowth, starts_empty: bool) -> Trajectory {
+        Trajectory {
+            events: 1000,
+            starts_empty,
+            source: IterationSource::LiveSetFalls,
+            iterations: (0..iterations)
+                .map(|i| Iteration {
+                    start_event: i * 10,
+                    end_event: i * 10 + 10,
+                    floor_bytes: GIB,
+                    peak_bytes: 3 * GIB,
+                })
+                .collect(),
+            live_at_end_bytes: 0,
+            peak_live_bytes: 0,
+            span_seconds: None,
+            growth,
+            blocks_added_per_iteration: Some(1.0),
+        }
+    }
+
+    fn with_history(mut case: OomCase, t: Trajectory) -> OomCase {
+        case.history = Some((t, EvidenceSource::Derived));
+        case
+    }
+
+    /// The transformer whose first forward pass asks for 24 GiB with 22.5 GiB cached.
+    fn first_forward_pass() -> OomCase {
+        let total = 140 * GIB;
+        snapshot_case(OomNumbers {
+            device_index: Some(0),
+            requested_bytes: Some(24 * GIB),
+            total_bytes: Some(total),
+            free_bytes: Some(2 * GIB),
+            allocated_bytes: Some(114 * GIB),
+            reserved_bytes: Some(114 * GIB + 22 * GIB + GIB / 2),
+            reserved_unallocated_bytes: Some(22 * GIB + GIB / 2),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_first_step_failure_is_capacity_even_when_cached_plus_free_would_add_up() {
+        // 22.5 GiB cached for a 24 GiB request: less cached than requested is never
+        // fragmentation, whatever the free memory adds.
+        let f = &findings(&first_forward_pass())[0];
+        assert_eq!(f.category, Category::Capacity);
+        // A smaller live set, so that free and cached memory together could hold the request:
+        // still capacity, with expandable segments as an unverified alternative further down.
+        let mut case = first_forward_pass();
+        case.numbers.allocated_bytes = Some(80 * GIB);
+        let f = &findings(&case)[0];
+        assert_eq!(f.category, Category::Capacity);
+        assert_eq!(f.recommendations[0].id, "reduce-batch-size");
+        let alternative = f
+            .recommendations
+            .iter()
+            .find(|r| r.id == "expandable-segments")
+            .unwrap_or_else(|| panic!("{:?}", f.recommendations));
+        assert_eq!(
+            alternative.verification.as_ref().map(|v| v.status),
+            Some(crate::diagnose::finding::VerificationStatus::Unverified)
+        );
+        // The history shows the first step never completed: no allocator setting is offered.
+        let rising = LiveGrowth::RoseWithoutFallingBack {
+            from_bytes: 0,
+            to_bytes: 80 * GIB,
+            bytes_per_second: None,
+        };
+        let case = with_history(case, trajectory(0, rising, true));
+        let verdict = classify(&case);
+        assert_eq!(verdict.cause, OomCause::Capacity);
+        assert!(verdict.first_step);
+        let f = &findings(&case)[0];
+        assert_eq!(f.category, Category::Capacity);
+        assert_eq!(f.recommendations[0].id, "reduce-batch-size");
+        assert!(f.explanation.contains("first step"), "{}", f.explanation);
+        assert!(
+            f.recommendations
+                .iter()
+                .all(|r| r.id != "expandable-segments"),
+            "no allocator setting for a first-step failure"
+        );
+    }
+
+    /// A 4 GiB cap, expandable segments on, a 36 MiB request failing with 280 MiB cached, a live
+    /// set growing by 512 MiB per iteration.
+    fn growth_under_cap() -> OomCase {
+        let mut case = snapshot_case(OomNumbers {
+            device_index: Some(0),
+            requested_bytes: Some(36 * MIB),
+            total_bytes: Some(140 * GIB),
+            free_bytes: Some(130 * GIB),
+            allowed_bytes: Some(4 * GIB),
+            allocated_bytes: Some(4 * GIB - 280 * MIB),
+            reserved_bytes: Some(4 * GIB),
+            reserved_unallocated_bytes: Some(280 * MIB),
+            ..Default::default()
+        });
+        case.usable_cached_bytes = Some(200 * MIB);
+        case.largest_free_block = Some((30 * MIB, EvidenceSource::Derived));
+        case.expandable_segments = Some(true);
+        with_history(
+            case,
+            trajectory(
+                7,
+                LiveGrowth::Growing {
+                    per_iteration_bytes: 512 * MIB,
+                    r_squared: 0.99,
+                    decelerating: false,
+                    confidence: crate::diagnose::growth::Confidence::Medium,
+                },
+                true,
+            ),
+        )
+    }
+
+    #[test]
+    fn growth_under_a_cap_is_the_cap_with_a_need_from_the_trend() {
+        let case = growth_under_cap();
+        let verdict = classify(&case);
+        assert_eq!(verdict.cause, OomCause::Cap);
+        assert!(verdict.growth_outpaces_waste);
+        let f = &findings(&case)[0];
+        assert_eq!(f.category, Category::MemoryCap);
+        let raise = &f.recommendations[0];
+        assert_eq!(raise.id, "raise-memory-fraction");
+        // Never "8.8 MiB more": the need comes from the growth, and removing the cap is advised.
+        assert!(
+            raise.expected_effect.contains("per iteration"),
+            "{}",
+            raise.expected_effect
+        );
+        assert!(
+            raise
+                .action
+                .contains("set_per_process_memory_fraction(1.0)"),
+            "{}",
+            raise.action
+        );
+        assert!(
+            f.recommendations.iter().all(|r| r.id != "max-split-size"),
+            "{:?}",
+            f.recommendations
+        );
+        // The same numbers without the growth: the fragmentation is real and comes first.
+        let mut steady = case.clone();
+        steady.history = None;
+        assert_eq!(classify(&steady).cause, OomCause::CapWithFragmentation);
+    }
+
+    fn replayed(conf: &str, oom: bool) -> ReplayedSetting {
+        ReplayedSetting {
+            conf: conf.into(),
+            peak_reserved_bytes: 61 * GIB,
+            peak_allocated_bytes: 50 * GIB,
+            oom: oom.then_some(ReplayedOom {
+                event_index: 99,
+                request_bytes: 2 * GIB,
+                reserved_bytes: 63 * GIB,
+                allowed_bytes: Some(64 * GIB),
+            }),
+            num_alloc_retries: 0,
+            incomplete: None,
+            uncertain: false,
+        }
+    }
+
+    fn fragmented() -> OomCase {
+        let mut case = snapshot_case(OomNumbers {
+            device_index: Some(0),
+            requested_bytes: Some(2 * GIB),
+            total_bytes: Some(64 * GIB),
+            free_bytes: Some(MIB),
+            allocated_bytes: Some(40 * GIB),
+            reserved_bytes: Some(63 * GIB),
+            reserved_unallocated_bytes: Some(23 * GIB),
+            ..Default::default()
+        });
+        case.usable_cached_bytes = Some(23 * GIB);
+        case.largest_free_block = Some((GIB, EvidenceSource::Derived));
+        case.history_file = Some("oom.pickle".into());
+        case
+    }
+
+    fn replay(settings: Vec<ReplayedSetting>, reliable: bool) -> ReplayEvidence {
+        ReplayEvidence {
+            reliable,
+            self_check: if reliable {
+                "ok"
+            } else {
+                "block at 0x10 differs at event 5"
+            }
+            .into(),
+            limit_bytes: Some(64 * GIB),
+            recorded_conf: "default".into(),
+            settings,
+        }
+    }
+
+    #[test]
+    fn settings_are_recommended_only_as_the_replay_proves_them() {
+        let mut case = fragmented();
+        case.replay = Some(replay(
+            vec![
+                replayed("default", true),
+                replayed("max_split_size_mb:4096", true),
+                replayed("expandable_segments:True", false),
+            ],
+            true,
+        ));
+        let f = &findings(&case)[0];
+        assert_eq!(f.category, Category::Fragmentation);
+        let first = &f.recommendations[0];
+        assert_eq!(first.id, "expandable-segments");
+        assert!(
+            first
+                .expected_effect
+                .starts_with("replayed: peak 61.0 GiB of 64.0 GiB allowed"),
+            "{}",
+            first.expected_effect
+        );
+        assert!(f.recommendations.iter().all(|r| r.id != "max-split-size"));
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.label == "tried by replay: does not help: max_split_size_mb:4096"),
+            "{:?}",
+            f.evidence
+        );
+    }
+
+    #[test]
+    fn a_working_set_that_grows_by_enlarging_is_capacity_not_a_leak() {
+        // The live set grows by 8 GiB an iteration until a 4.25 GiB request finds 4.2 GiB free.
+        let growing = LiveGrowth::Growing {
+            per_iteration_bytes: 8 * GIB,
+            r_squared: 1.0,
+            decelerating: false,
+            confidence: crate::diagnose::growth::Confidence::High,
+        };
+        let case = |blocks_added| {
+            let mut t = trajectory(16, growing, true);
+            t.blocks_added_per_iteration = Some(blocks_added);
+            with_history(
+                snapshot_case(OomNumbers {
+                    device_index: Some(0),
+                    requested_bytes: Some(4352 * MIB),
+                    total_bytes: Some(140 * GIB),
+                    free_bytes: Some(4300 * MIB),
+                    allocated_bytes: Some(131 * GIB),
+                    reserved_bytes: Some(135 * GIB),
+                    reserved_unallocated_bytes: Some(4 * GIB),
+                    ..Default::default()
+                }),
+                t,
+            )
+        };
+        // New tensors every iteration: growth (a leak or an accumulation).
+        assert_eq!(classify(&case(1.0)).cause, OomCause::Growth);
+        // The same tensors, larger each time (torch.cat of a cache): capacity.
+        let enlarging = case(0.0);
+        assert_eq!(classify(&enlarging).cause, OomCause::Capacity);
+        let f = &findings(&enlarging)[0];
+        assert!(
+            f.explanation.contains("grows by design"),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(f.recommendations[0].id, "reduce-batch-size");
+    }
+
+    #[test]
+    fn with_a_history_but_no_proof_no_setting_is_recommended() {
+        // The snapshot has a trace, but no replay proved anything: the user is shown how to
+        // replay it, not a setting picked from the state at the failure.
+        let case = fragmented();
+        let f = &findings(&case)[0];
+        assert_eq!(f.category, Category::Fragmentation);
+        let ids: Vec<&str> = f.recommendations.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["replay-settings", "empty-cache"]);
+        assert!(
+            f.recommendations[0]
+                .action
+                .contains("vramscope whatif oom.pickle")
+        );
+    }
+
+    #[test]
+    fn holes_smaller_than_a_page_rule_out_expandable_segments() {
+        // No history: 18 MiB requests failed with 352 MiB cached in pieces below 18 MiB.
+        let mut case = fragmented();
+        case.history_file = None;
+        case.numbers.requested_bytes = Some(18 * MIB);
+        case.numbers.reserved_unallocated_bytes = Some(352 * MIB);
+        case.usable_cached_bytes = Some(352 * MIB);
+        case.largest_free_block = Some((9 * MIB, EvidenceSource::Derived));
+        let f = &findings(&case)[0];
+        assert_eq!(f.category, Category::Fragmentation);
+        let first = &f.recommendations[0];
+        assert_eq!(first.id, "max-split-size");
+        assert!(
+            first.action.ends_with("max_split_size_mb:32"),
+            "{}",
+            first.action
+        );
+        assert!(
+            first
+                .expected_effect
+                .contains("Expandable segments would not help"),
+            "{}",
+            first.expected_effect
+        );
+        assert!(
+            f.recommendations
+                .iter()
+                .all(|r| r.id != "expandable-segments")
+        );
+        // With a 30 MiB block (a whole page in it) for a 40 MiB request, expandable segments
+        // stay the first guess.
+        case.numbers.requested_bytes = Some(40 * MIB);
+        case.largest_free_block = Some((30 * MIB, EvidenceSource::Derived));
+        assert_eq!(
+            findings(&case)[0].recommendations[0].id,
+            "expandable-segments"
+        );
+    }
+
+    #[test]
+    fn a_replay_where_nothing_helps_is_not_fragmentation() {
+        let mut case = fragmented();
+        case.replay = Some(replay(
+            vec![
+                replayed("default", true),
+                replayed("expandable_segments:True", true),
+            ],
+            true,
+        ));
+        let verdict = classify(&case);
+        assert_eq!(verdict.cause, OomCause::Capacity);
+        assert!(verdict.replay_note.is_some());
+    }
+
+    #[test]
+    fn an_unreliable_replay_leaves_the_settings_unverified_with_the_reason() {
+        let mut case = fragmented();
+        case.replay = Some(replay(
+            vec![replayed("expandable_segments:True", false)],
+            false,
+        ));
+        let f = &findings(&case)[0];
+        assert_eq!(f.category, Category::Fragmentation);
+        let detail = f.recommendations[0]
+            .verification
+            .as_ref()
+            .map(|v| v.detail.clone())
+            .unwrap_or_default();
+        assert!(detail.contains("self-check failed"), "{detail}");
+        assert!(detail.contains("block at 0x10 differs"), "{detail}");
+        // From a log alone: no history at all, said so with how to record one.
+        let mut log_only = fragmented();
+        log_only.history_file = None;
+        let detail = findings(&log_only)[0].recommendations[0]
+            .verification
+            .as_ref()
+            .map(|v| v.detail.clone())
+            .unwrap_or_default();
+        assert!(detail.contains("no allocation history"), "{detail}");
+        assert!(detail.contains("vramscope whatif"), "{detail}");
+    }
+
+    #[test]
+    fn a_live_set_growing_per_iteration_until_the_card_is_full_is_growth() {
+        let case = with_history(
+            snapshot_case(OomNumbers {
+                device_index: Some(0),
+                requested_bytes: Some(GIB),
+                total_bytes: Some(80 * GIB),
+                free_bytes: Some(100 * MIB),
+                allocated_bytes: Some(78 * GIB),
+                reserved_bytes: Some(79 * GIB),
+                reserved_unallocated_bytes: Some(GIB),
+                ..Default::default()
+            }),
+            trajectory(
+                30,
+                LiveGrowth::Growing {
+                    per_iteration_bytes: 2 * GIB,
+                    r_squared: 0.99,
+                    decelerating: false,
+                    confidence: crate::diagnose::growth::Confidence::High,
+                },
+                true,
+            ),
+        );
+        let f = &findings(&case)[0];
+        assert_eq!(f.category, Category::Leak);
+        assert_eq!(f.recommendations[0].id, "fix-leak");
+    }
+
+    /// The verdict of the explainer (the Allocator tab) and of `diagnose` on a snapshot alone.
+    fn tab_and_diagnose(
+        snapshot: std::sync::Arc<crate::model::allocator::AllocatorSnapshot>,
+    ) -> (Category, Category) {
+        let travel = crate::analysis::timetravel::TimeTravel::new(snapshot.clone(), 0);
+        let explanations = crate::analysis::oom::explain_all(&travel);
+        let e = explanations.last().unwrap_or_else(|| panic!("no OOM"));
+        let tab = judge_explanation(
+            e,
+            &snapshot.name,
+            None,
+            crate::diagnose::trajectory::of_trace(&travel, Some(e.event_index)),
+        );
+        let d = crate::diagnose::diagnose(&crate::diagnose::DiagnosisInput {
+            snapshots: crate::diagnose::snapshot::facts(&snapshot),
+            ..Default::default()
+        });
+        let primary = d.primary().map_or(Category::Healthy, |f| f.category);
+        (tab.category, primary)
+    }
+
+    #[test]
+    fn cached_bytes_in_another_pool_do_not_make_a_cap_refusal_fragmentation() {
+        use crate::analysis::oom::tests::snapshot_with_oom;
+        use crate::model::allocator::{BlockState, PoolKind};
+        // 100 MiB cached in the small pool's 2 MiB blocks, a 40 MiB request in the large pool,
+        // the GPU with 1000 MiB free: a cap refused it. The old rules counted all cached bytes
+        // and called it fragmentation while the explainer said "memory cap".
+        type Segment<'a> = (u64, PoolKind, &'a [(u64, BlockState)]);
+        let small_segment = [(2 * MIB, BlockState::Inactive)];
+        let mut segments: Vec<Segment> = vec![(
+            0,
+            PoolKind::Large,
+            &[
+                (60 * MIB, BlockState::ActiveAllocated),
+                (4 * MIB, BlockState::Inactive),
+            ],
+        )];
+        for _ in 0..50 {
+            segments.push((0, PoolKind::Small, &small_segment));
+        }
+        let snapshot = snapshot_with_oom(&segments, None, 40 * MIB, 1000 * MIB);
+        assert_eq!(
+            tab_and_diagnose(snapshot),
+            (Category::MemoryCap, Category::MemoryCap)
+        );
+    }
+
+    #[test]
+    fn live_tensors_filling_the_gpu_are_capacity_in_the_tab_and_in_diagnose() {
+        use crate::analysis::oom::tests::snapshot_with_oom;
+        use crate::model::allocator::{BlockState, PoolKind};
+        let snapshot = snapshot_with_oom(
+            &[(
+                0,
+                PoolKind::Large,
+                &[
+                    (60 * MIB, BlockState::ActiveAllocated),
+                    (4 * MIB, BlockState::Inactive),
+                ],
+            )],
+            None,
+            40 * MIB,
+            10 * MIB,
+        );
+        assert_eq!(
+            tab_and_diagnose(snapshot),
+            (Category::Capacity, Category::Capacity)
+        );
+    }
+
+    #[test]
+    fn a_block_that_should_have_fit_is_judged_on_totals_with_a_warning() {
+        use crate::analysis::oom::tests::{explain_only, snapshot_with_oom};
+        use crate::model::allocator::{BlockState, PoolKind};
+        let snapshot = snapshot_with_oom(
+            &[(
+                0,
+                PoolKind::Large,
+                &[
+                    (100 * MIB, BlockState::Inactive),
+                    (10 * MIB, BlockState::ActiveAllocated),
+                ],
+            )],
+            None,
+            40 * MIB,
+            MIB,
+        );
+        let e = explain_only(snapshot);
+        let judged = judge_explanation(&e, "x.pickle", None, None);
+        assert!(judged.reconstruction_warning.is_some());
+        // 100 MiB cached + 1 MiB free for a 40 MiB request, 10 MiB live: packing would fit.
+        assert_eq!(judged.category, Category::Fragmentation);
+    }
 }

@@ -18,6 +18,7 @@ fn rec(
         expected_effect,
         action: action.to_owned(),
         estimated_saving_bytes,
+        verification: None,
     }
 }
 
@@ -64,48 +65,156 @@ pub fn free_other_process(others: &[(u32, u64)], shortfall_bytes: Option<u64>) -
     )
 }
 
-/// Raise (or remove) a per-process memory cap. `cap_bytes` is `None` when the cap was inferred
-/// (the device had room) rather than printed.
+/// Raise a per-process memory cap to what the job is known to need (`needed_bytes`, with a 5 %
+/// margin). `cap_bytes` is `None` when the cap was inferred (the device had room) rather than
+/// printed. Without a history this is one request's shortfall, and the effect says so.
 pub fn raise_memory_fraction(
     cap_bytes: Option<u64>,
     needed_bytes: u64,
     total_bytes: Option<u64>,
 ) -> Recommendation {
+    memory_fraction(cap_bytes, needed_bytes, total_bytes, false, None)
+}
+
+/// Raise (or remove) a per-process memory cap, knowing the job's history: `still_growing` when
+/// the live set was still growing at the failure, so that no figure below the whole card can be
+/// shown to suffice and the cap is best removed; `need_why` says where the need comes from.
+pub fn raise_memory_fraction_from_history(
+    cap_bytes: Option<u64>,
+    needed_bytes: u64,
+    total_bytes: Option<u64>,
+    still_growing: bool,
+    need_why: &str,
+) -> Recommendation {
+    memory_fraction(
+        cap_bytes,
+        needed_bytes,
+        total_bytes,
+        still_growing,
+        Some(need_why),
+    )
+}
+
+fn memory_fraction(
+    cap_bytes: Option<u64>,
+    needed_bytes: u64,
+    total_bytes: Option<u64>,
+    still_growing: bool,
+    need_why: Option<&str>,
+) -> Recommendation {
     let fraction = total_bytes.filter(|&t| t > 0).map(|t| {
-        ((needed_bytes as f64 / t as f64) * 100.0 + 5.0)
-            .ceil()
-            .min(100.0)
-            / 100.0
+        if still_growing {
+            1.0
+        } else {
+            ((needed_bytes as f64 / t as f64) * 100.0 + 5.0)
+                .ceil()
+                .min(100.0)
+                / 100.0
+        }
     });
     let was = match (cap_bytes, total_bytes) {
         (Some(c), Some(t)) if t > 0 => format!("was {:.2}; ", c as f64 / t as f64),
         _ => String::new(),
     };
-    let action = match fraction {
-        Some(f) => format!(
+    let action = match (fraction, still_growing) {
+        (Some(f), true) => format!(
+            "torch.cuda.set_per_process_memory_fraction({f:.1})  # {was}or remove the call: the need keeps growing\n# under MPS: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+        ),
+        (Some(f), false) => format!(
             "torch.cuda.set_per_process_memory_fraction({f:.2})  # {was}needs >= {}\n# or remove the call; under MPS: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
             format_bytes(needed_bytes)
         ),
-        None => "torch.cuda.set_per_process_memory_fraction(0.95)  # or remove the call\n# under MPS: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(),
+        (None, _) => "torch.cuda.set_per_process_memory_fraction(1.0)  # or remove the call\n# under MPS: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(),
     };
-    let effect = match cap_bytes {
-        Some(cap) => format!(
-            "The cap of {} is what stopped the allocation; {} is needed ({} more).",
+    let mut effect = match (cap_bytes, still_growing) {
+        (Some(cap), true) => format!(
+            "The cap of {} is what stopped the allocation, and the job needs more than the {} it asked for at the failure.",
+            format_bytes(cap),
+            format_bytes(needed_bytes)
+        ),
+        (Some(cap), false) => format!(
+            "The cap of {} is what stopped the allocation; at least {} is needed ({} more).",
             format_bytes(cap),
             format_bytes(needed_bytes),
             format_bytes(needed_bytes.saturating_sub(cap))
         ),
-        None => format!(
+        (None, _) => format!(
             "The job needs at least {} under the cap.",
             format_bytes(needed_bytes)
         ),
     };
+    match need_why {
+        Some(why) => {
+            effect.push(' ');
+            effect.push_str(why);
+        }
+        None if !still_growing => effect.push_str(
+            " That is one request's shortfall: what the rest of the run needs is unknown without a history of the live set (a snapshot with a trace, or a log printing memory per step).",
+        ),
+        None => {}
+    }
+    let saving = match (cap_bytes, total_bytes, still_growing) {
+        (Some(cap), Some(total), true) => Some(total.saturating_sub(cap)),
+        (Some(cap), _, _) => Some(needed_bytes.saturating_sub(cap)),
+        _ => None,
+    };
     rec(
         "raise-memory-fraction",
-        "Raise the per-process memory cap",
+        if still_growing {
+            "Remove the per-process memory cap (or raise it to the whole card)"
+        } else {
+            "Raise the per-process memory cap"
+        },
         effect,
         &action,
-        cap_bytes.map(|cap| needed_bytes.saturating_sub(cap)),
+        saving,
+    )
+}
+
+/// One allocator setting in `PYTORCH_CUDA_ALLOC_CONF` syntax, as a recommendation (its
+/// verification is the caller's: a replay proved it, or it is unverified). The id names the
+/// setting's first key.
+pub fn allocator_setting(conf: &str) -> Recommendation {
+    let key = conf.split(',').next().unwrap_or(conf).trim();
+    let (id, title, effect) = if key.starts_with("expandable_segments") {
+        (
+            "expandable-segments",
+            "Turn on expandable segments in the PyTorch allocator",
+            "Segments grow in place instead of being split, so cached memory is reusable for larger requests.",
+        )
+    } else if key.starts_with("max_split_size_mb") {
+        (
+            "max-split-size",
+            "Stop large cached blocks from being split with max_split_size_mb",
+            "Blocks at or above the limit are never split by smaller requests.",
+        )
+    } else if key.starts_with("garbage_collection_threshold") {
+        (
+            "gc-threshold",
+            "Let the allocator release old cached blocks with garbage_collection_threshold",
+            "Cached blocks not used for longest go back to CUDA once reserved memory passes the threshold.",
+        )
+    } else if key.starts_with("roundup_power2_divisions") {
+        (
+            "roundup-power2-divisions",
+            "Round requests to fewer sizes with roundup_power2_divisions",
+            "Requests of similar size share block sizes, so freed blocks fit the next requests.",
+        )
+    } else {
+        (
+            "allocator-setting",
+            "Change the PyTorch allocator settings",
+            "The allocator packs memory differently.",
+        )
+    };
+    rec(
+        id,
+        title,
+        effect.to_owned(),
+        &format!(
+            "export PYTORCH_CUDA_ALLOC_CONF={conf}\n# or, before the first CUDA allocation:\nimport os; os.environ[\"PYTORCH_CUDA_ALLOC_CONF\"] = \"{conf}\""
+        ),
+        None,
     )
 }
 
@@ -133,16 +242,31 @@ pub fn expandable_segments(stranded_bytes: Option<u64>) -> Recommendation {
 const MIN_MAX_SPLIT_SIZE_MB: u64 = 32;
 
 /// `max_split_size_mb` for a request that failed although enough memory was cached: the largest
-/// power of two MiB at or below the request, so the request is "oversize" (c10
+/// power of two MiB at or below the request, so the request is "oversize" (requests below the
+/// smallest allowed limit get that limit, which keeps them out of larger cached blocks) (c10
 /// `CUDACachingAllocator`: blocks of at least the limit are never split, a smaller request never
 /// takes one, and when an oversize request finds no block the allocator frees whole cached
 /// oversize blocks and reserves one of the right size). A limit above the request would do the
 /// opposite: the request could no longer use the larger cached segments at all. `None` when the
-/// request is unknown or too small for any allowed limit to help.
+/// request is unknown or below 1 MiB (the small pool, which the limit does not touch).
 pub fn max_split_size(requested_bytes: Option<u64>) -> Option<Recommendation> {
     let requested_mb = requested_bytes? / MIB;
-    if requested_mb < MIN_MAX_SPLIT_SIZE_MB {
+    if requested_mb == 0 {
         return None;
+    }
+    if requested_mb < MIN_MAX_SPLIT_SIZE_MB {
+        // Too small to be made oversize: keep requests of its size out of the big cached
+        // blocks instead, so those stay whole and can be released when memory runs short.
+        let requested = format_bytes(requested_bytes?);
+        return Some(rec(
+            "max-split-size",
+            "Stop small requests from splitting large cached blocks with max_split_size_mb",
+            format!(
+                "With a limit of {MIN_MAX_SPLIT_SIZE_MB} MiB (the smallest PyTorch accepts above the {requested} request) requests below it no longer split cached blocks of {MIN_MAX_SPLIT_SIZE_MB} MiB or more: those stay whole, so when a request finds no small block the allocator releases them and reserves a segment of the right size, instead of carving every large cached block into pieces whose remainders nothing can use."
+            ),
+            &format!("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{MIN_MAX_SPLIT_SIZE_MB}"),
+            None,
+        ));
     }
     // Largest power of two <= requested_mb.
     let mb = 1u64 << (63 - requested_mb.leading_zeros());
@@ -158,49 +282,120 @@ pub fn max_split_size(requested_bytes: Option<u64>) -> Option<Recommendation> {
     ))
 }
 
-/// Smaller batches (with gradient accumulation to keep the effective batch).
+/// [`reduce_batch_size_within`] when the activations are not known (only the allocated total
+/// bounds what a smaller batch saves).
 pub fn reduce_batch_size(
     shortfall_bytes: Option<u64>,
     allocated_bytes: Option<u64>,
 ) -> Recommendation {
-    let effect = match (shortfall_bytes, allocated_bytes) {
-        (Some(short), Some(alloc)) if alloc > 0 => format!(
-            "The peak must shrink by at least {} ({:.0}% of the {} allocated); activations scale with the batch, so halving it frees up to half of the activation memory.",
-            format_bytes(short),
-            (short as f64 / alloc as f64 * 100.0).min(100.0),
-            format_bytes(alloc)
+    reduce_batch_size_within(shortfall_bytes, allocated_bytes, None)
+}
+
+/// Smaller batches (with gradient accumulation to keep the effective batch). `shortfall_bytes`
+/// is what the failure lacked; `activation_bytes` what a smaller batch can shrink at most (a
+/// step's rise above its floor, from a trace) — without it only `allocated_bytes` bounds it, and
+/// weights and optimizer state do not shrink. The recommendation never promises more than there
+/// is to save: it names the smallest power-of-two cut that covers the shortfall, or says that no
+/// cut of the batch alone can.
+pub fn reduce_batch_size_within(
+    shortfall_bytes: Option<u64>,
+    allocated_bytes: Option<u64>,
+    activation_bytes: Option<u64>,
+) -> Recommendation {
+    let (shrinkable, what) = match (activation_bytes, allocated_bytes) {
+        (Some(a), _) => (
+            Some(a),
+            "activations (a step's rise above its floor in the trace)",
         ),
-        (Some(short), _) => format!(
-            "The peak must shrink by at least {}; activations scale with the batch size.",
-            format_bytes(short)
+        (None, Some(a)) => (
+            Some(a),
+            "allocated memory (an upper bound: weights and optimizer state do not shrink)",
         ),
-        _ => "Activation memory scales with the batch size; halving it roughly halves activations."
+        (None, None) => (None, ""),
+    };
+    let mut divisor: u64 = 2;
+    let mut saving = None;
+    let effect = match (shortfall_bytes, shrinkable) {
+        (Some(short), Some(pool)) if pool > 0 && short < pool => {
+            // Smallest power-of-two cut whose saving, pool * (1 - 1/d), covers the shortfall.
+            while (pool as f64) * (1.0 - 1.0 / divisor as f64) < short as f64 && divisor < 1024 {
+                divisor *= 2;
+            }
+            let frees = (pool as f64 * (1.0 - 1.0 / divisor as f64)) as u64;
+            saving = Some(short);
+            format!(
+                "The peak must shrink by at least {}; of the {} {what}, dividing the batch by {divisor} frees at most {}{}.",
+                format_bytes(short),
+                format_bytes(pool),
+                format_bytes(frees),
+                if divisor == 2 {
+                    ""
+                } else {
+                    ", and halving it would free at most half, which is not enough"
+                }
+            )
+        }
+        (Some(short), Some(pool)) => {
+            saving = Some(pool / 2);
+            format!(
+                "The peak must shrink by at least {}, more than all {} {what}: no smaller batch covers it alone. Halving frees at most {}; combine it with the changes below.",
+                format_bytes(short),
+                format_bytes(pool),
+                format_bytes(pool / 2)
+            )
+        }
+        (Some(short), None) => {
+            saving = Some(short);
+            format!(
+                "The peak must shrink by at least {}; activations scale with the batch size, weights and optimizer state do not.",
+                format_bytes(short)
+            )
+        }
+        (None, Some(pool)) if pool > 0 => {
+            saving = Some(pool / 2);
+            format!(
+                "Halving the batch frees at most half of the {} {what}.",
+                format_bytes(pool)
+            )
+        }
+        _ => "Activation memory scales with the batch size; halving it frees at most half of the activations."
             .to_owned(),
     };
+    let accumulation = divisor.to_string();
     rec(
         "reduce-batch-size",
-        "Reduce the batch size (keep the effective batch with gradient accumulation)",
+        &format!(
+            "Reduce the batch size{} (keep the effective batch with gradient accumulation)",
+            if divisor > 2 {
+                format!(" to 1/{divisor}")
+            } else {
+                String::new()
+            }
+        ),
         effect,
-        "batch_size //= 2\naccumulation_steps *= 2\nfor i, batch in enumerate(loader):\n    loss = model(batch).loss / accumulation_steps\n    loss.backward()\n    if (i + 1) % accumulation_steps == 0:\n        optimizer.step(); optimizer.zero_grad(set_to_none=True)",
-        shortfall_bytes,
+        &format!(
+            "batch_size //= {accumulation}\naccumulation_steps *= {accumulation}\nfor i, batch in enumerate(loader):\n    loss = model(batch).loss / accumulation_steps\n    loss.backward()\n    if (i + 1) % accumulation_steps == 0:\n        optimizer.step(); optimizer.zero_grad(set_to_none=True)"
+        ),
+        saving,
     )
 }
 
-/// bf16 autocast.
-pub fn mixed_precision(allocated_bytes: Option<u64>) -> Recommendation {
+/// bf16 autocast. `activation_bytes` bounds what it can save: half of the fp32 activations (the
+/// allocated total when the activations are not known, an upper bound).
+pub fn mixed_precision(activation_bytes: Option<u64>) -> Recommendation {
     rec(
         "mixed-precision",
         "Train in bf16 (or fp16) mixed precision",
-        match allocated_bytes {
+        match activation_bytes {
             Some(a) => format!(
-                "fp32 activations take half the memory in bf16: up to {} of the {} allocated.",
+                "fp32 activations take half the memory in bf16: at most {} of {} (weights and optimizer state stay fp32 under autocast).",
                 format_bytes(a / 2),
                 format_bytes(a)
             ),
             None => "fp32 activations take half the memory in bf16.".to_owned(),
         },
         "with torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16):\n    loss = model(batch)",
-        allocated_bytes.map(|a| a / 2),
+        activation_bytes.map(|a| a / 2),
     )
 }
 
@@ -243,6 +438,19 @@ pub fn shard_model(total_bytes: Option<u64>) -> Recommendation {
     )
 }
 
+/// Try allocator settings on the recorded history before a real run: what to do when the
+/// history did not prove one (the replay was not run, or its self-check failed).
+pub fn verify_with_whatif(snapshot: Option<&str>) -> Recommendation {
+    let file = snapshot.unwrap_or("oom.pickle");
+    rec(
+        "replay-settings",
+        "Replay the allocation history under other allocator settings before changing one",
+        "No allocator setting is recommended without proof: settings chosen from the state at the failure failed as often as they worked when real runs were repeated. The what-if replay shows, for each setting, whether the recorded run would still have run out and with how much headroom.".to_owned(),
+        &format!("vramscope whatif {file}"),
+        None,
+    )
+}
+
 /// Return cached blocks between phases.
 pub fn empty_cache() -> Recommendation {
     rec(
@@ -272,6 +480,23 @@ pub fn tensorflow_memory_growth() -> Recommendation {
         "Let TensorFlow grow its memory instead of reserving the GPU",
         "TensorFlow stops reserving the whole GPU up front; with the async allocator, fragmentation of its BFC pool goes away.".to_owned(),
         "for gpu in tf.config.list_physical_devices(\"GPU\"):\n    tf.config.experimental.set_memory_growth(gpu, True)\n# against fragmentation:\nexport TF_GPU_ALLOCATOR=cuda_malloc_async",
+        None,
+    )
+}
+
+/// Leave room on a GPU that runs near full.
+pub fn leave_headroom(peak_bytes: u64, total_bytes: u64) -> Recommendation {
+    let margin_bytes = total_bytes / 10;
+    rec(
+        "leave-headroom",
+        "Keep a tenth of the GPU free for spikes",
+        format!(
+            "At a peak of {} of {}, the next spike fails; keeping {} free absorbs one.",
+            format_bytes(peak_bytes),
+            format_bytes(total_bytes),
+            format_bytes(margin_bytes)
+        ),
+        "# see who holds the GPU:\nnvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv\n# cap a PyTorch job below the GPU's size (it then fails alone, not its neighbours):\ntorch.cuda.set_per_process_memory_fraction(0.9)",
         None,
     )
 }
@@ -424,6 +649,77 @@ mod tests {
             r.action
         );
         assert_eq!(r.estimated_saving_bytes, Some(GIB));
+        assert!(
+            r.expected_effect.contains("one request's shortfall"),
+            "{}",
+            r.expected_effect
+        );
+        // Still growing: no figure below the card can be shown to suffice.
+        let r = raise_memory_fraction_from_history(
+            Some(4 * GIB),
+            5 * GIB,
+            Some(100 * GIB),
+            true,
+            "It grew.",
+        );
+        assert!(
+            r.action.contains("set_per_process_memory_fraction(1.0)"),
+            "{}",
+            r.action
+        );
+        assert!(
+            r.expected_effect.ends_with("It grew."),
+            "{}",
+            r.expected_effect
+        );
+        assert_eq!(r.estimated_saving_bytes, Some(96 * GIB));
+    }
+
+    #[test]
+    fn batch_cuts_never_promise_more_than_there_is_to_save() {
+        // 6 GiB short with 10 GiB of activations: halving frees 5, a quarter frees 7.5.
+        let r = reduce_batch_size_within(Some(6 * GIB), Some(30 * GIB), Some(10 * GIB));
+        assert!(r.action.starts_with("batch_size //= 4"), "{}", r.action);
+        assert!(
+            r.expected_effect
+                .contains("halving it would free at most half, which is not enough"),
+            "{}",
+            r.expected_effect
+        );
+        assert_eq!(r.estimated_saving_bytes, Some(6 * GIB));
+        // More short than all activations: no cut of the batch covers it, and it says so.
+        let r = reduce_batch_size_within(Some(12 * GIB), Some(30 * GIB), Some(10 * GIB));
+        assert!(
+            r.expected_effect
+                .contains("no smaller batch covers it alone"),
+            "{}",
+            r.expected_effect
+        );
+        assert_eq!(r.estimated_saving_bytes, Some(5 * GIB));
+        // Enough with half: halve.
+        let r = reduce_batch_size(Some(GIB), Some(30 * GIB));
+        assert!(r.action.starts_with("batch_size //= 2"), "{}", r.action);
+    }
+
+    #[test]
+    fn allocator_settings_get_the_id_of_their_key() {
+        assert_eq!(
+            allocator_setting("expandable_segments:True").id,
+            "expandable-segments"
+        );
+        assert_eq!(
+            allocator_setting("max_split_size_mb:128").id,
+            "max-split-size"
+        );
+        assert_eq!(
+            allocator_setting("garbage_collection_threshold:0.6,max_split_size_mb:64").id,
+            "gc-threshold"
+        );
+        assert!(
+            allocator_setting("roundup_power2_divisions:[256:1,>:8]")
+                .action
+                .contains("PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:[256:1,>:8]")
+        );
     }
 
     #[test]
@@ -442,9 +738,18 @@ mod tests {
             action(300 * MIB).as_deref(),
             Some("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:256")
         );
-        // Below the smallest limit PyTorch accepts, or unknown: nothing to recommend.
-        assert_eq!(action(20 * MIB), None);
+        // Below the smallest limit PyTorch accepts: the smallest limit, which keeps requests of
+        // that size out of larger cached blocks; unknown: nothing to recommend.
+        assert_eq!(
+            action(18 * MIB).as_deref(),
+            Some("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:32")
+        );
+        assert!(
+            max_split_size(Some(18 * MIB))
+                .is_some_and(|r| r.expected_effect.contains("no longer split cached blocks")),
+        );
         assert!(max_split_size(None).is_none());
+        assert!(max_split_size(Some(1000)).is_none());
         let text = max_split_size(Some(1536 * MIB))
             .map(|r| r.expected_effect)
             .unwrap_or_default();

@@ -1,12 +1,14 @@
 //! Snapshot facts for the rules, taken from a PyTorch allocator snapshot with the allocator
 //! analysis (`analysis::timetravel`, `fragmentation`, `oom`): per device, what was reserved and
-//! allocated, the largest cached free block, the last OOM with the numbers at that moment, and the
-//! allocated bytes per user call site (for "what grew" between two snapshots).
+//! allocated, the largest cached free block, the last OOM with the numbers at that moment, the
+//! live set's history up to it (`super::trajectory`), and the allocated bytes per user call site
+//! (for "what grew" between two snapshots).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
+use super::trajectory;
 use crate::analysis::fragmentation;
 use crate::analysis::snapshot_analysis::{self, DeviceAnalysis};
 use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState, StackId};
@@ -32,13 +34,9 @@ pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> 
             let travel = &analysis.travel;
             let state = travel.state_at(travel.len());
             let report = fragmentation::analyze(&state);
-            let oom = analysis.ooms.last().map(|e| SnapshotOom {
-                requested_bytes: e.needed_bytes(),
-                device_free_bytes: e.device_free_bytes,
-                allocated_bytes: e.allocated_bytes,
-                reserved_bytes: e.reserved_bytes,
-                largest_usable_free_bytes: e.usable_largest_free_bytes,
-            });
+            let oom = analysis.ooms.last().map(SnapshotOom::from_explanation);
+            // The history up to the failure the rules judge (the last OOM), else the whole trace.
+            let trajectory = trajectory::of_trace(travel, oom.as_ref().map(|o| o.event_index));
             let mut by_site: HashMap<String, u64> = HashMap::new();
             for segment in snapshot.device_segments(device) {
                 for block in snapshot.segment_blocks(segment) {
@@ -65,6 +63,8 @@ pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> 
                 allocated_by_call_site,
                 final_state: Some(Arc::new(state)),
                 identity: identity(snapshot, device),
+                trajectory,
+                replay: None,
             })
         })
         .collect()

@@ -15,18 +15,11 @@ pub const TEMPERATURE_WARNING_C: u32 = 85;
 /// Share of samples with thermal or power-brake throttling from which a warning is given.
 pub const THROTTLED_SAMPLE_FRACTION_WARNING: f64 = 0.05;
 
-/// Our choice: the shortest span of a capture's readings (ms) from which growth is called a leak.
-/// A start-up (model load, the allocator warming its cache) or a few training steps rise steeply
-/// for seconds to minutes; only growth that keeps on for ten minutes tells a leak from them.
-pub const LEAK_MIN_OBSERVATION_MS: i64 = 10 * 60 * 1000;
-/// Our choice: the share of a capture's span, from its first reading, skipped as the start-up
-/// ramp (model load, first steps) before growth is judged.
-pub const LEAK_WARM_UP_FRACTION: f64 = 0.1;
-/// Our choice: the judged span is cut into this many equal windows, and the lowest reading of
-/// every window must be higher than that of the window before. A leak raises the floor that the
-/// peaks of training steps or request bursts fall back to; a sawtooth of steps does not, however
-/// steep each tooth is.
-pub const LEAK_FLOOR_WINDOWS: usize = 4;
+/// Our choice: occupied memory (used + driver-reserved) at or above this share of the GPU is
+/// "near full": the next allocation spike, a bigger batch or a second job fails with out of
+/// memory. PyTorch's caching allocator keeps what it reserved, so a busy training job sits at
+/// 80–90 %; 95 % leaves under 8 GiB of an H200.
+pub const NEAR_FULL_FRACTION: f64 = 0.95;
 
 /// NVML clock-event (throttle) reason bits (`nvmlClocksEventReason*`, nvml.h). The one table of
 /// these bits: `vramscope info` prints their ids, findings their labels.

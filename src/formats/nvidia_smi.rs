@@ -1086,6 +1086,30 @@ fn combined_device(devices: &[DeviceFacts], other: &DeviceFacts) -> Option<u32> 
         .map(|d| d.index)
 }
 
+/// Whether the process-only log `apps_log` can belong to the run of `gpu_log` (a capture with GPU
+/// readings): the two logs' time spans overlap, give or take one sampling interval (two nvidia-smi
+/// commands of one run start and stop a moment apart). The GUI opens files one by one and joins
+/// such a pair with [`combine`]; logs of other times stay apart.
+pub fn same_run(gpu_log: &Capture, apps_log: &Capture) -> bool {
+    let Some((gpu_first_ms, gpu_last_ms)) = gpu_log.time_span_ms() else {
+        return false;
+    };
+    let apps_times = apps_log
+        .process_poll_ms
+        .iter()
+        .chain(apps_log.processes.iter().flat_map(|p| p.t_ms.iter()))
+        .copied();
+    let (Some(apps_first_ms), Some(apps_last_ms)) = (apps_times.clone().min(), apps_times.max())
+    else {
+        return false;
+    };
+    let slack_ms = i64::from(gpu_log.meta.interval_ms.max(apps_log.meta.interval_ms)).max(1_000);
+    is_process_log(apps_log)
+        && !is_process_log(gpu_log)
+        && apps_first_ms <= gpu_last_ms + slack_ms
+        && apps_last_ms >= gpu_first_ms - slack_ms
+}
+
 /// Whether a capture came from a nvidia-smi process log only (no GPU readings), so that callers
 /// can look for the GPU log of the same run to combine with.
 pub fn is_process_log(capture: &Capture) -> bool {

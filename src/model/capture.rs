@@ -23,6 +23,9 @@ pub enum SourceKind {
     Live,
     /// The built-in simulated machine. Everything derived from it says "simulated".
     Demo,
+    /// A Prometheus server's series (dcgm-exporter, nvitop-exporter or `vramscope exporter`),
+    /// usually many machines; `CaptureMeta::host` holds the server's address.
+    Prometheus,
 }
 
 impl SourceKind {
@@ -271,6 +274,16 @@ impl Capture {
                 )
             })
             .filter(|e| matches!(e.kind, EventKind::DeviceLost { .. }))
+    }
+
+    /// How findings and views name device `device_index`: [`DeviceFacts::label`] when the capture
+    /// knows it (`node-a GPU 3` in a fleet), else `GPU <index>`.
+    pub fn gpu_label(&self, device_index: u32) -> String {
+        self.devices
+            .iter()
+            .find(|d| d.index == device_index)
+            .map(DeviceFacts::label)
+            .unwrap_or_else(|| format!("GPU {device_index}"))
     }
 
     pub fn series(&self, device_index: u32) -> Option<&DeviceSeries> {

@@ -1,5 +1,7 @@
 //! What a device is (facts that do not change while it runs) and which of its fields could be read.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Facts about one GPU that are read once (or rarely) rather than every tick.
@@ -25,6 +27,28 @@ pub struct DeviceFacts {
     pub compute_capability: Option<(u32, u32)>,
     /// Whether this device is part of a simulated (demo) machine.
     pub simulated: bool,
+    /// The machine the GPU is in, for captures that hold several machines (a fleet read from
+    /// Prometheus); empty when it is the capture's own host ([`super::CaptureMeta::host`]).
+    #[serde(default)]
+    pub host: String,
+    /// Labels the GPU carried where it came from (Prometheus: `gpu`, `UUID`, `modelName`, `pod`,
+    /// `namespace`, ...), so a fleet can be sorted and filtered by them; empty for local GPUs.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl DeviceFacts {
+    /// How findings, tables and the UI name the GPU: `GPU 3` on one machine, `node-a GPU 3` in a
+    /// fleet (the host's own index of the GPU, from its `gpu` label, not the capture's index).
+    pub fn label(&self) -> String {
+        if self.host.is_empty() {
+            return format!("GPU {}", self.index);
+        }
+        match self.labels.get("gpu") {
+            Some(gpu) => format!("{} GPU {gpu}", self.host),
+            None => format!("{} GPU {}", self.host, self.index),
+        }
+    }
 }
 
 /// Whether a field could be read from a device, and if not, why. The UI shows this per field, so

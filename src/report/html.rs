@@ -330,9 +330,15 @@ fn finding(out: &mut String, number: usize, f: &Finding) {
         for r in &f.recommendations {
             let _ = writeln!(
                 out,
-                "<li><strong>{}</strong>: {}<pre><code>{}</code></pre></li>",
+                "<li><strong>{}</strong>{}: {}{}<pre><code>{}</code></pre></li>",
                 escape(&r.title),
+                r.verification_label()
+                    .map(|l| format!(" <em>({l})</em>"))
+                    .unwrap_or_default(),
                 escape(&r.expected_effect),
+                r.unverified_detail()
+                    .map(|d| format!("<br/><small>{}</small>", escape(d)))
+                    .unwrap_or_default(),
                 escape(&r.action)
             );
         }

@@ -172,11 +172,17 @@ fn finding(out: &mut String, number: usize, f: &Finding) {
         for (i, r) in f.recommendations.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "{}. **{}** — {}\n",
+                "{}. **{}**{} — {}\n",
                 i + 1,
                 escape(&r.title),
+                r.verification_label()
+                    .map(|l| format!(" ({l})"))
+                    .unwrap_or_default(),
                 escape(&r.expected_effect)
             );
+            if let Some(detail) = r.unverified_detail() {
+                let _ = writeln!(out, "   _{}_\n", escape(detail));
+            }
             code_block(out, &r.action);
             out.push('\n');
         }

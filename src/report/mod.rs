@@ -14,6 +14,7 @@ pub mod figure;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod whatif;
 
 use std::path::Path;
 

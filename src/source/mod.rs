@@ -6,9 +6,11 @@ pub mod faults;
 #[cfg(feature = "native")]
 pub mod nvml;
 #[cfg(feature = "native")]
+pub mod prometheus;
+#[cfg(feature = "native")]
 pub mod sampler;
 
-use crate::model::{CaptureMeta, DeviceFacts, SampleBatch, UnixMs};
+use crate::model::{Capture, CaptureMeta, DeviceFacts, SampleBatch, UnixMs};
 
 /// Which tier(s) a poll should read. The fast tier is cheap (memory, utilization, processes,
 /// temperature, power, clocks, throttle reasons, volatile ECC); the slow tier holds the calls that
@@ -41,6 +43,13 @@ pub trait Source: Send {
     /// The simulated demo machine's pace, which the UI can change while it runs (`None` for
     /// real GPUs, which run at the pace of the world).
     fn demo_pace(&self) -> Option<demo::DemoPace> {
+        None
+    }
+
+    /// What the source already holds from before it was started (a Prometheus server's range
+    /// read at start), handed over once so that a live session begins with it; `None` for
+    /// sources that only know the present (NVML, the demo machine).
+    fn take_history(&mut self) -> Option<Capture> {
         None
     }
 }

@@ -83,6 +83,8 @@ pub struct VramscopeApp {
     active: Option<usize>,
     timeline: TimelineState,
     process_table: ProcessTableState,
+    /// The fleet view, for sessions of many GPUs (a Prometheus fleet).
+    fleet: super::fleet::FleetView,
     jobs: Jobs,
     pub notices: Notices,
     /// File dialogs, or the in-app path field where none can appear.
@@ -131,6 +133,7 @@ impl VramscopeApp {
             active: None,
             timeline: TimelineState::default(),
             process_table: ProcessTableState::default(),
+            fleet: super::fleet::FleetView::default(),
             jobs: Jobs::new(cc.egui_ctx.clone()),
             notices: Notices::default(),
             paths: PathAsker::new(options.dialogs),
@@ -328,6 +331,24 @@ impl VramscopeApp {
         self.select_session(self.sessions.len() - 1);
     }
 
+    /// Opens one GPU of the fleet shown as a session of its own (its timeline, processes and
+    /// devices panel), named after the GPU and the fleet.
+    fn open_fleet_gpu(&mut self, device_index: u32) {
+        let Some(fleet) = self.active_session() else {
+            return;
+        };
+        let file_name = format!(
+            "{} of {}",
+            fleet.capture.gpu_label(device_index),
+            fleet.label()
+        );
+        let prepared = PreparedCapture::new(fleet.capture.only_device(device_index));
+        self.add_session(Session::from_prepared(
+            SessionOrigin::File { file_name },
+            prepared,
+        ));
+    }
+
     fn select_session(&mut self, index: usize) {
         if self.active != Some(index) {
             self.active = Some(index);
@@ -337,13 +358,83 @@ impl VramscopeApp {
         }
     }
 
+    /// The open file session that `capture` joins as the other nvidia-smi log of the same run
+    /// (a `--query-compute-apps` log and a `--query-gpu` log, in either order); `None` unless
+    /// exactly one session fits.
+    fn nvidia_smi_partner(&self, capture: &Capture) -> Option<usize> {
+        use crate::formats::nvidia_smi::{is_process_log, same_run};
+        let mut partners = self.sessions.iter().enumerate().filter(|(_, session)| {
+            matches!(session.origin, SessionOrigin::File { .. })
+                && if is_process_log(capture) {
+                    same_run(&session.capture, capture)
+                } else {
+                    same_run(capture, &session.capture)
+                }
+        });
+        let (index, _) = partners.next()?;
+        partners.next().is_none().then_some(index)
+    }
+
+    /// Joins the nvidia-smi log just opened with the session at `partner` (its other log of the
+    /// same run): the session shows one capture with the GPU tracks and the per-process tracks,
+    /// named after both files, and the wizards get that capture instead of the first log.
+    fn join_nvidia_smi_logs(&mut self, partner: usize, file_name: String, opened: PreparedCapture) {
+        use crate::formats::nvidia_smi::{combine, is_process_log};
+        let Some(session) = self.sessions.get(partner) else {
+            return;
+        };
+        let partner_name = session.label();
+        let (name, joined) = if is_process_log(&opened.capture) {
+            (
+                format!("{partner_name} + {file_name}"),
+                combine(session.capture.clone(), &opened.capture),
+            )
+        } else {
+            (
+                format!("{file_name} + {partner_name}"),
+                combine(opened.capture, &session.capture),
+            )
+        };
+        let unsaved_notes = session.unsaved_notes;
+        self.wizard.replace_capture(
+            &partner_name,
+            NamedCapture {
+                name: name.clone(),
+                capture: joined.clone(),
+            },
+        );
+        let mut session = Session::from_prepared(
+            SessionOrigin::File {
+                file_name: name.clone(),
+            },
+            PreparedCapture::new(joined),
+        );
+        session.unsaved_notes = unsaved_notes;
+        self.sessions[partner] = session;
+        // Shown afresh: the timeline's state belonged to the capture it replaces.
+        self.active = None;
+        self.select_session(partner);
+        self.view = View::Timeline;
+        self.notices.push(
+            NoticeLevel::Info,
+            format!(
+                "Joined {file_name} with {partner_name} (nvidia-smi logs of the same run): {name}"
+            ),
+        );
+    }
+
     /// Takes in a finished read: a capture becomes a session, a snapshot an allocator view, and
     /// all of them evidence for the wizards.
     fn open_finished(&mut self, file_name: String, outcome: OpenOutcome) {
         match outcome {
             OpenOutcome::Capture { prepared, evidence } => {
-                self.wizard.add_capture(*evidence);
-                self.opened(file_name, Ok(prepared));
+                match self.nvidia_smi_partner(&prepared.capture) {
+                    Some(partner) => self.join_nvidia_smi_logs(partner, file_name, *prepared),
+                    None => {
+                        self.wizard.add_capture(*evidence);
+                        self.opened(file_name, Ok(prepared));
+                    }
+                }
             }
             OpenOutcome::Snapshot(opened) => self.snapshot_opened(file_name, *opened),
             OpenOutcome::Log(log) => {
@@ -918,6 +1009,7 @@ impl VramscopeApp {
             Command::AddNote => self.add_annotation(),
             Command::ShowInAllocatorTab(request) => self.show_in_allocator_tab(&request),
             Command::SetDemoSpeed(speed) => self.set_demo_speed(speed),
+            Command::OpenFleetGpu(device_index) => self.open_fleet_gpu(device_index),
         }
     }
 
@@ -1119,6 +1211,14 @@ impl VramscopeApp {
             });
             return;
         };
+        if super::fleet::is_fleet(&session.capture) {
+            let threshold = self.settings.threshold_fraction();
+            let commands = self.commands.sender();
+            egui::CentralPanel::default().show(ui, |ui| {
+                self.fleet.ui(ui, &session.capture, threshold, &commands);
+            });
+            return;
+        }
         egui::Panel::left("devices")
             .resizable(true)
             .default_size(250.0)
@@ -1218,6 +1318,11 @@ impl VramscopeApp {
                     for (i, label) in labels.iter().enumerate() {
                         ui.selectable_value(&mut selected, i, label);
                     }
+                })
+                .response
+                // Named for screen readers (it has no visible label: the choice is the name).
+                .widget_info(|| {
+                    egui::WidgetInfo::labeled(egui::Role::ComboBox, true, "Source shown")
                 });
             self.select_session(selected);
         } else {

@@ -44,6 +44,9 @@ pub enum Command {
     ShowInAllocatorTab(AllocatorTabRequest),
     /// Play the simulated demo machine this many times faster than real time.
     SetDemoSpeed(u32),
+    /// Open one GPU of the fleet shown (by device index) as a session of its own: its timeline,
+    /// processes and devices panel (a click on its row in the fleet view asks this).
+    OpenFleetGpu(u32),
 }
 
 /// Whether a command can run now, and if not, why (shown as the disabled item's tooltip).
@@ -115,6 +118,7 @@ impl Command {
             Command::AddNote => "Add note",
             Command::ShowInAllocatorTab(_) => "Open in Allocator tab",
             Command::SetDemoSpeed(_) => "Demo speed",
+            Command::OpenFleetGpu(_) => "Open this GPU",
         }
     }
 
@@ -143,6 +147,9 @@ impl Command {
             Command::SetDemoSpeed(_) => {
                 "Play the simulated machine's day faster than real time (its OOM comes 8 minutes \
                  in at 1×)"
+            }
+            Command::OpenFleetGpu(_) => {
+                "Show this GPU's timeline, processes and devices panel as a source of its own"
             }
         }
     }
@@ -174,7 +181,8 @@ impl Command {
             | Command::StopWatching
             | Command::AddNote
             | Command::ShowInAllocatorTab(_)
-            | Command::SetDemoSpeed(_) => None,
+            | Command::SetDemoSpeed(_)
+            | Command::OpenFleetGpu(_) => None,
         }
     }
 

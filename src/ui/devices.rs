@@ -225,7 +225,7 @@ pub fn device_list_ui(ui: &mut Ui, capture: &Capture) {
 
 fn device_ui(ui: &mut Ui, capture: &Capture, device: &DeviceFacts) {
     let latest = capture.series(device.index).and_then(|s| s.latest());
-    ui.label(RichText::new(format!("GPU {} · {}", device.index, device.name)).strong())
+    ui.label(RichText::new(format!("{} · {}", device.label(), device.name)).strong())
         .on_hover_text(format!("UUID {}\nPCI {}", device.uuid, device.pci_bus_id));
     if let Some(lost) = capture.lost_event(device.index) {
         let detail = match &lost.kind {

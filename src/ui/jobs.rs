@@ -18,15 +18,16 @@ use crate::formats::sniff::{Route, SNIFF_BYTES, route};
 use crate::formats::{capture, pytorch};
 use crate::model::allocator::AllocatorSnapshot;
 
+use super::allocator::JudgedDevice;
 use super::runner::{Job, Poll, Progress, Runner};
 use super::session::PreparedCapture;
 
-/// A snapshot read off the UI thread, with its analysis (time travel and OOM explanations per
-/// device, for the allocator view) and the facts the doctor takes from it: computed there too,
+/// A snapshot read off the UI thread, with its analysis (time travel, OOM explanations and their
+/// verdicts per device, for the allocator view) and the facts the doctor takes from it: computed there too,
 /// because they replay the allocator trace.
 pub struct OpenedSnapshot {
     pub snapshot: Arc<AllocatorSnapshot>,
-    pub analysis: Vec<DeviceAnalysis>,
+    pub analysis: Vec<JudgedDevice>,
     pub facts: Vec<SnapshotFacts>,
 }
 
@@ -42,6 +43,10 @@ impl OpenedSnapshot {
         for fact in &mut facts {
             file_name.clone_into(&mut fact.name);
         }
+        let analysis = analysis
+            .into_iter()
+            .map(|device| JudgedDevice::new(&snapshot, device))
+            .collect();
         OpenedSnapshot {
             snapshot,
             analysis,

@@ -2,7 +2,7 @@
 //!
 //! [`app::VramscopeApp`] is the eframe app; [`session::Session`] holds what it shows (a live source
 //! or an opened file) apart from any drawing, so that logic is testable without a window. Panels:
-//! [`devices`] (GPU list and health badges), [`timeline`] (memory plots with min/max level of
+//! [`devices`] (GPU list and health badges), [`fleet`] (one row per GPU of a large capture), [`timeline`] (memory plots with min/max level of
 //! detail), [`processes`] (sortable process table), [`notices`] (errors and warnings). The central
 //! area switches between the [`views`]: the timeline, the [`allocator`] view of PyTorch snapshots,
 //! the diagnosis [`wizard`]s and the [`hardware`] checks.
@@ -19,6 +19,7 @@ pub mod command;
 pub mod devices;
 pub mod dialogs;
 pub mod export;
+pub mod fleet;
 pub mod format;
 #[cfg(feature = "native")]
 pub mod hardware;

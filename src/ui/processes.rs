@@ -1,11 +1,17 @@
-//! The process table: every process seen on any GPU, with its memory now and at peak, sortable by
-//! any column. Clicking a row selects that process, and the timeline highlights it.
+//! The process table: every process seen on any GPU, with its memory now and at peak, how fast it
+//! grows and when it fills the GPU at that rate (the diagnosis's growth judgement,
+//! `crate::diagnose::leak::process_growth`), sortable by any column; a process whose growth is a
+//! finding is highlighted. Clicking a row selects that process, and the timeline highlights it.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use egui::{RichText, Ui};
 use egui_extras::{Column, TableBuilder};
 
+use crate::diagnose::Severity;
+use crate::diagnose::growth::{Shape, duration_text};
+use crate::diagnose::leak::{SeriesGrowth, process_growth};
 use crate::model::capture::ProcessTrack;
 use crate::model::{Capture, format_bytes};
 
@@ -20,18 +26,22 @@ pub enum ProcessColumn {
     Gpu,
     MemoryNow,
     MemoryPeak,
+    Growth,
+    FullIn,
     FirstSeen,
     LastSeen,
 }
 
 impl ProcessColumn {
     /// All columns, in display order.
-    pub const ALL: [ProcessColumn; 7] = [
+    pub const ALL: [ProcessColumn; 9] = [
         ProcessColumn::Pid,
         ProcessColumn::Name,
         ProcessColumn::Gpu,
         ProcessColumn::MemoryNow,
         ProcessColumn::MemoryPeak,
+        ProcessColumn::Growth,
+        ProcessColumn::FullIn,
         ProcessColumn::FirstSeen,
         ProcessColumn::LastSeen,
     ];
@@ -44,6 +54,8 @@ impl ProcessColumn {
             ProcessColumn::Gpu => "GPU",
             ProcessColumn::MemoryNow => "Memory (latest)",
             ProcessColumn::MemoryPeak => "Peak",
+            ProcessColumn::Growth => "Growth",
+            ProcessColumn::FullIn => "Full in",
             ProcessColumn::FirstSeen => "First seen",
             ProcessColumn::LastSeen => "Last seen",
         }
@@ -84,7 +96,10 @@ impl ProcessTableState {
             // Numbers read best largest first; names and ids alphabetically.
             self.ascending = matches!(
                 column,
-                ProcessColumn::Pid | ProcessColumn::Name | ProcessColumn::Gpu
+                ProcessColumn::Pid
+                    | ProcessColumn::Name
+                    | ProcessColumn::Gpu
+                    | ProcessColumn::FullIn
             );
         }
     }
@@ -98,30 +113,104 @@ fn memory_now(capture: &Capture, track: &ProcessTrack) -> Option<u64> {
         .flatten()
 }
 
+/// The growth judgement of every process of a capture (by index into `capture.processes`),
+/// computed once per change of the capture and kept in `ui`'s memory: the table and the timeline
+/// both show it, every frame.
+pub fn process_growths(ui: &Ui, capture: &Capture) -> Arc<Vec<Option<SeriesGrowth>>> {
+    type Key = (usize, usize, usize);
+    let key: Key = (
+        capture.sample_count(),
+        capture.processes.len(),
+        capture.process_poll_ms.len(),
+    );
+    let id = egui::Id::unique("process-growths");
+    if let Some((cached, growths)) = ui
+        .ctx()
+        .data(|d| d.get_temp::<(Key, Arc<Vec<Option<SeriesGrowth>>>)>(id))
+        && cached == key
+    {
+        return growths;
+    }
+    let growths = Arc::new(growths_of(capture));
+    ui.ctx()
+        .data_mut(|d| d.insert_temp(id, (key, Arc::clone(&growths))));
+    growths
+}
+
+/// The growth judgement of every process of `capture`, by index.
+pub fn growths_of(capture: &Capture) -> Vec<Option<SeriesGrowth>> {
+    capture
+        .processes
+        .iter()
+        .map(|p| process_growth(capture, p.device_index, p.pid))
+        .collect()
+}
+
+/// Whether a process's growth is a finding (a warning or worse): the table and the timeline
+/// highlight it.
+pub fn is_leaking(growth: Option<&SeriesGrowth>) -> bool {
+    growth
+        .and_then(SeriesGrowth::severity)
+        .is_some_and(|s| s != Severity::Info)
+}
+
+/// The growth column's text: "+1.20 GiB/min", or what the judgement says instead.
+fn growth_text(growth: Option<&SeriesGrowth>) -> String {
+    match growth.map(|g| &g.shape) {
+        Some(Shape::Growing(_)) => growth
+            .and_then(SeriesGrowth::bytes_per_minute)
+            .map(|b| format!("+{}/min", format_bytes(b.max(0.0) as u64)))
+            .unwrap_or_default(),
+        Some(Shape::LevelledOff { .. }) => "levelled off".to_owned(),
+        Some(Shape::Flat) => "flat".to_owned(),
+        Some(Shape::TooShort { .. }) => "too short to tell".to_owned(),
+        None => "–".to_owned(),
+    }
+}
+
 fn compare(
     capture: &Capture,
-    a: &ProcessTrack,
-    b: &ProcessTrack,
+    growths: &[Option<SeriesGrowth>],
+    (i, a): (usize, &ProcessTrack),
+    (j, b): (usize, &ProcessTrack),
     column: ProcessColumn,
 ) -> Ordering {
+    let growth = |k: usize| growths.get(k).copied().flatten();
     match column {
         ProcessColumn::Pid => a.pid.cmp(&b.pid),
         ProcessColumn::Name => a.name.cmp(&b.name),
         ProcessColumn::Gpu => a.device_index.cmp(&b.device_index),
         ProcessColumn::MemoryNow => memory_now(capture, a).cmp(&memory_now(capture, b)),
         ProcessColumn::MemoryPeak => a.peak_used_bytes().cmp(&b.peak_used_bytes()),
+        ProcessColumn::Growth => growth(i)
+            .and_then(|g| g.bytes_per_minute())
+            .unwrap_or(0.0)
+            .total_cmp(&growth(j).and_then(|g| g.bytes_per_minute()).unwrap_or(0.0)),
+        // Soonest first; never full (not growing) last.
+        ProcessColumn::FullIn => growth(i)
+            .and_then(|g| g.seconds_until_full())
+            .unwrap_or(f64::INFINITY)
+            .total_cmp(
+                &growth(j)
+                    .and_then(|g| g.seconds_until_full())
+                    .unwrap_or(f64::INFINITY),
+            ),
         ProcessColumn::FirstSeen => a.first_seen_ms().cmp(&b.first_seen_ms()),
         ProcessColumn::LastSeen => a.last_seen_ms().cmp(&b.last_seen_ms()),
     }
 }
 
 /// Indices into `capture.processes` in the table's order (ties broken by GPU then pid, so the
-/// order is stable between frames).
-pub fn sorted_process_indices(capture: &Capture, state: ProcessTableState) -> Vec<usize> {
+/// order is stable between frames); `growths` from [`growths_of`].
+pub fn sorted_process_indices(
+    capture: &Capture,
+    growths: &[Option<SeriesGrowth>],
+    state: ProcessTableState,
+) -> Vec<usize> {
     let mut order: Vec<usize> = (0..capture.processes.len()).collect();
     order.sort_by(|&i, &j| {
         let (a, b) = (&capture.processes[i], &capture.processes[j]);
-        let primary = compare(capture, a, b, state.sort_by);
+        let primary = compare(capture, growths, (i, a), (j, b), state.sort_by);
         let primary = if state.ascending {
             primary
         } else {
@@ -157,7 +246,8 @@ pub fn process_table_ui(
         ui.label("No processes seen.");
         return;
     }
-    let order = sorted_process_indices(capture, *state);
+    let growths = process_growths(ui, capture);
+    let order = sorted_process_indices(capture, &growths, *state);
     let mut clicked = None;
     let mut clicked_row = None;
     TableBuilder::new(ui)
@@ -168,7 +258,7 @@ pub fn process_table_ui(
         .column(Column::auto().at_least(60.0))
         .column(Column::remainder().at_least(140.0).clip(true))
         .columns(Column::auto().at_least(40.0), 1)
-        .columns(Column::auto().at_least(90.0), 4)
+        .columns(Column::auto().at_least(90.0), 6)
         .header(22.0, |mut header| {
             for column in ProcessColumn::ALL {
                 header.col(|ui| {
@@ -195,8 +285,16 @@ pub fn process_table_ui(
                 let track_index = order[row.index()];
                 let track = &capture.processes[track_index];
                 row.set_selected(state.selected == Some(track_index));
+                let growth = growths.get(track_index).copied().flatten();
+                let leaking = is_leaking(growth.as_ref());
                 row.col(|ui| {
-                    cell_label(ui, track.pid.to_string());
+                    let pid = RichText::new(track.pid.to_string());
+                    if leaking {
+                        cell_label(ui, pid.strong().color(ui.visuals().error_fg_color))
+                            .on_hover_text("Its memory grows steadily: see Diagnose > Leak");
+                    } else {
+                        cell_label(ui, pid);
+                    }
                 });
                 row.col(|ui| {
                     let name = if track.name.is_empty() {
@@ -223,6 +321,33 @@ pub fn process_table_ui(
                             .map(format_bytes)
                             .unwrap_or_else(|| "n/a".to_owned()),
                     );
+                });
+                row.col(|ui| {
+                    let text = RichText::new(growth_text(growth.as_ref()));
+                    let hover = growth
+                        .as_ref()
+                        .and_then(SeriesGrowth::growth)
+                        .map(|g| g.confidence_text(600.0, "s"))
+                        .unwrap_or_else(|| {
+                            "The robust slope of the memory the process falls back to; judged on at least 60 s of readings".to_owned()
+                        });
+                    if leaking {
+                        cell_label(ui, text.strong().color(ui.visuals().error_fg_color))
+                    } else {
+                        cell_label(ui, text)
+                    }
+                    .on_hover_text(hover);
+                });
+                row.col(|ui| {
+                    cell_label(
+                        ui,
+                        growth
+                            .as_ref()
+                            .and_then(SeriesGrowth::seconds_until_full)
+                            .map(duration_text)
+                            .unwrap_or_else(|| "–".to_owned()),
+                    )
+                    .on_hover_text("When the GPU is full if the process keeps growing at this rate");
                 });
                 row.col(|ui| {
                     cell_label(ui, seen_text(timeline, track.first_seen_ms()));
@@ -301,7 +426,7 @@ mod tests {
     }
 
     fn pids(capture: &Capture, state: ProcessTableState) -> Vec<u32> {
-        sorted_process_indices(capture, state)
+        sorted_process_indices(capture, &growths_of(capture), state)
             .into_iter()
             .map(|i| capture.processes[i].pid)
             .collect()
@@ -337,5 +462,74 @@ mod tests {
         assert_eq!(state.selected, Some(0), "sorting keeps it");
         state.click_row(0);
         assert_eq!(state.selected, None);
+    }
+
+    #[test]
+    fn growth_sorts_the_growing_process_first_and_marks_it() {
+        use crate::model::{DeviceSample, GIB, MIB, MemoryReading};
+        let total = 80 * GIB;
+        let mut capture = Capture::new(
+            CaptureMeta::default(),
+            vec![DeviceFacts {
+                index: 0,
+                memory_total_bytes: total,
+                ..Default::default()
+            }],
+        );
+        // Two minutes: pid 7 steady at 10 GiB, pid 8 growing 50 MiB a second.
+        for s in 0..120i64 {
+            let growing = GIB + s as u64 * 50 * MIB;
+            let used = 10 * GIB + growing;
+            capture.ingest(&SampleBatch {
+                devices: vec![DeviceSample {
+                    t_ms: s * 1000,
+                    device_index: 0,
+                    memory: Some(MemoryReading {
+                        used_bytes: used,
+                        reserved_bytes: 0,
+                        free_bytes: total - used,
+                        total_bytes: total,
+                    }),
+                    ..Default::default()
+                }],
+                processes: Some(
+                    [(7, 10 * GIB), (8, growing)]
+                        .iter()
+                        .map(|&(pid, bytes)| ProcessSample {
+                            t_ms: s * 1000,
+                            device_index: 0,
+                            pid,
+                            used_bytes: Some(bytes),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            });
+        }
+        let growths = growths_of(&capture);
+        let state = ProcessTableState {
+            sort_by: ProcessColumn::Growth,
+            ascending: false,
+            selected: None,
+        };
+        assert_eq!(pids(&capture, state), vec![8, 7]);
+        let by_pid = |pid: u32| {
+            capture
+                .processes
+                .iter()
+                .position(|p| p.pid == pid)
+                .and_then(|i| growths[i])
+        };
+        assert!(is_leaking(by_pid(8).as_ref()));
+        assert!(!is_leaking(by_pid(7).as_ref()));
+        assert_eq!(growth_text(by_pid(7).as_ref()), "flat");
+        assert_eq!(growth_text(by_pid(8).as_ref()), "+2.93 GiB/min");
+        // Full in: free at the end / rate, soonest first when sorted ascending.
+        let full_in = by_pid(8).and_then(|g| g.seconds_until_full());
+        assert!(
+            full_in.is_some_and(|s| (s - 1294.0).abs() < 5.0),
+            "{full_in:?}"
+        );
     }
 }

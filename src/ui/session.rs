@@ -98,6 +98,8 @@ impl Session {
         sampling_interval_ms: u32,
         on_batch: Box<dyn Fn() + Send>,
     ) -> Self {
+        let mut source = source;
+        let history = source.take_history();
         let demo_pace = source.demo_pace();
         let sampler = Sampler::spawn(
             source,
@@ -108,7 +110,8 @@ impl Session {
             on_batch,
         );
         let description = sampler.description().clone();
-        let capture = Capture::new(description.meta, description.devices);
+        let capture =
+            history.unwrap_or_else(|| Capture::new(description.meta, description.devices));
         let timeline = TimelineData::build(&capture);
         Session {
             origin: SessionOrigin::Live { demo_notice },
@@ -147,6 +150,11 @@ impl Session {
     /// Short name of the source for the top bar and the window title.
     pub fn label(&self) -> String {
         match &self.origin {
+            SessionOrigin::Live { demo_notice: None }
+                if self.capture.meta.source == crate::model::SourceKind::Prometheus =>
+            {
+                format!("Prometheus {}", self.capture.meta.host)
+            }
             SessionOrigin::Live { demo_notice: None } => "live GPUs".to_owned(),
             SessionOrigin::Live {
                 demo_notice: Some(_),

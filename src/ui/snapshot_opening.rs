@@ -128,14 +128,15 @@ mod tests {
             snapshot.warnings
         );
         for device in &opened.analysis {
-            let travel = &device.travel;
+            let travel = &device.analysis.travel;
             text += &format!(
-                "device {} check {:?} allocated {:?} reserved {:?} ooms {:?}\n",
+                "device {} check {:?} allocated {:?} reserved {:?} ooms {:?} verdicts {:?}\n",
                 travel.device(),
                 travel.check(),
                 travel.allocated_series(),
                 travel.reserved_series(),
-                device.ooms
+                device.analysis.ooms,
+                device.judged
             );
             for position in [0, travel.len() / 2, travel.len()] {
                 text += &format!("state at {position}: {:?}\n", travel.state_at(position));

@@ -40,9 +40,27 @@ fn snapshot_facts(path: &Path) -> Result<Vec<SnapshotFacts>, String> {
     Ok(vramscope::diagnose::snapshot::facts(&Arc::new(snapshot)))
 }
 
+/// Which recording of a live case stands for the capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recording {
+    /// `vramscope record`'s `.vramcap` (and every OOM case, which has none).
+    Vramscope,
+    /// nvidia-smi's own CSV logs of the same run, GPU and process logs joined as `vramscope
+    /// diagnose --capture GPU.csv --capture APPS.csv` joins them.
+    NvidiaSmi,
+}
+
 /// The evidence of a case as a user would give it: logs, snapshots oldest first, captures.
-/// (The nvidia-smi CSV logs are not read yet: there is no reader for them.)
 pub fn evidence(dir: &Path, truth: &Truth) -> Result<DiagnosisInput, String> {
+    evidence_with(dir, truth, Recording::Vramscope)
+}
+
+/// [`evidence`] with the capture taken from `recording`.
+pub fn evidence_with(
+    dir: &Path,
+    truth: &Truth,
+    recording: Recording,
+) -> Result<DiagnosisInput, String> {
     let mut input = DiagnosisInput::default();
     let mut logs: Vec<&str> = truth.artifacts.log.iter().map(String::as_str).collect();
     logs.extend(truth.jobs.iter().map(|j| j.log.as_str()));
@@ -68,14 +86,30 @@ pub fn evidence(dir: &Path, truth: &Truth) -> Result<DiagnosisInput, String> {
     for file in files {
         input.snapshots.extend(snapshot_facts(&dir.join(file))?);
     }
-    if let Some(capture) = &truth.artifacts.capture {
-        let path = dir.join(capture);
-        let read = vramscope::formats::vramcap::read_file(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        input.captures.push(NamedCapture {
-            name: capture.clone(),
-            capture: read,
-        });
+    match recording {
+        Recording::Vramscope => {
+            if let Some(capture) = &truth.artifacts.capture {
+                let path = dir.join(capture);
+                let read = vramscope::formats::vramcap::read_file(&path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                input.captures.push(NamedCapture {
+                    name: capture.clone(),
+                    capture: read,
+                });
+            }
+        }
+        Recording::NvidiaSmi => {
+            let paths: Vec<PathBuf> = [&truth.artifacts.smi_gpu_csv, &truth.artifacts.smi_apps_csv]
+                .into_iter()
+                .flatten()
+                .map(|f| dir.join(f))
+                .collect();
+            let captures = vramscope::formats::capture::read_files(&paths)
+                .map_err(|e| format!("{}: {e}", truth.case))?;
+            for (name, capture) in captures {
+                input.captures.push(NamedCapture { name, capture });
+            }
+        }
     }
     Ok(input)
 }
@@ -93,11 +127,27 @@ pub struct CaseResult {
     pub change: Result<String, String>,
     /// For OOM cases: the verdict on the first recommendation.
     pub verdict: Option<Verdict>,
+    /// Live cases: the primary finding's severity and the processes found leaking, with what
+    /// the truth file expects (`None` where it expects nothing).
+    pub severity: String,
+    pub expected_severity: Option<String>,
+    pub leaking_pids: Vec<u32>,
+    pub expected_leaking_pids: Option<Vec<u32>>,
 }
 
 impl CaseResult {
+    /// The primary category is right (and, for live cases, the severity and the leaking
+    /// processes).
     pub fn category_right(&self) -> bool {
         self.expected == self.diagnosed
+            && self
+                .expected_severity
+                .as_ref()
+                .is_none_or(|s| *s == self.severity)
+            && self
+                .expected_leaking_pids
+                .as_ref()
+                .is_none_or(|p| *p == self.leaking_pids)
     }
 
     /// An OOM case whose first recommendation removed the failure for real.
@@ -108,8 +158,25 @@ impl CaseResult {
 
 /// Diagnoses one case and judges its first recommendation.
 pub fn evaluate(dir: &Path, truth: &Truth) -> Result<CaseResult, String> {
-    let input = evidence(dir, truth)?;
+    evaluate_with(dir, truth, Recording::Vramscope)
+}
+
+/// [`evaluate`] with the capture taken from `recording`; the case is named after it.
+pub fn evaluate_with(
+    dir: &Path,
+    truth: &Truth,
+    recording: Recording,
+) -> Result<CaseResult, String> {
+    let input = evidence_with(dir, truth, recording)?;
     let diagnosis = diagnose(&input);
+    let mut leaking_pids: Vec<u32> = input
+        .captures
+        .iter()
+        .flat_map(|c| vramscope::diagnose::leak::leaking_processes(&c.capture))
+        .map(|(_, pid)| pid)
+        .collect();
+    leaking_pids.sort_unstable();
+    leaking_pids.dedup();
     let primary = diagnosis.primary();
     let first = primary.and_then(|f| f.recommendations.first());
     let change = match first {
@@ -120,8 +187,16 @@ pub fn evaluate(dir: &Path, truth: &Truth) -> Result<CaseResult, String> {
         Ok(c) => truth::judge(c, truth),
         Err(why) => Verdict::Untried(why.clone()),
     });
+    let live = truth.kind == "live";
     Ok(CaseResult {
-        case: truth.case.clone(),
+        case: match recording {
+            Recording::Vramscope => truth.case.clone(),
+            Recording::NvidiaSmi => format!("{} (nvidia-smi CSV)", truth.case),
+        },
+        severity: primary.map_or("-", |f| f.severity.as_str()).to_owned(),
+        expected_severity: truth.expected.severity.clone().filter(|_| live),
+        leaking_pids,
+        expected_leaking_pids: truth.expected.leaking_pids.clone().filter(|_| live),
         kind: truth.kind.clone(),
         expected: truth.expected.primary_category.clone(),
         diagnosed: primary.map_or("none", |f| f.category.as_str()).to_owned(),
@@ -144,9 +219,25 @@ pub fn render_table(results: &[CaseResult]) -> String {
             Err(why) => format!("({why})"),
         };
         let verdict = r.verdict.as_ref().map_or("-".to_owned(), Verdict::describe);
+        let (expected, diagnosed) = match &r.expected_severity {
+            Some(severity) => (
+                format!(
+                    "{} ({severity}; leaking: {})",
+                    r.expected,
+                    pids(r.expected_leaking_pids.as_deref().unwrap_or_default())
+                ),
+                format!(
+                    "{} ({}; leaking: {})",
+                    r.diagnosed,
+                    r.severity,
+                    pids(&r.leaking_pids)
+                ),
+            ),
+            None => (r.expected.clone(), r.diagnosed.clone()),
+        };
         out.push_str(&format!(
-            "| {} | {} | {} | {}{mark} | {} | {} | {} |\n",
-            r.case, r.kind, r.expected, r.diagnosed, r.first_recommendation, change, verdict
+            "| {} | {} | {expected} | {diagnosed}{mark} | {} | {} | {} |\n",
+            r.case, r.kind, r.first_recommendation, change, verdict
         ));
     }
     let right = results.iter().filter(|r| r.category_right()).count();
@@ -162,4 +253,15 @@ pub fn render_table(results: &[CaseResult]) -> String {
         ooms.len()
     ));
     out
+}
+
+fn pids(pids: &[u32]) -> String {
+    if pids.is_empty() {
+        "none".to_owned()
+    } else {
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }

@@ -37,6 +37,12 @@ pub struct Expected {
     pub primary_category: String,
     #[serde(default)]
     pub original_outcome: Option<String>,
+    /// Live cases: the primary finding's severity.
+    #[serde(default)]
+    pub severity: Option<String>,
+    /// Live cases: the processes that leak (the Leak wizard and the timeline highlight them).
+    #[serde(default)]
+    pub leaking_pids: Option<Vec<u32>>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -93,6 +99,11 @@ pub struct Artifacts {
     pub extra_snapshots: Vec<SnapshotFile>,
     #[serde(default)]
     pub capture: Option<String>,
+    /// nvidia-smi's own CSV logs of the run (`--query-gpu`, `--query-compute-apps`).
+    #[serde(default)]
+    pub smi_gpu_csv: Option<String>,
+    #[serde(default)]
+    pub smi_apps_csv: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -17,6 +17,7 @@ pub(super) fn put_meta(out: &mut Vec<u8>, meta: &CaptureMeta) {
     out.push(match meta.source {
         SourceKind::Live => 0,
         SourceKind::Demo => 1,
+        SourceKind::Prometheus => 2,
     });
     put_str(out, &meta.host);
     put_str(out, &meta.driver_version);
@@ -30,6 +31,7 @@ pub(super) fn read_meta(reader: &mut ByteReader<'_>) -> DecodeResult<CaptureMeta
     let source = match reader.u8()? {
         0 => SourceKind::Live,
         1 => SourceKind::Demo,
+        2 => SourceKind::Prometheus,
         other => return Err(DecodeError::new(format!("unknown source kind {other}"))),
     };
     Ok(CaptureMeta {
@@ -55,12 +57,19 @@ pub(super) fn put_device_facts(out: &mut Vec<u8>, scratch: &mut Vec<u8>, device:
         put_opt_bool(item, device.ecc_enabled);
         put_opt_pair(item, device.compute_capability);
         put_bool(item, device.simulated);
+        // Appended within version 1: older readers skip them (items are length-prefixed).
+        put_str(item, &device.host);
+        put_varint(item, device.labels.len() as u64);
+        for (key, value) in &device.labels {
+            put_str(item, key);
+            put_str(item, value);
+        }
     });
 }
 
 pub(super) fn read_device_facts(reader: &mut ByteReader<'_>) -> DecodeResult<DeviceFacts> {
     let mut item = reader.item()?;
-    Ok(DeviceFacts {
+    let mut facts = DeviceFacts {
         index: item.u32()?,
         name: item.str()?,
         uuid: item.str()?,
@@ -71,7 +80,19 @@ pub(super) fn read_device_facts(reader: &mut ByteReader<'_>) -> DecodeResult<Dev
         ecc_enabled: item.opt_bool()?,
         compute_capability: item.opt_pair()?,
         simulated: item.bool()?,
-    })
+        ..Default::default()
+    };
+    // Host and labels (fleet captures); absent in files written before they existed.
+    if item.remaining() > 0 {
+        facts.host = item.str()?;
+        let label_count = item.count()?;
+        for _ in 0..label_count {
+            let key = item.str()?;
+            let value = item.str()?;
+            facts.labels.insert(key, value);
+        }
+    }
+    Ok(facts)
 }
 
 /// Number of numeric slots a device sample is spread over (memory takes four).

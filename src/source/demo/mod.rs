@@ -404,6 +404,7 @@ fn demo_device_facts(index: u32) -> DeviceFacts {
         ecc_enabled: Some(true),
         compute_capability: Some((9, 0)),
         simulated: true,
+        ..Default::default()
     }
 }
 

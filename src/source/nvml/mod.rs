@@ -215,6 +215,7 @@ fn read_facts(index: u32, device: &nvml_wrapper::Device<'_>) -> DeviceFacts {
             .ok()
             .and_then(|c| Some((u32::try_from(c.major).ok()?, u32::try_from(c.minor).ok()?))),
         simulated: false,
+        ..Default::default()
     }
 }
 

@@ -13,6 +13,7 @@ pub mod tabs;
 pub mod timeline;
 #[cfg(feature = "native")]
 pub mod watcher;
+pub mod whatif;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::analysis::fragmentation::{self, FragmentationReport};
 use crate::analysis::oom::OomExplanation;
 use crate::analysis::snapshot_analysis::{DeviceAnalysis, SnapshotAnalysisBuild, snapshot_devices};
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
+use crate::diagnose::oom::{JudgedOom, judge_all};
 use crate::model::allocator::{AllocatorSnapshot, StackId};
 use crate::ui::runner::{Job, Poll, Runner, Step, job_progress_ui};
 #[cfg(feature = "native")]
@@ -40,24 +42,49 @@ const MAX_HIGHLIGHTS: usize = 5000;
 /// steps (and in the web viewer the browser gets its turn).
 const ANALYSIS_STEP: web_time::Duration = web_time::Duration::from_millis(40);
 
+/// One device's analysis with the diagnosis's verdict on each of its OOMs (what the view shows).
+pub struct JudgedDevice {
+    pub analysis: DeviceAnalysis,
+    /// The diagnosis's verdict on each of `analysis.ooms`, in the same order.
+    pub judged: Vec<JudgedOom>,
+}
+
+impl JudgedDevice {
+    /// Judges the OOMs of `analysis`, a device of `snapshot`.
+    pub fn new(snapshot: &AllocatorSnapshot, analysis: DeviceAnalysis) -> Self {
+        let expandable = snapshot
+            .settings
+            .as_ref()
+            .and_then(|s| s.expandable_segments);
+        let judged = judge_all(&analysis.travel, &analysis.ooms, expandable);
+        JudgedDevice { analysis, judged }
+    }
+}
+
 /// Analyses every device of `snapshot` on `runner` in steps that stop at a deadline, reporting
-/// the share of devices done; a cancelled job stops between steps with the devices analysed so
-/// far.
+/// the share of devices done, then judges their OOMs; a cancelled job stops between steps with
+/// the devices analysed so far.
 fn spawn_analysis(
     runner: &Runner,
     snapshot: Arc<AllocatorSnapshot>,
     name: &str,
-) -> Job<Vec<DeviceAnalysis>> {
-    let mut build = Some(SnapshotAnalysisBuild::new(snapshot));
+) -> Job<Vec<JudgedDevice>> {
+    fn judge(devices: Vec<DeviceAnalysis>, snapshot: &AllocatorSnapshot) -> Vec<JudgedDevice> {
+        devices
+            .into_iter()
+            .map(|d| JudgedDevice::new(snapshot, d))
+            .collect()
+    }
+    let mut build = Some(SnapshotAnalysisBuild::new(Arc::clone(&snapshot)));
     runner.spawn_stepped(&format!("analysing {name}"), move |progress| {
         let Some(current) = build.take() else {
             return Step::Done(Vec::new());
         };
         if progress.is_cancelled() {
-            return Step::Done(current.into_done());
+            return Step::Done(judge(current.into_done(), &snapshot));
         }
         match current.run(Deadline::after(ANALYSIS_STEP)) {
-            deadline::Step::Done(devices) => Step::Done(devices),
+            deadline::Step::Done(devices) => Step::Done(judge(devices, &snapshot)),
             deadline::Step::Pending(more) => {
                 let (done, total) = more.devices_done();
                 progress.set_fraction(done as f32 / total.max(1) as f32);
@@ -74,12 +101,14 @@ enum SideTab {
     Oom,
     Events,
     Block,
+    WhatIf,
 }
 
 /// Everything the view shows for one device.
 struct DeviceView {
     travel: TimeTravel,
     ooms: Vec<OomExplanation>,
+    judged: Vec<JudgedOom>,
     /// Events applied: the state shown is the one after `position` events.
     position: usize,
     state: AllocatorState,
@@ -102,10 +131,12 @@ struct DeviceView {
     reveal: Option<(usize, u64)>,
     /// The event list should scroll to the current position on the next frame.
     scroll_events: bool,
+    /// The "What if…" tab: settings typed and the last replay of this device's trace.
+    whatif: whatif::WhatIfPanel,
 }
 
 impl DeviceView {
-    fn new(analysis: DeviceAnalysis) -> Self {
+    fn new(JudgedDevice { analysis, judged }: JudgedDevice) -> Self {
         let position = analysis.travel.len();
         let state = analysis.travel.state_at(position);
         let layout = BlockMapLayout::new(&state);
@@ -113,6 +144,7 @@ impl DeviceView {
         DeviceView {
             travel: analysis.travel,
             ooms: analysis.ooms,
+            judged,
             position,
             state,
             layout,
@@ -128,6 +160,7 @@ impl DeviceView {
             map_rect: Rect::NOTHING,
             reveal: None,
             scroll_events: false,
+            whatif: whatif::WhatIfPanel::default(),
         }
     }
 
@@ -235,7 +268,7 @@ fn parse_address(query: &str) -> Option<u64> {
 enum Analysis {
     /// Not started: it starts on the first frame, with the UI's context to wake.
     Waiting,
-    Running(Job<Vec<DeviceAnalysis>>),
+    Running(Job<Vec<JudgedDevice>>),
     /// Done; `cancelled` when the user stopped it (only the devices analysed by then are shown).
     Ready {
         cancelled: bool,
@@ -272,7 +305,7 @@ impl AllocatorView {
     pub fn with_analysis(
         snapshot: Arc<AllocatorSnapshot>,
         name: String,
-        analysis: Vec<DeviceAnalysis>,
+        analysis: Vec<JudgedDevice>,
     ) -> Self {
         AllocatorView {
             snapshot,
@@ -420,6 +453,13 @@ impl AllocatorView {
             }
             return;
         };
+        // The diagnosis of the failure the snapshot ends in: what Diagnose says for it.
+        if let Some(judged) = device.judged.last() {
+            ui.horizontal_wrapped(|ui| {
+                ui.label("Diagnosis of the last out-of-memory error:");
+                panels::verdict_ui(ui, judged);
+            });
+        }
         ui.label(RichText::new(&device.report.summary).strong());
         let check = device.travel.check();
         if !check.matches_final_state
@@ -499,7 +539,7 @@ fn time_travel_ui(ui: &mut Ui, device: &mut DeviceView) {
 
 fn side_panel_ui(
     ui: &mut Ui,
-    snapshot: &AllocatorSnapshot,
+    snapshot: &Arc<AllocatorSnapshot>,
     device: &mut DeviceView,
     tab: &mut SideTab,
 ) {
@@ -508,16 +548,23 @@ fn side_panel_ui(
         ui.selectable_value(tab, SideTab::Oom, format!("OOM ({})", device.ooms.len()));
         ui.selectable_value(tab, SideTab::Events, "Events");
         ui.selectable_value(tab, SideTab::Block, "Pinned block");
+        ui.selectable_value(tab, SideTab::WhatIf, "What if…");
     });
     ui.separator();
     match tab {
+        SideTab::WhatIf => {
+            let device_id = device.travel.device();
+            if let Some(event) = device.whatif.ui(ui, snapshot, device_id) {
+                device.seek(event);
+            }
+        }
         SideTab::Summary => {
             egui::ScrollArea::vertical()
                 .show(ui, |ui| panels::fragmentation_ui(ui, &device.report));
         }
         SideTab::Oom => {
             let go_to = egui::ScrollArea::vertical()
-                .show(ui, |ui| panels::oom_ui(ui, &device.ooms))
+                .show(ui, |ui| panels::oom_ui(ui, &device.ooms, &device.judged))
                 .inner;
             if let Some(event) = go_to {
                 device.seek(event);

@@ -5,8 +5,9 @@ use egui::{Color32, RichText, Ui};
 
 use super::frames::stack_lines;
 use crate::analysis::fragmentation::{FragmentationMetrics, FragmentationReport};
-use crate::analysis::oom::{OomExplanation, OomVerdict};
+use crate::analysis::oom::OomExplanation;
 use crate::analysis::timetravel::{BlockOrigin, BlockStatus, StateBlock, StateSegment, TimeTravel};
+use crate::diagnose::oom::{JudgedOom, OomCause};
 use crate::model::allocator::{AllocatorSnapshot, StackId};
 use crate::model::format_bytes;
 
@@ -123,20 +124,36 @@ const FRAGMENTATION_RATIO_HELP: &str = "Fragmentation ratio: the share of the ca
      free memory is one block; near 1 means it is scattered in small pieces. It says nothing when \
      little memory is free, so it is not shown below 5% of reserved memory.";
 
-/// The OOM explanations; returns the event position the user asked to see, if any.
-pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation]) -> Option<usize> {
+/// The colour of a verdict's heading.
+pub fn verdict_color(cause: OomCause) -> Color32 {
+    match cause {
+        OomCause::Fragmentation | OomCause::CapWithFragmentation => Color32::from_rgb(240, 170, 60),
+        OomCause::Cap => Color32::from_rgb(180, 140, 250),
+        OomCause::Capacity | OomCause::Growth => Color32::from_rgb(230, 90, 80),
+        OomCause::OtherProcess => Color32::from_rgb(90, 170, 230),
+    }
+}
+
+/// The verdict `diagnose` gives a failure, as a heading and its title (the Allocator tab shows
+/// the diagnosis, never a judgement of its own).
+pub fn verdict_ui(ui: &mut Ui, judged: &JudgedOom) {
+    let color = verdict_color(judged.cause);
+    ui.label(RichText::new(judged.heading).strong().color(color));
+    ui.label(RichText::new(&judged.title).color(color));
+    if let Some(warning) = &judged.reconstruction_warning {
+        ui.label(RichText::new(warning).color(ui.visuals().warn_fg_color));
+    }
+}
+
+/// The OOM explanations with the diagnosis's verdict on each; returns the event position the
+/// user asked to see, if any.
+pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation], judged: &[JudgedOom]) -> Option<usize> {
     if explanations.is_empty() {
         ui.label("No out-of-memory event in this device's trace.");
         return None;
     }
     let mut go_to = None;
-    for (n, e) in explanations.iter().enumerate() {
-        let color = match e.verdict {
-            OomVerdict::Fragmentation => Color32::from_rgb(240, 170, 60),
-            OomVerdict::MemoryCap => Color32::from_rgb(180, 140, 250),
-            OomVerdict::Capacity => Color32::from_rgb(230, 90, 80),
-            OomVerdict::Unexplained => ui.visuals().warn_fg_color,
-        };
+    for (n, (e, verdict)) in explanations.iter().zip(judged).enumerate() {
         ui.push_id(n, |ui| {
             ui.horizontal(|ui| {
                 ui.label(RichText::new(format!("OOM at event #{}", e.event_index)).strong());
@@ -144,8 +161,9 @@ pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation]) -> Option<usize> {
                     go_to = Some(e.event_index);
                 }
             });
-            ui.label(RichText::new(e.verdict.heading()).strong().color(color));
-            ui.label(RichText::new(&e.verdict_text).color(color));
+            verdict_ui(ui, verdict);
+            ui.label(&verdict.explanation);
+            ui.label(RichText::new(e.facts_text()).weak());
             egui::Grid::new("oom_numbers")
                 .num_columns(2)
                 .striped(true)

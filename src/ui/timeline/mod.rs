@@ -30,6 +30,8 @@ pub const RESERVED_COLOR: Color32 = Color32::from_rgb(0xb0, 0x7c, 0xf0);
 pub const TOTAL_COLOR: Color32 = Color32::from_rgb(0x9a, 0x9a, 0x9a);
 /// The threshold line and its crossings.
 pub const THRESHOLD_COLOR: Color32 = Color32::from_rgb(0xf0, 0xa0, 0x30);
+/// The outline of a process whose memory grows steadily (a leak finding).
+pub const LEAK_COLOR: Color32 = Color32::from_rgb(0xe0, 0x30, 0x30);
 
 /// The sample under the mouse, found by binary search.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -156,6 +158,12 @@ pub fn timeline_ui(
         .update(input.capture, settings.threshold_fraction());
     toolbar_ui(ui, input, settings, state);
     hover_readout_ui(ui, input, settings, state);
+    let growths = crate::ui::processes::process_growths(ui, input.capture);
+    let leaking: Vec<bool> = growths
+        .iter()
+        .map(|g| crate::ui::processes::is_leaking(g.as_ref()))
+        .collect();
+    growing_processes_ui(ui, input.capture, &growths, &leaking);
     ui.separator();
 
     let Some((span_start, span_end)) = input.data.x_span() else {
@@ -241,6 +249,7 @@ pub fn timeline_ui(
                         initial_range,
                         forced_range,
                         hover: state.hover,
+                        leaking: &leaking,
                     },
                 );
                 hover = hover.or(outcome.hover);
@@ -390,6 +399,8 @@ struct DevicePlot<'a> {
     initial_range: (f64, f64),
     forced_range: Option<(f64, f64)>,
     hover: Option<TimelineHover>,
+    /// Per process track: its growth is a finding (highlighted).
+    leaking: &'a [bool],
 }
 
 struct DevicePlotOutcome {
@@ -518,6 +529,7 @@ fn add_device_layers(
         add_stacked_layers(
             plot_ui,
             plot.input,
+            plot.leaking,
             plot.position,
             x_min,
             x_max,
@@ -689,6 +701,47 @@ fn add_selected_process_line(
     }
 }
 
+/// One highlighted line per process whose growth is a finding: the diagnosis's rate and when the
+/// GPU is full, in the error colour, above the plots.
+fn growing_processes_ui(
+    ui: &mut Ui,
+    capture: &Capture,
+    growths: &[Option<crate::diagnose::leak::SeriesGrowth>],
+    leaking: &[bool],
+) {
+    for ((track, growth), _) in capture
+        .processes
+        .iter()
+        .zip(growths)
+        .zip(leaking)
+        .filter(|(_, leaking)| **leaking)
+    {
+        let Some(growth) = growth else {
+            continue;
+        };
+        let rate = growth
+            .bytes_per_minute()
+            .map(|b| format_bytes(b.max(0.0) as u64))
+            .unwrap_or_default();
+        let full = growth
+            .seconds_until_full()
+            .map(|s| {
+                format!(
+                    "; GPU full in {}",
+                    crate::diagnose::growth::duration_text(s)
+                )
+            })
+            .unwrap_or_default();
+        ui.colored_label(
+            ui.visuals().error_fg_color,
+            format!(
+                "Growing: pid {} {} on GPU {} grows by {rate}/min{full} (highlighted in stacked view; see Diagnose > Leak)",
+                track.pid, track.name, track.device_index
+            ),
+        );
+    }
+}
+
 /// The legend name of the selected process.
 fn selected_process_name(track: &crate::model::capture::ProcessTrack) -> String {
     format!("selected: pid {} {}", track.pid, track.name)
@@ -697,6 +750,7 @@ fn selected_process_name(track: &crate::model::capture::ProcessTrack) -> String 
 fn add_stacked_layers(
     plot_ui: &mut egui_plot::PlotUi<'_>,
     input: &TimelineInput<'_>,
+    leaking: &[bool],
     position: usize,
     x_min: f64,
     x_max: f64,
@@ -732,11 +786,15 @@ fn add_stacked_layers(
             continue;
         };
         let color = process_color(track.pid);
-        // With a process selected, its band stands out and the others fade.
+        // With a process selected, its band stands out and the others fade; a growing
+        // process (a leak finding) is outlined in the leak colour.
         let selected = input.selected_process.map(|s| s == layer.track_index);
+        let growing = leaking.get(layer.track_index).copied().unwrap_or(false);
         let name = if selected == Some(true) && !selected_named {
             selected_named = true;
             selected_process_name(track)
+        } else if growing && selected != Some(true) {
+            format!("pid {} {} (growing)", track.pid, track.name)
         } else if named && selected != Some(true) {
             format!("pid {} {}", track.pid, track.name)
         } else {
@@ -749,6 +807,11 @@ fn add_stacked_layers(
                 color.gamma_multiply(0.2),
                 Stroke::new(0.5, color.gamma_multiply(0.5)),
             ),
+        };
+        let stroke = if growing {
+            Stroke::new(3.0, LEAK_COLOR)
+        } else {
+            stroke
         };
         plot_ui.add(
             FilledArea::new(name, &polygon.xs, &polygon.bottoms, &polygon.tops)

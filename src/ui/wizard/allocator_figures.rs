@@ -85,9 +85,9 @@ pub struct AllocatorFigures {
 impl AllocatorFigures {
     /// Keeps the figures of the snapshots' final states already computed, computes the new ones
     /// and drops those no longer in the evidence. Snapshots without a final state are skipped.
-    pub fn sync(&mut self, snapshots: &[SnapshotFacts]) {
+    pub fn sync<'a>(&mut self, snapshots: impl IntoIterator<Item = &'a SnapshotFacts>) {
         let states: Vec<(&SnapshotFacts, &Arc<AllocatorState>)> = snapshots
-            .iter()
+            .into_iter()
             .filter_map(|facts| facts.final_state.as_ref().map(|state| (facts, state)))
             .collect();
         let unchanged = self.figures.len() == states.len()

@@ -4,7 +4,9 @@
 use egui::{Color32, RichText};
 
 use crate::diagnose::OomComposition;
-use crate::diagnose::finding::{Category, Diagnosis, Finding, Severity, Wizard};
+use crate::diagnose::finding::{
+    Category, Diagnosis, Finding, Severity, VerificationStatus, Wizard,
+};
 use crate::diagnose::log::LogAnalysis;
 use crate::model::format_bytes;
 
@@ -21,7 +23,9 @@ fn severity_color(s: Severity) -> Color32 {
 /// All findings, those of `categories` first (all in order when empty).
 pub fn findings_ui(ui: &mut egui::Ui, diagnosis: &Diagnosis, categories: &[Category]) {
     let (mine, others): (Vec<&Finding>, Vec<&Finding>) = diagnosis.findings.iter().partition(|f| {
-        categories.is_empty() || categories.contains(&f.category) || f.category == Category::Healthy
+        categories.is_empty()
+            || categories.contains(&f.category)
+            || matches!(f.category, Category::Healthy | Category::Inconclusive)
     });
     for (i, f) in mine.iter().enumerate() {
         finding_ui(ui, i + 1, f);
@@ -72,8 +76,27 @@ fn finding_ui(ui: &mut egui::Ui, number: usize, f: &Finding) {
         }
         for (i, r) in f.recommendations.iter().enumerate() {
             ui.add_space(4.0);
-            ui.label(RichText::new(format!("{}) {}", i + 1, r.title)).strong());
+            ui.horizontal_wrapped(|ui| {
+                ui.label(RichText::new(format!("{}) {}", i + 1, r.title)).strong());
+                if let Some(v) = &r.verification {
+                    let (text, color) = match v.status {
+                        VerificationStatus::Proven => {
+                            ("proven by replay", severity_color(Severity::Info))
+                        }
+                        VerificationStatus::Unverified => ("unverified", Color32::GRAY),
+                    };
+                    ui.label(RichText::new(text).small().color(color))
+                        .on_hover_text(&v.detail);
+                }
+            });
             ui.label(&r.expected_effect);
+            if let Some(v) = r
+                .verification
+                .as_ref()
+                .filter(|v| v.status == VerificationStatus::Unverified)
+            {
+                ui.label(RichText::new(&v.detail).weak().small());
+            }
             ui.horizontal(|ui| {
                 ui.label(
                     RichText::new(&r.action)
@@ -91,6 +114,55 @@ fn finding_ui(ui: &mut egui::Ui, number: usize, f: &Finding) {
         }
     });
     ui.add_space(6.0);
+}
+
+/// The processes of the captures whose memory grows steadily (a leak finding), highlighted with
+/// the diagnosis's rate and time to full: the Leak wizard's "who is leaking".
+pub fn growing_processes_ui(ui: &mut egui::Ui, captures: &[crate::diagnose::NamedCapture]) {
+    use crate::diagnose::growth::duration_text;
+    use crate::diagnose::leak::{leaking_processes, process_growth};
+    let mut any = false;
+    for c in captures {
+        for (device, pid) in leaking_processes(&c.capture) {
+            let Some(growth) = process_growth(&c.capture, device, pid) else {
+                continue;
+            };
+            let name = c
+                .capture
+                .processes
+                .iter()
+                .find(|p| p.device_index == device && p.pid == pid)
+                .map(|p| p.name.clone())
+                .unwrap_or_default();
+            if !any {
+                ui.label(RichText::new("Growing processes").strong());
+                any = true;
+            }
+            egui::Frame::group(ui.style())
+                .stroke(egui::Stroke::new(2.0, severity_color(Severity::Critical)))
+                .show(ui, |ui| {
+                    ui.horizontal_wrapped(|ui| {
+                        swatch(ui, crate::ui::timeline::process_color(pid));
+                        ui.label(
+                            RichText::new(format!("PID {pid} {name} on GPU {device}"))
+                                .strong()
+                                .color(severity_color(Severity::Critical)),
+                        );
+                        ui.label(format!(
+                            "grows by {}/min",
+                            format_bytes(growth.bytes_per_minute().unwrap_or(0.0).max(0.0) as u64)
+                        ));
+                        if let Some(seconds) = growth.seconds_until_full() {
+                            ui.label(format!("· GPU full in {}", duration_text(seconds)));
+                        }
+                        ui.label(RichText::new(format!("({})", c.name)).weak());
+                    });
+                });
+        }
+    }
+    if any {
+        ui.add_space(6.0);
+    }
 }
 
 /// The card at the failure as one stacked bar: other processes, non-framework memory, allocated,

@@ -148,6 +148,13 @@ enum ReportWrite {
     Done(Result<String, String>),
 }
 
+/// One piece of evidence, as the evidence step lists it: its kind and its name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EvidenceKey {
+    pub kind: &'static str,
+    pub name: String,
+}
+
 /// The wizards as one self-contained view.
 pub struct WizardView {
     kind: WizardKind,
@@ -173,6 +180,9 @@ pub struct WizardView {
     /// The GPU the user asked about (evidence step), or `None` for every GPU: captures are
     /// restricted to it and other devices' snapshots are left out of the diagnosis.
     device_filter: Option<u32>,
+    /// Evidence the user left out of the diagnosis (unticked in the evidence step), by kind and
+    /// name: two unrelated snapshots, a log of another run.
+    excluded: std::collections::BTreeSet<EvidenceKey>,
     #[cfg(feature = "native")]
     checks: crate::ui::hardware::CheckRunner,
     #[cfg(feature = "native")]
@@ -204,6 +214,7 @@ impl WizardView {
             allocator_figures: allocator_figures::AllocatorFigures::default(),
             commands: None,
             device_filter: None,
+            excluded: std::collections::BTreeSet::new(),
             #[cfg(feature = "native")]
             checks: crate::ui::hardware::CheckRunner::new(),
             #[cfg(feature = "native")]
@@ -259,6 +270,13 @@ impl WizardView {
             None => self.input.captures.push(capture),
         }
         self.rediagnose();
+    }
+
+    /// Replaces the capture named `old_name` with `capture` (two nvidia-smi logs of one run
+    /// joined into one capture after both opened), or adds it when there is none.
+    pub fn replace_capture(&mut self, old_name: &str, capture: NamedCapture) {
+        self.input.captures.retain(|c| c.name != old_name);
+        self.set_capture(capture);
     }
 
     /// Runs the wizard inside the app: "Open a capture, snapshot or log…" sends
@@ -365,16 +383,70 @@ impl WizardView {
         devices
     }
 
-    /// The evidence as the rules should see it: restricted to the chosen GPU, if any.
+    /// Every piece of evidence given, in the order it is listed.
+    pub fn evidence(&self) -> Vec<EvidenceKey> {
+        let key = |kind, name: &str| EvidenceKey {
+            kind,
+            name: name.to_owned(),
+        };
+        let mut keys: Vec<EvidenceKey> = Vec::new();
+        let all = self
+            .input
+            .logs
+            .iter()
+            .map(|l| key("log", &l.name))
+            .chain(self.input.captures.iter().map(|c| key("capture", &c.name)))
+            .chain(
+                self.input
+                    .snapshots
+                    .iter()
+                    .map(|s| key("snapshot", &s.name)),
+            );
+        for k in all {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        keys
+    }
+
+    /// Includes (`true`) or leaves out a piece of evidence, and diagnoses again.
+    pub fn set_included(&mut self, evidence: &EvidenceKey, included: bool) {
+        if included {
+            self.excluded.remove(evidence);
+        } else {
+            self.excluded.insert(evidence.clone());
+        }
+        self.rediagnose();
+    }
+
+    /// Whether a piece of evidence takes part in the diagnosis.
+    pub fn is_included(&self, evidence: &EvidenceKey) -> bool {
+        !self.excluded.contains(evidence)
+    }
+
+    /// The evidence as the rules should see it: without what the user left out, restricted to
+    /// the chosen GPU, if any.
     fn filtered_input(&self) -> std::borrow::Cow<'_, DiagnosisInput> {
-        let Some(device) = self.device_filter else {
+        if self.device_filter.is_none() && self.excluded.is_empty() {
             return std::borrow::Cow::Borrowed(&self.input);
+        }
+        let included = |kind: &'static str, name: &str| {
+            self.is_included(&EvidenceKey {
+                kind,
+                name: name.to_owned(),
+            })
         };
         let mut input = self.input.clone();
-        for capture in &mut input.captures {
-            capture.capture = capture.capture.only_device(device);
+        input.logs.retain(|l| included("log", &l.name));
+        input.captures.retain(|c| included("capture", &c.name));
+        input.snapshots.retain(|s| included("snapshot", &s.name));
+        if let Some(device) = self.device_filter {
+            for capture in &mut input.captures {
+                capture.capture = capture.capture.only_device(device);
+            }
+            input.snapshots.retain(|facts| facts.device_index == device);
         }
-        input.snapshots.retain(|facts| facts.device_index == device);
         std::borrow::Cow::Owned(input)
     }
 
@@ -497,10 +569,47 @@ impl WizardView {
 
     fn evidence_ui(&mut self, ui: &mut egui::Ui) {
         ui.label(egui::RichText::new("Evidence so far").strong());
-        if self.diagnosis.inputs.is_empty() {
+        let evidence = self.evidence();
+        if evidence.is_empty() {
             ui.label("None yet. Paste a log below, or open a capture, snapshot or log.");
+        } else {
+            ui.label(
+                egui::RichText::new(
+                    "Untick what does not belong to the failure (another run's snapshot or log): \
+                     evidence of unrelated jobs must not be diagnosed together.",
+                )
+                .weak(),
+            );
         }
-        for input in &self.diagnosis.inputs {
+        let mut toggled = None;
+        for key in &evidence {
+            let summary = self
+                .diagnosis
+                .inputs
+                .iter()
+                .filter(|i| i.kind == key.kind && i.name == key.name)
+                .map(|i| i.summary.as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
+            let mut included = self.is_included(key);
+            let text = if included {
+                format!("{} {}: {summary}", key.kind, key.name)
+            } else {
+                format!("{} {} (left out)", key.kind, key.name)
+            };
+            if ui.checkbox(&mut included, text).changed() {
+                toggled = Some((key.clone(), included));
+            }
+        }
+        if let Some((key, included)) = toggled {
+            self.set_included(&key, included);
+        }
+        if let Some(input) = self
+            .diagnosis
+            .inputs
+            .iter()
+            .find(|i| i.kind == "gpu checks")
+        {
             ui.label(format!(
                 "• {} {}: {}",
                 input.kind, input.name, input.summary
@@ -624,7 +733,17 @@ impl WizardView {
             findings::composition_ui(ui, c);
         }
         if self.kind == WizardKind::Fragmentation {
-            self.allocator_figures.sync(&self.input.snapshots);
+            // The figures of the snapshots taking part (not those the user left out, nor other
+            // GPUs' when one is chosen).
+            let excluded = &self.excluded;
+            let device = self.device_filter;
+            self.allocator_figures
+                .sync(self.input.snapshots.iter().filter(|s| {
+                    !excluded.contains(&EvidenceKey {
+                        kind: "snapshot",
+                        name: s.name.clone(),
+                    }) && device.is_none_or(|d| d == s.device_index)
+                }));
             if let Some(request) = self.allocator_figures.ui(ui, self.commands.is_some())
                 && let Some(commands) = &self.commands
             {
@@ -633,6 +752,9 @@ impl WizardView {
         }
         if self.kind == WizardKind::HardwareAndDriver {
             findings::health_checks_ui(ui, &self.diagnosis, !self.input.captures.is_empty());
+        }
+        if self.kind == WizardKind::Leak {
+            findings::growing_processes_ui(ui, &self.filtered_input().captures);
         }
         if self.kind == WizardKind::LogAnalyzer
             && let Some(target) = findings::recognised_lines_ui(ui, &self.input.logs, self.kind)

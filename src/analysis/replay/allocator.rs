@@ -1,0 +1,1521 @@
+//! A model of PyTorch's CUDA caching allocator (`DeviceCachingAllocator` in
+//! `c10/cuda/CUDACachingAllocator.cpp`, PyTorch 2.x, github.com/pytorch/pytorch) that makes the
+//! same decisions the real one makes: request rounding, the small and large pools, segment
+//! sizes, best fit per stream and pool (`BlockComparatorSize`: stream, then size, then address),
+//! the split rules, the oversize rules of `max_split_size`, garbage collection under a per-process
+//! cap, expandable segments mapped page by page, and the failure path (free oversize cached
+//! blocks, release every releasable cached block, retry, then out of memory).
+//!
+//! Each function below mirrors the allocator function of the same name; where the model cannot
+//! know what the real allocator knew (the address `cudaMalloc` returns, when another stream's work
+//! completes) the replay driver tells it, from the trace. The model never touches a GPU.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::analysis::allocator_rules::{
+    AllocatorRules, MIN_BLOCK_BYTES, SMALL_BUFFER_BYTES, SMALL_SIZE_BYTES,
+};
+use crate::analysis::timetravel::{
+    AllocatorState, BlockOrigin, BlockStatus, StateBlock, StateSegment,
+};
+use crate::model::allocator::{PoolId, PoolKind};
+
+/// "No block" in the intrusive `prev`/`next` links and as an expandable-segment index.
+const NIL: u32 = u32::MAX;
+/// Sizes are packed into 48 bits of the pool keys; no request may reach this (256 TiB). Larger
+/// requests, which only a corrupt trace makes, fail as out of memory.
+const MAX_REQUEST_BYTES: u64 = 1 << 47;
+/// Addresses the model invents for segments the real run never made start here, above every
+/// real 48-bit GPU virtual address, so they never collide with addresses from the trace.
+const SYNTHETIC_BASE: u64 = 1 << 52;
+/// Alignment of invented segment addresses (what `cudaMalloc` gives large allocations).
+const SYNTHETIC_ALIGN: u64 = 2 << 20;
+
+/// Limits a replay runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Per-process cap (`set_per_process_memory_fraction` × device memory): a new segment is
+    /// refused when reserved + its size would exceed it.
+    pub cap_bytes: Option<u64>,
+    /// Memory the device could give this process (`cudaMalloc` fails past it).
+    pub device_limit_bytes: Option<u64>,
+    /// Virtual address space one expandable segment reserves (1⅛ × device memory in PyTorch).
+    pub expandable_va_bytes: u64,
+}
+
+/// Why the model ran out of memory on a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelOom {
+    /// The rounded request (what the trace's `oom` event records).
+    pub request_bytes: u64,
+    /// The segment `cudaMalloc` was asked for (what PyTorch's message says it "tried to allocate").
+    pub segment_bytes: u64,
+    /// Reserved bytes after every release the failure path made.
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+}
+
+/// Where new segment addresses come from: the driver offers the addresses the real run's
+/// `cudaMalloc` / `cuMemAddressReserve` returned around the same request.
+pub trait AddressHints {
+    /// An address the real run gave a new `size_bytes` segment at this point, if any.
+    fn segment_address(&mut self, size_bytes: u64) -> Option<u64>;
+    /// Addresses of ranges the real run mapped at this point (expandable segments).
+    fn mapped_addresses(&mut self) -> Vec<u64>;
+}
+
+/// Offers no addresses: every segment gets an invented one (unit tests).
+#[cfg(test)]
+pub struct NoHints;
+
+#[cfg(test)]
+impl AddressHints for NoHints {
+    fn segment_address(&mut self, _size_bytes: u64) -> Option<u64> {
+        None
+    }
+    fn mapped_addresses(&mut self) -> Vec<u64> {
+        Vec::new()
+    }
+}
+
+/// A block the program holds: its slot and the slot's generation, so that a handle kept for a
+/// block that was since merged away never reaches the block that reuses the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockHandle {
+    index: u32,
+    generation: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    generation: u32,
+    ptr: u64,
+    size: u64,
+    requested: u64,
+    stream: u16,
+    pool: u8,
+    allocated: bool,
+    /// Freed by the program, waiting for work on other streams (`event_count > 0`).
+    pending: bool,
+    mapped: bool,
+    prev: u32,
+    next: u32,
+    /// Index into `expandable` when the block belongs to an expandable segment, else `NIL`.
+    expandable: u32,
+    /// The pool's `get_free_blocks_call_count` when the block entered the free set.
+    gc_base: i64,
+    /// Trace event that allocated it (for stacks in the block map); `NIL` if unknown.
+    alloc_event: u32,
+}
+
+impl Block {
+    /// A free block of `size` bytes at `ptr` that nothing has allocated yet, linked to no
+    /// neighbour (callers set `prev`/`next` when it is part of a split segment).
+    fn free_range(
+        ptr: u64,
+        size: u64,
+        stream: u16,
+        pool: u8,
+        mapped: bool,
+        expandable: u32,
+    ) -> Block {
+        Block {
+            generation: 0,
+            ptr,
+            size,
+            requested: 0,
+            stream,
+            pool,
+            allocated: false,
+            pending: false,
+            mapped,
+            prev: NIL,
+            next: NIL,
+            expandable,
+            gc_base: 0,
+            alloc_event: NIL,
+        }
+    }
+
+    fn is_split(&self) -> bool {
+        self.prev != NIL || self.next != NIL
+    }
+}
+
+#[derive(Default)]
+struct Pool {
+    /// Free mapped blocks keyed by (stream, size, address).
+    free: BTreeMap<u128, u32>,
+    /// Unmapped ranges of expandable segments keyed by (stream, address).
+    unmapped: BTreeMap<u128, u32>,
+    get_free_blocks_call_count: i64,
+}
+
+/// One expandable segment's virtual reservation.
+#[derive(Clone, Copy, Debug)]
+struct ExpandableVa {
+    base: u64,
+    /// End of the reservation. PyTorch reserves 1⅛ × device memory; when the device's memory is
+    /// unknown the model assumes more and shrinks the reservation when the real run shows
+    /// another reservation beyond its used part.
+    end: u64,
+    page_bytes: u64,
+    stream: u16,
+    pool: u8,
+}
+
+fn size_key(stream: u16, size: u64, ptr: u64) -> u128 {
+    (u128::from(stream) << 112) | (u128::from(size & ((1 << 48) - 1)) << 64) | u128::from(ptr)
+}
+
+fn key_stream(key: u128) -> u16 {
+    (key >> 112) as u16
+}
+
+fn address_key(stream: u16, ptr: u64) -> u128 {
+    (u128::from(stream) << 64) | u128::from(ptr)
+}
+
+/// What one `malloc` works with (`AllocParams`).
+struct Params {
+    size: u64,
+    stream: u16,
+    pool: u8,
+    alloc_size: u64,
+    block: u32,
+}
+
+/// The allocator of one device.
+pub struct AllocatorModel {
+    rules: AllocatorRules,
+    limits: Limits,
+    blocks: Vec<Block>,
+    free_slots: Vec<u32>,
+    /// Index 0: small pool, 1: large pool.
+    pools: [Pool; 2],
+    expandable: Vec<Option<ExpandableVa>>,
+    /// Live address ranges (start → end) of segments and expandable reservations, to keep
+    /// invented and hinted addresses from overlapping.
+    ranges: BTreeMap<u64, u64>,
+    next_synthetic: u64,
+    next_generation: u32,
+    pending: BTreeSet<u32>,
+    /// `total_allocated_memory` (= reserved bytes).
+    reserved_bytes: u64,
+    allocated_bytes: u64,
+    segment_count: u64,
+    pub(crate) stats: ModelStats,
+    /// The trace event being replayed, for the peaks' positions.
+    pub(crate) event: usize,
+}
+
+/// Counters a replay reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModelStats {
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// Event at which reserved memory first reached its peak.
+    pub peak_reserved_event: usize,
+    pub allocated_at_peak_bytes: u64,
+    pub segments_at_peak: u64,
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+    /// The largest `reserved + new segment size` any successful new segment needed: a
+    /// per-process cap of at least this much let every one of them through.
+    pub largest_reserved_plus_segment_bytes: u64,
+}
+
+impl AllocatorModel {
+    pub fn new(rules: AllocatorRules, limits: Limits) -> Self {
+        AllocatorModel {
+            rules,
+            limits,
+            blocks: Vec::new(),
+            free_slots: Vec::new(),
+            pools: [Pool::default(), Pool::default()],
+            expandable: Vec::new(),
+            ranges: BTreeMap::new(),
+            next_synthetic: SYNTHETIC_BASE,
+            next_generation: 0,
+            pending: BTreeSet::new(),
+            reserved_bytes: 0,
+            allocated_bytes: 0,
+            segment_count: 0,
+            stats: ModelStats::default(),
+            event: 0,
+        }
+    }
+
+    /// The limits in force; a replay may learn them as it goes (the device's memory at the
+    /// first out-of-memory event).
+    pub fn limits_mut(&mut self) -> &mut Limits {
+        &mut self.limits
+    }
+
+    pub fn reserved_bytes(&self) -> u64 {
+        self.reserved_bytes
+    }
+
+    #[cfg(test)]
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated_bytes
+    }
+
+    fn handle(&self, index: u32) -> BlockHandle {
+        BlockHandle {
+            index,
+            generation: self.blocks[index as usize].generation,
+        }
+    }
+
+    /// The slot of a handle whose block is still the one it was made for.
+    fn resolve(&self, handle: BlockHandle) -> Option<u32> {
+        self.blocks
+            .get(handle.index as usize)
+            .filter(|b| b.generation == handle.generation)
+            .map(|_| handle.index)
+    }
+
+    /// Address of a block (what the program got for an allocation).
+    pub fn block_address(&self, handle: BlockHandle) -> Option<u64> {
+        self.resolve(handle).map(|i| self.blocks[i as usize].ptr)
+    }
+
+    // ----- bookkeeping -------------------------------------------------------------------
+
+    fn new_block(&mut self, mut block: Block) -> u32 {
+        self.next_generation = self.next_generation.wrapping_add(1);
+        block.generation = self.next_generation;
+        if let Some(slot) = self.free_slots.pop() {
+            self.blocks[slot as usize] = block;
+            slot
+        } else {
+            self.blocks.push(block);
+            (self.blocks.len() - 1) as u32
+        }
+    }
+
+    fn delete_block(&mut self, index: u32) {
+        self.free_slots.push(index);
+    }
+
+    fn grow_reserved(&mut self, bytes: u64) {
+        self.reserved_bytes += bytes;
+        if self.reserved_bytes > self.stats.peak_reserved_bytes {
+            self.stats.peak_reserved_bytes = self.reserved_bytes;
+            self.stats.peak_reserved_event = self.event;
+            self.stats.allocated_at_peak_bytes = self.allocated_bytes;
+            self.stats.segments_at_peak = self.segment_count;
+        }
+    }
+
+    fn insert_free(&mut self, index: u32) {
+        let block = &mut self.blocks[index as usize];
+        let pool = &mut self.pools[block.pool as usize];
+        block.gc_base = pool.get_free_blocks_call_count;
+        pool.free
+            .insert(size_key(block.stream, block.size, block.ptr), index);
+    }
+
+    fn remove_free(&mut self, index: u32) {
+        let block = &self.blocks[index as usize];
+        self.pools[block.pool as usize]
+            .free
+            .remove(&size_key(block.stream, block.size, block.ptr));
+    }
+
+    fn insert_unmapped(&mut self, index: u32) {
+        let block = &self.blocks[index as usize];
+        self.pools[block.pool as usize]
+            .unmapped
+            .insert(address_key(block.stream, block.ptr), index);
+    }
+
+    fn remove_unmapped(&mut self, index: u32) {
+        let block = &self.blocks[index as usize];
+        self.pools[block.pool as usize]
+            .unmapped
+            .remove(&address_key(block.stream, block.ptr));
+    }
+
+    fn range_is_free(&self, start: u64, len: u64) -> bool {
+        let end = start.saturating_add(len);
+        // The last range starting before `end` must end at or before `start`.
+        match self.ranges.range(..end).next_back() {
+            Some((_, &range_end)) => range_end <= start,
+            None => true,
+        }
+    }
+
+    /// An address for a new segment of `len` bytes: the first hint that does not overlap a live
+    /// range (cutting an older expandable reservation whose unused tail it falls into), else an
+    /// invented one above every real address.
+    fn place_range(&mut self, len: u64, hints: &[u64]) -> u64 {
+        for &hint in hints {
+            if hint == 0 {
+                continue;
+            }
+            if !self.range_is_free(hint, len) {
+                self.cut_reservation_holding(hint);
+            }
+            if self.range_is_free(hint, len) {
+                return hint;
+            }
+        }
+        let start = self.next_synthetic;
+        self.next_synthetic = start
+            .saturating_add(len)
+            .div_ceil(SYNTHETIC_ALIGN)
+            .saturating_mul(SYNTHETIC_ALIGN);
+        start
+    }
+
+    /// When `address` lies in the unmapped tail of an expandable reservation, that reservation
+    /// was smaller than assumed: it is cut there. Returns whether `address` is now outside
+    /// every live range.
+    fn cut_reservation_holding(&mut self, address: u64) -> bool {
+        let containing = self
+            .ranges
+            .range(..=address)
+            .next_back()
+            .filter(|&(_, &end)| end > address)
+            .map(|(&start, _)| start);
+        let Some(start) = containing else {
+            return true;
+        };
+        match self
+            .expandable
+            .iter()
+            .position(|va| va.is_some_and(|va| va.base == start))
+        {
+            Some(es) => self.cut_reservation(es as u32, address),
+            None => false,
+        }
+    }
+
+    // ----- seeding from a reconstructed state -------------------------------------------
+
+    /// Adds a segment that existed before the trace began (a ring buffer that wrapped, or
+    /// history recorded late). Returns `(address, block)` of its allocated and pending blocks.
+    pub fn seed_segment(
+        &mut self,
+        segment: &StateSegment,
+        stream: u16,
+        expandable_va: &mut dyn FnMut(u16, u8) -> Option<u32>,
+    ) -> Vec<(u64, BlockHandle)> {
+        let pool = u8::from(segment.pool != PoolKind::Small);
+        let es = if segment.expandable {
+            expandable_va(stream, pool).unwrap_or(NIL)
+        } else {
+            NIL
+        };
+        let mut live = Vec::new();
+        let mut previous = NIL;
+        for state_block in &segment.blocks {
+            let block = Block {
+                generation: 0,
+                ptr: state_block.address,
+                size: state_block.size_bytes,
+                requested: state_block.requested_bytes,
+                stream,
+                pool,
+                allocated: state_block.status == BlockStatus::Allocated,
+                pending: state_block.status == BlockStatus::PendingFree,
+                mapped: true,
+                prev: previous,
+                next: NIL,
+                expandable: es,
+                gc_base: 0,
+                alloc_event: NIL,
+            };
+            let index = self.new_block(block);
+            if previous != NIL {
+                self.blocks[previous as usize].next = index;
+            }
+            previous = index;
+            match state_block.status {
+                BlockStatus::Free => self.insert_free(index),
+                BlockStatus::Allocated => {
+                    self.allocated_bytes += state_block.size_bytes;
+                    live.push((state_block.address, self.handle(index)));
+                }
+                BlockStatus::PendingFree => {
+                    self.pending.insert(index);
+                    live.push((state_block.address, self.handle(index)));
+                }
+            }
+        }
+        if es == NIL {
+            self.ranges.insert(segment.address, segment.end_address());
+            self.segment_count += 1;
+        }
+        self.grow_reserved(segment.size_bytes);
+        self.stats.peak_allocated_bytes = self.stats.peak_allocated_bytes.max(self.allocated_bytes);
+        live
+    }
+
+    /// Creates the virtual reservation of an expandable segment that already had mapped
+    /// ranges when the trace began, spanning `[base, base + va_bytes)`; the seeded mapped
+    /// ranges are linked in by [`AllocatorModel::link_seeded_expandable`].
+    pub fn seed_expandable_va(&mut self, base: u64, stream: u16, pool: u8) -> u32 {
+        let page_bytes = self.page_bytes(pool);
+        let end = self.reservation_end(base, self.limits.expandable_va_bytes);
+        self.expandable.push(Some(ExpandableVa {
+            base,
+            end,
+            page_bytes,
+            stream,
+            pool,
+        }));
+        self.ranges.insert(base, end);
+        self.segment_count += 1;
+        (self.expandable.len() - 1) as u32
+    }
+
+    /// Where a reservation of `len` bytes at `base` ends: at `base + len`, or earlier at the
+    /// next live range (real reservations never overlap).
+    fn reservation_end(&self, base: u64, len: u64) -> u64 {
+        let wanted = base.saturating_add(len);
+        match self.ranges.range(base.saturating_add(1)..).next() {
+            Some((&next_start, _)) => wanted.min(next_start),
+            None => wanted,
+        }
+    }
+
+    /// A base for a new expandable reservation: the first address the real run mapped that
+    /// no live segment holds (see [`AllocatorModel::cut_reservation_holding`]).
+    fn place_expandable(&mut self, len: u64, hints: &[u64]) -> u64 {
+        for &hint in hints {
+            if hint != 0 && self.cut_reservation_holding(hint) {
+                return hint;
+            }
+        }
+        self.place_range(len, &[])
+    }
+
+    /// Ends reservation `es` at `at` when everything from `at` on is its unmapped tail.
+    fn cut_reservation(&mut self, es: u32, at: u64) -> bool {
+        let Some(Some(va)) = self.expandable.get(es as usize).copied() else {
+            return false;
+        };
+        let tail = self.pools[va.pool as usize]
+            .unmapped
+            .range(..address_key(va.stream, va.end))
+            .next_back()
+            .map(|(_, &index)| index);
+        let Some(tail) = tail else {
+            return false;
+        };
+        let (ptr, size, next, prev) = {
+            let b = &self.blocks[tail as usize];
+            (b.ptr, b.size, b.next, b.prev)
+        };
+        if self.blocks[tail as usize].expandable != es || next != NIL || ptr > at || ptr + size < at
+        {
+            return false;
+        }
+        if at == ptr {
+            self.remove_unmapped(tail);
+            if prev != NIL {
+                self.blocks[prev as usize].next = NIL;
+            }
+            self.delete_block(tail);
+        } else {
+            self.blocks[tail as usize].size = at - ptr;
+        }
+        if let Some(Some(va)) = self.expandable.get_mut(es as usize) {
+            va.end = at;
+        }
+        self.ranges.insert(va.base, at);
+        true
+    }
+
+    /// After seeding the mapped ranges of expandable segment `es` (blocks in address order),
+    /// links them into one chain with unmapped blocks for the gaps and the tail.
+    pub fn link_seeded_expandable(&mut self, es: u32, stream: u16, pool: u8) {
+        let Some(Some(va)) = self.expandable.get(es as usize).copied() else {
+            return;
+        };
+        let mut members: Vec<u32> = (0..self.blocks.len() as u32)
+            .filter(|&i| {
+                let b = &self.blocks[i as usize];
+                b.expandable == es && !self.free_slots.contains(&i)
+            })
+            .collect();
+        members.sort_by_key(|&i| self.blocks[i as usize].ptr);
+        let va_end = va.end;
+        let mut chain = Vec::new();
+        let mut cursor = va.base;
+        for index in members {
+            let ptr = self.blocks[index as usize].ptr;
+            if ptr > cursor {
+                chain.push(self.new_unmapped(cursor, ptr - cursor, stream, pool, es));
+            }
+            chain.push(index);
+            cursor = ptr + self.blocks[index as usize].size;
+        }
+        if cursor < va_end {
+            chain.push(self.new_unmapped(cursor, va_end - cursor, stream, pool, es));
+        }
+        for pair in chain.windows(2) {
+            self.blocks[pair[0] as usize].next = pair[1];
+            self.blocks[pair[1] as usize].prev = pair[0];
+        }
+        if let (Some(&first), Some(&last)) = (chain.first(), chain.last()) {
+            self.blocks[first as usize].prev = NIL;
+            self.blocks[last as usize].next = NIL;
+        }
+    }
+
+    fn new_unmapped(&mut self, ptr: u64, size: u64, stream: u16, pool: u8, es: u32) -> u32 {
+        let index = self.new_block(Block::free_range(ptr, size, stream, pool, false, es));
+        self.insert_unmapped(index);
+        index
+    }
+
+    /// The page an expandable segment of `pool` maps: 2 MiB (small), the large segment size.
+    fn page_bytes(&self, pool: u8) -> u64 {
+        if pool == 0 {
+            SMALL_BUFFER_BYTES
+        } else {
+            self.rules.large_segment_bytes
+        }
+    }
+
+    // ----- malloc -----------------------------------------------------------------------
+
+    /// `DeviceCachingAllocator::malloc`: a block for `orig_size` bytes on `stream`, or out of
+    /// memory. `alloc_event` is the trace event the block is remembered by.
+    pub fn malloc(
+        &mut self,
+        orig_size: u64,
+        stream: u16,
+        alloc_event: u32,
+        hints: &mut dyn AddressHints,
+    ) -> Result<BlockHandle, ModelOom> {
+        let size = self.rules.round_size(orig_size);
+        let pool = u8::from(size > SMALL_SIZE_BYTES);
+        let alloc_size = self.rules.allocation_size(size);
+        let mut params = Params {
+            size,
+            stream,
+            pool,
+            alloc_size,
+            block: NIL,
+        };
+        if size >= MAX_REQUEST_BYTES {
+            self.stats.num_ooms += 1;
+            return Err(self.oom(&params));
+        }
+        let mut found = self.get_free_block(&mut params);
+        if !found {
+            if self.limits.cap_bytes.is_some() && self.rules.garbage_collection_threshold > 0.0 {
+                self.garbage_collect_cached_blocks();
+            }
+            found = self.alloc_block(&mut params, false, hints)
+                || (self.release_available_cached_blocks(&params)
+                    && self.alloc_block(&mut params, false, hints))
+                || (self.release_cached_blocks() && self.alloc_block(&mut params, true, hints));
+        }
+        if !found {
+            self.stats.num_ooms += 1;
+            return Err(self.oom(&params));
+        }
+        let split = self.should_split(params.block, size);
+        let block = self.alloc_found_block(&params, orig_size, split, alloc_event);
+        Ok(self.handle(block))
+    }
+
+    fn oom(&self, params: &Params) -> ModelOom {
+        ModelOom {
+            request_bytes: params.size,
+            segment_bytes: params.alloc_size,
+            reserved_bytes: self.reserved_bytes,
+            allocated_bytes: self.allocated_bytes,
+        }
+    }
+
+    fn expandable_active(&self) -> bool {
+        self.rules.expandable_segments
+    }
+
+    /// `get_free_block`: best fit on the same stream, within the oversize rules.
+    fn get_free_block(&mut self, p: &mut Params) -> bool {
+        let gc_on =
+            self.limits.cap_bytes.is_some() && self.rules.garbage_collection_threshold > 0.0;
+        let expandable_active = self.expandable_active();
+        let max_split = self.rules.max_split_size_bytes.unwrap_or(u64::MAX);
+        let max_non_split_rounding = self.rules.max_non_split_rounding_bytes;
+        let pool = &mut self.pools[p.pool as usize];
+        if gc_on {
+            pool.get_free_blocks_call_count += 1;
+        }
+        let start = size_key(p.stream, p.size, 0);
+        let mut candidates = pool.free.range(start..);
+        let Some((&first_key, &first)) = candidates.next() else {
+            return false;
+        };
+        if key_stream(first_key) != p.stream {
+            return false;
+        }
+        let mut chosen = first;
+        let blocks = &self.blocks;
+        if blocks[chosen as usize].expandable != NIL {
+            if expandable_active {
+                // Best fit by the size a block could grow to: its own size plus the unmapped
+                // range right after it.
+                let expandable_size = |index: u32| {
+                    let b = &blocks[index as usize];
+                    let grow = if b.next != NIL && !blocks[b.next as usize].mapped {
+                        blocks[b.next as usize].size
+                    } else {
+                        0
+                    };
+                    b.size + grow
+                };
+                for (&key, &next) in candidates {
+                    if blocks[chosen as usize].expandable == NIL
+                        || key_stream(key) != p.stream
+                        || expandable_size(next) >= expandable_size(chosen)
+                    {
+                        break;
+                    }
+                    chosen = next;
+                }
+            } else {
+                // Expandable segments were turned off: use only classic blocks.
+                let mut replacement = None;
+                for (&key, &next) in candidates {
+                    if key_stream(key) != p.stream {
+                        break;
+                    }
+                    if blocks[next as usize].expandable == NIL {
+                        replacement = Some(next);
+                        break;
+                    }
+                }
+                match replacement {
+                    Some(next) => chosen = next,
+                    None => return false,
+                }
+            }
+        }
+        let candidate_size = blocks[chosen as usize].size;
+        if p.size < max_split && candidate_size >= max_split {
+            return false;
+        }
+        if p.size >= max_split && candidate_size >= p.size.saturating_add(max_non_split_rounding) {
+            return false;
+        }
+        p.block = chosen;
+        self.remove_free(chosen);
+        true
+    }
+
+    /// `alloc_block`: a new segment (or newly mapped pages) for the request.
+    fn alloc_block(
+        &mut self,
+        p: &mut Params,
+        is_retry: bool,
+        hints: &mut dyn AddressHints,
+    ) -> bool {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        let size = p.alloc_size;
+        if let Some(cap) = self.limits.cap_bytes
+            && self.reserved_bytes.saturating_add(size) > cap
+        {
+            return false;
+        }
+        let needed = self.reserved_bytes.saturating_add(size);
+        if self.expandable_active() {
+            match self.try_allocate_expandable_block(p.stream, p.pool, p.size, hints) {
+                Some(block) => {
+                    p.block = block;
+                    self.stats.largest_reserved_plus_segment_bytes =
+                        self.stats.largest_reserved_plus_segment_bytes.max(needed);
+                    true
+                }
+                None => false,
+            }
+        } else {
+            if let Some(limit) = self.limits.device_limit_bytes
+                && self.reserved_bytes.saturating_add(size) > limit
+            {
+                return false;
+            }
+            self.stats.largest_reserved_plus_segment_bytes =
+                self.stats.largest_reserved_plus_segment_bytes.max(needed);
+            let hint: Vec<u64> = hints.segment_address(size).into_iter().collect();
+            let ptr = self.place_range(size, &hint);
+            self.ranges.insert(ptr, ptr + size);
+            self.segment_count += 1;
+            self.stats.num_device_alloc += 1;
+            self.grow_reserved(size);
+            p.block = self.new_block(Block::free_range(ptr, size, p.stream, p.pool, true, NIL));
+            true
+        }
+    }
+
+    fn should_split(&self, block: u32, size: u64) -> bool {
+        let b = &self.blocks[block as usize];
+        let remaining = b.size - size;
+        if b.pool == 0 || self.expandable_active() {
+            remaining >= MIN_BLOCK_BYTES
+        } else {
+            self.rules
+                .max_split_size_bytes
+                .is_none_or(|limit| size < limit)
+                && remaining > SMALL_SIZE_BYTES
+        }
+    }
+
+    /// `alloc_found_block`: hands out `p.block`, splitting the remainder off when `split`.
+    fn alloc_found_block(
+        &mut self,
+        p: &Params,
+        orig_size: u64,
+        split: bool,
+        alloc_event: u32,
+    ) -> u32 {
+        let mut block = p.block;
+        if split {
+            let remaining = block;
+            let (ptr, prev, expandable) = {
+                let r = &self.blocks[remaining as usize];
+                (r.ptr, r.prev, r.expandable)
+            };
+            block = self.new_block(Block {
+                prev,
+                next: remaining,
+                ..Block::free_range(ptr, p.size, p.stream, p.pool, true, expandable)
+            });
+            if prev != NIL {
+                self.blocks[prev as usize].next = block;
+            }
+            let r = &mut self.blocks[remaining as usize];
+            r.prev = block;
+            r.ptr += p.size;
+            r.size -= p.size;
+            self.insert_free(remaining);
+        }
+        let b = &mut self.blocks[block as usize];
+        b.allocated = true;
+        b.requested = orig_size;
+        b.alloc_event = alloc_event;
+        self.allocated_bytes += b.size;
+        if self.allocated_bytes > self.stats.peak_allocated_bytes {
+            self.stats.peak_allocated_bytes = self.allocated_bytes;
+        }
+        block
+    }
+
+    // ----- expandable segments ------------------------------------------------------------
+
+    /// `try_allocate_expandable_block`: maps enough pages at the lowest address with room.
+    fn try_allocate_expandable_block(
+        &mut self,
+        stream: u16,
+        pool: u8,
+        size: u64,
+        hints: &mut dyn AddressHints,
+    ) -> Option<u32> {
+        let mut candidate = self.find_expandable_block(stream, pool, size, hints);
+        if !self.blocks[candidate as usize].mapped {
+            let want = self.blocks[candidate as usize].size.min(size);
+            if !self.map_block(candidate, want) {
+                return None;
+            }
+        }
+        while self.blocks[candidate as usize].size < size {
+            let remaining = size - self.blocks[candidate as usize].size;
+            let next = self.blocks[candidate as usize].next;
+            if next == NIL {
+                return None;
+            }
+            let want = remaining.min(self.blocks[next as usize].size);
+            if !self.map_block(next, want) {
+                return None;
+            }
+            candidate = next;
+        }
+        self.remove_free(candidate);
+        Some(candidate)
+    }
+
+    fn allocatable(&self, block: u32) -> bool {
+        block != NIL && {
+            let b = &self.blocks[block as usize];
+            !b.allocated && !b.pending
+        }
+    }
+
+    /// `find_expandable_block`: the lowest free-or-unmapped stretch with room for `size`, or a
+    /// new virtual reservation.
+    fn find_expandable_block(
+        &mut self,
+        stream: u16,
+        pool: u8,
+        size: u64,
+        hints: &mut dyn AddressHints,
+    ) -> u32 {
+        let start = address_key(stream, 0);
+        let unmapped: Vec<u32> = self.pools[pool as usize]
+            .unmapped
+            .range(start..)
+            .take_while(|(key, _)| (**key >> 64) as u16 == stream)
+            .map(|(_, &index)| index)
+            .collect();
+        for index in unmapped {
+            let mut candidate = index;
+            let prev = self.blocks[candidate as usize].prev;
+            if self.allocatable(prev) {
+                candidate = prev;
+            }
+            let mut bytes = 0u64;
+            let mut cursor = candidate;
+            while bytes < size && self.allocatable(cursor) {
+                bytes += self.blocks[cursor as usize].size;
+                cursor = self.blocks[cursor as usize].next;
+            }
+            if bytes >= size {
+                return candidate;
+            }
+        }
+        let page_bytes = self.page_bytes(pool);
+        let va_bytes = self
+            .limits
+            .expandable_va_bytes
+            .div_ceil(page_bytes)
+            .saturating_mul(page_bytes);
+        let mapped_hints = hints.mapped_addresses();
+        let base = self.place_expandable(va_bytes, &mapped_hints);
+        let end = self.reservation_end(base, va_bytes);
+        self.ranges.insert(base, end);
+        self.segment_count += 1;
+        self.expandable.push(Some(ExpandableVa {
+            base,
+            end,
+            page_bytes,
+            stream,
+            pool,
+        }));
+        let es = (self.expandable.len() - 1) as u32;
+        self.new_unmapped(base, end - base, stream, pool, es)
+    }
+
+    /// `map_block`: maps the pages under `[ptr, ptr + size)` of an unmapped block.
+    fn map_block(&mut self, to_map: u32, size: u64) -> bool {
+        let (ptr, block_size, es) = {
+            let b = &self.blocks[to_map as usize];
+            (b.ptr, b.size, b.expandable)
+        };
+        let Some(Some(va)) = self.expandable.get(es as usize).copied() else {
+            return false;
+        };
+        let offset = ptr - va.base;
+        let begin = offset / va.page_bytes;
+        let end = (offset + size).div_ceil(va.page_bytes);
+        let mapped_bytes = ((end - begin) * va.page_bytes).min(block_size);
+        if mapped_bytes == 0 {
+            return false;
+        }
+        if let Some(limit) = self.limits.device_limit_bytes
+            && self.reserved_bytes.saturating_add(mapped_bytes) > limit
+        {
+            return false;
+        }
+        self.remove_unmapped(to_map);
+        self.blocks[to_map as usize].mapped = true;
+        if mapped_bytes < block_size {
+            let (stream, pool, next) = {
+                let b = &self.blocks[to_map as usize];
+                (b.stream, b.pool, b.next)
+            };
+            let remaining = self.new_unmapped(
+                ptr + mapped_bytes,
+                block_size - mapped_bytes,
+                stream,
+                pool,
+                es,
+            );
+            self.blocks[remaining as usize].prev = to_map;
+            self.blocks[remaining as usize].next = next;
+            if next != NIL {
+                self.blocks[next as usize].prev = remaining;
+            }
+            self.blocks[to_map as usize].next = remaining;
+            self.blocks[to_map as usize].size = mapped_bytes;
+        }
+        let prev = self.blocks[to_map as usize].prev;
+        self.try_merge_blocks(to_map, prev);
+        let next = self.blocks[to_map as usize].next;
+        self.try_merge_blocks(to_map, next);
+        self.insert_free(to_map);
+        self.stats.num_device_alloc += 1;
+        self.grow_reserved(mapped_bytes);
+        true
+    }
+
+    /// `unmap_block`: unmaps the whole pages inside a free block of an expandable segment.
+    fn unmap_block(&mut self, block: u32) {
+        let (ptr, size, es, stream, pool) = {
+            let b = &self.blocks[block as usize];
+            (b.ptr, b.size, b.expandable, b.stream, b.pool)
+        };
+        let Some(Some(va)) = self.expandable.get(es as usize).copied() else {
+            return;
+        };
+        let begin = (ptr - va.base).div_ceil(va.page_bytes);
+        let end = (ptr + size - va.base) / va.page_bytes;
+        if begin >= end {
+            return;
+        }
+        let unmapped_ptr = va.base + begin * va.page_bytes;
+        let unmapped_size = (end - begin) * va.page_bytes;
+        self.remove_free(block);
+        let before_size = unmapped_ptr - ptr;
+        if before_size > 0 {
+            let prev = self.blocks[block as usize].prev;
+            let before = self.new_block(Block {
+                prev,
+                next: block,
+                ..Block::free_range(ptr, before_size, stream, pool, true, es)
+            });
+            if prev != NIL {
+                self.blocks[prev as usize].next = before;
+            }
+            self.blocks[block as usize].prev = before;
+            self.insert_free(before);
+        }
+        let after_size = size - before_size - unmapped_size;
+        if after_size > 0 {
+            let next = self.blocks[block as usize].next;
+            let after = self.new_block(Block {
+                prev: block,
+                next,
+                ..Block::free_range(
+                    unmapped_ptr + unmapped_size,
+                    after_size,
+                    stream,
+                    pool,
+                    true,
+                    es,
+                )
+            });
+            if next != NIL {
+                self.blocks[next as usize].prev = after;
+            }
+            self.blocks[block as usize].next = after;
+            self.insert_free(after);
+        }
+        {
+            let b = &mut self.blocks[block as usize];
+            b.ptr = unmapped_ptr;
+            b.size = unmapped_size;
+            b.mapped = false;
+        }
+        let prev = self.blocks[block as usize].prev;
+        self.try_merge_blocks(block, prev);
+        let next = self.blocks[block as usize].next;
+        self.try_merge_blocks(block, next);
+        self.insert_unmapped(block);
+        self.reserved_bytes -= unmapped_size;
+        self.stats.num_device_free += 1;
+    }
+
+    fn release_expandable_segment(&mut self, block: u32) {
+        let es = self.blocks[block as usize].expandable;
+        if let Some(Some(va)) = self.expandable.get(es as usize).copied() {
+            self.ranges.remove(&va.base);
+            self.expandable[es as usize] = None;
+            self.segment_count -= 1;
+        }
+        self.remove_unmapped(block);
+        self.delete_block(block);
+    }
+
+    // ----- free ---------------------------------------------------------------------------
+
+    /// `free`: the program frees a block; with uses on other streams it waits for them
+    /// (`deferred`) until [`AllocatorModel::complete_free`] or a synchronising release.
+    /// Returns false when the handle is stale or its block is not allocated (a trace that
+    /// contradicts the state).
+    pub fn free(&mut self, handle: BlockHandle, deferred: bool) -> bool {
+        let Some(block) = self.resolve(handle) else {
+            return false;
+        };
+        let b = &mut self.blocks[block as usize];
+        if !b.allocated {
+            return false;
+        }
+        b.allocated = false;
+        self.allocated_bytes -= b.size;
+        if deferred {
+            b.pending = true;
+            self.pending.insert(block);
+        } else {
+            self.free_block(block);
+        }
+        true
+    }
+
+    /// The other streams' work on a deferred free completed (`process_events`). Nothing to do
+    /// when a synchronising release already completed it.
+    pub fn complete_free(&mut self, handle: BlockHandle) {
+        if let Some(block) = self.resolve(handle)
+            && self.pending.remove(&block)
+        {
+            self.free_block(block);
+        }
+    }
+
+    /// `free_block`: back into the pool, merged with free neighbours.
+    fn free_block(&mut self, block: u32) {
+        self.blocks[block as usize].pending = false;
+        let prev = self.blocks[block as usize].prev;
+        self.try_merge_blocks(block, prev);
+        let next = self.blocks[block as usize].next;
+        self.try_merge_blocks(block, next);
+        self.insert_free(block);
+    }
+
+    /// `try_merge_blocks`: `dst` absorbs `src` when `src` is free and mapped alike. `dst` is
+    /// in no pool set while this runs (its key changes).
+    fn try_merge_blocks(&mut self, dst: u32, src: u32) -> u64 {
+        if src == NIL {
+            return 0;
+        }
+        {
+            let s = &self.blocks[src as usize];
+            let d = &self.blocks[dst as usize];
+            if s.allocated || s.pending || s.mapped != d.mapped {
+                return 0;
+            }
+        }
+        if self.blocks[src as usize].mapped {
+            self.remove_free(src);
+        } else {
+            self.remove_unmapped(src);
+        }
+        let s = self.blocks[src as usize].clone();
+        let d = &mut self.blocks[dst as usize];
+        if d.prev == src {
+            d.ptr = s.ptr;
+            d.prev = s.prev;
+            if s.prev != NIL {
+                self.blocks[s.prev as usize].next = dst;
+            }
+        } else {
+            d.next = s.next;
+            if s.next != NIL {
+                self.blocks[s.next as usize].prev = dst;
+            }
+        }
+        self.blocks[dst as usize].size += s.size;
+        self.delete_block(src);
+        s.size
+    }
+
+    // ----- releasing cached memory -----------------------------------------------------
+
+    /// `release_block`: `cudaFree` of a whole cached segment.
+    fn release_block(&mut self, block: u32) {
+        self.remove_free(block);
+        let (ptr, size) = {
+            let b = &self.blocks[block as usize];
+            (b.ptr, b.size)
+        };
+        self.ranges.remove(&ptr);
+        self.reserved_bytes -= size;
+        self.segment_count -= 1;
+        self.stats.num_device_free += 1;
+        self.delete_block(block);
+    }
+
+    /// `release_available_cached_blocks`: with a split limit, frees the smallest oversize
+    /// cached block that covers the request, or several largest-first.
+    fn release_available_cached_blocks(&mut self, p: &Params) -> bool {
+        let Some(max_split) = self.rules.max_split_size_bytes else {
+            return false;
+        };
+        let key_size = p.size.max(max_split);
+        let pool = &self.pools[p.pool as usize];
+        let search = size_key(p.stream, key_size, 0);
+        let at = pool.free.range(search..).next().map(|(&k, &v)| (k, v));
+        let single = match at {
+            Some((key, index))
+                if key_stream(key) == p.stream && self.blocks[index as usize].expandable == NIL =>
+            {
+                Some(index)
+            }
+            _ => None,
+        };
+        if let Some(index) = single {
+            self.release_block(index);
+            return true;
+        }
+        // No single block is large enough: free oversize blocks, largest first.
+        let mut total_released = 0u64;
+        let mut cursor = match self.pools[p.pool as usize].free.range(..search).next_back() {
+            Some((&key, _)) => key,
+            None => return false,
+        };
+        while let Some(&index) = self.pools[p.pool as usize].free.get(&cursor) {
+            let b = &self.blocks[index as usize];
+            if total_released >= key_size || b.size < max_split || b.stream != p.stream {
+                break;
+            }
+            let previous = self.pools[p.pool as usize]
+                .free
+                .range(..cursor)
+                .next_back()
+                .map(|(&k, _)| k);
+            if b.expandable == NIL {
+                total_released += b.size;
+                self.release_block(index);
+            }
+            match previous {
+                Some(key) => cursor = key,
+                None => break,
+            }
+        }
+        total_released >= key_size
+    }
+
+    /// `release_cached_blocks`: waits for every pending free, then frees every cached block that
+    /// is a whole segment and unmaps the free pages of expandable segments.
+    pub fn release_cached_blocks(&mut self) -> bool {
+        let pending: Vec<u32> = std::mem::take(&mut self.pending).into_iter().collect();
+        for block in pending {
+            self.free_block(block);
+        }
+        for pool in [1u8, 0u8] {
+            let entries: Vec<u32> = self.pools[pool as usize].free.values().copied().collect();
+            let mut to_unmap = Vec::new();
+            for index in entries {
+                let b = &self.blocks[index as usize];
+                if b.expandable != NIL {
+                    to_unmap.push(index);
+                } else if !b.is_split() {
+                    self.release_block(index);
+                }
+            }
+            for index in to_unmap {
+                self.unmap_block(index);
+                let b = &self.blocks[index as usize];
+                if !b.mapped && !b.is_split() {
+                    self.release_expandable_segment(index);
+                }
+            }
+        }
+        true
+    }
+
+    /// `empty_cache()` from the program.
+    pub fn empty_cache(&mut self) {
+        self.release_cached_blocks();
+    }
+
+    /// `garbage_collect_cached_blocks`: under a cap, frees cached whole segments of the large
+    /// pool that are older than average until reserved memory is back under the threshold.
+    fn garbage_collect_cached_blocks(&mut self) {
+        let Some(cap) = self.limits.cap_bytes else {
+            return;
+        };
+        let gc_threshold = (self.rules.garbage_collection_threshold * cap as f64) as u64;
+        if self.reserved_bytes <= gc_threshold {
+            return;
+        }
+        let target = self.reserved_bytes - gc_threshold;
+        let counter = self.pools[1].get_free_blocks_call_count;
+        let age = |b: &Block| (counter - b.gc_base).max(0) as u64;
+        let mut total_age = 0u64;
+        let mut freeable = 0u64;
+        for &index in self.pools[1].free.values() {
+            let b = &self.blocks[index as usize];
+            if !b.is_split() {
+                total_age += age(b);
+                freeable += 1;
+            }
+        }
+        if freeable == 0 {
+            return;
+        }
+        let mut reclaimed = 0u64;
+        let mut block_freed = true;
+        while reclaimed < target && block_freed && freeable > 0 {
+            let age_threshold = total_age as f64 / freeable as f64;
+            block_freed = false;
+            let entries: Vec<u32> = self.pools[1].free.values().copied().collect();
+            for index in entries {
+                let b = &self.blocks[index as usize];
+                if !b.is_split() && b.expandable == NIL && age(b) as f64 >= age_threshold {
+                    block_freed = true;
+                    reclaimed += b.size;
+                    total_age = total_age.saturating_sub(age(b));
+                    freeable -= 1;
+                    self.release_block(index);
+                }
+            }
+        }
+    }
+
+    // ----- state export -----------------------------------------------------------------
+
+    /// The model's state in time travel's terms (segments as a snapshot reports them: one per
+    /// cudaMalloc, one per contiguous mapped range of an expandable segment).
+    pub fn state(&self, device: u32, streams: &[u64]) -> AllocatorState {
+        let mut free = vec![false; self.blocks.len()];
+        for &slot in &self.free_slots {
+            free[slot as usize] = true;
+        }
+        let mut segments = Vec::new();
+        for (index, head) in self.blocks.iter().enumerate() {
+            if free[index] || head.prev != NIL {
+                continue;
+            }
+            let stream = streams.get(head.stream as usize).copied().unwrap_or(0);
+            let pool = if head.pool == 0 {
+                PoolKind::Small
+            } else {
+                PoolKind::Large
+            };
+            let mut cursor = index as u32;
+            let mut current: Vec<StateBlock> = Vec::new();
+            let flush = |blocks: &mut Vec<StateBlock>, segments: &mut Vec<StateSegment>| {
+                if let Some(first) = blocks.first() {
+                    segments.push(StateSegment {
+                        address: first.address,
+                        size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
+                        stream,
+                        pool,
+                        pool_id: PoolId::default(),
+                        expandable: head.expandable != NIL,
+                        blocks: std::mem::take(blocks),
+                    });
+                }
+            };
+            while cursor != NIL {
+                let b = &self.blocks[cursor as usize];
+                if b.mapped {
+                    let status = if b.allocated {
+                        BlockStatus::Allocated
+                    } else if b.pending {
+                        BlockStatus::PendingFree
+                    } else {
+                        BlockStatus::Free
+                    };
+                    current.push(StateBlock {
+                        address: b.ptr,
+                        size_bytes: b.size,
+                        requested_bytes: if status == BlockStatus::Free {
+                            0
+                        } else {
+                            b.requested
+                        },
+                        status,
+                        origin: if b.alloc_event != NIL && status != BlockStatus::Free {
+                            BlockOrigin::AllocEvent(b.alloc_event)
+                        } else {
+                            BlockOrigin::Unknown
+                        },
+                    });
+                } else {
+                    flush(&mut current, &mut segments);
+                }
+                cursor = b.next;
+            }
+            flush(&mut current, &mut segments);
+        }
+        AllocatorState::from_segments(device, segments)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::MIB;
+
+    fn model(rules: AllocatorRules, cap_bytes: Option<u64>) -> AllocatorModel {
+        AllocatorModel::new(
+            rules,
+            Limits {
+                cap_bytes,
+                device_limit_bytes: None,
+                expandable_va_bytes: 1 << 34,
+            },
+        )
+    }
+
+    fn alloc(m: &mut AllocatorModel, bytes: u64) -> BlockHandle {
+        m.malloc(bytes, 0, 0, &mut NoHints).expect("fits")
+    }
+
+    fn segments(m: &AllocatorModel) -> Vec<(u64, Vec<(u64, BlockStatus)>)> {
+        m.state(0, &[0])
+            .segments
+            .iter()
+            .map(|s| {
+                (
+                    s.size_bytes,
+                    s.blocks.iter().map(|b| (b.size_bytes, b.status)).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_requests_share_a_two_mebibyte_segment() {
+        let mut m = model(AllocatorRules::default(), None);
+        let a = alloc(&mut m, 1000);
+        let b = alloc(&mut m, 100);
+        assert_eq!(m.reserved_bytes(), 2 * MIB);
+        assert_eq!(m.allocated_bytes(), 1024 + 512);
+        assert_eq!(m.block_address(b), m.block_address(a).map(|x| x + 1024));
+        assert!(m.free(a, false));
+        assert!(m.free(b, false));
+        assert_eq!(
+            segments(&m),
+            vec![(2 * MIB, vec![(2 * MIB, BlockStatus::Free)])]
+        );
+        // A freed handle is no longer the program's.
+        assert!(!m.free(a, false));
+    }
+
+    #[test]
+    fn mid_requests_split_a_twenty_mebibyte_segment_and_large_ones_get_their_own() {
+        let mut m = model(AllocatorRules::default(), None);
+        let a = alloc(&mut m, 5 * MIB);
+        assert_eq!(m.reserved_bytes(), 20 * MIB);
+        let b = alloc(&mut m, 30 * MIB + 1);
+        // 30 MiB + 1 rounds to 30 MiB + 512 and gets a segment rounded to 2 MiB.
+        assert_eq!(m.reserved_bytes(), 20 * MIB + 32 * MIB);
+        let b_address = m.block_address(b);
+        assert!(m.free(b, false));
+        // 28 MiB fits the cached 32 MiB block; 4 MiB remain, more than 1 MiB: split.
+        let c = alloc(&mut m, 28 * MIB);
+        assert_eq!(m.reserved_bytes(), 52 * MIB);
+        assert_eq!(m.block_address(c), b_address);
+        let state = segments(&m);
+        assert_eq!(state[1].1[0], (28 * MIB, BlockStatus::Allocated));
+        assert_eq!(state[1].1[1].1, BlockStatus::Free);
+        let _ = a;
+    }
+
+    #[test]
+    fn oversize_blocks_are_not_split_and_serve_only_close_requests() {
+        let rules = AllocatorRules {
+            max_split_size_bytes: Some(64 * MIB),
+            ..AllocatorRules::default()
+        };
+        let mut m = model(rules, None);
+        let big = alloc(&mut m, 100 * MIB);
+        assert!(m.free(big, false));
+        // 90 MiB is oversize too and within 20 MiB: it takes the whole 100 MiB block unsplit.
+        let close = alloc(&mut m, 90 * MIB);
+        assert_eq!(m.reserved_bytes(), 100 * MIB);
+        assert!(m.free(close, false));
+        // 70 MiB is 30 MiB below: not served from it; a new segment is made.
+        let _far = alloc(&mut m, 70 * MIB);
+        assert_eq!(m.reserved_bytes(), 170 * MIB);
+        // A normal request never takes an oversize block: the cached 100 MiB stays whole.
+        let _normal = alloc(&mut m, 30 * MIB);
+        assert_eq!(m.reserved_bytes(), 200 * MIB);
+    }
+
+    #[test]
+    fn a_cap_releases_cached_segments_and_retries_before_running_out() {
+        let mut m = model(AllocatorRules::default(), Some(100 * MIB));
+        let a = alloc(&mut m, 60 * MIB);
+        assert!(m.free(a, false));
+        // A cached block big enough is reused without a new segment.
+        let b = alloc(&mut m, 50 * MIB);
+        assert_eq!(m.reserved_bytes(), 60 * MIB);
+        assert!(m.free(b, false));
+        // 60 cached + 70 new > 100: the cached segment is released, then the retry fits.
+        let _c = alloc(&mut m, 70 * MIB);
+        assert_eq!(m.reserved_bytes(), 70 * MIB);
+        assert_eq!(m.stats.num_alloc_retries, 1);
+        let oom = m.malloc(40 * MIB, 0, 0, &mut NoHints).unwrap_err();
+        assert_eq!(oom.segment_bytes, 40 * MIB);
+        assert_eq!(oom.reserved_bytes, 70 * MIB);
+        assert_eq!(m.stats.num_ooms, 1);
+        assert_eq!(m.stats.peak_reserved_bytes, 70 * MIB);
+    }
+
+    #[test]
+    fn expandable_segments_grow_by_pages_and_give_back_free_pages() {
+        let rules = AllocatorRules {
+            expandable_segments: true,
+            ..AllocatorRules::default()
+        };
+        let mut m = model(rules, None);
+        let a = alloc(&mut m, 30 * MIB);
+        // Two 20 MiB pages mapped; the rest of the block is a free 10 MiB tail.
+        assert_eq!(m.reserved_bytes(), 40 * MIB);
+        let b = alloc(&mut m, 3 * MIB);
+        assert_eq!(m.reserved_bytes(), 40 * MIB);
+        assert_eq!(m.block_address(b), m.block_address(a).map(|x| x + 30 * MIB));
+        let c = alloc(&mut m, 25 * MIB);
+        // 7 MiB left, 25 needed: one more page maps and merges with the free tail.
+        assert_eq!(m.reserved_bytes(), 60 * MIB);
+        assert_eq!(m.block_address(c), m.block_address(a).map(|x| x + 33 * MIB));
+        let state = m.state(0, &[0]);
+        assert_eq!(state.segments.len(), 1, "one contiguous mapped range");
+        assert!(m.free(a, false));
+        m.empty_cache();
+        // The first page is wholly free and unmapped; the partly used second page stays.
+        assert_eq!(m.reserved_bytes(), 40 * MIB);
+        assert_eq!(m.state(0, &[0]).segments.len(), 1);
+        assert!(m.free(b, false));
+        assert!(m.free(c, false));
+        m.empty_cache();
+        assert_eq!(m.reserved_bytes(), 0);
+        assert!(m.state(0, &[0]).segments.is_empty());
+    }
+
+    #[test]
+    fn deferred_frees_wait_for_completion_or_a_synchronising_release() {
+        let mut m = model(AllocatorRules::default(), None);
+        let a = alloc(&mut m, 40 * MIB);
+        assert!(m.free(a, true));
+        // Still pending: a new request cannot reuse it.
+        let b = alloc(&mut m, 40 * MIB);
+        assert_eq!(m.reserved_bytes(), 80 * MIB);
+        m.complete_free(a);
+        assert!(m.free(b, true));
+        m.empty_cache();
+        assert_eq!(m.reserved_bytes(), 0);
+        // Completing a free the release already completed is harmless.
+        m.complete_free(b);
+        assert_eq!(m.reserved_bytes(), 0);
+    }
+
+    #[test]
+    fn garbage_collection_frees_old_cached_segments_under_a_cap() {
+        let rules = AllocatorRules {
+            garbage_collection_threshold: 0.5,
+            ..AllocatorRules::default()
+        };
+        let mut m = model(rules, Some(200 * MIB));
+        let old = alloc(&mut m, 60 * MIB);
+        let young = alloc(&mut m, 50 * MIB);
+        assert!(m.free(old, false));
+        // Searches age the cached 60 MiB block.
+        for _ in 0..4 {
+            let t = alloc(&mut m, 12 * MIB);
+            assert!(m.free(t, false));
+        }
+        assert!(m.free(young, false));
+        let reserved_before = m.reserved_bytes();
+        // A request no cached block fits: reserved is above half the cap, so the collector
+        // frees the older cached segment before asking for a new one.
+        let _big = alloc(&mut m, 70 * MIB);
+        assert!(m.reserved_bytes() < reserved_before + 70 * MIB);
+        assert_eq!(m.stats.num_alloc_retries, 0);
+    }
+}

@@ -1,0 +1,1289 @@
+//! What-if replay: runs a snapshot's allocator trace again through a model of PyTorch's CUDA
+//! caching allocator under other `PYTORCH_CUDA_ALLOC_CONF` settings (and caps), to tell which
+//! change would have avoided an out-of-memory error, and by how much.
+//!
+//! The trace is read as the program's requests: every `alloc` asks for its unrounded size on
+//! its stream, every `free_requested` gives a block back (waiting for other streams when the
+//! trace shows its `free_completed` later), `empty_cache()` calls are recognised by their stacks
+//! or by segment releases that no request needed, and a recorded `oom` is a request that failed.
+//! Everything else the real allocator did (segments, splits, releases, retries) is what the model
+//! decides again under the new settings.
+//!
+//! Every answer carries a self-check: replayed under the snapshot's own recorded settings, the
+//! model must hand out the same addresses the trace shows, run out where the real run ran out,
+//! and end in the snapshot's final state, segment by segment and block by block. A replay that
+//! disagrees says where, and its results are marked unreliable.
+//!
+//! Approximated (said in the report when they matter): when another stream's work on a
+//! cross-stream free finished is taken from the trace (`free_completed`), also under settings
+//! that would not have synchronised; the memory the device could give the process is learned
+//! from the real run's first out-of-memory event (free memory then + reserved) and assumed
+//! constant; private pools (CUDA graphs, `MemPool`) are replayed like the default pools.
+
+mod allocator;
+pub mod conf;
+
+use std::sync::Arc;
+
+use foldhash::HashMap;
+use foldhash::HashMapExt;
+
+use crate::analysis::allocator_rules::AllocatorRules;
+use crate::analysis::timetravel::{AllocatorState, BlockStatus, StateSegment, TimeTravel};
+use crate::model::allocator::{AllocatorSnapshot, DeviceTrace, PoolKind, StackId, TraceAction};
+use crate::model::{GIB, MIB, format_bytes};
+
+pub use allocator::{AddressHints, Limits, ModelOom};
+use allocator::{AllocatorModel, BlockHandle};
+pub use conf::{AllocConf, ConfError};
+
+/// Virtual address space an expandable segment reserves when the device's memory is not known:
+/// PyTorch reserves 1⅛ × device memory; 1 TiB exceeds that for every GPU made so far.
+const DEFAULT_EXPANDABLE_VA_BYTES: u64 = 1 << 40;
+/// How often (in events) a replay reports progress and checks for cancellation.
+const PROGRESS_EVENTS: usize = 1 << 16;
+
+/// What to replay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WhatIfRequest {
+    pub device: u32,
+    /// Settings to try; empty means the sweep of [`sweep_candidates`].
+    pub candidates: Vec<AllocConf>,
+    /// Per-process cap in bytes (`set_per_process_memory_fraction` × device memory) for every
+    /// replay, the self-check included; `None` lets the replay infer one when the real run was
+    /// refused with memory still free on the device.
+    pub cap_bytes: Option<u64>,
+    /// Device memory in bytes, when known: sizes expandable segments' reservations.
+    pub device_memory_bytes: Option<u64>,
+}
+
+/// Why no replay could be made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayError {
+    /// The snapshot has no trace for the device: history was not recorded.
+    NoHistory { snapshot: String, device: u32 },
+    /// The device is not in the snapshot.
+    NoSuchDevice { device: u32, available: Vec<u32> },
+    /// The caller cancelled.
+    Cancelled,
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::NoHistory { snapshot, device } => write!(
+                f,
+                "{snapshot} has no allocation history for device {device}, so there is nothing \
+                 to replay: record the job with torch.cuda.memory._record_memory_history() \
+                 (e.g. max_entries=1000000) before the allocations you want to study, then dump \
+                 the snapshot with torch.cuda.memory._dump_snapshot()"
+            ),
+            ReplayError::NoSuchDevice { device, available } => {
+                let list: Vec<String> = available.iter().map(u32::to_string).collect();
+                write!(
+                    f,
+                    "the snapshot has no device {device}; it has device(s) {}",
+                    if list.is_empty() {
+                        "none".to_string()
+                    } else {
+                        list.join(", ")
+                    }
+                )
+            }
+            ReplayError::Cancelled => write!(f, "the replay was cancelled"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+/// Where the replay started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayStart {
+    /// The trace begins with an empty allocator (history recorded from the start).
+    Empty,
+    /// The ring buffer wrapped (or history began late): the replay starts from the state
+    /// reconstructed at the first recorded event; `exact` when that reconstruction reproduced
+    /// the snapshot's final state.
+    Seeded { segments: usize, exact: bool },
+}
+
+/// The self-check: does the model, under the snapshot's own settings, do what the real
+/// allocator did?
+#[derive(Clone, Debug, PartialEq)]
+pub struct SelfCheck {
+    /// Every check passed: the other settings' numbers can be trusted as far as the model goes.
+    pub reliable: bool,
+    /// The recorded settings the check ran under.
+    pub recorded_conf: String,
+    pub start: ReplayStart,
+    /// Events of the trace.
+    pub events: usize,
+    /// Recorded `oom` events, and the events where the replay ran out.
+    pub real_oom_events: Vec<usize>,
+    pub replay_oom_events: Vec<usize>,
+    /// The replay ended in the snapshot's final state (segments, blocks, sizes and addresses).
+    pub final_state_matches: bool,
+    /// The first event where the replay did something else than the real allocator.
+    pub diverged_at: Option<usize>,
+    /// What went wrong, in words (`None` when reliable).
+    pub problem: Option<String>,
+    /// Segments and blocks compared at the end.
+    pub segments_compared: usize,
+    pub blocks_compared: usize,
+}
+
+/// A recorded out-of-memory event, or the request a replay ran out on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomPoint {
+    pub event_index: usize,
+    /// The rounded request.
+    pub request_bytes: u64,
+    /// The segment `cudaMalloc` was asked for (PyTorch's "Tried to allocate").
+    pub segment_bytes: u64,
+    /// Reserved and allocated bytes once the failure path had released what it could.
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    /// What the process was allowed: the cap, or the device's memory for the process.
+    pub allowed_bytes: Option<u64>,
+    /// Stack of the request (from the trace).
+    pub stack: StackId,
+}
+
+/// Where the cap used by the replays came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapSource {
+    /// No cap.
+    None,
+    /// Given by the caller.
+    Given,
+    /// The real run was refused with memory still free on the device, so a per-process cap
+    /// refused it: every cap from `low_bytes` to `high_bytes` explains the trace. Replays use
+    /// `high_bytes`; a verdict that would differ at `low_bytes` is marked uncertain.
+    Inferred { low_bytes: u64, high_bytes: u64 },
+}
+
+/// The limits every replay ran against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitsUsed {
+    pub cap_bytes: Option<u64>,
+    pub cap_source: CapSource,
+    /// Memory the device could give the process, learned from the first recorded OOM (free
+    /// memory then plus reserved), `None` when the trace never ran out of device memory.
+    pub device_limit_bytes: Option<u64>,
+}
+
+/// A replay that had to stop: the trace contradicts the state the model is in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incomplete {
+    pub event_index: usize,
+    pub reason: String,
+}
+
+/// The result of one setting.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SettingOutcome {
+    /// The setting as given (or built by the sweep).
+    pub conf: String,
+    /// This is the snapshot's own recorded setting.
+    pub recorded: bool,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// First event at which reserved memory reached its peak.
+    pub peak_event: usize,
+    /// Reserved but not allocated at that moment (cached and fragmented memory).
+    pub cached_at_peak_bytes: u64,
+    pub segments_at_peak: u64,
+    pub final_reserved_bytes: u64,
+    /// Where it runs out, if it does.
+    pub oom: Option<OomPoint>,
+    /// Recorded OOM events this setting got past (the request succeeded).
+    pub survived_real_ooms: usize,
+    /// The cap was inferred and this verdict differs between its lowest and highest value.
+    pub uncertain: bool,
+    pub num_alloc_retries: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+    pub events_replayed: usize,
+    pub incomplete: Option<Incomplete>,
+    /// `garbage_collection_threshold` is set but there is no cap, so it has no effect (PyTorch
+    /// collects only under `set_per_process_memory_fraction`).
+    pub gc_without_cap: bool,
+}
+
+impl SettingOutcome {
+    /// Ran the whole trace without running out.
+    pub fn runs(&self) -> bool {
+        self.oom.is_none() && self.incomplete.is_none()
+    }
+
+    /// Free room at the peak under the limit in force, when there is one.
+    pub fn headroom_bytes(&self, limits: &LimitsUsed) -> Option<u64> {
+        let allowed = limits.cap_bytes.or(limits.device_limit_bytes)?;
+        Some(allowed.saturating_sub(self.peak_reserved_bytes))
+    }
+}
+
+/// Everything a what-if replay found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WhatIfReport {
+    pub snapshot: String,
+    pub device: u32,
+    pub events: usize,
+    pub self_check: SelfCheck,
+    pub limits: LimitsUsed,
+    /// The recorded settings replayed as a what-if (the reference row).
+    pub recorded: SettingOutcome,
+    /// One per requested setting, ranked: those that run first, then by peak reserved.
+    pub results: Vec<SettingOutcome>,
+    /// Notes for the reader (settings skipped by the sweep and why, approximations in play).
+    pub notes: Vec<String>,
+}
+
+/// The settings a sweep tries when none are given: the recorded settings with one change
+/// each — expandable segments, `max_split_size_mb` around the failing (or largest) request,
+/// garbage collection (only under a cap), and power-of-two rounding with 4 and 8 divisions.
+pub fn sweep_candidates(travel: &TimeTravel, cap_known: bool) -> (Vec<AllocConf>, Vec<String>) {
+    let recorded = AllocConf::recorded(travel.snapshot().settings.as_ref());
+    let trace = travel.trace();
+    let failing = trace
+        .actions
+        .iter()
+        .position(|&a| a == TraceAction::Oom)
+        .and_then(|i| trace.sizes_bytes.get(i).copied());
+    let largest = trace
+        .actions
+        .iter()
+        .zip(&trace.sizes_bytes)
+        .filter(|(a, _)| **a == TraceAction::Alloc)
+        .map(|(_, &s)| s)
+        .max()
+        .unwrap_or(0);
+    let reference = failing.unwrap_or(largest);
+    let mut changes = Vec::new();
+    if !recorded.rules.expandable_segments {
+        changes.push("expandable_segments:True".to_string());
+    }
+    // The largest power of two MiB at or below the reference request, so that the request
+    // is oversize and big cached blocks stay whole; and its neighbours.
+    let reference_mib = (reference / MIB).max(1);
+    let floor_mib = 1u64 << (63 - reference_mib.leading_zeros());
+    let mut split_values: Vec<u64> = [floor_mib / 2, floor_mib, floor_mib * 2]
+        .into_iter()
+        .map(|v| v.max(20))
+        .collect();
+    split_values.dedup();
+    for value in split_values {
+        if recorded.rules.max_split_size_bytes != Some(value * MIB) {
+            changes.push(format!("max_split_size_mb:{value}"));
+        }
+    }
+    let mut notes = Vec::new();
+    if cap_known {
+        changes.push("garbage_collection_threshold:0.6".to_string());
+        changes.push("garbage_collection_threshold:0.8".to_string());
+    } else {
+        notes.push(
+            "garbage_collection_threshold was not tried: PyTorch collects cached blocks only \
+             under a per-process cap (set_per_process_memory_fraction); give --cap to try it"
+                .to_string(),
+        );
+    }
+    changes.push("roundup_power2_divisions:4".to_string());
+    changes.push("roundup_power2_divisions:8".to_string());
+    let candidates = changes
+        .iter()
+        .filter_map(|change| recorded.with_change(change).ok())
+        .collect();
+    (candidates, notes)
+}
+
+/// Replays `request` on a snapshot (builds its time travel first).
+pub fn what_if_snapshot(
+    snapshot: Arc<AllocatorSnapshot>,
+    request: &WhatIfRequest,
+    progress: &(dyn Fn(f32) -> bool + Sync),
+) -> Result<WhatIfReport, ReplayError> {
+    check_device(&snapshot, request.device)?;
+    let travel = TimeTravel::new(snapshot, request.device);
+    what_if(&travel, request, progress)
+}
+
+fn check_device(snapshot: &AllocatorSnapshot, device: u32) -> Result<(), ReplayError> {
+    let has_device = snapshot.devices.iter().any(|d| d.device == device)
+        || snapshot.traces.iter().any(|t| t.device == device);
+    if has_device {
+        return Ok(());
+    }
+    let mut available: Vec<u32> = snapshot.devices.iter().map(|d| d.device).collect();
+    available.extend(snapshot.traces.iter().map(|t| t.device));
+    available.sort_unstable();
+    available.dedup();
+    Err(ReplayError::NoSuchDevice { device, available })
+}
+
+/// Replays the trace of `travel` under the recorded settings (the self-check) and under every
+/// requested setting. `progress` gets the fraction done (0..1) and returns false to cancel.
+pub fn what_if(
+    travel: &TimeTravel,
+    request: &WhatIfRequest,
+    progress: &(dyn Fn(f32) -> bool + Sync),
+) -> Result<WhatIfReport, ReplayError> {
+    let snapshot = travel.snapshot();
+    check_device(snapshot, request.device)?;
+    if travel.is_empty() {
+        return Err(ReplayError::NoHistory {
+            snapshot: snapshot.name.clone(),
+            device: request.device,
+        });
+    }
+    let input = ReplayInput::new(travel, request.device_memory_bytes);
+    let recorded = AllocConf::recorded(snapshot.settings.as_ref());
+    let mut notes = Vec::new();
+    // Runs: the self-check, the recorded settings and each candidate (the sweep has about ten).
+    let total_runs = 2 + request.candidates.len().max(10);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let events = input.trace.len().max(1);
+    let run_progress = |position: usize| {
+        let finished = done.load(std::sync::atomic::Ordering::Relaxed);
+        progress((finished as f32 + position as f32 / events as f32) / total_runs as f32)
+    };
+
+    // A cap given by the caller wins; a setting's per_process_memory_fraction gives one when the
+    // device's memory is known.
+    let cap_for = |conf: &AllocConf| {
+        request.cap_bytes.or_else(|| {
+            let fraction = conf.memory_fraction?;
+            let total = request.device_memory_bytes?;
+            Some((fraction * total as f64) as u64)
+        })
+    };
+    for conf in std::iter::once(&recorded).chain(&request.candidates) {
+        if conf.memory_fraction.is_some()
+            && request.cap_bytes.is_none()
+            && request.device_memory_bytes.is_none()
+        {
+            notes.push(format!(
+                "per_process_memory_fraction in '{}' was not applied: the device's memory is \
+                 not known (give --device-memory)",
+                conf.text
+            ));
+        }
+    }
+    // The limits the real run ran against, from the trace's own evidence (see
+    // `ReplayInput::limit_evidence`); a cap given by the caller wins.
+    let evidence = input.limit_evidence(&recorded.rules);
+    let given_cap = cap_for(&recorded);
+    let (cap_bytes, cap_source) = match (given_cap, evidence.cap) {
+        (Some(cap), _) => (Some(cap), CapSource::Given),
+        (None, Some((low_bytes, high_bytes))) => {
+            notes.push(format!(
+                "the real run was refused with {} still free on the device, so a per-process \
+                 cap refused it; the trace fits any cap from {} to {}, and the replays use {} \
+                 (give --cap for the exact value)",
+                format_bytes(evidence.free_at_cap_refusal_bytes),
+                format_bytes(low_bytes),
+                format_bytes(high_bytes),
+                format_bytes(high_bytes)
+            ));
+            (
+                Some(high_bytes),
+                CapSource::Inferred {
+                    low_bytes,
+                    high_bytes,
+                },
+            )
+        }
+        (None, None) => (None, CapSource::None),
+    };
+    let device_limit_bytes = if cap_bytes.is_some() && given_cap.is_none() {
+        evidence.device_limit_bytes
+    } else {
+        evidence.device_limit_bytes.or(if given_cap.is_none() {
+            evidence.pressure_limit_bytes
+        } else {
+            None
+        })
+    };
+    let check_limits = Limits {
+        cap_bytes,
+        device_limit_bytes,
+        expandable_va_bytes: input.expandable_va_bytes,
+    };
+    let check = input.run(
+        &recorded.rules,
+        check_limits,
+        Mode::Check,
+        None,
+        &run_progress,
+    )?;
+    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let self_check = input.self_check(&recorded, &check);
+    let (candidates, sweep_notes) = if request.candidates.is_empty() {
+        sweep_candidates(travel, cap_bytes.is_some())
+    } else {
+        (request.candidates.clone(), Vec::new())
+    };
+    notes.extend(sweep_notes);
+    let limits = LimitsUsed {
+        cap_bytes,
+        cap_source,
+        device_limit_bytes,
+    };
+    if let Some(limit) = limits.device_limit_bytes {
+        notes.push(if evidence.device_limit_bytes.is_some() {
+            format!(
+                "the device could give this process about {} (free memory at the recorded OOM \
+                 plus what the allocator held then); every replay runs against that",
+                format_bytes(limit)
+            )
+        } else {
+            format!(
+                "the allocator released cached memory to make room during the run, so memory \
+                 was short: every replay runs against a limit of {} (the most the trace allows)",
+                format_bytes(limit)
+            )
+        });
+    }
+
+    let run_limits = Limits {
+        cap_bytes,
+        device_limit_bytes: limits.device_limit_bytes,
+        expandable_va_bytes: input.expandable_va_bytes,
+    };
+    let inferred_low = match cap_source {
+        CapSource::Inferred { low_bytes, .. } => Some(low_bytes),
+        _ => None,
+    };
+    // Where the trace contradicts the snapshot's own state (time travel could not make the
+    // two agree): every replay stops there, since what follows rests on a state that did not
+    // exist.
+    let contradiction = contradiction(travel);
+    let outcome_of =
+        |conf: &AllocConf, recorded_row: bool| -> Result<SettingOutcome, ReplayError> {
+            let run_limits = Limits {
+                cap_bytes: cap_for(conf).or(run_limits.cap_bytes),
+                ..run_limits
+            };
+            let stop_at = contradiction.as_ref().map(|c| c.event_index);
+            let run = input.run(
+                &conf.rules,
+                run_limits,
+                Mode::WhatIf,
+                stop_at,
+                &run_progress,
+            )?;
+            let mut outcome = run.outcome(conf, recorded_row, &run_limits);
+            if let Some(contradiction) = &contradiction
+                && outcome.incomplete.is_none()
+                && outcome.events_replayed >= contradiction.event_index
+            {
+                outcome.incomplete = Some(contradiction.clone());
+            }
+            if let Some(low) = inferred_low {
+                let strict = Limits {
+                    cap_bytes: Some(low),
+                    ..run_limits
+                };
+                let strict_run = input.run(&conf.rules, strict, Mode::WhatIf, None, &|_| true)?;
+                outcome.uncertain = strict_run.oom.is_some() != run.oom.is_some();
+            }
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(outcome)
+        };
+    let recorded_outcome = outcome_of(&recorded, true)?;
+    let mut results = parallel_map(&candidates, |conf| outcome_of(conf, false))?;
+    results.sort_by(|a, b| {
+        (!a.runs(), a.peak_reserved_bytes).cmp(&(!b.runs(), b.peak_reserved_bytes))
+    });
+    progress(1.0);
+    Ok(WhatIfReport {
+        snapshot: snapshot.name.clone(),
+        device: request.device,
+        events: input.trace.len(),
+        self_check,
+        limits,
+        recorded: recorded_outcome,
+        results,
+        notes,
+    })
+}
+
+/// The first event where the trace contradicts the snapshot's state, as time travel found it,
+/// or `None` when the trace and the state agree.
+fn contradiction(travel: &TimeTravel) -> Option<Incomplete> {
+    let check = travel.check();
+    if check.matches_final_state {
+        return None;
+    }
+    let event_index = check.replay_stopped_at?;
+    Some(Incomplete {
+        event_index,
+        reason: check.first_problem.clone().unwrap_or_else(|| {
+            format!("the trace does not fit the snapshot's state at event {event_index}")
+        }),
+    })
+}
+
+/// Replays one setting against the limits a [`what_if`] report established (a single what-if
+/// from the GUI, or a throughput measurement).
+pub fn replay_setting(
+    travel: &TimeTravel,
+    conf: &AllocConf,
+    limits: &LimitsUsed,
+    progress: &dyn Fn(f32) -> bool,
+) -> Result<SettingOutcome, ReplayError> {
+    let input = ReplayInput::new(travel, None);
+    let run_limits = Limits {
+        cap_bytes: limits.cap_bytes,
+        device_limit_bytes: limits.device_limit_bytes,
+        expandable_va_bytes: input.expandable_va_bytes,
+    };
+    let events = input.trace.len().max(1);
+    let run = input.run(&conf.rules, run_limits, Mode::WhatIf, None, &|position| {
+        progress(position as f32 / events as f32)
+    })?;
+    Ok(run.outcome(conf, false, &run_limits))
+}
+
+/// The model's state under `conf` right before event `stop_at` is applied (or at the end, or
+/// where the replay stopped): the block map at a predicted peak or failure.
+pub fn replay_state_at(
+    travel: &TimeTravel,
+    conf: &AllocConf,
+    limits: &LimitsUsed,
+    stop_at: usize,
+) -> Result<AllocatorState, ReplayError> {
+    let input = ReplayInput::new(travel, None);
+    let run_limits = Limits {
+        cap_bytes: limits.cap_bytes,
+        device_limit_bytes: limits.device_limit_bytes,
+        expandable_va_bytes: input.expandable_va_bytes,
+    };
+    let run = input.run(
+        &conf.rules,
+        run_limits,
+        Mode::WhatIf,
+        Some(stop_at),
+        &|_| true,
+    )?;
+    Ok(run.model.state(travel.device(), &input.streams))
+}
+
+/// Maps `items` with `f` on up to as many threads as the machine has cores (in order).
+fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> Result<R, ReplayError> + Sync,
+) -> Result<Vec<R>, ReplayError> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        items.iter().map(f).collect()
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(items.len().max(1));
+        if threads <= 1 {
+            return items.iter().map(f).collect();
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut slots: Vec<Option<Result<R, ReplayError>>> =
+            (0..items.len()).map(|_| None).collect();
+        let results = std::sync::Mutex::new(&mut slots);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    loop {
+                        let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(index) else {
+                            break;
+                        };
+                        let result = f(item);
+                        if let Ok(mut guard) = results.lock() {
+                            guard[index] = Some(result);
+                        }
+                    }
+                });
+            }
+        });
+        slots
+            .into_iter()
+            .map(|slot| slot.unwrap_or(Err(ReplayError::Cancelled)))
+            .collect()
+    }
+}
+
+// ----- the replay driver --------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Under the recorded settings: compare every decision with the trace.
+    Check,
+    /// Under another setting: stop at the first out-of-memory.
+    WhatIf,
+}
+
+/// The trace and the starting state, shared by every replay of one request.
+struct ReplayInput<'a> {
+    travel: &'a TimeTravel,
+    trace: &'a DeviceTrace,
+    snapshot: &'a AllocatorSnapshot,
+    /// Distinct raw stream values, sorted: a stream's rank keeps PyTorch's ordering.
+    streams: Vec<u64>,
+    start: AllocatorState,
+    expandable_va_bytes: u64,
+}
+
+/// Limits the trace's own events reveal (see `ReplayInput::limit_evidence`).
+#[derive(Clone, Copy, Debug, Default)]
+struct LimitEvidence {
+    /// `(low, high)`: a per-process cap refused a recorded request with room on the device.
+    cap: Option<(u64, u64)>,
+    free_at_cap_refusal_bytes: u64,
+    /// The device's memory for the process at a recorded OOM (reserved then + free).
+    device_limit_bytes: Option<u64>,
+    /// The allocator released memory for requests but never ran out: the highest limit that
+    /// explains it.
+    pressure_limit_bytes: Option<u64>,
+}
+
+/// The result of one pass over the trace.
+struct RunResult {
+    model: AllocatorModel,
+    oom: Option<OomPoint>,
+    incomplete: Option<Incomplete>,
+    divergence: Option<(usize, String)>,
+    real_ooms: Vec<usize>,
+    replay_ooms: Vec<usize>,
+    survived_real_ooms: usize,
+    events_replayed: usize,
+}
+
+impl RunResult {
+    fn outcome(&self, conf: &AllocConf, recorded: bool, limits: &Limits) -> SettingOutcome {
+        let stats = self.model.stats;
+        SettingOutcome {
+            conf: conf.text.clone(),
+            recorded,
+            peak_reserved_bytes: stats.peak_reserved_bytes,
+            peak_allocated_bytes: stats.peak_allocated_bytes,
+            peak_event: stats.peak_reserved_event,
+            cached_at_peak_bytes: stats
+                .peak_reserved_bytes
+                .saturating_sub(stats.allocated_at_peak_bytes),
+            segments_at_peak: stats.segments_at_peak,
+            final_reserved_bytes: self.model.reserved_bytes(),
+            oom: self.oom,
+            survived_real_ooms: self.survived_real_ooms,
+            uncertain: false,
+            num_alloc_retries: stats.num_alloc_retries,
+            num_device_alloc: stats.num_device_alloc,
+            num_device_free: stats.num_device_free,
+            events_replayed: self.events_replayed,
+            incomplete: self.incomplete.clone(),
+            gc_without_cap: conf.rules.garbage_collection_threshold > 0.0
+                && limits.cap_bytes.is_none(),
+        }
+    }
+}
+
+/// Offers the addresses the real run's segment events gave, between the previous request and
+/// the current one.
+struct TraceHints<'a> {
+    trace: &'a DeviceTrace,
+    from: usize,
+    to: usize,
+}
+
+impl AddressHints for TraceHints<'_> {
+    fn segment_address(&mut self, size_bytes: u64) -> Option<u64> {
+        for index in self.from..self.to {
+            if self.trace.actions[index] == TraceAction::SegmentAlloc
+                && self.trace.sizes_bytes.get(index) == Some(&size_bytes)
+            {
+                // Each segment event serves one new segment.
+                self.from = index + 1;
+                return self.trace.addresses.get(index).copied();
+            }
+        }
+        None
+    }
+
+    fn mapped_addresses(&mut self) -> Vec<u64> {
+        (self.from..self.to)
+            .filter(|&i| self.trace.actions[i] == TraceAction::SegmentMap)
+            .filter_map(|i| self.trace.addresses.get(i).copied())
+            .collect()
+    }
+}
+
+impl<'a> ReplayInput<'a> {
+    fn new(travel: &'a TimeTravel, device_memory_bytes: Option<u64>) -> Self {
+        let trace = travel.trace();
+        let start = travel.state_at(0);
+        let mut streams: Vec<u64> = trace.streams.clone();
+        streams.extend(start.segments.iter().map(|s| s.stream));
+        streams.sort_unstable();
+        streams.dedup();
+        let expandable_va_bytes = device_memory_bytes
+            .map(|total| total.saturating_add(total / 8))
+            .unwrap_or(DEFAULT_EXPANDABLE_VA_BYTES);
+        ReplayInput {
+            travel,
+            trace,
+            snapshot: travel.snapshot(),
+            streams,
+            start,
+            expandable_va_bytes,
+        }
+    }
+
+    fn stream_rank(&self, stream: u64) -> u16 {
+        self.streams
+            .binary_search(&stream)
+            .map_or(0, |rank| rank.min(u16::MAX as usize) as u16)
+    }
+
+    /// Does the stack of event `index` come from `torch.cuda.empty_cache()`?
+    fn stack_is_empty_cache(&self, index: usize) -> bool {
+        let Some(&stack) = self.trace.stacks.get(index) else {
+            return false;
+        };
+        self.snapshot.frames.stack(stack).iter().any(|&frame| {
+            self.snapshot
+                .frames
+                .frame(frame)
+                .is_some_and(|f| self.snapshot.string(f.name) == "empty_cache")
+        })
+    }
+
+    /// What the trace itself says about the limits the real run ran against. A new segment
+    /// that succeeded shows the limit was at least reserved + its size; releases the allocator
+    /// made for a request show that request's segment did not fit at first (reserved + segment
+    /// above the limit); a recorded OOM with the device's free memory either fixes the device's
+    /// limit (the segment did not fit in the free memory) or, when it would have fit, shows a
+    /// per-process cap refused it.
+    fn limit_evidence(&self, rules: &AllocatorRules) -> LimitEvidence {
+        let trace = self.trace;
+        let size_at = |i: usize| trace.sizes_bytes.get(i).copied().unwrap_or(0);
+        let mut reserved = self.start.reserved_bytes;
+        let mut lowest = 0u64;
+        let mut pressure_high = u64::MAX;
+        let mut cap_high: Option<u64> = None;
+        let mut evidence = LimitEvidence::default();
+        let mut index = 0;
+        while index < trace.len() {
+            match trace.actions[index] {
+                TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
+                    lowest = lowest.max(reserved.saturating_add(size_at(index)));
+                    reserved = reserved.saturating_add(size_at(index));
+                }
+                TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+                    let end = self.release_run_end(index);
+                    let released: u64 = (index..end).map(size_at).sum();
+                    let by_allocator = !self.stack_is_empty_cache(index)
+                        && self.followed_by_request(end)
+                        && rules.garbage_collection_threshold == 0.0;
+                    if by_allocator
+                        && let Some(request) = (end..trace.len()).find(|&i| {
+                            matches!(trace.actions[i], TraceAction::Alloc | TraceAction::Oom)
+                        })
+                    {
+                        let segment = rules.allocation_size(rules.round_size(size_at(request)));
+                        pressure_high =
+                            pressure_high.min(reserved.saturating_add(segment).saturating_sub(1));
+                    }
+                    reserved = reserved.saturating_sub(released);
+                    index = end;
+                    continue;
+                }
+                TraceAction::Oom => {
+                    let segment = rules.allocation_size(size_at(index));
+                    let refused = reserved.saturating_add(segment).saturating_sub(1);
+                    match trace.device_free_bytes(index) {
+                        Some(free) if free >= segment => {
+                            cap_high = Some(cap_high.map_or(refused, |c| c.min(refused)));
+                            evidence.free_at_cap_refusal_bytes = free;
+                        }
+                        Some(free) => {
+                            let limit = reserved.saturating_add(free);
+                            evidence.device_limit_bytes =
+                                Some(evidence.device_limit_bytes.map_or(limit, |l| l.min(limit)));
+                        }
+                        None => pressure_high = pressure_high.min(refused),
+                    }
+                }
+                _ => {}
+            }
+            index += 1;
+        }
+        if let Some(high) = cap_high {
+            let high = high.min(pressure_high);
+            evidence.cap = Some((lowest.min(high), high));
+        } else if pressure_high != u64::MAX && evidence.device_limit_bytes.is_none() {
+            evidence.pressure_limit_bytes = Some(pressure_high.max(lowest));
+        }
+        evidence
+    }
+
+    /// End of the run of segment releases starting at `index`.
+    fn release_run_end(&self, index: usize) -> usize {
+        let mut end = index;
+        while end < self.trace.len()
+            && matches!(
+                self.trace.actions[end],
+                TraceAction::SegmentFree | TraceAction::SegmentUnmap
+            )
+        {
+            end += 1;
+        }
+        end
+    }
+
+    /// Whether event `end` continues a request: a new segment, or an out-of-memory.
+    fn followed_by_request(&self, end: usize) -> bool {
+        matches!(
+            self.trace.actions.get(end),
+            Some(TraceAction::SegmentAlloc | TraceAction::SegmentMap | TraceAction::Oom)
+        )
+    }
+
+    /// Whether the releases `index..end` are the program's `torch.cuda.empty_cache()` rather than
+    /// the allocator's own. The allocator releases only inside a request that could not get a
+    /// new segment (a cap, or a full device) or under garbage collection (a cap), so its releases
+    /// are followed by that request's new segment or OOM. With stacks recorded for every event
+    /// (`context="all"`, PyTorch's default) the call names itself; without, releases followed by
+    /// a request count as the allocator's only where memory pressure was possible: a cap, or a
+    /// trace that ran out of memory somewhere.
+    fn releases_are_empty_cache(&self, index: usize, end: usize, limits: &Limits) -> bool {
+        if !self.followed_by_request(end) {
+            return true;
+        }
+        let stack = self
+            .trace
+            .stacks
+            .get(index)
+            .copied()
+            .unwrap_or(StackId::EMPTY);
+        if stack != StackId::EMPTY {
+            return self.stack_is_empty_cache(index);
+        }
+        let pressure_possible = limits.cap_bytes.is_some() || limits.device_limit_bytes.is_some();
+        !pressure_possible
+    }
+
+    /// Seeds the model with the state at the first recorded event.
+    fn seed(&self, model: &mut AllocatorModel, live: &mut HashMap<u64, BlockHandle>) {
+        let mut expandable: Vec<((u16, u8), u32)> = Vec::new();
+        // Expandable reservations start at their lowest mapped range.
+        let mut bases: Vec<((u16, u8), u64)> = Vec::new();
+        for segment in self.start.segments.iter().filter(|s| s.expandable) {
+            let key = (
+                self.stream_rank(segment.stream),
+                u8::from(segment.pool != PoolKind::Small),
+            );
+            match bases.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, base)) => *base = (*base).min(segment.address),
+                None => bases.push((key, segment.address)),
+            }
+        }
+        for (key, base) in bases {
+            let es = model.seed_expandable_va(base, key.0, key.1);
+            expandable.push((key, es));
+        }
+        for segment in &self.start.segments {
+            let stream = self.stream_rank(segment.stream);
+            let mut lookup = |s: u16, p: u8| {
+                expandable
+                    .iter()
+                    .find(|(k, _)| *k == (s, p))
+                    .map(|(_, es)| *es)
+            };
+            for (address, handle) in model.seed_segment(segment, stream, &mut lookup) {
+                live.insert(address, handle);
+            }
+        }
+        for ((stream, pool), es) in expandable {
+            model.link_seeded_expandable(es, stream, pool);
+        }
+    }
+
+    /// One pass over the trace under `rules` and `limits`.
+    fn run(
+        &self,
+        rules: &AllocatorRules,
+        limits: Limits,
+        mode: Mode,
+        stop_at: Option<usize>,
+        progress: &dyn Fn(usize) -> bool,
+    ) -> Result<RunResult, ReplayError> {
+        let trace = self.trace;
+        let len = trace.len();
+        let mut model = AllocatorModel::new(rules.clone(), limits);
+        let mut live: HashMap<u64, BlockHandle> = HashMap::with_capacity(1024);
+        self.seed(&mut model, &mut live);
+        let mut result = RunResult {
+            model,
+            oom: None,
+            incomplete: None,
+            divergence: None,
+            real_ooms: Vec::new(),
+            replay_ooms: Vec::new(),
+            survived_real_ooms: 0,
+            events_replayed: 0,
+        };
+        let actions = &trace.actions;
+        let address_at = |i: usize| trace.addresses.get(i).copied().unwrap_or(0);
+        let size_at = |i: usize| trace.sizes_bytes.get(i).copied().unwrap_or(0);
+        let stream_at = |i: usize| self.stream_rank(trace.streams.get(i).copied().unwrap_or(0));
+        let stack_at = |i: usize| trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY);
+        // First event after the previous request: segment events from here on belong to the
+        // request being replayed.
+        let mut window_start = 0usize;
+        // Reserved bytes as the trace's segment events say (the self-check compares).
+        let mut real_reserved = self.start.reserved_bytes;
+        let reserved_differs = |model: &AllocatorModel, real: u64, index: usize| {
+            (mode == Mode::Check && model.reserved_bytes() != real).then(|| {
+                (
+                    index,
+                    format!(
+                        "after this event the real allocator held {} reserved, the replay {}",
+                        format_bytes(real),
+                        format_bytes(model.reserved_bytes())
+                    ),
+                )
+            })
+        };
+        let mut index = 0usize;
+        while index < len {
+            if index.is_multiple_of(PROGRESS_EVENTS) && !progress(index) {
+                return Err(ReplayError::Cancelled);
+            }
+            if stop_at == Some(index) {
+                break;
+            }
+            result.model.event = index;
+            let model = &mut result.model;
+            match actions[index] {
+                TraceAction::Alloc => {
+                    let address = address_at(index);
+                    let mut hints = TraceHints {
+                        trace,
+                        from: window_start,
+                        to: index,
+                    };
+                    match model.malloc(size_at(index), stream_at(index), index as u32, &mut hints) {
+                        Ok(handle) => {
+                            if mode == Mode::Check && model.block_address(handle) != Some(address) {
+                                result.divergence = Some((
+                                    index,
+                                    format!(
+                                        "the trace's allocation got address {address:#x}, the \
+                                         replay handed out {:#x}",
+                                        model.block_address(handle).unwrap_or(0)
+                                    ),
+                                ));
+                                break;
+                            }
+                            if let Some(difference) = reserved_differs(model, real_reserved, index)
+                            {
+                                result.divergence = Some(difference);
+                                break;
+                            }
+                            if live.insert(address, handle).is_some() {
+                                result.incomplete = Some(Incomplete {
+                                    event_index: index,
+                                    reason: format!(
+                                        "the trace allocates at {address:#x}, which an earlier \
+                                         allocation still holds"
+                                    ),
+                                });
+                                break;
+                            }
+                        }
+                        Err(oom) => {
+                            let point = self.oom_point(index, oom, model, stack_at(index));
+                            result.replay_ooms.push(index);
+                            result.oom = Some(point);
+                            if mode == Mode::Check {
+                                result.divergence = Some((
+                                    index,
+                                    format!(
+                                        "the replay ran out of memory on a {} request that the \
+                                         real run served",
+                                        format_bytes(oom.request_bytes)
+                                    ),
+                                ));
+                            }
+                            break;
+                        }
+                    }
+                    window_start = index + 1;
+                }
+                TraceAction::FreeRequested => {
+                    let address = address_at(index);
+                    let immediate = actions.get(index + 1) == Some(&TraceAction::FreeCompleted)
+                        && address_at(index + 1) == address;
+                    let freed = live
+                        .get(&address)
+                        .is_some_and(|&handle| model.free(handle, !immediate));
+                    if !freed {
+                        result.incomplete = Some(Incomplete {
+                            event_index: index,
+                            reason: format!(
+                                "the trace frees {address:#x}, which no allocation the replay \
+                                 knows holds"
+                            ),
+                        });
+                        break;
+                    }
+                    if immediate {
+                        live.remove(&address);
+                        index += 1;
+                    }
+                    window_start = index + 1;
+                }
+                TraceAction::FreeCompleted => {
+                    let address = address_at(index);
+                    match live.remove(&address) {
+                        Some(handle) => model.complete_free(handle),
+                        None => {
+                            result.incomplete = Some(Incomplete {
+                                event_index: index,
+                                reason: format!(
+                                    "the trace completes a free of {address:#x}, which the \
+                                     replay does not know"
+                                ),
+                            });
+                            break;
+                        }
+                    }
+                    window_start = index + 1;
+                }
+                TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+                    // A run of releases: the allocator's own (inside a request that needed
+                    // memory) or the program's empty_cache().
+                    let end = self.release_run_end(index);
+                    real_reserved =
+                        real_reserved.saturating_sub((index..end).map(size_at).sum::<u64>());
+                    if self.releases_are_empty_cache(index, end, &limits) {
+                        model.empty_cache();
+                        window_start = end;
+                        if let Some(difference) = reserved_differs(model, real_reserved, end - 1) {
+                            result.divergence = Some(difference);
+                            break;
+                        }
+                    }
+                    index = end;
+                    continue;
+                }
+                TraceAction::Oom => {
+                    let size = size_at(index);
+                    result.real_ooms.push(index);
+                    let mut hints = TraceHints {
+                        trace,
+                        from: window_start,
+                        to: index,
+                    };
+                    match model.malloc(size, stream_at(index), index as u32, &mut hints) {
+                        Ok(_) => {
+                            if mode == Mode::Check {
+                                result.divergence = Some((
+                                    index,
+                                    format!(
+                                        "the real run ran out of memory on a {} request here, \
+                                         the replay did not",
+                                        format_bytes(size)
+                                    ),
+                                ));
+                                break;
+                            }
+                            // The request this setting served stays allocated: the real
+                            // program never got it, so it never frees it.
+                            result.survived_real_ooms += 1;
+                        }
+                        Err(oom) => {
+                            let point = self.oom_point(index, oom, model, stack_at(index));
+                            result.replay_ooms.push(index);
+                            result.oom.get_or_insert(point);
+                            if mode == Mode::WhatIf {
+                                break;
+                            }
+                            if let Some(difference) = reserved_differs(model, real_reserved, index)
+                            {
+                                result.divergence = Some(difference);
+                                break;
+                            }
+                        }
+                    }
+                    window_start = index + 1;
+                }
+                TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
+                    real_reserved = real_reserved.saturating_add(size_at(index));
+                }
+                TraceAction::Snapshot
+                | TraceAction::UserDefined
+                | TraceAction::Annotate
+                | TraceAction::Unknown(_) => {}
+            }
+            index += 1;
+            result.events_replayed = index;
+        }
+        result.events_replayed = index.min(len);
+        Ok(result)
+    }
+
+    fn oom_point(
+        &self,
+        index: usize,
+        oom: ModelOom,
+        model: &mut AllocatorModel,
+        stack: StackId,
+    ) -> OomPoint {
+        let limits = *model.limits_mut();
+        OomPoint {
+            event_index: index,
+            request_bytes: oom.request_bytes,
+            segment_bytes: oom.segment_bytes,
+            reserved_bytes: oom.reserved_bytes,
+            allocated_bytes: oom.allocated_bytes,
+            allowed_bytes: limits.cap_bytes.or(limits.device_limit_bytes),
+            stack,
+        }
+    }
+
+    /// Turns the check run into the self-check.
+    fn self_check(&self, recorded: &AllocConf, run: &RunResult) -> SelfCheck {
+        let start = if self.start.segments.is_empty() {
+            ReplayStart::Empty
+        } else {
+            ReplayStart::Seeded {
+                segments: self.start.segments.len(),
+                exact: self.travel.check().matches_final_state,
+            }
+        };
+        let mut check = SelfCheck {
+            reliable: false,
+            recorded_conf: recorded.text.clone(),
+            start,
+            events: self.trace.len(),
+            real_oom_events: run.real_ooms.clone(),
+            replay_oom_events: run.replay_ooms.clone(),
+            final_state_matches: false,
+            diverged_at: None,
+            problem: None,
+            segments_compared: 0,
+            blocks_compared: 0,
+        };
+        if let Some(incomplete) = &run.incomplete {
+            check.diverged_at = Some(incomplete.event_index);
+            check.problem = Some(format!(
+                "the trace contradicts the replayed state at event {}: {}",
+                incomplete.event_index, incomplete.reason
+            ));
+            return check;
+        }
+        if let Some((index, why)) = &run.divergence {
+            check.diverged_at = Some(*index);
+            check.problem = Some(format!(
+                "under the recorded settings ({}) the replay did something else than the real \
+                 allocator at event {index}: {why}",
+                recorded.text
+            ));
+            return check;
+        }
+        let replayed = run.model.state(self.travel.device(), &self.streams);
+        let real = self.travel.state_at(self.trace.len());
+        check.segments_compared = real.segments.len();
+        check.blocks_compared = real.block_count();
+        match first_difference(&real, &replayed) {
+            None => {
+                check.final_state_matches = true;
+                check.reliable = matches!(
+                    start,
+                    ReplayStart::Empty | ReplayStart::Seeded { exact: true, .. }
+                );
+                if !check.reliable {
+                    check.problem = Some(
+                        "the trace does not reach back to an empty allocator and the state at \
+                         its first event could only be estimated"
+                            .to_string(),
+                    );
+                }
+            }
+            Some(difference) => {
+                check.problem = Some(format!(
+                    "under the recorded settings ({}) the replay does not end in the snapshot's \
+                     final state: {difference}",
+                    recorded.text
+                ));
+            }
+        }
+        check
+    }
+}
+
+/// The first difference between the real final state and the replayed one, in words.
+fn first_difference(real: &AllocatorState, replayed: &AllocatorState) -> Option<String> {
+    let describe = |s: &StateSegment| {
+        format!(
+            "{} segment at {:#x} of {}{}",
+            s.pool.as_str(),
+            s.address,
+            format_bytes(s.size_bytes),
+            if s.expandable { " (expandable)" } else { "" }
+        )
+    };
+    for (index, real_segment) in real.segments.iter().enumerate() {
+        let Some(replayed_segment) = replayed.segments.get(index) else {
+            return Some(format!("the replay lacks the {}", describe(real_segment)));
+        };
+        if real_segment.address != replayed_segment.address
+            || real_segment.size_bytes != replayed_segment.size_bytes
+            || real_segment.expandable != replayed_segment.expandable
+        {
+            return Some(format!(
+                "the snapshot has a {}, the replay a {}",
+                describe(real_segment),
+                describe(replayed_segment)
+            ));
+        }
+        let blocks_match = real_segment.blocks.len() == replayed_segment.blocks.len()
+            && real_segment
+                .blocks
+                .iter()
+                .zip(&replayed_segment.blocks)
+                .all(|(a, b)| {
+                    a.address == b.address && a.size_bytes == b.size_bytes && a.status == b.status
+                });
+        if !blocks_match {
+            let count = |s: &StateSegment, status: BlockStatus| {
+                s.blocks.iter().filter(|b| b.status == status).count()
+            };
+            return Some(format!(
+                "the blocks of the {} differ: {} allocated and {} free in the snapshot, {} and {} \
+                 in the replay",
+                describe(real_segment),
+                count(real_segment, BlockStatus::Allocated),
+                count(real_segment, BlockStatus::Free),
+                count(replayed_segment, BlockStatus::Allocated),
+                count(replayed_segment, BlockStatus::Free)
+            ));
+        }
+    }
+    if let Some(extra) = replayed.segments.get(real.segments.len()) {
+        return Some(format!("the replay has an extra {}", describe(extra)));
+    }
+    None
+}
+
+/// Bytes as the what-if table shows them (GiB with two decimals above 1 GiB).
+pub fn format_table_bytes(bytes: u64) -> String {
+    if bytes >= GIB {
+        format!("{:.2} GiB", bytes as f64 / GIB as f64)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    }
+}

@@ -1,0 +1,102 @@
+//! `vramscope exporter`: serves the GPUs' memory, processes, Xid errors, ECC and row-remap
+//! counters, temperature, power and utilization at `/metrics` for Prometheus to scrape.
+//!
+//! The sampler polls NVML (or the simulated machine) on its own thread; this thread folds each
+//! batch into the exporter's state and renders the page once; the HTTP workers only hand out the
+//! last rendered page.
+
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::source::open_real_or_demo;
+use crate::source::prometheus::exporter::{
+    DEFAULT_PORT, MetricsPage, MetricsServer, resolve_listen_address,
+};
+use crate::source::prometheus::exposition::ExporterState;
+use crate::source::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
+
+#[derive(Debug, clap::Args)]
+pub struct ExporterArgs {
+    /// Address to serve /metrics on: HOST:PORT, or :PORT for every interface.
+    #[arg(long, value_name = "ADDR", default_value_t = format!("0.0.0.0:{DEFAULT_PORT}"))]
+    pub listen: String,
+    /// How often the GPUs are read, in milliseconds (20 to 60000); a scrape returns the latest reading.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u32).range(i64::from(MIN_FAST_INTERVAL_MS)..=i64::from(MAX_FAST_INTERVAL_MS)),
+    )]
+    pub interval_ms: u32,
+    /// Export the built-in simulated machine instead of real GPUs (its model and host names say
+    /// "(simulated)", and vramscope_exporter_info has simulated="true").
+    #[arg(long)]
+    pub demo: bool,
+}
+
+pub fn run(args: ExporterArgs) -> ExitCode {
+    let address = match resolve_listen_address(&args.listen) {
+        Ok(address) => address,
+        Err(err) => return super::fail(err),
+    };
+    let stop_requested = match super::stop_on_ctrl_c() {
+        Ok(flag) => flag,
+        Err(code) => return code,
+    };
+    let (source, demo_reason) = match open_real_or_demo(args.demo) {
+        Ok(opened) => opened,
+        Err(err) => {
+            return super::fail(format_args!(
+                "{err}; nothing is exported (pass --demo to export the simulated machine)"
+            ));
+        }
+    };
+    let description = source.describe();
+    let mut state = ExporterState::new(description.meta.clone(), description.devices.clone());
+    let page = MetricsPage::default();
+    page.set(state.render());
+    // Listen before sampling, so that a port in use fails at once and touches no GPU.
+    let server = match MetricsServer::start(address, page.clone()) {
+        Ok(server) => server,
+        Err(err) => return super::fail(err),
+    };
+    let config = SamplerConfig {
+        fast_interval_ms: args.interval_ms,
+        ..SamplerConfig::default()
+    };
+    let sampler = Sampler::spawn(source, config, Box::new(|| {}));
+    eprintln!(
+        "vramscope: exporting {} GPU(s){} at http://{}/metrics, read every {} ms; Ctrl+C to stop",
+        description.devices.len(),
+        if demo_reason.is_some() {
+            " of the SIMULATED demo machine"
+        } else {
+            ""
+        },
+        server.address(),
+        args.interval_ms
+    );
+    while !stop_requested.load(Ordering::SeqCst) {
+        match sampler.recv_timeout(Duration::from_millis(200)) {
+            Some(batch) => {
+                state.apply(&batch);
+                // Later batches already queued replace this page at once: render the newest.
+                for queued in sampler.drain() {
+                    state.apply(&queued);
+                }
+                page.set(state.render());
+            }
+            None if !sampler.is_running() => {
+                return super::fail(
+                    "sampling stopped unexpectedly (the GPU source failed; see the message above)",
+                );
+            }
+            None => {}
+        }
+    }
+    sampler.stop();
+    drop(server);
+    eprintln!("vramscope: exporter stopped");
+    ExitCode::SUCCESS
+}

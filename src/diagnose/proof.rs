@@ -1,0 +1,335 @@
+//! Recommendations proven before they are shown: what a what-if replay of the allocation history
+//! (`analysis::replay`) says about each allocator setting, turned into evidence the rules can
+//! stand on.
+//!
+//! A setting is *proven* when the replay of the failing run under it does not run out of memory,
+//! and it is shown with the predicted headroom ("replayed: peak 61.2 GiB of 64.0 GiB allowed").
+//! Settings whose replay still runs out are *useless* and listed as "tried by replay: does not
+//! help", so nobody spends a run on them. A replay whose self-check failed (replayed under the
+//! recorded settings it did not reproduce the real run) proves nothing: recommendations then stay
+//! unverified, with the self-check's reason. Without an allocation history there is nothing to
+//! replay, and the recommendation says how to record one.
+//!
+//! The replay ends where the recorded run ended. A setting that survives the failing request only
+//! proves the run gets past it: when the live set was still growing, the headroom is used up by the
+//! growth, and [`headroom_lasts`] says for how long.
+
+use serde::{Deserialize, Serialize};
+
+use super::finding::Verification;
+use crate::model::format_bytes;
+
+/// Where a replayed run ran out of memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayedOom {
+    /// Index of the trace event whose request failed.
+    pub event_index: usize,
+    pub request_bytes: u64,
+    /// Reserved bytes at that moment.
+    pub reserved_bytes: u64,
+    /// What the allocator was allowed to reserve (cap or device memory), when known.
+    pub allowed_bytes: Option<u64>,
+}
+
+/// The replay of the recorded run under one allocator setting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayedSetting {
+    /// The setting in `PYTORCH_CUDA_ALLOC_CONF` syntax (`default` for PyTorch's defaults).
+    pub conf: String,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// `None`: the replayed run did not run out of memory.
+    pub oom: Option<ReplayedOom>,
+    pub num_alloc_retries: u64,
+    /// Why the replay had to stop before the end of the trace (it proves nothing either way).
+    pub incomplete: Option<String>,
+    /// The cap was inferred and the outcome differs between the lowest and highest cap that
+    /// explain the trace (it proves nothing either way).
+    pub uncertain: bool,
+}
+
+impl ReplayedSetting {
+    /// The replay ran the whole trace, with a certain outcome.
+    fn conclusive(&self) -> bool {
+        self.incomplete.is_none() && !self.uncertain
+    }
+}
+
+/// What a what-if replay of one device's trace said.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayEvidence {
+    /// The self-check passed: replayed under the recorded settings, the model reproduced the
+    /// real final state and the real failure.
+    pub reliable: bool,
+    /// The self-check's message (where the model disagreed, when it did).
+    pub self_check: String,
+    /// What the allocator may reserve (the cap, or the device's memory), when known.
+    pub limit_bytes: Option<u64>,
+    /// The settings the run was recorded with (`PYTORCH_CUDA_ALLOC_CONF` syntax).
+    pub recorded_conf: String,
+    /// One replay per setting tried, the recorded one included.
+    pub settings: Vec<ReplayedSetting>,
+}
+
+/// The replay's verdict on the settings other than the recorded one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SettingsProof<'a> {
+    /// Settings that did not run out, the most general first (`generality`), then the lowest peak.
+    pub helps: Vec<&'a ReplayedSetting>,
+    /// Settings that still ran out. (Replays that stopped early or whose outcome depends on an
+    /// inferred cap are in neither list.)
+    pub useless: Vec<&'a ReplayedSetting>,
+    pub limit_bytes: Option<u64>,
+}
+
+/// Sorts the replayed settings into those that help and those that do not; `None` when the
+/// replay is not reliable (then nothing it says is proof).
+pub fn judge(evidence: &ReplayEvidence) -> Option<SettingsProof<'_>> {
+    if !evidence.reliable {
+        return None;
+    }
+    let others = evidence
+        .settings
+        .iter()
+        .filter(|s| !same_conf(&s.conf, &evidence.recorded_conf));
+    let (mut helps, useless): (Vec<_>, Vec<_>) = others
+        .filter(|s| s.conclusive())
+        .partition(|s| s.oom.is_none());
+    helps.sort_by_key(|s| {
+        (
+            generality(&s.conf, &evidence.recorded_conf),
+            s.peak_reserved_bytes,
+            s.conf.len(),
+        )
+    });
+    Some(SettingsProof {
+        helps,
+        useless,
+        limit_bytes: evidence.limit_bytes,
+    })
+}
+
+/// How far beyond the replayed run a setting's proof is likely to carry, lower first. The replay
+/// proves the recorded run up to where it ended; the next iterations allocate differently.
+/// `expandable_segments` changes how every segment grows and shrinks, so what it proves holds
+/// for allocation patterns in general; a `max_split_size_mb` value is chosen around the failing
+/// request and helps requests of that size; garbage collection thresholds and rounding depend
+/// on the exact sizes and timing of the trace. Among settings of one kind, the lower peak wins.
+fn generality(conf: &str, recorded_conf: &str) -> u8 {
+    let recorded = normalized(recorded_conf);
+    let added: Vec<String> = normalized(conf)
+        .into_iter()
+        .filter(|part| !recorded.contains(part))
+        .collect();
+    let adds = |key: &str| added.iter().any(|part| part.starts_with(key));
+    if adds("expandable_segments:true") {
+        0
+    } else if adds("max_split_size_mb:") {
+        1
+    } else if adds("garbage_collection_threshold:") {
+        2
+    } else {
+        3
+    }
+}
+
+/// Whether two settings strings name the same settings (order, spaces and case of the values
+/// aside; `default` and the empty string are the same).
+pub fn same_conf(a: &str, b: &str) -> bool {
+    normalized(a) == normalized(b)
+}
+
+fn normalized(conf: &str) -> Vec<String> {
+    let mut parts: Vec<String> = conf
+        .split(',')
+        .map(|p| p.trim().to_ascii_lowercase())
+        .filter(|p| !p.is_empty() && p != "default")
+        .collect();
+    parts.sort();
+    parts
+}
+
+/// "replayed: peak 61.2 GiB of 64.0 GiB allowed (2.8 GiB spare)", the evidence of a proven
+/// setting.
+pub fn proven_text(setting: &ReplayedSetting, limit_bytes: Option<u64>) -> String {
+    match limit_bytes {
+        Some(limit) => format!(
+            "replayed: peak {} of {} allowed ({} spare)",
+            format_bytes(setting.peak_reserved_bytes),
+            format_bytes(limit),
+            format_bytes(limit.saturating_sub(setting.peak_reserved_bytes))
+        ),
+        None => format!(
+            "replayed: the run did not run out of memory (peak {} reserved)",
+            format_bytes(setting.peak_reserved_bytes)
+        ),
+    }
+}
+
+/// "runs out at event 1234: 24.0 GiB requested with 63.9 GiB of 64.0 GiB reserved", why a
+/// useless setting does not help.
+pub fn useless_text(setting: &ReplayedSetting) -> String {
+    match &setting.oom {
+        Some(oom) => format!(
+            "still runs out at event {}: {} requested with {} reserved{}",
+            oom.event_index,
+            format_bytes(oom.request_bytes),
+            format_bytes(oom.reserved_bytes),
+            oom.allowed_bytes
+                .map(|a| format!(" of {} allowed", format_bytes(a)))
+                .unwrap_or_default()
+        ),
+        None => "did not run out".to_owned(),
+    }
+}
+
+/// The verification of a setting the replay proved.
+pub fn proven(setting: &ReplayedSetting, limit_bytes: Option<u64>) -> Verification {
+    Verification::proven(proven_text(setting, limit_bytes))
+}
+
+/// How long the spare memory of a proven setting lasts when the live set still grows by
+/// `growth_per_iteration_bytes`: whole iterations, `None` when it is not growing.
+pub fn headroom_lasts(
+    setting: &ReplayedSetting,
+    limit_bytes: Option<u64>,
+    growth_per_iteration_bytes: Option<u64>,
+) -> Option<u64> {
+    let growth = growth_per_iteration_bytes.filter(|&g| g > 0)?;
+    Some(limit_bytes?.saturating_sub(setting.peak_reserved_bytes) / growth)
+}
+
+/// Why a recommendation could not be proven, and how to prove it: `why` is the reason ("the log
+/// has no allocation history").
+pub fn unverified(why: &str) -> Verification {
+    Verification::unverified(format!(
+        "Unverified: {why}. To verify it before a real run, record the allocation history \
+         (torch.cuda.memory._record_memory_history(max_entries=1_000_000) before the failing \
+         step, torch.cuda.memory._dump_snapshot(\"oom.pickle\") in an except \
+         torch.OutOfMemoryError block) and replay it: vramscope whatif oom.pickle"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::finding::VerificationStatus;
+    use crate::model::GIB;
+
+    fn setting(conf: &str, peak_gib: f64, oom_at: Option<usize>) -> ReplayedSetting {
+        ReplayedSetting {
+            conf: conf.to_owned(),
+            peak_reserved_bytes: (peak_gib * GIB as f64) as u64,
+            peak_allocated_bytes: 0,
+            oom: oom_at.map(|event_index| ReplayedOom {
+                event_index,
+                request_bytes: 24 * GIB,
+                reserved_bytes: 63 * GIB,
+                allowed_bytes: Some(64 * GIB),
+            }),
+            num_alloc_retries: 0,
+            incomplete: None,
+            uncertain: false,
+        }
+    }
+
+    fn evidence(reliable: bool) -> ReplayEvidence {
+        ReplayEvidence {
+            reliable,
+            self_check: if reliable {
+                "reproduced the final state and the OOM at event 1234".to_owned()
+            } else {
+                "segment at 0x7f00 differs at event 99".to_owned()
+            },
+            limit_bytes: Some(64 * GIB),
+            recorded_conf: "default".to_owned(),
+            settings: vec![
+                setting("", 64.0, Some(1234)),
+                setting("max_split_size_mb:4096", 64.0, Some(1234)),
+                setting("expandable_segments:True", 61.2, None),
+                setting("garbage_collection_threshold:0.6", 62.5, None),
+                ReplayedSetting {
+                    uncertain: true,
+                    ..setting("roundup_power2_divisions:4", 60.0, None)
+                },
+                ReplayedSetting {
+                    incomplete: Some("no block at 0x10 for event 7".into()),
+                    ..setting("roundup_power2_divisions:8", 60.0, None)
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn helpful_settings_come_most_headroom_first_and_useless_ones_are_kept() {
+        let e = evidence(true);
+        let proof = judge(&e).unwrap_or_else(|| panic!("reliable"));
+        let helps: Vec<&str> = proof.helps.iter().map(|s| s.conf.as_str()).collect();
+        assert_eq!(
+            helps,
+            [
+                "expandable_segments:True",
+                "garbage_collection_threshold:0.6"
+            ]
+        );
+        // Of two proven settings, the one whose proof carries further comes first even with a
+        // higher peak.
+        let mut e = evidence(true);
+        e.settings
+            .push(setting("roundup_power2_divisions:2", 50.0, None));
+        e.settings
+            .push(setting("max_split_size_mb:512", 63.0, None));
+        let proof = judge(&e).unwrap_or_else(|| panic!("reliable"));
+        let helps: Vec<&str> = proof.helps.iter().map(|s| s.conf.as_str()).collect();
+        assert_eq!(
+            helps,
+            [
+                "expandable_segments:True",
+                "max_split_size_mb:512",
+                "garbage_collection_threshold:0.6",
+                "roundup_power2_divisions:2"
+            ]
+        );
+        let useless: Vec<&str> = proof.useless.iter().map(|s| s.conf.as_str()).collect();
+        assert_eq!(
+            useless,
+            ["max_split_size_mb:4096"],
+            "the recorded one, uncertain and incomplete replays are left out"
+        );
+        assert_eq!(
+            proven_text(proof.helps[0], proof.limit_bytes),
+            "replayed: peak 61.2 GiB of 64.0 GiB allowed (2.80 GiB spare)"
+        );
+        assert_eq!(
+            useless_text(proof.useless[0]),
+            "still runs out at event 1234: 24.0 GiB requested with 63.0 GiB reserved of 64.0 GiB allowed"
+        );
+    }
+
+    #[test]
+    fn an_unreliable_replay_proves_nothing() {
+        assert!(judge(&evidence(false)).is_none());
+        let v = unverified("the replay's self-check failed (segment at 0x7f00 differs)");
+        assert_eq!(v.status, VerificationStatus::Unverified);
+        assert!(v.detail.contains("vramscope whatif"), "{}", v.detail);
+        assert!(v.detail.contains("_record_memory_history"), "{}", v.detail);
+    }
+
+    #[test]
+    fn headroom_is_measured_in_iterations_of_growth() {
+        let s = setting("expandable_segments:True", 61.0, None);
+        assert_eq!(headroom_lasts(&s, Some(64 * GIB), Some(GIB / 2)), Some(6));
+        assert_eq!(headroom_lasts(&s, Some(64 * GIB), None), None);
+        assert_eq!(headroom_lasts(&s, None, Some(GIB)), None);
+    }
+
+    #[test]
+    fn settings_compare_regardless_of_order_and_default() {
+        assert!(same_conf("default", ""));
+        assert!(same_conf(
+            "expandable_segments:True,max_split_size_mb:128",
+            " max_split_size_mb:128 , expandable_segments:true"
+        ));
+        assert!(!same_conf("expandable_segments:True", "default"));
+    }
+}

@@ -1,0 +1,793 @@
+//! How the live set (allocated bytes) moved before a failure, from an allocator trace: did the job
+//! complete an iteration, is the live set steady from iteration to iteration, or still growing?
+//!
+//! A frozen state at the failure cannot tell a batch that never fit from a job that ran for hours
+//! and then fragmented: the trace can. Iterations come from the trace's `ProfilerStep#N`
+//! annotations when the job used the profiler's step markers, and otherwise from the live set
+//! itself: an iteration ends when the live set falls back by at least half of what it rose since
+//! the last one, freeing a block allocated early in that rise (at least half of the rise was
+//! allocated after it: a backward pass frees the forward's activations, an optimizer's
+//! `zero_grad` the gradients of the whole backward pass). A layer's temporary buffer, freed right
+//! after it was allocated, does not end an iteration, so the first forward pass through twelve
+//! identical layers is one rise, not twelve iterations. Falls much smaller than the largest (the
+//! next batch's input replacing the last) are merged into the iteration they belong to. This is a
+//! heuristic: a step whose backward pass frees memory in several large waves can count as more
+//! than one iteration.
+//!
+//! With at least [`MIN_ITERATIONS_FOR_TREND`] iterations, the floors of the iterations (the live
+//! set each fell back to) are judged by [`super::growth::assess`]: growing, or steady.
+
+use super::growth::{self, Confidence, Shape};
+use super::log::StepSeries;
+use crate::analysis::timetravel::TimeTravel;
+use crate::model::allocator::TraceAction;
+use crate::model::{MIB, format_bytes};
+
+/// A growing live set that adds fewer live blocks than this per iteration grows by enlarging
+/// the same tensors (see [`Trajectory::grows_by_enlarging`]).
+const ENLARGING_MAX_BLOCKS_PER_ITERATION: f64 = 0.5;
+
+/// Iterations needed before their floors are judged for growth.
+pub const MIN_ITERATIONS_FOR_TREND: usize = 4;
+/// A fall must give back at least this share of the rise since the last iteration's end.
+const FALL_SHARE: f64 = 0.5;
+/// ... and free a block after which at least this share of the rise was allocated before the
+/// peak (memory from early in the rise, not a temporary made just before the fall).
+const REACH_SHARE: f64 = 0.5;
+/// Cycles rising less than this share of the largest one are merged into the next.
+const SMALL_CYCLE_SHARE: f64 = 0.25;
+/// Wiggles below this share of the range (or [`MIN_WIGGLE_BYTES`]) are ignored when finding the
+/// live set's turning points.
+const WIGGLE_SHARE: f64 = 0.01;
+const MIN_WIGGLE_BYTES: u64 = MIB;
+
+/// Where the iteration boundaries came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IterationSource {
+    /// `ProfilerStep#N` annotations recorded with the snapshot.
+    ProfilerSteps,
+    /// Falls of the live set back towards its floor.
+    LiveSetFalls,
+    /// The figures a training log printed after each step.
+    LoggedSteps,
+}
+
+/// One completed iteration: trace event positions (state after that many events; for logged
+/// steps, the log line) and the live set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Iteration {
+    pub start_event: usize,
+    pub end_event: usize,
+    /// Lowest live set in the iteration.
+    pub floor_bytes: u64,
+    /// Highest live set in the iteration.
+    pub peak_bytes: u64,
+}
+
+/// What the live set did across the iterations (or, without any, across the trace).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LiveGrowth {
+    /// Too few iterations to tell.
+    Unknown,
+    /// The iterations' floors stay level (or levelled off after a warm-up): a steady state
+    /// whose iterations peak at `peak_bytes`.
+    Steady { peak_bytes: u64 },
+    /// The floors keep rising by `per_iteration_bytes` per iteration.
+    Growing {
+        per_iteration_bytes: u64,
+        r_squared: f64,
+        decelerating: bool,
+        confidence: Confidence,
+    },
+    /// No iteration completed: the live set rose from `from_bytes` to `to_bytes` without ever
+    /// falling back (`bytes_per_second` when the trace recorded times).
+    RoseWithoutFallingBack {
+        from_bytes: u64,
+        to_bytes: u64,
+        bytes_per_second: Option<f64>,
+    },
+}
+
+/// The live set's history up to the failure (or the end of the trace).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trajectory {
+    /// Events looked at: up to the failure.
+    pub events: usize,
+    /// No tensor was alive when the trace begins: it shows the job from its start (no wrapped
+    /// ring buffer, no tensor made before recording started).
+    pub starts_empty: bool,
+    pub source: IterationSource,
+    /// Iterations completed before the failure.
+    pub iterations: Vec<Iteration>,
+    /// Live set just before the failure (or at the end).
+    pub live_at_end_bytes: u64,
+    /// Highest live set before the failure.
+    pub peak_live_bytes: u64,
+    /// Seconds the events span, when the trace recorded times.
+    pub span_seconds: Option<f64>,
+    pub growth: LiveGrowth,
+    /// Live blocks (allocations not yet freed) added per iteration on average, from the first
+    /// iteration's end to the last's; `None` without a trace or iterations.
+    pub blocks_added_per_iteration: Option<f64>,
+}
+
+impl Trajectory {
+    /// No iteration completed, and the trace shows everything since the allocator was empty: the
+    /// job failed in its first step (or keeps everything it ever allocated).
+    pub fn failed_in_first_step(&self) -> bool {
+        self.starts_empty && self.iterations.is_empty()
+    }
+
+    /// The live set was still growing at the failure, with nothing to show it would level off:
+    /// it grew from iteration to iteration, or it rose without ever falling back since the job
+    /// began (a trace that starts mid-job shows only part of an iteration then).
+    pub fn still_growing(&self) -> bool {
+        match self.growth {
+            LiveGrowth::Growing { decelerating, .. } => !decelerating,
+            LiveGrowth::RoseWithoutFallingBack { .. } => self.starts_empty,
+            LiveGrowth::Unknown | LiveGrowth::Steady { .. } => false,
+        }
+    }
+
+    /// The live set grows from iteration to iteration while the number of live blocks stays
+    /// the same: the same tensors are replaced by larger ones (a KV cache concatenated with each
+    /// token, a sequence that gets longer). That is a working set growing by design, which needs
+    /// more memory at its largest (capacity), not references kept by mistake (a leak adds
+    /// blocks every iteration).
+    pub fn grows_by_enlarging(&self) -> bool {
+        matches!(self.growth, LiveGrowth::Growing { .. })
+            && self
+                .blocks_added_per_iteration
+                .is_some_and(|b| b.abs() < ENLARGING_MAX_BLOCKS_PER_ITERATION)
+    }
+
+    /// The live set's growth over the events looked at (bytes), when it is growing.
+    pub fn observed_growth_bytes(&self) -> Option<u64> {
+        match self.growth {
+            LiveGrowth::Growing {
+                per_iteration_bytes,
+                ..
+            } => Some(per_iteration_bytes.saturating_mul(self.iterations.len() as u64)),
+            LiveGrowth::RoseWithoutFallingBack {
+                from_bytes,
+                to_bytes,
+                ..
+            } => Some(to_bytes.saturating_sub(from_bytes)),
+            LiveGrowth::Unknown | LiveGrowth::Steady { .. } => None,
+        }
+    }
+
+    /// A typical iteration's rise above its floor (activations and temporaries, what a smaller
+    /// batch shrinks): the median over the iterations.
+    pub fn typical_excursion_bytes(&self) -> Option<u64> {
+        let mut rises: Vec<u64> = self
+            .iterations
+            .iter()
+            .map(|i| i.peak_bytes.saturating_sub(i.floor_bytes))
+            .collect();
+        rises.sort_unstable();
+        rises.get(rises.len() / 2).copied()
+    }
+
+    /// One sentence for explanations.
+    pub fn describe(&self) -> String {
+        let n = self.iterations.len();
+        let how = match self.source {
+            IterationSource::ProfilerSteps => "profiler steps",
+            IterationSource::LiveSetFalls => "iterations (the live set fell back to its floor)",
+            IterationSource::LoggedSteps => "steps printed by the log",
+        };
+        match self.growth {
+            LiveGrowth::RoseWithoutFallingBack {
+                from_bytes,
+                to_bytes,
+                bytes_per_second,
+            } => format!(
+                "The trace shows no completed iteration{}: the live set rose from {} to {}{} without ever falling back.",
+                if self.starts_empty {
+                    " since the allocator was empty"
+                } else {
+                    ""
+                },
+                format_bytes(from_bytes),
+                format_bytes(to_bytes),
+                bytes_per_second
+                    .filter(|r| *r > 0.0)
+                    .map(|r| format!(" ({}/s)", format_bytes(r as u64)))
+                    .unwrap_or_default()
+            ),
+            LiveGrowth::Steady { peak_bytes } => format!(
+                "The trace shows {n} completed {how} in a steady state: each fell back to the same floor and peaked at about {}.",
+                format_bytes(peak_bytes)
+            ),
+            LiveGrowth::Growing {
+                per_iteration_bytes,
+                r_squared,
+                decelerating,
+                confidence,
+            } => format!(
+                "The trace shows {n} completed {how}, and the live set each fell back to rose by {} per iteration (fit R² {r_squared:.2}{}; confidence {}).",
+                format_bytes(per_iteration_bytes),
+                if decelerating { ", slowing down" } else { "" },
+                confidence.as_str()
+            ),
+            LiveGrowth::Unknown => {
+                format!("The trace shows {n} completed {how}, too few to tell steady from growing.")
+            }
+        }
+    }
+}
+
+/// The trajectory of `travel`'s live set up to event `failure_event` (the whole trace when
+/// `None`); `None` when the trace has no events or no reconstructed series.
+pub fn of_trace(travel: &TimeTravel, failure_event: Option<usize>) -> Option<Trajectory> {
+    let trace = travel.trace();
+    let end = failure_event.unwrap_or(trace.len()).min(trace.len());
+    let series = travel.allocated_series().get(..=end)?;
+    if end == 0 {
+        return None;
+    }
+    // Nothing was alive when recording began: no wrapped ring buffer, no earlier tensors.
+    let starts_empty = series.first() == Some(&0);
+    let (source, boundaries) = match profiler_step_boundaries(travel, end) {
+        Some(b) => (IterationSource::ProfilerSteps, b),
+        None => (
+            IterationSource::LiveSetFalls,
+            live_set_falls(travel, series),
+        ),
+    };
+    let iterations: Vec<Iteration> = boundaries
+        .windows(2)
+        .map(|w| {
+            let stretch = &series[w[0]..=w[1]];
+            Iteration {
+                start_event: w[0],
+                end_event: w[1],
+                floor_bytes: stretch.iter().copied().min().unwrap_or(0),
+                peak_bytes: stretch.iter().copied().max().unwrap_or(0),
+            }
+        })
+        .collect();
+    let live_at_end_bytes = series[end];
+    let peak_live_bytes = series.iter().copied().max().unwrap_or(0);
+    let span_seconds = trace
+        .time_us(0)
+        .zip(trace.time_us(end.saturating_sub(1)))
+        .map(|(a, b)| (b - a) as f64 / 1e6)
+        .filter(|s| *s > 0.0);
+    let growth = live_growth(&iterations, series, span_seconds);
+    let blocks_added_per_iteration = blocks_added_per_iteration(travel, &iterations);
+    Some(Trajectory {
+        blocks_added_per_iteration,
+        events: end,
+        starts_empty,
+        source,
+        iterations,
+        live_at_end_bytes,
+        peak_live_bytes,
+        span_seconds,
+        growth,
+    })
+}
+
+/// Live blocks added per iteration: allocations minus frees between the end of the first
+/// iteration and the end of the last, per iteration in between.
+fn blocks_added_per_iteration(travel: &TimeTravel, iterations: &[Iteration]) -> Option<f64> {
+    let (first, last) = (iterations.first()?, iterations.last()?);
+    if iterations.len() < 2 {
+        return None;
+    }
+    let actions = travel
+        .trace()
+        .actions
+        .get(first.end_event..last.end_event)?;
+    let added: i64 = actions
+        .iter()
+        .map(|a| match a {
+            TraceAction::Alloc => 1,
+            TraceAction::FreeRequested => -1,
+            _ => 0,
+        })
+        .sum();
+    Some(added as f64 / (iterations.len() - 1) as f64)
+}
+
+fn live_growth(iterations: &[Iteration], series: &[u64], span_seconds: Option<f64>) -> LiveGrowth {
+    if iterations.is_empty() {
+        let from_bytes = series.first().copied().unwrap_or(0);
+        let to_bytes = series.last().copied().unwrap_or(0);
+        if to_bytes <= from_bytes {
+            return LiveGrowth::Unknown;
+        }
+        return LiveGrowth::RoseWithoutFallingBack {
+            from_bytes,
+            to_bytes,
+            bytes_per_second: span_seconds.map(|s| (to_bytes - from_bytes) as f64 / s),
+        };
+    }
+    if iterations.len() < MIN_ITERATIONS_FOR_TREND {
+        return LiveGrowth::Unknown;
+    }
+    let floors: Vec<(f64, f64)> = iterations
+        .iter()
+        .enumerate()
+        .map(|(i, it)| (i as f64, it.floor_bytes as f64))
+        .collect();
+    let peak_bytes = iterations.iter().map(|i| i.peak_bytes).max().unwrap_or(0);
+    match growth::assess_with(&floors, 0.0, MIN_ITERATIONS_FOR_TREND) {
+        Shape::Growing(g) => LiveGrowth::Growing {
+            per_iteration_bytes: g.slope().max(0.0) as u64,
+            r_squared: g.line.r_squared,
+            decelerating: g.decelerating,
+            // Ten iterations are needed before a per-iteration trend counts as sure.
+            confidence: g.confidence(10.0),
+        },
+        Shape::Flat | Shape::LevelledOff { .. } => LiveGrowth::Steady { peak_bytes },
+        Shape::TooShort { .. } => LiveGrowth::Unknown,
+    }
+}
+
+/// The trajectory a log's per-step figures show (`step 12 allocated 4.06 GiB`): every printed
+/// step completed, and the figure is the live set it left behind. `None` without points.
+pub fn of_logged_steps(series: &StepSeries) -> Option<Trajectory> {
+    let last = series.points.last()?;
+    let iterations: Vec<Iteration> = series
+        .points
+        .iter()
+        .map(|p| Iteration {
+            start_event: p.line,
+            end_event: p.line,
+            floor_bytes: p.bytes,
+            peak_bytes: p.bytes,
+        })
+        .collect();
+    let growth = live_growth(&iterations, &[], None);
+    Some(Trajectory {
+        blocks_added_per_iteration: None,
+        events: series.points.len(),
+        starts_empty: false,
+        source: IterationSource::LoggedSteps,
+        live_at_end_bytes: last.bytes,
+        peak_live_bytes: iterations.iter().map(|i| i.peak_bytes).max().unwrap_or(0),
+        iterations,
+        span_seconds: None,
+        growth,
+    })
+}
+
+/// Event positions where `ProfilerStep#N` annotations of this device START, up to `end`, with the
+/// trace's start first; `None` when the snapshot has fewer than two usable markers.
+fn profiler_step_boundaries(travel: &TimeTravel, end: usize) -> Option<Vec<usize>> {
+    let snapshot = travel.snapshot();
+    let trace = travel.trace();
+    if !travel.times_are_monotonic() {
+        return None;
+    }
+    let mut starts: Vec<usize> = snapshot
+        .annotations
+        .iter()
+        .filter(|a| a.device.is_none_or(|d| d == travel.device()))
+        .filter(|a| {
+            snapshot.string(a.name).starts_with("ProfilerStep#")
+                && snapshot.string(a.stage).eq_ignore_ascii_case("START")
+        })
+        .filter_map(|a| a.time_us)
+        .map(|t| trace.times_us.partition_point(|&x| x < t))
+        .filter(|&i| i > 0 && i < end)
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    if starts.len() < 2 {
+        return None;
+    }
+    let mut boundaries = vec![0];
+    boundaries.extend(starts);
+    Some(boundaries)
+}
+
+/// Iteration boundaries (event positions, the first being where the first iteration began) from
+/// the live set's falls, by the rule in the module comment.
+fn live_set_falls(travel: &TimeTravel, series: &[u64]) -> Vec<usize> {
+    let (Some(&lowest), Some(&highest)) = (series.iter().min(), series.iter().max()) else {
+        return Vec::new();
+    };
+    let range = highest - lowest;
+    if range == 0 {
+        return Vec::new();
+    }
+    let wiggle = ((range as f64 * WIGGLE_SHARE) as u64).max(MIN_WIGGLE_BYTES);
+    let turns = turning_points(series, wiggle);
+    let history = AllocationHistory::new(travel, series.len() - 1);
+
+    let mut boundaries: Vec<usize> = Vec::new();
+    // The floor the current rise started from (the last boundary), and the highest point since.
+    let mut base = turns.first().copied().unwrap_or((0, series[0]));
+    let mut high = base;
+    let mut scan_budget = MAX_EVENTS_SCANNED;
+    for &(index, level) in turns.iter().skip(1) {
+        if level >= high.1 {
+            high = (index, level);
+            continue;
+        }
+        // Where the rise began: the last boundary; before the first one, the last event before
+        // the peak at or below this trough (a model load before the first step is not part of
+        // the step).
+        let start = if boundaries.is_empty() && scan_budget > 0 {
+            let mut j = high.0;
+            while j > base.0 && series[j] > level && scan_budget > 0 {
+                j -= 1;
+                scan_budget -= 1;
+            }
+            (j, series[j])
+        } else {
+            base
+        };
+        let rise = high.1.saturating_sub(start.1) as f64;
+        let fall = high.1.saturating_sub(level) as f64;
+        if rise > 0.0 && fall >= FALL_SHARE * rise && history.reaches_back(high.0, index, rise) {
+            if boundaries.is_empty() {
+                boundaries.push(start.0);
+            }
+            boundaries.push(index);
+            base = (index, level);
+            high = base;
+            continue;
+        }
+        if level < base.1 {
+            base = (index, level);
+            high = base;
+        }
+    }
+    merge_small_cycles(series, boundaries)
+}
+
+/// Events looked back through, in all, for where the first rise began: bounds the cost of a
+/// trace in which no iteration ends.
+const MAX_EVENTS_SCANNED: usize = 1 << 22;
+
+/// Boundaries without the cycles whose rise is under [`SMALL_CYCLE_SHARE`] of the largest: the
+/// next batch's input replacing the last one is a fall, but not an iteration.
+fn merge_small_cycles(series: &[u64], boundaries: Vec<usize>) -> Vec<usize> {
+    if boundaries.len() <= 2 {
+        return boundaries;
+    }
+    let rise = |from: usize, to: usize| {
+        let stretch = &series[from..=to];
+        let peak = stretch.iter().copied().max().unwrap_or(0);
+        peak.saturating_sub(stretch.iter().copied().min().unwrap_or(0))
+    };
+    let largest = boundaries
+        .windows(2)
+        .map(|w| rise(w[0], w[1]))
+        .max()
+        .unwrap_or(0);
+    let mut kept = vec![boundaries[0]];
+    for (i, &end) in boundaries.iter().enumerate().skip(1) {
+        let start = kept.last().copied().unwrap_or(0);
+        let last = i == boundaries.len() - 1;
+        if last || rise(start, end) as f64 >= SMALL_CYCLE_SHARE * largest as f64 {
+            kept.push(end);
+        }
+    }
+    kept
+}
+
+/// Which allocation each free undoes, and how many bytes were allocated before each position:
+/// what "a fall frees memory allocated early in the rise" is measured with.
+struct AllocationHistory {
+    /// Per event position: for a free, the position of the alloc it undoes (0 for blocks
+    /// allocated before the trace); `usize::MAX` for other events.
+    alloc_of: Vec<usize>,
+    /// Bytes handed out by `alloc` events before each position (`len + 1` entries).
+    allocated_before: Vec<u64>,
+}
+
+impl AllocationHistory {
+    fn new(travel: &TimeTravel, end: usize) -> Self {
+        let trace = travel.trace();
+        let mut allocated_at: foldhash::HashMap<u64, usize> = foldhash::HashMap::default();
+        let mut alloc_of = vec![usize::MAX; end];
+        let mut allocated_before = Vec::with_capacity(end + 1);
+        let mut total = 0u64;
+        for (position, slot) in alloc_of.iter_mut().enumerate() {
+            allocated_before.push(total);
+            let address = trace.addresses.get(position).copied().unwrap_or(0);
+            match trace.actions.get(position) {
+                Some(TraceAction::Alloc) => {
+                    allocated_at.insert(address, position);
+                    total =
+                        total.saturating_add(trace.sizes_bytes.get(position).copied().unwrap_or(0));
+                }
+                Some(TraceAction::FreeRequested) => {
+                    *slot = allocated_at.get(&address).copied().unwrap_or(0);
+                }
+                Some(TraceAction::FreeCompleted) => {
+                    *slot = allocated_at.remove(&address).unwrap_or(0);
+                }
+                _ => {}
+            }
+        }
+        allocated_before.push(total);
+        AllocationHistory {
+            alloc_of,
+            allocated_before,
+        }
+    }
+
+    /// Whether the events from the peak (`peak` events applied) to the trough free a block after
+    /// whose allocation at least [`REACH_SHARE`] of `rise` bytes were still allocated before the
+    /// peak: memory from early in the rise, not a temporary freed right after it was made.
+    fn reaches_back(&self, peak: usize, trough: usize, rise: f64) -> bool {
+        let Some(frees) = self.alloc_of.get(peak..trough) else {
+            return false;
+        };
+        let Some(&at_peak) = self.allocated_before.get(peak) else {
+            return false;
+        };
+        frees.iter().filter(|&&a| a != usize::MAX).any(|&a| {
+            let after = self.allocated_before.get(a + 1).copied().unwrap_or(at_peak);
+            at_peak.saturating_sub(after) as f64 >= REACH_SHARE * rise
+        })
+    }
+}
+
+/// The series' alternating peaks and troughs, ignoring moves smaller than `wiggle`: `(position,
+/// level)`, the first point included.
+fn turning_points(series: &[u64], wiggle: u64) -> Vec<(usize, u64)> {
+    let Some(&first) = series.first() else {
+        return Vec::new();
+    };
+    let mut turns = vec![(0, first)];
+    // +1 rising, -1 falling, 0 not yet known; `candidate` is the extreme of the current move.
+    let mut direction = 0i8;
+    let mut low = (0, first);
+    let mut high = (0, first);
+    let mut candidate = (0, first);
+    for (index, &level) in series.iter().enumerate().skip(1) {
+        match direction {
+            0 => {
+                if level < low.1 {
+                    low = (index, level);
+                }
+                if level > high.1 {
+                    high = (index, level);
+                }
+                if high.1 - low.1 >= wiggle {
+                    direction = if high.0 > low.0 { 1 } else { -1 };
+                    let (start, extreme) = if direction > 0 {
+                        (low, high)
+                    } else {
+                        (high, low)
+                    };
+                    if start.0 > 0 {
+                        turns.push(start);
+                    }
+                    candidate = extreme;
+                }
+            }
+            1 => {
+                if level >= candidate.1 {
+                    candidate = (index, level);
+                } else if candidate.1 - level >= wiggle {
+                    turns.push(candidate);
+                    direction = -1;
+                    candidate = (index, level);
+                }
+            }
+            _ => {
+                if level <= candidate.1 {
+                    candidate = (index, level);
+                } else if level - candidate.1 >= wiggle {
+                    turns.push(candidate);
+                    direction = 1;
+                    candidate = (index, level);
+                }
+            }
+        }
+    }
+    if candidate.0 > 0 && turns.last().map(|t| t.0) != Some(candidate.0) {
+        turns.push(candidate);
+    }
+    turns
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::allocator::{
+        AllocatorSnapshot, DeviceAllocState, DeviceTrace, StackId, StringId,
+    };
+
+    /// What a synthetic job does, event by event.
+    #[derive(Clone, Copy)]
+    pub enum Op {
+        Alloc(u64, u64),
+        Free(u64),
+    }
+
+    /// A snapshot whose device-0 trace performs `ops` from an empty allocator, each block in a
+    /// segment of its own (reserved just before, released just after), ending in an `oom` event
+    /// when `oom_request` is given. Addresses are offsets from a base.
+    pub fn trace_snapshot(ops: &[Op], oom_request: Option<u64>) -> Arc<AllocatorSnapshot> {
+        use crate::model::allocator::{Block, BlockState, PoolId, PoolKind, Segment};
+        let base = 0x7f00_0000_0000u64;
+        let mut trace = DeviceTrace::default();
+        let mut live: std::collections::BTreeMap<u64, u64> = Default::default();
+        let push = |trace: &mut DeviceTrace, action, address, size| {
+            trace.actions.push(action);
+            trace.addresses.push(address);
+            trace.sizes_bytes.push(size);
+            trace.streams.push(0);
+            trace
+                .times_us
+                .push(1_000_000 + trace.actions.len() as i64 * 1000);
+            trace.stacks.push(StackId::EMPTY);
+            trace.user_metadata.push(StringId(0));
+            trace.compile_context.push(StringId(0));
+        };
+        for op in ops {
+            match *op {
+                Op::Alloc(offset, size) => {
+                    push(&mut trace, TraceAction::SegmentAlloc, base + offset, size);
+                    push(&mut trace, TraceAction::Alloc, base + offset, size);
+                    live.insert(base + offset, size);
+                }
+                Op::Free(offset) => {
+                    let size = live.remove(&(base + offset)).unwrap_or(0);
+                    push(&mut trace, TraceAction::FreeRequested, base + offset, size);
+                    push(&mut trace, TraceAction::FreeCompleted, base + offset, size);
+                    push(&mut trace, TraceAction::SegmentFree, base + offset, size);
+                }
+            }
+        }
+        if let Some(request) = oom_request {
+            push(&mut trace, TraceAction::Oom, 0, request);
+            let index = (trace.actions.len() - 1) as u32;
+            trace.device_free_bytes.push((index, 0));
+        }
+        let mut snapshot = AllocatorSnapshot {
+            traces: vec![trace],
+            ..Default::default()
+        };
+        for (&address, &size) in &live {
+            let first_block = snapshot.blocks.len() as u32;
+            snapshot.blocks.push(Block {
+                address,
+                size_bytes: size,
+                requested_bytes: Some(size),
+                state: BlockState::ActiveAllocated,
+                stack: StackId::EMPTY,
+            });
+            snapshot.segments.push(Segment {
+                device: 0,
+                address,
+                total_bytes: size,
+                allocated_bytes: size,
+                active_bytes: size,
+                requested_bytes: None,
+                stream: 0,
+                pool: PoolKind::Large,
+                pool_id: PoolId::default(),
+                is_expandable: false,
+                first_block,
+                block_count: 1,
+                stack: StackId::EMPTY,
+            });
+        }
+        snapshot.devices.push(DeviceAllocState {
+            device: 0,
+            segments: 0..snapshot.segments.len(),
+            trace: Some(0),
+        });
+        Arc::new(snapshot)
+    }
+
+    const M: u64 = MIB;
+
+    /// `steps` training steps: `layers` activations of `act` kept through the forward pass, a
+    /// temporary of `temp` per layer, then the backward frees them newest first; each step also
+    /// keeps `leak` bytes.
+    pub fn training(steps: u64, layers: u64, act: u64, temp: u64, leak: u64) -> Vec<Op> {
+        let mut ops = vec![Op::Alloc(0, 512 * M)]; // the weights
+        let mut next = 1 << 30;
+        for _ in 0..steps {
+            let mut acts = Vec::new();
+            for _ in 0..layers {
+                ops.push(Op::Alloc(next, act));
+                acts.push(next);
+                next += act;
+                ops.push(Op::Alloc(next, temp));
+                ops.push(Op::Free(next));
+                next += temp;
+            }
+            if leak > 0 {
+                ops.push(Op::Alloc(next, leak));
+                next += leak;
+            }
+            for a in acts.into_iter().rev() {
+                ops.push(Op::Free(a));
+            }
+        }
+        ops
+    }
+
+    fn trajectory(ops: &[Op], oom: Option<u64>) -> Trajectory {
+        let snapshot = trace_snapshot(ops, oom);
+        let travel = TimeTravel::new(snapshot, 0);
+        assert!(travel.check().matches_final_state, "{:?}", travel.check());
+        let failure = oom.map(|_| travel.len() - 1);
+        of_trace(&travel, failure).unwrap_or_else(|| panic!("no trajectory"))
+    }
+
+    #[test]
+    fn a_first_forward_pass_through_identical_layers_is_one_rise() {
+        // Twelve layers, each keeping 1 GiB and using a 3 GiB temporary, failing in the forward
+        // pass: no completed iteration however the temporaries wiggle.
+        let mut ops = training(1, 12, 1024 * M, 3072 * M, 0);
+        ops.truncate(1 + 12 * 3);
+        let t = trajectory(&ops, Some(4096 * M));
+        assert!(t.iterations.is_empty(), "{:?}", t.iterations);
+        assert!(t.failed_in_first_step());
+        assert!(t.still_growing());
+        assert!(matches!(
+            t.growth,
+            LiveGrowth::RoseWithoutFallingBack { .. }
+        ));
+        assert!(
+            t.describe().contains("no completed iteration"),
+            "{}",
+            t.describe()
+        );
+    }
+
+    #[test]
+    fn steady_training_steps_are_iterations_in_a_steady_state() {
+        let t = trajectory(&training(8, 6, 256 * M, 512 * M, 0), None);
+        assert_eq!(t.iterations.len(), 8, "{:?}", t.iterations);
+        assert_eq!(t.source, IterationSource::LiveSetFalls);
+        assert!(!t.failed_in_first_step());
+        assert!(
+            matches!(t.growth, LiveGrowth::Steady { .. }),
+            "{:?}",
+            t.growth
+        );
+        assert!(!t.still_growing());
+        // A step's rise: six kept activations plus the last temporary.
+        assert_eq!(t.typical_excursion_bytes(), Some((6 * 256 + 512) * M));
+    }
+
+    #[test]
+    fn a_step_that_keeps_memory_grows_per_iteration() {
+        let t = trajectory(&training(12, 4, 512 * M, 256 * M, 300 * M), Some(GIB_TEST));
+        assert_eq!(t.iterations.len(), 12);
+        match t.growth {
+            LiveGrowth::Growing {
+                per_iteration_bytes,
+                decelerating,
+                ..
+            } => {
+                assert!(
+                    per_iteration_bytes.abs_diff(300 * M) < M,
+                    "{per_iteration_bytes}"
+                );
+                assert!(!decelerating);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(t.still_growing());
+        assert_eq!(t.observed_growth_bytes(), Some(12 * 300 * M));
+    }
+
+    const GIB_TEST: u64 = 1 << 30;
+
+    #[test]
+    fn turning_points_ignore_wiggles() {
+        let series = [0, 10, 9, 20, 5, 6, 30];
+        assert_eq!(
+            turning_points(&series, 3),
+            vec![(0, 0), (3, 20), (4, 5), (6, 30)]
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! `vramscope whatif` end to end on real H200 snapshots: the self-check, the table, the JSON
+//! schema, and the errors a user meets (a bad setting, a snapshot without history, a trace that
+//! contradicts its state).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn whatif(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .arg("whatif")
+        .args(args)
+        .output()
+        .expect("run vramscope");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn os(path: &Path) -> &std::ffi::OsStr {
+    path.as_os_str()
+}
+
+#[test]
+fn a_sweep_prints_the_self_check_and_one_row_per_setting() {
+    let snapshot = fixture("pytorch/frag_oom.pickle");
+    let (code, stdout, stderr) = whatif(&[os(&snapshot)]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("self-check OK"), "{stdout}");
+    assert!(stdout.contains("(recorded)"), "{stdout}");
+    assert!(stdout.contains("expandable_segments:True"), "{stdout}");
+    assert!(stdout.contains("roundup_power2_divisions:4"), "{stdout}");
+    assert!(stdout.contains("max_split_size_mb:"), "{stdout}");
+}
+
+#[test]
+fn json_follows_the_whatif_schema() {
+    let snapshot = fixture("pytorch/frag_oom.pickle");
+    let (code, stdout, stderr) = whatif(&[
+        os(&snapshot),
+        "--setting".as_ref(),
+        "expandable_segments:True".as_ref(),
+        "--setting".as_ref(),
+        "default".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(doc["schema"], "vramscope.whatif/1");
+    assert_eq!(doc["self_check"]["reliable"], true, "{stdout}");
+    let results = doc["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2);
+    let settings: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r["setting"].as_str())
+        .collect();
+    assert!(
+        settings.contains(&"expandable_segments:True"),
+        "{settings:?}"
+    );
+    assert!(settings.contains(&"default"), "{settings:?}");
+    for result in results {
+        assert!(
+            result["peak_reserved_bytes"]
+                .as_u64()
+                .is_some_and(|b| b > 0)
+        );
+        assert!(result["oom"].is_boolean());
+        assert!(result.get("oom_event").is_some());
+    }
+    // The recorded (default) setting ran out where the real run did.
+    let default = results
+        .iter()
+        .find(|r| r["setting"] == "default")
+        .expect("default row");
+    assert_eq!(default["oom"], true);
+    assert_eq!(
+        default["oom_event"], doc["self_check"]["real_oom_events"][0],
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_unknown_setting_is_a_usage_error_that_lists_the_known_ones() {
+    let snapshot = fixture("pytorch/frag_oom.pickle");
+    let (code, _, stderr) = whatif(&[
+        os(&snapshot),
+        "--setting".as_ref(),
+        "expandable_segment:True".as_ref(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("'expandable_segment'"), "{stderr}");
+    assert!(stderr.contains("max_split_size_mb"), "{stderr}");
+    let (code, _, stderr) = whatif(&[os(&snapshot), "--cap".as_ref(), "lots".as_ref()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--cap 'lots' is not a size"), "{stderr}");
+}
+
+#[test]
+fn a_snapshot_without_history_says_how_to_record_it() {
+    let snapshot = fixture("pytorch/frag_oom.v-bare.pickle");
+    let (code, stdout, stderr) = whatif(&[os(&snapshot)]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stderr.contains("_record_memory_history"), "{stderr}");
+}
+
+#[test]
+fn a_missing_device_names_the_ones_there_are() {
+    let snapshot = fixture("pytorch/frag_oom.pickle");
+    let (code, _, stderr) = whatif(&[os(&snapshot), "--device".as_ref(), "7".as_ref()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("no device 7"), "{stderr}");
+    assert!(stderr.contains("device(s) 0"), "{stderr}");
+}
