@@ -21,7 +21,14 @@ use std::time::Duration;
 use web_time::Instant;
 
 /// Progress repaints the UI at most this often.
+#[cfg(not(target_arch = "wasm32"))]
 pub const PROGRESS_REPAINT_INTERVAL: Duration = Duration::from_millis(250);
+/// Progress repaints the UI at most this often. In the web viewer a frame is dear: drawing it
+/// takes the page's one thread (which also reads and decodes the file) for about 250-500 ms with
+/// software WebGL even when the app itself needs under a millisecond of it (measured idle and
+/// while opening: docs/benchmarks.md, "Web viewer"), so progress shows once a second there.
+#[cfg(target_arch = "wasm32")]
+pub const PROGRESS_REPAINT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a stepped job runs steps in one browser task (the web viewer) before the page gets
 /// its turn: long enough to make progress, short enough to keep the page responsive.
