@@ -106,7 +106,8 @@ enum SideTab {
 
 /// Everything the view shows for one device.
 struct DeviceView {
-    travel: TimeTravel,
+    /// Shared with the "What if…" tab's replays, which walk the same trace.
+    travel: Arc<TimeTravel>,
     ooms: Vec<OomExplanation>,
     judged: Vec<JudgedOom>,
     /// Events applied: the state shown is the one after `position` events.
@@ -142,7 +143,7 @@ impl DeviceView {
         let layout = BlockMapLayout::new(&state);
         let report = fragmentation::analyze(&state);
         DeviceView {
-            travel: analysis.travel,
+            travel: Arc::new(analysis.travel),
             ooms: analysis.ooms,
             judged,
             position,
@@ -479,9 +480,32 @@ impl AllocatorView {
         egui::CentralPanel::default().show(ui, |ui| {
             search_bar_ui(ui, device);
             legend_ui(ui);
-            if block_map_ui(ui, &snapshot, device) {
-                self.tab = SideTab::Block;
+            if !device.whatif.comparing() {
+                if block_map_ui(ui, &snapshot, device) {
+                    self.tab = SideTab::Block;
+                }
+                return;
             }
+            // The replay's state beside the recorded one, each under its own label.
+            ui.columns(2, |columns| {
+                let [recorded, replayed] = columns else {
+                    return;
+                };
+                recorded.label(
+                    RichText::new(format!(
+                        "Recorded run · after {} of {} events",
+                        device.position,
+                        device.travel.len()
+                    ))
+                    .strong(),
+                );
+                if block_map_ui(recorded, &snapshot, device) {
+                    self.tab = SideTab::Block;
+                }
+                device
+                    .whatif
+                    .compared_map_ui(replayed, &snapshot, &device.travel);
+            });
         });
     }
 }
@@ -553,8 +577,7 @@ fn side_panel_ui(
     ui.separator();
     match tab {
         SideTab::WhatIf => {
-            let device_id = device.travel.device();
-            if let Some(event) = device.whatif.ui(ui, snapshot, device_id) {
+            if let Some(event) = device.whatif.ui(ui, snapshot, &device.travel) {
                 device.seek(event);
             }
         }
@@ -644,44 +667,83 @@ fn legend_ui(ui: &mut Ui) {
     });
 }
 
-/// Draws the block map; returns true when a block was clicked (pinned).
-fn block_map_ui(ui: &mut Ui, snapshot: &AllocatorSnapshot, device: &mut DeviceView) -> bool {
+/// One block map as drawn this frame.
+pub(crate) struct PaintedMap {
+    pub(crate) response: egui::Response,
+    /// Where the map was drawn.
+    pub(crate) area: Rect,
+    /// `(segment, block)` under the pointer.
+    pub(crate) hovered: Option<(usize, usize)>,
+}
+
+/// What a block map draws: a state of `travel`'s device and its layout.
+pub(crate) struct MapContent<'a> {
+    /// Names the canvas for screen readers and tests.
+    pub(crate) accessible_name: &'a str,
+    /// The snapshot and trace the blocks' stacks come from (for the hover details).
+    pub(crate) snapshot: &'a AllocatorSnapshot,
+    pub(crate) travel: &'a TimeTravel,
+    pub(crate) state: &'a AllocatorState,
+    pub(crate) layout: &'a BlockMapLayout,
+    /// Row and byte offset to bring into view.
+    pub(crate) reveal: Option<(usize, u64)>,
+    /// Blocks (by address) outlined in order, under the hovered block's outline.
+    pub(crate) outlines: &'a [(u64, Stroke)],
+}
+
+/// Draws a state as a block map filling the space left in `ui`: segment rows with their
+/// labels, every visible block, the outlines, and the hovered block's details in a tooltip;
+/// scrolled, panned and zoomed by the pointer on `map`. Both the recorded state and a
+/// replayed one are drawn with it, so the two read the same way.
+pub(crate) fn paint_block_map(
+    ui: &mut Ui,
+    content: MapContent<'_>,
+    map: &mut MapView,
+    rects: &mut Vec<PaintedRect>,
+) -> PaintedMap {
+    let MapContent {
+        accessible_name,
+        snapshot,
+        travel,
+        state,
+        layout,
+        reveal,
+        outlines,
+    } = content;
     let size = ui.available_size().max(vec2(200.0, 100.0));
     let (response, painter) = ui.allocate_painter(size, Sense::click_and_drag());
-    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Block map"));
+    let name = accessible_name.to_string();
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Canvas, true, &name));
     let area = response.rect;
-    device.map_rect = area;
-    if let Some((row, offset)) = device.reveal.take() {
-        device.map.reveal(&device.layout, area, row, offset);
+    if let Some((row, offset)) = reveal {
+        map.reveal(layout, area, row, offset);
     }
     if response.hovered() {
         let (scroll, zoom, pointer) =
             ui.input(|i| (i.smooth_scroll_delta, i.zoom_delta(), i.pointer.hover_pos()));
         if zoom != 1.0 {
-            device
-                .map
-                .zoom_around(zoom, pointer.map_or(area.center().x, |p| p.x), area);
+            map.zoom_around(zoom, pointer.map_or(area.center().x, |p| p.x), area);
         } else {
-            device.map.scroll_y -= scroll.y;
-            device.map.pan_x -= scroll.x;
+            map.scroll_y -= scroll.y;
+            map.pan_x -= scroll.x;
         }
     }
     if response.dragged() {
         let delta = response.drag_delta();
-        device.map.pan_x -= delta.x;
-        device.map.scroll_y -= delta.y;
+        map.pan_x -= delta.x;
+        map.scroll_y -= delta.y;
     }
-    device.map.clamp(&device.layout, area);
+    map.clamp(layout, area);
 
     let visuals = ui.visuals();
     painter.rect_filled(area, 0.0, visuals.extreme_bg_color);
     let label_color = visuals.text_color();
     let weak = visuals.weak_text_color();
     let font = egui::FontId::monospace(11.0);
-    for row in block_map::visible_rows(&device.layout, &device.map, area) {
-        let origin = block_map::row_origin(&device.map, area, row);
+    for row in block_map::visible_rows(layout, map, area) {
+        let origin = block_map::row_origin(map, area, row);
         let y = origin.y + ROW_HEIGHT / 2.0;
-        match &device.layout.rows[row] {
+        match &layout.rows[row] {
             MapRow::Header { text, depth } => {
                 let x = area.left() + 4.0 + f32::from(*depth) * 12.0;
                 painter.text(
@@ -693,7 +755,7 @@ fn block_map_ui(ui: &mut Ui, snapshot: &AllocatorSnapshot, device: &mut DeviceVi
                 );
             }
             MapRow::Segment { index } => {
-                let label = block_map::segment_label(&device.state, *index);
+                let label = block_map::segment_label(state, *index);
                 painter.text(
                     pos2(area.left() + 28.0, y),
                     egui::Align2::LEFT_CENTER,
@@ -704,54 +766,27 @@ fn block_map_ui(ui: &mut Ui, snapshot: &AllocatorSnapshot, device: &mut DeviceVi
             }
         }
     }
-    let mut rects = std::mem::take(&mut device.rects);
-    block_map::visible_rects(&device.layout, &device.state, &device.map, area, &mut rects);
+    block_map::visible_rects(layout, state, map, area, rects);
     let bars = painter.with_clip_rect(Rect::from_min_max(
         pos2(area.left() + block_map::LABEL_WIDTH, area.top()),
         area.max,
     ));
-    for painted in &rects {
+    for painted in rects.iter() {
         bars.rect_filled(painted.rect, 0.0, painted.paint.color());
     }
-    device.rects = rects;
-    for &address in device.search_matches.iter().take(MAX_HIGHLIGHTS) {
-        if let Some(rect) = device_block_rect(device, address) {
-            bars.rect_stroke(
-                rect,
-                0.0,
-                Stroke::new(1.5, Color32::YELLOW),
-                StrokeKind::Outside,
-            );
+    for &(address, stroke) in outlines {
+        if let Some((segment, block)) = state.block_containing(address)
+            && let Some(rect) = block_map::block_rect(layout, state, map, area, segment, block)
+        {
+            bars.rect_stroke(rect, 0.0, stroke, StrokeKind::Outside);
         }
     }
-    if let Some(rect) = device.pinned.and_then(|a| device_block_rect(device, a)) {
-        bars.rect_stroke(
-            rect,
-            0.0,
-            Stroke::new(2.0, Color32::WHITE),
-            StrokeKind::Outside,
-        );
-    }
-
     let hovered = response
         .hover_pos()
-        .and_then(|pos| block_map::hit_test(&device.layout, &device.state, &device.map, area, pos));
-    let mut pinned_now = false;
-    if response.clicked() {
-        device.pinned = hovered.map(|(s, b)| device.state.segments[s].blocks[b].address);
-        pinned_now = device.pinned.is_some();
-    }
+        .and_then(|pos| block_map::hit_test(layout, state, map, area, pos));
+    let mut response = response;
     if let Some((segment, block)) = hovered {
-        let s = &device.state.segments[segment];
-        let b = &s.blocks[block];
-        if let Some(rect) = block_map::block_rect(
-            &device.layout,
-            &device.state,
-            &device.map,
-            area,
-            segment,
-            block,
-        ) {
+        if let Some(rect) = block_map::block_rect(layout, state, map, area, segment, block) {
             bars.rect_stroke(
                 rect,
                 0.0,
@@ -759,18 +794,51 @@ fn block_map_ui(ui: &mut Ui, snapshot: &AllocatorSnapshot, device: &mut DeviceVi
                 StrokeKind::Outside,
             );
         }
-        response.on_hover_ui_at_pointer(|ui| {
-            panels::block_details_ui(
-                ui,
-                snapshot,
-                &device.travel,
-                s,
-                b,
-                panels::TOOLTIP_STACK_LINES,
-            );
+        let s = &state.segments[segment];
+        let b = &s.blocks[block];
+        response = response.on_hover_ui_at_pointer(|ui| {
+            panels::block_details_ui(ui, snapshot, travel, s, b, panels::TOOLTIP_STACK_LINES);
         });
     }
-    pinned_now
+    PaintedMap {
+        response,
+        area,
+        hovered,
+    }
+}
+
+/// Draws the recorded state's block map with the search matches and the pinned block; returns
+/// true when a block was clicked (pinned).
+fn block_map_ui(ui: &mut Ui, snapshot: &AllocatorSnapshot, device: &mut DeviceView) -> bool {
+    let outlines: Vec<(u64, Stroke)> = device
+        .search_matches
+        .iter()
+        .take(MAX_HIGHLIGHTS)
+        .map(|&address| (address, Stroke::new(1.5, Color32::YELLOW)))
+        .chain(
+            device
+                .pinned
+                .map(|address| (address, Stroke::new(2.0, Color32::WHITE))),
+        )
+        .collect();
+    let content = MapContent {
+        accessible_name: "Block map",
+        snapshot,
+        travel: &device.travel,
+        state: &device.state,
+        layout: &device.layout,
+        reveal: device.reveal.take(),
+        outlines: &outlines,
+    };
+    let painted = paint_block_map(ui, content, &mut device.map, &mut device.rects);
+    device.map_rect = painted.area;
+    if !painted.response.clicked() {
+        return false;
+    }
+    device.pinned = painted
+        .hovered
+        .map(|(s, b)| device.state.segments[s].blocks[b].address);
+    device.pinned.is_some()
 }
 
 fn device_block_rect(device: &DeviceView, address: u64) -> Option<Rect> {

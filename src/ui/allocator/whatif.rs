@@ -3,17 +3,97 @@
 //! with progress and Cancel, and shows the predicted peak and outcome of each setting next to
 //! the recorded run's. Everything it says comes from the replay's report
 //! ([`crate::report::whatif`] words it, as the CLI does).
+//!
+//! "Show peak" / "Show failure" moves the recorded block map to that moment of the program and
+//! draws the replay's own state there (its blocks and segments under the setting) beside it,
+//! with the same block-map drawing, so the two can be compared block by block.
 
 use std::sync::Arc;
 
 use egui::{RichText, Ui};
 
-use crate::analysis::replay::{AllocConf, WhatIfReport, WhatIfRequest, what_if_snapshot};
+use super::block_map::{BlockMapLayout, MapView, PaintedRect};
+use super::{MapContent, paint_block_map};
+use crate::analysis::replay::{
+    AllocConf, LimitsUsed, SettingOutcome, WhatIfReport, WhatIfRequest, replay_state_at, what_if,
+};
+use crate::analysis::timetravel::{AllocatorState, TimeTravel};
 use crate::diagnose::size::parse_size;
 use crate::model::allocator::AllocatorSnapshot;
 use crate::model::format_bytes;
 use crate::report::whatif::{outcome_words, self_check_line};
 use crate::ui::runner::{Job, Poll, Runner, job_progress_ui};
+
+/// The moment of a replay that the compared block map shows.
+#[derive(Clone, Debug, PartialEq)]
+struct Moment {
+    /// The setting replayed, as the report names it.
+    setting: String,
+    /// Events applied before the state shown (the recorded map moves to the same position).
+    events_applied: usize,
+    /// What the moment is, for the label: "its predicted peak" or "right before its
+    /// out-of-memory error".
+    what: String,
+    /// The replay's self-check failed: the state is not to be trusted.
+    unreliable: bool,
+}
+
+impl Moment {
+    /// The moment to show for `outcome`: right before its failing request, else right after
+    /// the event at which its reserved memory peaked.
+    fn of(outcome: &SettingOutcome, reliable: bool) -> Moment {
+        let (events_applied, what) = match outcome.oom {
+            Some(oom) => (
+                oom.event_index,
+                format!(
+                    "right before its out-of-memory error ({} request at event {})",
+                    format_bytes(oom.request_bytes),
+                    oom.event_index
+                ),
+            ),
+            None => (
+                outcome.peak_event + 1,
+                format!(
+                    "its predicted peak ({} reserved, at event {})",
+                    format_bytes(outcome.peak_reserved_bytes),
+                    outcome.peak_event
+                ),
+            ),
+        };
+        Moment {
+            setting: outcome.conf.clone(),
+            events_applied,
+            what,
+            unreliable: !reliable,
+        }
+    }
+
+    /// The heading over the replayed map: which setting, which moment, and that it is a
+    /// prediction.
+    fn heading(&self) -> String {
+        format!(
+            "Replayed under {} · after {} events: {}",
+            self.setting, self.events_applied, self.what
+        )
+    }
+}
+
+/// The replay's state at a moment, drawn as a block map.
+struct ComparedMap {
+    moment: Moment,
+    state: AllocatorState,
+    layout: BlockMapLayout,
+    map: MapView,
+    rects: Vec<PaintedRect>,
+}
+
+/// The block map beside the recorded one.
+enum Compared {
+    None,
+    Computing(Moment, Job<Result<AllocatorState, String>>),
+    Ready(Box<ComparedMap>),
+    Failed(Moment, String),
+}
 
 /// What the tab is doing.
 enum Replay {
@@ -31,6 +111,8 @@ pub struct WhatIfPanel {
     /// Per-process cap (`4GiB`, `512MiB`, bytes); empty for none (or the one the trace shows).
     cap_text: String,
     replay: Replay,
+    /// The replay's block map shown beside the recorded one, if any.
+    compared: Compared,
 }
 
 impl Default for WhatIfPanel {
@@ -39,6 +121,7 @@ impl Default for WhatIfPanel {
             settings_text: String::new(),
             cap_text: String::new(),
             replay: Replay::Idle,
+            compared: Compared::None,
         }
     }
 }
@@ -70,13 +153,15 @@ fn request_from(settings_text: &str, cap_text: &str, device: u32) -> Result<What
 }
 
 impl WhatIfPanel {
-    /// Draws the tab for `device` of `snapshot`. Returns an event to show in the block map when
-    /// the user asks to see where a setting runs out.
+    /// Draws the tab for the device `travel` walks. Returns the position (events applied) to
+    /// move the recorded block map to when the user asks to see a setting's peak or failure;
+    /// the replay's own state at that moment is then computed and drawn beside it
+    /// ([`Self::compared_map_ui`]).
     pub fn ui(
         &mut self,
         ui: &mut Ui,
         snapshot: &Arc<AllocatorSnapshot>,
-        device: u32,
+        travel: &Arc<TimeTravel>,
     ) -> Option<usize> {
         self.poll();
         ui.label(
@@ -105,10 +190,10 @@ impl WhatIfPanel {
                 .on_hover_text("Replay the trace under these settings (Ctrl+Enter)");
             let shortcut = ui.input(|i| i.key_pressed(egui::Key::Enter) && i.modifiers.command);
             if (replay.clicked() || shortcut) && !running {
-                self.start(ui, snapshot, device);
+                self.start(ui, travel);
             }
         });
-        let mut show_event = None;
+        let mut shown = None;
         match &mut self.replay {
             Replay::Idle => {}
             Replay::Running(job) => {
@@ -117,13 +202,26 @@ impl WhatIfPanel {
             Replay::Failed(message) => {
                 ui.label(RichText::new(message.as_str()).color(ui.visuals().error_fg_color));
             }
-            Replay::Done(report) => show_event = report_ui(ui, report),
+            Replay::Done(report) => {
+                if let Some(outcome) = report_ui(ui, report) {
+                    let moment = Moment::of(outcome, report.self_check.reliable);
+                    let conf = if outcome.recorded {
+                        Ok(AllocConf::recorded(snapshot.settings.as_ref()))
+                    } else {
+                        AllocConf::parse(&outcome.conf).map_err(|e| e.to_string())
+                    };
+                    shown = Some((moment, conf, report.limits));
+                }
+            }
         }
-        show_event
+        let (moment, conf, limits) = shown?;
+        let events_applied = moment.events_applied;
+        self.compare(ui, travel, moment, conf, limits);
+        Some(events_applied)
     }
 
-    fn start(&mut self, ui: &Ui, snapshot: &Arc<AllocatorSnapshot>, device: u32) {
-        let request = match request_from(&self.settings_text, &self.cap_text, device) {
+    fn start(&mut self, ui: &Ui, travel: &Arc<TimeTravel>) {
+        let request = match request_from(&self.settings_text, &self.cap_text, travel.device()) {
             Ok(request) => request,
             Err(message) => {
                 self.replay = Replay::Failed(message);
@@ -131,14 +229,110 @@ impl WhatIfPanel {
             }
         };
         let runner = Runner::new(ui.ctx().clone());
-        let snapshot = Arc::clone(snapshot);
+        let travel = Arc::clone(travel);
         let job = runner.spawn("what-if replay", move |progress| {
-            what_if_snapshot(snapshot, &request, &|fraction| {
+            what_if(&travel, &request, &|fraction| {
                 progress.set_fraction(fraction)
             })
             .map_err(|e| e.to_string())
         });
         self.replay = Replay::Running(job);
+        self.compared = Compared::None;
+    }
+
+    /// Starts computing the replay's state at `moment` under `conf`, for the map beside the
+    /// recorded one.
+    fn compare(
+        &mut self,
+        ui: &Ui,
+        travel: &Arc<TimeTravel>,
+        moment: Moment,
+        conf: Result<AllocConf, String>,
+        limits: LimitsUsed,
+    ) {
+        let conf = match conf {
+            Ok(conf) => conf,
+            Err(message) => {
+                self.compared = Compared::Failed(moment, message);
+                return;
+            }
+        };
+        let runner = Runner::new(ui.ctx().clone());
+        let travel = Arc::clone(travel);
+        let stop_at = moment.events_applied;
+        let job = runner.spawn("what-if block map", move |_| {
+            replay_state_at(&travel, &conf, &limits, stop_at).map_err(|e| e.to_string())
+        });
+        self.compared = Compared::Computing(moment, job);
+    }
+
+    /// True while a replayed block map is shown (or being computed) beside the recorded one.
+    pub fn comparing(&self) -> bool {
+        !matches!(self.compared, Compared::None)
+    }
+
+    /// Draws the replayed block map (its heading says which setting and moment, and that it
+    /// is a prediction), or its progress; a Close button goes back to the recorded map alone.
+    pub fn compared_map_ui(
+        &mut self,
+        ui: &mut Ui,
+        snapshot: &AllocatorSnapshot,
+        travel: &TimeTravel,
+    ) {
+        self.poll_compared();
+        let mut close = false;
+        match &mut self.compared {
+            Compared::None => {}
+            Compared::Computing(moment, job) => {
+                close = heading_ui(ui, moment);
+                job_progress_ui(ui, "Replaying to this moment…", job.progress());
+            }
+            Compared::Failed(moment, message) => {
+                close = heading_ui(ui, moment);
+                ui.label(RichText::new(message.as_str()).color(ui.visuals().error_fg_color));
+            }
+            Compared::Ready(compared) => {
+                close = heading_ui(ui, &compared.moment);
+                ui.label(format!(
+                    "prediction: {} reserved, {} allocated, {} segments",
+                    format_bytes(compared.state.reserved_bytes),
+                    format_bytes(compared.state.allocated_bytes),
+                    compared.state.segments.len()
+                ));
+                let content = MapContent {
+                    accessible_name: "Replayed block map",
+                    snapshot,
+                    travel,
+                    state: &compared.state,
+                    layout: &compared.layout,
+                    reveal: None,
+                    outlines: &[],
+                };
+                paint_block_map(ui, content, &mut compared.map, &mut compared.rects);
+            }
+        }
+        if close {
+            self.compared = Compared::None;
+        }
+    }
+
+    fn poll_compared(&mut self) {
+        let Compared::Computing(moment, job) = &mut self.compared else {
+            return;
+        };
+        self.compared = match job.poll() {
+            Poll::Running => return,
+            Poll::Done(Ok(state)) => Compared::Ready(Box::new(ComparedMap {
+                moment: moment.clone(),
+                layout: BlockMapLayout::new(&state),
+                state,
+                map: MapView::default(),
+                rects: Vec::new(),
+            })),
+            Poll::Done(Err(message)) | Poll::Lost(message) => {
+                Compared::Failed(moment.clone(), message)
+            }
+        };
     }
 
     fn poll(&mut self) {
@@ -154,8 +348,29 @@ impl WhatIfPanel {
     }
 }
 
-/// The self-check, then one row per setting: the recorded run first, then the replays.
-fn report_ui(ui: &mut Ui, report: &WhatIfReport) -> Option<usize> {
+/// The replayed map's heading, in the warning colour when the self-check failed; returns true
+/// when Close was clicked.
+fn heading_ui(ui: &mut Ui, moment: &Moment) -> bool {
+    let mut close = false;
+    ui.horizontal_wrapped(|ui| {
+        close = ui
+            .small_button("Close")
+            .on_hover_text("Show the recorded block map alone")
+            .clicked();
+        ui.label(RichText::new(moment.heading()).strong());
+    });
+    if moment.unreliable {
+        ui.label(
+            RichText::new("self-check failed: this replay does not reproduce the real run")
+                .color(ui.visuals().warn_fg_color),
+        );
+    }
+    close
+}
+
+/// The self-check, then one row per setting: the recorded run first, then the replays. Returns
+/// the setting whose peak or failure the user asked to see.
+fn report_ui<'a>(ui: &mut Ui, report: &'a WhatIfReport) -> Option<&'a SettingOutcome> {
     let check = self_check_line(&report.self_check);
     let colour = if report.self_check.reliable {
         ui.visuals().text_color()
@@ -183,10 +398,6 @@ fn report_ui(ui: &mut Ui, report: &WhatIfReport) -> Option<usize> {
                     ui.label(name);
                     ui.label(format_bytes(outcome.peak_reserved_bytes));
                     ui.label(outcome_words(outcome, report));
-                    let event = outcome
-                        .oom
-                        .map(|o| o.event_index)
-                        .unwrap_or(outcome.peak_event);
                     let what = if outcome.oom.is_some() {
                         "Show failure"
                     } else {
@@ -194,10 +405,13 @@ fn report_ui(ui: &mut Ui, report: &WhatIfReport) -> Option<usize> {
                     };
                     if ui
                         .small_button(what)
-                        .on_hover_text("Move the block map to this event of the recorded run")
+                        .on_hover_text(
+                            "Move the recorded block map to this moment and draw the \
+                             replay's block map beside it",
+                        )
                         .clicked()
                     {
-                        show_event = Some(event);
+                        show_event = Some(outcome);
                     }
                     ui.end_row();
                 }
