@@ -87,6 +87,11 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
                 })
             })
             .collect(),
+        what_if: input
+            .snapshots
+            .iter()
+            .filter_map(|facts| facts.what_if.clone())
+            .collect(),
     }
 }
 

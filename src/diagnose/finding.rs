@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::replay::WhatIfReport;
 use crate::analysis::timetravel::AllocatorState;
+use crate::model::allocator::AllocatorSnapshot;
 
 /// What kind of problem (or non-problem) a finding is about. Serialized in kebab-case
 /// (`other-process`, `memory-cap`, ...), which is the stable vocabulary of the JSON report.
@@ -404,6 +406,28 @@ pub struct Diagnosis {
     /// report's block map. Figures, not findings: not serialized.
     #[serde(skip)]
     pub allocator_states: Vec<NamedAllocatorState>,
+    /// What-if replays of the snapshots with an allocation history, one per snapshot and
+    /// device, for the report's table of predictions. Figures, not findings: not serialized
+    /// here (the JSON report writes them itself).
+    #[serde(skip)]
+    pub what_if: Vec<NamedWhatIf>,
+}
+
+/// A what-if replay of one snapshot device's history (`analysis::replay::what_if` with the
+/// sweep of candidate settings), with the snapshot its stacks refer to.
+#[derive(Clone, Debug)]
+pub struct NamedWhatIf {
+    /// The snapshot's file name.
+    pub name: String,
+    pub snapshot: Arc<AllocatorSnapshot>,
+    pub report: Arc<WhatIfReport>,
+}
+
+/// Equal when the replays are (the snapshot is the same file when the name is).
+impl PartialEq for NamedWhatIf {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.report == other.report
+    }
 }
 
 /// One device's allocator state at the end of a snapshot, with the snapshot's name.

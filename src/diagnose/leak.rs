@@ -569,6 +569,9 @@ pub struct SnapshotFacts {
     pub trajectory: Option<Trajectory>,
     /// A what-if replay of the trace under other allocator settings, when one was run.
     pub replay: Option<ReplayEvidence>,
+    /// The sweep of candidate settings replayed over the trace (for reports), when the
+    /// snapshot has an allocation history.
+    pub what_if: Option<super::finding::NamedWhatIf>,
 }
 
 impl SnapshotFacts {

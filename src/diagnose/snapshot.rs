@@ -7,10 +7,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::finding::NamedWhatIf;
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
 use super::trajectory;
 use crate::analysis::fragmentation;
+use crate::analysis::replay::{WhatIfRequest, what_if};
 use crate::analysis::snapshot_analysis::{self, DeviceAnalysis};
+use crate::analysis::timetravel::TimeTravel;
 use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState, StackId};
 
 /// Call sites listed per snapshot, largest first.
@@ -65,9 +68,32 @@ pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> 
                 identity: identity(snapshot, device),
                 trajectory,
                 replay: None,
+                what_if: what_if_sweep(travel),
             })
         })
         .collect()
+}
+
+/// The sweep of candidate settings (`analysis::replay::sweep_candidates`) replayed over the
+/// device's trace, for reports; `None` without an allocation history (or when the replay could
+/// not be made: reports then simply have no table, and `vramscope whatif` says why).
+fn what_if_sweep(travel: &TimeTravel) -> Option<NamedWhatIf> {
+    if travel.is_empty() {
+        return None;
+    }
+    let request = WhatIfRequest {
+        device: travel.device(),
+        candidates: Vec::new(),
+        cap_bytes: None,
+        device_memory_bytes: None,
+    };
+    let report = what_if(travel, &request, &|_| true).ok()?;
+    let snapshot = travel.snapshot();
+    Some(NamedWhatIf {
+        name: snapshot.name.clone(),
+        snapshot: Arc::clone(snapshot),
+        report: Arc::new(report),
+    })
 }
 
 /// The device's trace times and addresses, segments and allocator settings (the file time is

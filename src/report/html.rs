@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::{Report, blockmap, chart, iso8601_utc};
-use crate::diagnose::finding::{Finding, NamedAllocatorState, Severity};
+use super::{Report, blockmap, chart, iso8601_utc, whatif};
+use crate::diagnose::finding::{Finding, NamedAllocatorState, NamedWhatIf, Severity};
 use crate::model::format_bytes;
 
 /// Chart size in pixels.
@@ -126,6 +126,9 @@ pub fn render(report: &Report) -> String {
             d.allocator_states.len() - MAX_BLOCK_MAPS
         );
     }
+    for named in &d.what_if {
+        what_if_section(&mut out, named);
+    }
     out.push_str("<h2>Findings</h2>\n");
     for (i, f) in d.findings.iter().enumerate() {
         finding(&mut out, i + 1, f);
@@ -233,6 +236,44 @@ fn timeline_panel(
 }
 
 /// The block map of one snapshot device's final allocator state, with its pool groups and legend.
+/// A snapshot's what-if replay: the self-check and one table row per setting, marked as
+/// predictions.
+fn what_if_section(out: &mut String, named: &NamedWhatIf) {
+    let report = &named.report;
+    let _ = writeln!(
+        out,
+        "<h2>What-if replay (predictions): <code>{}</code>, GPU {}</h2>\n<p class=\"muted\">{}</p>",
+        escape(&named.name),
+        report.device,
+        escape(whatif::PREDICTION_NOTE)
+    );
+    let class = if report.self_check.reliable {
+        "muted"
+    } else {
+        "simulated"
+    };
+    let _ = writeln!(
+        out,
+        "<p class=\"{class}\">{}</p>",
+        escape(&whatif::self_check_line(&report.self_check))
+    );
+    out.push_str("<table>\n<tr><th>setting</th><th>predicted peak reserved</th><th>predicted outcome</th><th>where it runs out</th></tr>\n");
+    for row in whatif::table_rows(report, &named.snapshot) {
+        let _ = writeln!(
+            out,
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&row.setting),
+            format_bytes(row.peak_reserved_bytes),
+            escape(&row.outcome),
+            escape(&row.fails_at)
+        );
+    }
+    out.push_str("</table>\n");
+    for note in &report.notes {
+        let _ = writeln!(out, "<p class=\"muted\">Note: {}</p>", escape(note));
+    }
+}
+
 fn block_map_section(out: &mut String, named: &NamedAllocatorState) {
     let state = &named.state;
     let _ = writeln!(

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use super::whatif::{JsonReport, PREDICTION_NOTE, json_document};
 use super::{Report, iso8601_utc};
 use crate::diagnose::finding::{Finding, InputSummary};
 
@@ -21,6 +22,19 @@ struct Document<'a> {
     inputs: &'a [InputSummary],
     /// Primary cause first.
     findings: &'a [Finding],
+    /// What-if replays of the snapshots with an allocation history: each a
+    /// `vramscope.whatif/1` document, marked `"kind": "replay prediction"`.
+    what_if: Vec<WhatIfEntry>,
+}
+
+/// One snapshot device's what-if replay in the report.
+#[derive(Serialize)]
+struct WhatIfEntry {
+    /// Always "replay prediction": the numbers are the allocator model's, not measured.
+    kind: &'static str,
+    note: &'static str,
+    #[serde(flatten)]
+    replay: JsonReport,
 }
 
 /// Renders the report as pretty-printed JSON.
@@ -33,6 +47,16 @@ pub fn render(report: &Report) -> String {
         simulated: report.diagnosis.simulated,
         inputs: &report.diagnosis.inputs,
         findings: &report.diagnosis.findings,
+        what_if: report
+            .diagnosis
+            .what_if
+            .iter()
+            .map(|named| WhatIfEntry {
+                kind: "replay prediction",
+                note: PREDICTION_NOTE,
+                replay: json_document(&named.report, &named.snapshot),
+            })
+            .collect(),
     };
     // Serializing plain structs of strings and numbers cannot fail.
     serde_json::to_string_pretty(&document)

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::{Report, iso8601_utc};
-use crate::diagnose::finding::{EvidenceSource, Finding};
+use super::{Report, iso8601_utc, whatif};
+use crate::diagnose::finding::{EvidenceSource, Finding, NamedWhatIf};
+use crate::model::format_bytes;
 
 /// Escapes what Markdown would otherwise interpret in running text, and nothing more, so the raw
 /// file stays readable: backslash, backtick, `*`, `[`, `]`, `<`, `>`, `|` and `~` everywhere; `_`
@@ -74,6 +75,42 @@ fn code_block(out: &mut String, code: &str) {
     let _ = writeln!(out, "{fence}\n{code}\n{fence}");
 }
 
+/// A snapshot's what-if replay: the self-check and one table row per setting, marked as
+/// predictions.
+fn what_if_section(out: &mut String, named: &NamedWhatIf) {
+    let report = &named.report;
+    let _ = writeln!(
+        out,
+        "## What-if replay (predictions): {}, GPU {}\n",
+        code(&named.name),
+        report.device
+    );
+    let _ = writeln!(out, "{}\n", escape(whatif::PREDICTION_NOTE));
+    let _ = writeln!(
+        out,
+        "{}\n",
+        escape(&whatif::self_check_line(&report.self_check))
+    );
+    let _ = writeln!(
+        out,
+        "| setting | predicted peak reserved | predicted outcome | where it runs out |\n|---|---|---|---|"
+    );
+    for row in whatif::table_rows(report, &named.snapshot) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            code(&row.setting),
+            format_bytes(row.peak_reserved_bytes),
+            escape(&row.outcome),
+            escape(&row.fails_at)
+        );
+    }
+    for note in &report.notes {
+        let _ = writeln!(out, "\n{}", escape(&format!("Note: {note}")));
+    }
+    out.push('\n');
+}
+
 /// Renders the whole report.
 pub fn render(report: &Report) -> String {
     let d = &report.diagnosis;
@@ -112,6 +149,9 @@ pub fn render(report: &Report) -> String {
             );
         }
         out.push('\n');
+    }
+    for named in &d.what_if {
+        what_if_section(&mut out, named);
     }
     if let Some(timeline) = &report.timeline {
         let _ = writeln!(

@@ -11,8 +11,9 @@ use crate::model::allocator::{AllocatorSnapshot, StackId};
 /// The JSON schema name; fields are only ever added within one version.
 pub const WHATIF_SCHEMA: &str = "vramscope.whatif/1";
 
+/// A `vramscope.whatif/1` document (also embedded in the `vramscope.report/1` report).
 #[derive(Debug, Serialize)]
-struct JsonReport {
+pub(crate) struct JsonReport {
     schema: &'static str,
     generator: String,
     snapshot: String,
@@ -187,6 +188,12 @@ fn json_self_check(check: &SelfCheck) -> JsonSelfCheck {
 
 /// The report as a `vramscope.whatif/1` JSON document.
 pub fn to_json(report: &WhatIfReport, snapshot: &AllocatorSnapshot) -> String {
+    serde_json::to_string_pretty(&json_document(report, snapshot))
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// The report as a serializable `vramscope.whatif/1` document.
+pub(crate) fn json_document(report: &WhatIfReport, snapshot: &AllocatorSnapshot) -> JsonReport {
     let (cap_source, cap_low_bytes, cap_high_bytes) = match report.limits.cap_source {
         CapSource::None => ("none", None, None),
         CapSource::Given => ("given", None, None),
@@ -195,7 +202,7 @@ pub fn to_json(report: &WhatIfReport, snapshot: &AllocatorSnapshot) -> String {
             high_bytes,
         } => ("inferred", Some(low_bytes), Some(high_bytes)),
     };
-    let document = JsonReport {
+    JsonReport {
         schema: WHATIF_SCHEMA,
         generator: format!("vramscope {}", env!("CARGO_PKG_VERSION")),
         snapshot: report.snapshot.clone(),
@@ -217,8 +224,7 @@ pub fn to_json(report: &WhatIfReport, snapshot: &AllocatorSnapshot) -> String {
             .map(|o| json_outcome(o, report, snapshot))
             .collect(),
         notes: report.notes.clone(),
-    };
-    serde_json::to_string_pretty(&document).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
 }
 
 /// One line on the self-check, for people.
@@ -299,6 +305,59 @@ pub fn outcome_words(outcome: &SettingOutcome, report: &WhatIfReport) -> String 
             None => format!("runs{uncertain}"),
         },
     }
+}
+
+/// Says in reports that the what-if table holds predictions, not measurements.
+pub const PREDICTION_NOTE: &str = "Replay predictions, not measurements: the recorded \
+    allocations replayed through vramscope's model of PyTorch's caching allocator under each \
+    setting. The self-check says whether the model reproduced the real run.";
+
+/// One row of the what-if table in reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableRow {
+    /// The setting in `PYTORCH_CUDA_ALLOC_CONF` syntax, `(recorded)` after the run's own.
+    pub setting: String,
+    pub peak_reserved_bytes: u64,
+    /// [`outcome_words`].
+    pub outcome: String,
+    /// Where it runs out: the event, the request and the innermost user frame; empty when it
+    /// runs.
+    pub fails_at: String,
+}
+
+/// The rows of the table: the recorded settings first, then every other setting in the
+/// report's order (those that run first, then by peak reserved).
+pub fn table_rows(report: &WhatIfReport, snapshot: &AllocatorSnapshot) -> Vec<TableRow> {
+    std::iter::once(&report.recorded)
+        .chain(
+            report
+                .results
+                .iter()
+                .filter(|o| o.conf != report.recorded.conf),
+        )
+        .map(|outcome| TableRow {
+            setting: if outcome.recorded {
+                format!("{} (recorded)", outcome.conf)
+            } else {
+                outcome.conf.clone()
+            },
+            peak_reserved_bytes: outcome.peak_reserved_bytes,
+            outcome: outcome_words(outcome, report),
+            fails_at: outcome
+                .oom
+                .map(|oom| {
+                    let frame = telling_frame(snapshot, oom.stack)
+                        .map(|f| format!(" from {f}"))
+                        .unwrap_or_default();
+                    format!(
+                        "event {}: {} request{frame}",
+                        oom.event_index,
+                        format_table_bytes(oom.request_bytes)
+                    )
+                })
+                .unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// The report as text: the self-check, the limits, one row per setting, notes.
