@@ -351,14 +351,12 @@ impl WhatIfPanel {
 /// The replayed map's heading, in the warning colour when the self-check failed; returns true
 /// when Close was clicked.
 fn heading_ui(ui: &mut Ui, moment: &Moment) -> bool {
-    let mut close = false;
-    ui.horizontal_wrapped(|ui| {
-        close = ui
-            .small_button("Close")
-            .on_hover_text("Show the recorded block map alone")
-            .clicked();
-        ui.label(RichText::new(moment.heading()).strong());
-    });
+    // The button on a line of its own: the heading is long and wraps in a half-width column.
+    let close = ui
+        .small_button("Close")
+        .on_hover_text("Show the recorded block map alone")
+        .clicked();
+    ui.label(RichText::new(moment.heading()).strong());
     if moment.unreliable {
         ui.label(
             RichText::new("self-check failed: this replay does not reproduce the real run")
