@@ -7,11 +7,13 @@
 //! the analysis that runs when the file is opened. It must never panic, hang or allocate by a
 //! length the input claims; what it returns is not judged here (errors are expected).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use vramscope::analysis::{fragmentation, oom, timetravel::TimeTravel, totals::device_totals};
 use vramscope::diagnose::log;
-use vramscope::formats::{pytorch, vramcap};
+use vramscope::formats::nvidia_smi::{self, SmiReadOptions};
+use vramscope::formats::{capture, pytorch, vramcap};
+use vramscope::model::Capture;
 
 /// One reader under test.
 pub struct Reader {
@@ -27,10 +29,11 @@ pub struct Reader {
 /// The readers. Adding a reader to fuzzing and to the regression tests: one line here.
 #[rustfmt::skip]
 pub const READERS: &[Reader] = &[
-    Reader { name: "snapshot_pickle", seeds: &["tests/fixtures/pytorch/*.pickle", "tests/fixtures/cases/*.pickle"], read: read_snapshot },
+    Reader { name: "snapshot_pickle", seeds: &["tests/fixtures/pytorch/*.pickle", "tests/fixtures/cases/*.pickle", "tests/fixtures/cases2/*.pickle"], read: read_snapshot },
     Reader { name: "snapshot_json", seeds: &["tests/fixtures/pytorch/*.snapshot.json", "tests/fuzz/seeds/snapshot_json/*.json"], read: read_snapshot },
-    Reader { name: "vramcap", seeds: &["tests/fixtures/cases/*.vramcap", "tests/fuzz/seeds/vramcap/*.vramcap"], read: read_capture },
-    Reader { name: "log", seeds: &["tests/fixtures/logs/*", "tests/fixtures/cases/*.log", "tests/fixtures/pytorch/*.oom.txt"], read: read_log },
+    Reader { name: "vramcap", seeds: &["tests/fixtures/cases/*.vramcap", "tests/fixtures/cases2/*.vramcap", "tests/fuzz/seeds/vramcap/*.vramcap"], read: read_capture },
+    Reader { name: "log", seeds: &["tests/fixtures/logs/*", "tests/fixtures/cases/*.log", "tests/fixtures/cases2/*.log", "tests/fixtures/pytorch/*.oom.txt"], read: read_log },
+    Reader { name: "nvidia_smi", seeds: &["tests/fixtures/cases/*.smi.csv", "tests/fixtures/cases2/*.csv", "tests/fuzz/seeds/nvidia_smi/*.csv"], read: read_smi_log },
 ];
 
 /// The reader called `name`.
@@ -53,20 +56,55 @@ fn read_snapshot(bytes: &[u8]) {
     }
 }
 
-/// A `.vramcap` capture, with recovery of damaged files. What reads must save and read back to
-/// the same capture (Save as… of a recovered file keeps everything that was recovered).
+/// A `.vramcap` capture, with recovery of damaged files; what reads must survive Save as….
 fn read_capture(bytes: &[u8]) {
-    let Ok(capture) = vramcap::read_bytes(bytes, "fuzz-input.vramcap") else {
+    if let Ok(capture) = vramcap::read_bytes(bytes, "fuzz-input.vramcap") {
+        survives_save_and_reopen(&capture);
+    }
+}
+
+/// An nvidia-smi CSV log, opened by content as the app opens any capture file
+/// (`formats::capture` sniffs what the bytes are and refuses what is no capture). A process log
+/// is also joined to a GPU log, as when both logs of one run are opened together. What reads
+/// must survive Save as… (a log opened in the app is saved as a `.vramcap`).
+fn read_smi_log(bytes: &[u8]) {
+    // A fixed time zone and end time: the reading machine's would make runs differ.
+    let options = SmiReadOptions {
+        utc_offset_minutes: 60,
+        untimed_end_ms: 1_764_597_600_000,
+    };
+    let Ok(capture) = capture::read_bytes(bytes, "fuzz-input.csv", options) else {
         return;
     };
-    let saved = vramcap::write_bytes(&capture);
+    survives_save_and_reopen(&capture);
+    if nvidia_smi::is_process_log(&capture) {
+        survives_save_and_reopen(&nvidia_smi::combine(gpu_log().clone(), &capture));
+    }
+}
+
+/// The GPU log that process logs are joined to: two GPUs, told apart by UUID and bus id.
+fn gpu_log() -> &'static Capture {
+    static GPU_LOG: OnceLock<Capture> = OnceLock::new();
+    GPU_LOG.get_or_init(|| {
+        let text = "timestamp, index, uuid, pci.bus_id, memory.used [MiB], memory.total [MiB]\n\
+                    2026/11/30 08:46:26.300, 0, GPU-6c39affe-0e8d-7f7a-0b5c-f158975b1054, 00000000:00:06.0, 20 MiB, 143771 MiB\n\
+                    2026/11/30 08:46:26.300, 1, GPU-876e6575-30fe-9a8c-ded7-40a7d790217d, 00000000:00:07.0, 30 MiB, 143771 MiB\n";
+        nvidia_smi::read_str(text, "gpu.csv", SmiReadOptions::default())
+            .unwrap_or_else(|error| panic!("the built-in GPU log must read: {error}"))
+    })
+}
+
+/// Saves `capture` as a `.vramcap` and reads it back: it must be the same capture (Save as… of a
+/// recovered file keeps everything that was recovered).
+fn survives_save_and_reopen(capture: &Capture) {
+    let saved = vramcap::write_bytes(capture);
     match vramcap::read_bytes(&saved, "resaved.vramcap") {
         Ok(mut reread) => {
             // The re-saved file carries the recovery note of the damaged one.
             reread.recovery = capture.recovery.clone();
             assert!(
-                reread == capture,
-                "a capture read from damaged input does not survive save and reopen"
+                reread == *capture,
+                "a capture that was read does not survive save and reopen"
             );
         }
         Err(error) => panic!("a capture that was read cannot be read after saving: {error}"),
