@@ -143,6 +143,22 @@ fn every_reader_has_seeds() {
     }
 }
 
+/// docs/reliability.md's table of fuzzing done per reader is the sums of the runs recorded in
+/// docs/fuzz-runs.tsv, with a row for every reader (`scripts/fuzz-totals --update` writes it).
+#[test]
+fn the_documented_fuzzing_totals_are_the_recorded_runs() {
+    let output = std::process::Command::new("bash")
+        .arg(root().join("scripts/fuzz-totals"))
+        .arg("--check")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run scripts/fuzz-totals: {e}"));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
 fn inputs_the_fuzzer_found_failing_are_read_without_panic_or_hang() {
     let mut failures = Vec::new();
