@@ -13,7 +13,8 @@ use vramscope::analysis::{fragmentation, oom, timetravel::TimeTravel, totals::de
 use vramscope::diagnose::log;
 use vramscope::formats::nvidia_smi::{self, SmiReadOptions};
 use vramscope::formats::{capture, pytorch, vramcap};
-use vramscope::model::Capture;
+use vramscope::model::{Capture, UnixMs};
+use vramscope::source::prometheus::{self, api, reader as fleet};
 
 /// One reader under test.
 pub struct Reader {
@@ -32,6 +33,7 @@ pub const READERS: &[Reader] = &[
     Reader { name: "snapshot_pickle", seeds: &["tests/fixtures/pytorch/*.pickle", "tests/fixtures/cases/*.pickle", "tests/fixtures/cases2/*.pickle"], read: read_snapshot },
     Reader { name: "snapshot_json", seeds: &["tests/fixtures/pytorch/*.snapshot.json", "tests/fuzz/seeds/snapshot_json/*.json"], read: read_snapshot },
     Reader { name: "vramcap", seeds: &["tests/fixtures/cases/*.vramcap", "tests/fixtures/cases2/*.vramcap", "tests/fuzz/seeds/vramcap/*.vramcap"], read: read_capture },
+    Reader { name: "prometheus", seeds: &["tests/fuzz/seeds/prometheus/*.json"], read: read_prometheus_answer },
     Reader { name: "log", seeds: &["tests/fixtures/logs/*", "tests/fixtures/cases/*.log", "tests/fixtures/cases2/*.log", "tests/fixtures/pytorch/*.oom.txt"], read: read_log },
     Reader { name: "nvidia_smi", seeds: &["tests/fixtures/cases/*.smi.csv", "tests/fixtures/cases2/*.csv", "tests/fuzz/seeds/nvidia_smi/*.csv"], read: read_smi_log },
 ];
@@ -92,6 +94,95 @@ fn gpu_log() -> &'static Capture {
         nvidia_smi::read_str(text, "gpu.csv", SmiReadOptions::default())
             .unwrap_or_else(|error| panic!("the built-in GPU log must read: {error}"))
     })
+}
+
+/// A Prometheus server's answers, as `vramscope pull` reads them: the bytes are the body of every
+/// `/api/v1/query_range` answer (and of the metric names request, which fails on them or lists
+/// names); the range read is the grid of the answer's own times. The fleet reader turns the
+/// series into a capture, which must survive being saved as the `.vramcap` that `pull` writes;
+/// a second read of the same range follows on, as the GUI following a server does.
+fn read_prometheus_answer(bytes: &[u8]) {
+    const SERVER: &str = "http://prometheus.fuzz:9090";
+    // The client reads an answer as UTF-8 text; other bytes never reach the reader.
+    let Ok(body) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    let _ = api::read_metric_names(SERVER, api::METRIC_NAMES, 200, body);
+    let Ok(series) = api::read_range_answer(SERVER, "fuzz", 200, body) else {
+        return;
+    };
+    let range = grid_of(&series);
+    let mut reader = fleet::FleetReader::new(
+        AnsweringServer {
+            server: SERVER,
+            series,
+        },
+        fleet::Selector::new(""),
+    );
+    let Ok(capture) = prometheus::pull(&mut reader, &range, &mut |_| {}) else {
+        return;
+    };
+    survives_save_and_reopen(&capture);
+    let _ = reader.read(&range, &mut |_| {});
+}
+
+/// A server that has every metric the fleet reader asks for and answers every range query with
+/// the same series.
+struct AnsweringServer {
+    server: &'static str,
+    series: Vec<api::RangeSeries>,
+}
+
+impl api::RangeApi for AnsweringServer {
+    fn server(&self) -> &str {
+        self.server
+    }
+
+    fn metric_names(
+        &self,
+        _: UnixMs,
+        _: UnixMs,
+        _: Option<&str>,
+    ) -> Result<Vec<String>, api::PrometheusError> {
+        Ok(fleet::metrics_read().map(str::to_owned).collect())
+    }
+
+    fn query_range(
+        &self,
+        _: &str,
+        _: UnixMs,
+        _: UnixMs,
+        _: i64,
+    ) -> Result<Vec<api::RangeSeries>, api::PrometheusError> {
+        Ok(self.series.clone())
+    }
+}
+
+/// The range that a query answered with `series` asked for: from the first to the last time in
+/// it, the step the smallest gap between two times (15 s when there is none), at most 500 steps
+/// (what a reader does per step is the same at every step; fewer keep the runs fast).
+fn grid_of(series: &[api::RangeSeries]) -> fleet::StepRange {
+    let mut times: Vec<UnixMs> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|&(t_ms, _)| t_ms))
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let start_ms = times.first().copied().unwrap_or(0);
+    let step_ms = times
+        .windows(2)
+        .filter_map(|pair| pair[1].checked_sub(pair[0]))
+        .min()
+        .unwrap_or(15_000)
+        .max(1);
+    let last_ms = times.last().copied().unwrap_or(start_ms);
+    let steps = (i128::from(last_ms) - i128::from(start_ms)) / i128::from(step_ms) + 1;
+    let end_ms = i128::from(start_ms) + (steps.min(500) - 1) * i128::from(step_ms);
+    fleet::StepRange {
+        start_ms,
+        end_ms: UnixMs::try_from(end_ms).unwrap_or(last_ms),
+        step_ms,
+    }
 }
 
 /// Saves `capture` as a `.vramcap` and reads it back: it must be the same capture (Save as… of a
