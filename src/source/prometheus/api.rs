@@ -203,18 +203,16 @@ pub fn read_metric_names(
     }
     match serde_json::from_str::<NamesAnswer>(body) {
         Ok(answer) if answer.status == "success" => Ok(answer.data),
-        _ => Err(
-            refusal(server, status, body, what).unwrap_or_else(|| {
-                PrometheusError::NotPrometheus {
-                    server: server.to_owned(),
-                    query: what.to_owned(),
-                    detail: format!(
-                        "HTTP {status}; it begins {:?}",
-                        body.chars().take(80).collect::<String>()
-                    ),
-                }
-            }),
-        ),
+        _ => Err(refusal(server, status, body, what).unwrap_or_else(|| {
+            PrometheusError::NotPrometheus {
+                server: server.to_owned(),
+                query: what.to_owned(),
+                detail: format!(
+                    "HTTP {status}; it begins {:?}",
+                    body.chars().take(80).collect::<String>()
+                ),
+            }
+        })),
     }
 }
 
