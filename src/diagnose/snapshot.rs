@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
-use super::trajectory;
+use super::{proof, trajectory};
 use crate::analysis::timetravel::TimeTravel;
 use crate::analysis::{fragmentation, oom};
 use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState, StackId};
@@ -30,6 +30,12 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
                 .map(SnapshotOom::from_explanation);
             // The history up to the failure the rules judge (the last OOM), else the whole trace.
             let trajectory = trajectory::of_trace(&travel, oom.as_ref().map(|o| o.event_index));
+            // A recorded failure with its history: replay it under the candidate settings, the
+            // proof every allocator-setting recommendation must stand on. (The trace holds the
+            // failure, so there is history; a replay error leaves the settings unproven.)
+            let replay = oom
+                .as_ref()
+                .and_then(|_| proof::replay_trace(&travel, device.device).ok());
             let mut by_site: HashMap<String, u64> = HashMap::new();
             for segment in snapshot.device_segments(device) {
                 for block in snapshot.segment_blocks(segment) {
@@ -57,7 +63,7 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
                 final_state: Some(Arc::new(state)),
                 identity: identity(snapshot, device),
                 trajectory,
-                replay: None,
+                replay,
             }
         })
         .collect()

@@ -82,7 +82,7 @@ fn spawn_analysis(
             return Step::Done(std::mem::take(&mut done));
         }
         let device = devices[done.len()];
-        progress.set_stage(format!("time travel of cuda:{device}"));
+        progress.set_stage(format!("time travel and what-if replay of cuda:{device}"));
         done.push(analyze_device(&snapshot, device));
         progress.set_fraction(done.len() as f32 / devices.len() as f32);
         Step::Pending
