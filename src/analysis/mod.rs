@@ -4,11 +4,13 @@
 //! explanations, and the what-if replay of a trace under other allocator settings).
 
 pub mod allocator_rules;
+pub mod deadline;
 pub mod fleet;
 pub mod fragmentation;
 pub mod lod;
 pub mod oom;
 pub mod replay;
+pub mod snapshot_analysis;
 pub mod threshold;
 pub mod timetravel;
 pub mod totals;

@@ -10,7 +10,7 @@
 
 use super::allocator_rules::{AllocatorRules, OversizeRejection};
 use super::timetravel::{AllocatorState, BlockStatus, TimeTravel};
-use crate::model::allocator::{PoolId, PoolKind, TraceAction};
+use crate::model::allocator::{DeviceTrace, PoolId, PoolKind, TraceAction};
 use crate::model::format_bytes;
 
 /// How many of the largest free blocks an explanation lists one by one.
@@ -129,10 +129,16 @@ impl OomExplanation {
 
 /// Explains every `oom` event of a device's trace.
 pub fn explain_all(travel: &TimeTravel) -> Vec<OomExplanation> {
-    let trace = travel.trace();
+    oom_events(travel.trace())
+        .into_iter()
+        .map(|i| explain(travel, i))
+        .collect()
+}
+
+/// Indices of the `oom` events of `trace`, in order.
+pub fn oom_events(trace: &DeviceTrace) -> Vec<usize> {
     (0..trace.len())
         .filter(|&i| trace.actions[i] == TraceAction::Oom)
-        .map(|i| explain(travel, i))
         .collect()
 }
 

@@ -25,6 +25,7 @@ use foldhash::HashMapExt;
 use std::sync::Arc;
 
 use super::allocator_rules::AllocatorRules;
+use super::deadline::{Deadline, Step};
 use crate::model::allocator::{
     AllocatorSnapshot, BlockState, DeviceTrace, PoolId, PoolKind, TraceAction,
 };
@@ -657,154 +658,15 @@ impl TimeTravel {
     ///
     /// A device without a trace gets a time travel of zero events whose only state is the final
     /// one. Never fails: events that contradict the snapshot are skipped and counted in
-    /// [`TimeTravel::check`].
+    /// [`TimeTravel::check`]. (Runs [`TimeTravelBuild`] to the end in one go.)
     pub fn new(snapshot: Arc<AllocatorSnapshot>, device: u32) -> Self {
-        let trace_index = snapshot.traces.iter().position(|t| t.device == device);
-        let empty_trace = DeviceTrace {
-            device,
-            ..Default::default()
-        };
-        let trace = trace_index.map_or(&empty_trace, |i| &snapshot.traces[i]);
-        let rules = AllocatorRules::from_settings(snapshot.settings.as_ref());
-        let (paired_alloc, live_allocs) = pair_events(trace);
-        let final_state = AllocatorState::from_snapshot(&snapshot, device, &live_allocs);
-        let final_segment_pools = final_state
-            .segments
-            .iter()
-            .map(|s| (s.address, (s.pool, s.pool_id)))
-            .collect();
-        let len = trace.len();
-        let mut travel = TimeTravel {
-            device,
-            rules,
-            snapshot,
-            trace_index,
-            empty_trace,
-            final_segment_pools,
-            freed_block_bytes: vec![0; len],
-            paired_alloc,
-            checkpoints: Vec::new(),
-            allocated_series: Vec::new(),
-            reserved_series: Vec::new(),
-            series_chunks: Vec::new(),
-            times_monotonic: false,
-            check: ReplayCheck::default(),
-        };
-        // Pass 1: undo with estimated sizes of freed blocks, to find the starting state. It
-        // keeps checkpoints and the series: when the replay below does not reproduce the final
-        // state, the sizes stay estimates and these are the final ones.
-        let (start, start_mismatches) = travel.undo_all(final_state.clone(), true);
-        // Pass 2: replay forwards with the allocator's rules; this knows every block's size.
-        // It stops at the first event that does not fit: the final state can then no longer
-        // be reproduced, and the rest of the replay would be wasted work.
-        // When pass 1 needed no skips, it also records the series and checkpoints (pass 1's
-        // are dropped first to keep the peak memory): if the replay reproduces the final state
-        // exactly, these are the exact states.
-        let record = start_mismatches == 0;
-        if record {
-            travel.checkpoints = Vec::new();
-            travel.allocated_series = Vec::new();
-            travel.reserved_series = Vec::new();
-        }
-        let interval = if record {
-            checkpoint_interval(len, &final_state)
-        } else {
-            usize::MAX
-        };
-        let mut replay_stopped_at = None;
-        let mut first_problem = None;
-        let mut state = start;
-        let mut checkpoints = Vec::new();
-        let mut allocated = vec![0; if record { len + 1 } else { 0 }];
-        let mut reserved = vec![0; if record { len + 1 } else { 0 }];
-        // Block sizes handed out by each alloc event, stored at the alloc's index.
-        let mut block_bytes = vec![0; len];
-        for (index, bytes) in block_bytes.iter_mut().enumerate() {
-            if record {
-                allocated[index] = state.allocated_bytes;
-                reserved[index] = state.reserved_bytes;
-                if index % interval == 0 {
-                    checkpoints.push((index, state.clone()));
-                }
-            }
-            match travel.apply(&mut state, index) {
-                Ok(Some(handed_out)) => *bytes = handed_out,
-                Ok(None) => {}
-                Err(mismatch) => {
-                    replay_stopped_at = Some(index);
-                    first_problem = Some(describe_mismatch(
-                        "replaying",
-                        index,
-                        travel.trace(),
-                        mismatch,
-                    ));
-                    break;
-                }
+        let mut build = TimeTravelBuild::new(snapshot, device);
+        loop {
+            match build.run(Deadline::NEVER) {
+                Step::Done(travel) => return travel,
+                Step::Pending(more) => build = more,
             }
         }
-        let matches_final_state = replay_stopped_at.is_none() && state == final_state;
-        if record {
-            allocated[len] = state.allocated_bytes;
-            reserved[len] = state.reserved_bytes;
-            checkpoints.push((len, state));
-        }
-        if matches_final_state {
-            let mut freed = std::mem::take(&mut travel.freed_block_bytes);
-            let actions = &travel.trace().actions;
-            for (index, &paired) in travel.paired_alloc.iter().enumerate() {
-                if actions[index] == TraceAction::FreeCompleted && paired != NO_EVENT {
-                    freed[index] = block_bytes[paired as usize];
-                }
-            }
-            travel.freed_block_bytes = freed;
-        } else if first_problem.is_none() {
-            first_problem = Some(
-                "replaying the trace forwards did not reproduce the snapshot's final state; \
-                 sizes of blocks freed during the trace are estimates"
-                    .to_string(),
-            );
-        }
-        let undo_mismatches = match (record, matches_final_state) {
-            // The replay's states are exact: they are the checkpoints and the series.
-            (true, true) => {
-                travel.checkpoints = checkpoints;
-                travel.allocated_series = allocated;
-                travel.reserved_series = reserved;
-                0
-            }
-            // Sizes stay estimates, so undoing again would repeat pass 1 exactly.
-            (false, false) => start_mismatches,
-            // Pass 3: undo again from the final state with the sizes now known (or, when only
-            // pass 1's recording was dropped, with the same estimates), keeping checkpoints and
-            // the series.
-            _ => {
-                drop((checkpoints, allocated, reserved));
-                travel.undo_all(final_state, true).1
-            }
-        };
-        travel.series_chunks = travel
-            .allocated_series
-            .chunks(SERIES_CHUNK)
-            .zip(travel.reserved_series.chunks(SERIES_CHUNK))
-            .map(|(allocated, reserved)| SeriesExtremes {
-                allocated_min_bytes: allocated.iter().copied().min().unwrap_or(0),
-                allocated_max_bytes: allocated.iter().copied().max().unwrap_or(0),
-                reserved_max_bytes: reserved.iter().copied().max().unwrap_or(0),
-            })
-            .collect();
-        let times = &travel.trace().times_us;
-        travel.times_monotonic = times.len() == len
-            && times
-                .iter()
-                .all(|&t| t != crate::model::allocator::TIME_UNKNOWN_US)
-            && times.windows(2).all(|w| w[0] <= w[1]);
-        travel.check = ReplayCheck {
-            matches_final_state,
-            undo_mismatches,
-            replay_stopped_at,
-            first_problem,
-        };
-        travel
     }
 
     /// Device ordinal.
@@ -957,40 +819,6 @@ impl TimeTravel {
             let _ = self.apply(&mut state, index);
         }
         state
-    }
-
-    /// Undoes every event from the end; returns the start state and the number of mismatches.
-    /// With `record`, keeps checkpoints and the allocated/reserved series.
-    fn undo_all(&mut self, mut state: AllocatorState, record: bool) -> (AllocatorState, u32) {
-        let len = self.trace().len();
-        let interval = if record {
-            checkpoint_interval(len, &state)
-        } else {
-            usize::MAX
-        };
-        let mut checkpoints = Vec::new();
-        let mut allocated = vec![0; if record { len + 1 } else { 0 }];
-        let mut reserved = vec![0; if record { len + 1 } else { 0 }];
-        let mut mismatches = 0;
-        for position in (0..=len).rev() {
-            if record {
-                allocated[position] = state.allocated_bytes;
-                reserved[position] = state.reserved_bytes;
-                if position == len || position % interval == 0 {
-                    checkpoints.push((position, state.clone()));
-                }
-            }
-            if position > 0 && self.undo(&mut state, position - 1).is_err() {
-                mismatches += 1;
-            }
-        }
-        if record {
-            checkpoints.reverse();
-            self.checkpoints = checkpoints;
-            self.allocated_series = allocated;
-            self.reserved_series = reserved;
-        }
-        (state, mismatches)
     }
 
     /// Applies event `index` forwards. Returns the size of the block an `alloc` handed out.
@@ -1182,6 +1010,550 @@ impl TimeTravel {
 }
 
 /// A segment (or mapped range) can appear at `op.address` only where none is, and only with a size.
+/// Events handled between two looks at the deadline while a [`TimeTravel`] is built.
+const EVENTS_PER_STEP: usize = 16 * 1024;
+
+/// A [`TimeTravel`] being built in steps that stop at a deadline ([`TimeTravelBuild::run`]), so
+/// that a caller with a single thread (the web viewer) keeps its page responsive on traces of
+/// millions of events. [`TimeTravel::new`] runs it to the end.
+///
+/// The passes, in order (see [`TimeTravel`] for why):
+/// 1. pair every free with its alloc;
+/// 2. undo with estimated sizes of freed blocks, to find the starting state; it keeps checkpoints
+///    and the series: when the replay below does not reproduce the final state, the sizes stay
+///    estimates and these are the final ones;
+/// 3. replay forwards with the allocator's rules, which know every block's size; it stops at
+///    the first event that does not fit (the final state can then no longer be reproduced, and
+///    the rest would be wasted work). When pass 2 needed no skips, it records the series and
+///    checkpoints (pass 2's are dropped first, to keep the peak memory): if the replay
+///    reproduces the final state exactly, these are the exact states;
+/// 4. when needed, undo again from the final state with the sizes now known (or, when only
+///    pass 2's recording was dropped, with the same estimates), keeping checkpoints and series;
+/// 5. summaries of the series and whether times are monotonic.
+pub struct TimeTravelBuild {
+    travel: TimeTravel,
+    stage: Stage,
+}
+
+enum Stage {
+    Pair(PairPass),
+    FirstUndo {
+        final_state: AllocatorState,
+        pass: UndoPass,
+    },
+    Replay {
+        final_state: AllocatorState,
+        start_mismatches: u32,
+        pass: ReplayPass,
+    },
+    /// The replay reproduced the final state: the sizes of freed blocks are copied from the
+    /// allocs they pair with.
+    FillFreed {
+        block_bytes: Vec<u64>,
+        next: usize,
+        check: ReplayCheck,
+        /// The final state, when pass 4 must follow (with the sizes now filled in).
+        third_undo: Option<AllocatorState>,
+    },
+    ThirdUndo {
+        pass: UndoPass,
+        check: ReplayCheck,
+    },
+    Summary {
+        pass: SummaryPass,
+        check: ReplayCheck,
+    },
+    Done,
+}
+
+impl TimeTravelBuild {
+    /// Starts building the time travel of `device`'s trace in `snapshot`.
+    pub fn new(snapshot: Arc<AllocatorSnapshot>, device: u32) -> Self {
+        let trace_index = snapshot.traces.iter().position(|t| t.device == device);
+        let empty_trace = DeviceTrace {
+            device,
+            ..Default::default()
+        };
+        let rules = AllocatorRules::from_settings(snapshot.settings.as_ref());
+        let travel = TimeTravel {
+            device,
+            rules,
+            snapshot,
+            trace_index,
+            empty_trace,
+            final_segment_pools: HashMap::new(),
+            freed_block_bytes: Vec::new(),
+            paired_alloc: Vec::new(),
+            checkpoints: Vec::new(),
+            allocated_series: Vec::new(),
+            reserved_series: Vec::new(),
+            series_chunks: Vec::new(),
+            times_monotonic: false,
+            check: ReplayCheck::default(),
+        };
+        let stage = Stage::Pair(PairPass::new(travel.len()));
+        TimeTravelBuild { travel, stage }
+    }
+
+    /// Works until `deadline` (checked every few thousand events) or the end: the finished
+    /// time travel, or this build to run again.
+    pub fn run(mut self, deadline: Deadline) -> Step<TimeTravel, TimeTravelBuild> {
+        loop {
+            if self.advance(deadline) {
+                return Step::Done(self.travel);
+            }
+            if deadline.passed() {
+                return Step::Pending(self);
+            }
+        }
+    }
+
+    /// Runs the current stage until it ends (then moves to the next) or the deadline passes.
+    /// True once everything is done.
+    fn advance(&mut self, deadline: Deadline) -> bool {
+        let travel = &mut self.travel;
+        let len = travel.len();
+        let stage = std::mem::replace(&mut self.stage, Stage::Done);
+        self.stage = match stage {
+            Stage::Pair(mut pass) => {
+                if !pass.run(travel.trace(), deadline) {
+                    Stage::Pair(pass)
+                } else {
+                    let PairPass { paired, open, .. } = pass;
+                    let final_state =
+                        AllocatorState::from_snapshot(&travel.snapshot, travel.device, &open);
+                    travel.final_segment_pools = final_state
+                        .segments
+                        .iter()
+                        .map(|s| (s.address, (s.pool, s.pool_id)))
+                        .collect();
+                    travel.freed_block_bytes = vec![0; len];
+                    travel.paired_alloc = paired;
+                    Stage::FirstUndo {
+                        pass: UndoPass::new(final_state.clone(), len),
+                        final_state,
+                    }
+                }
+            }
+            Stage::FirstUndo {
+                final_state,
+                mut pass,
+            } => {
+                if !pass.run(travel, deadline) {
+                    Stage::FirstUndo { final_state, pass }
+                } else {
+                    let (start, start_mismatches) = pass.finish(travel);
+                    let record = start_mismatches == 0;
+                    if record {
+                        travel.checkpoints = Vec::new();
+                        travel.allocated_series = Vec::new();
+                        travel.reserved_series = Vec::new();
+                    }
+                    let interval = if record {
+                        checkpoint_interval(len, &final_state)
+                    } else {
+                        usize::MAX
+                    };
+                    Stage::Replay {
+                        final_state,
+                        start_mismatches,
+                        pass: ReplayPass::new(start, len, record, interval),
+                    }
+                }
+            }
+            Stage::Replay {
+                final_state,
+                start_mismatches,
+                mut pass,
+            } => {
+                if !pass.run(travel, deadline) {
+                    Stage::Replay {
+                        final_state,
+                        start_mismatches,
+                        pass,
+                    }
+                } else {
+                    replay_done(travel, pass, final_state, start_mismatches)
+                }
+            }
+            Stage::FillFreed {
+                block_bytes,
+                next,
+                check,
+                third_undo,
+            } => {
+                let end = next.saturating_add(EVENTS_PER_STEP * 8).min(len);
+                let mut freed = std::mem::take(&mut travel.freed_block_bytes);
+                let actions = &travel.trace().actions;
+                for index in next..end {
+                    let paired = travel.paired_alloc[index];
+                    if actions[index] == TraceAction::FreeCompleted && paired != NO_EVENT {
+                        freed[index] = block_bytes[paired as usize];
+                    }
+                }
+                travel.freed_block_bytes = freed;
+                match third_undo {
+                    _ if end < len => Stage::FillFreed {
+                        block_bytes,
+                        next: end,
+                        check,
+                        third_undo,
+                    },
+                    Some(final_state) => Stage::ThirdUndo {
+                        pass: UndoPass::new(final_state, len),
+                        check,
+                    },
+                    None => Stage::Summary {
+                        pass: SummaryPass::default(),
+                        check,
+                    },
+                }
+            }
+            Stage::ThirdUndo {
+                mut pass,
+                mut check,
+            } => {
+                if !pass.run(travel, deadline) {
+                    Stage::ThirdUndo { pass, check }
+                } else {
+                    check.undo_mismatches = pass.finish(travel).1;
+                    Stage::Summary {
+                        pass: SummaryPass::default(),
+                        check,
+                    }
+                }
+            }
+            Stage::Summary { mut pass, check } => {
+                if !pass.run(travel, deadline) {
+                    Stage::Summary { pass, check }
+                } else {
+                    travel.series_chunks = pass.chunks;
+                    travel.times_monotonic = pass.times_monotonic;
+                    travel.check = check;
+                    Stage::Done
+                }
+            }
+            Stage::Done => return true,
+        };
+        matches!(self.stage, Stage::Done)
+    }
+}
+
+/// After the forward replay: keeps its recording when it is exact, and decides whether the
+/// sizes of freed blocks are known (fill them in) or a third pass must record the states.
+fn replay_done(
+    travel: &mut TimeTravel,
+    pass: ReplayPass,
+    final_state: AllocatorState,
+    start_mismatches: u32,
+) -> Stage {
+    let len = travel.len();
+    let ReplayPass {
+        state,
+        record,
+        mut checkpoints,
+        mut allocated,
+        mut reserved,
+        block_bytes,
+        stopped_at: replay_stopped_at,
+        mut first_problem,
+        ..
+    } = pass;
+    let matches_final_state = replay_stopped_at.is_none() && state == final_state;
+    if record {
+        allocated[len] = state.allocated_bytes;
+        reserved[len] = state.reserved_bytes;
+        checkpoints.push((len, state));
+    }
+    if !matches_final_state && first_problem.is_none() {
+        first_problem = Some(
+            "replaying the trace forwards did not reproduce the snapshot's final state; \
+             sizes of blocks freed during the trace are estimates"
+                .to_string(),
+        );
+    }
+    let mut check = ReplayCheck {
+        matches_final_state,
+        undo_mismatches: 0,
+        replay_stopped_at,
+        first_problem,
+    };
+    match (record, matches_final_state) {
+        // The replay's states are exact: they are the checkpoints and the series.
+        (true, true) => {
+            travel.checkpoints = checkpoints;
+            travel.allocated_series = allocated;
+            travel.reserved_series = reserved;
+        }
+        // Sizes stay estimates, so undoing again would repeat the first undo exactly.
+        (false, false) => check.undo_mismatches = start_mismatches,
+        _ => drop((checkpoints, allocated, reserved)),
+    }
+    // Pass 4 when the replay's recording is not the answer but an undo may differ from pass 2.
+    let third_undo = (record != matches_final_state).then_some(final_state);
+    if matches_final_state {
+        Stage::FillFreed {
+            block_bytes,
+            next: 0,
+            check,
+            third_undo,
+        }
+    } else if let Some(final_state) = third_undo {
+        Stage::ThirdUndo {
+            pass: UndoPass::new(final_state, len),
+            check,
+        }
+    } else {
+        Stage::Summary {
+            pass: SummaryPass::default(),
+            check,
+        }
+    }
+}
+
+/// Pass 1: pairs each free event with the alloc of the same block, and finds the blocks still
+/// allocated at the end (address -> alloc event).
+struct PairPass {
+    next: usize,
+    /// For each free event, its alloc event (or [`NO_EVENT`]).
+    paired: Vec<u32>,
+    open: HashMap<u64, u32>,
+}
+
+impl PairPass {
+    fn new(len: usize) -> Self {
+        PairPass {
+            next: 0,
+            paired: vec![NO_EVENT; len],
+            open: HashMap::new(),
+        }
+    }
+
+    /// True once every event is paired.
+    fn run(&mut self, trace: &DeviceTrace, deadline: Deadline) -> bool {
+        let len = self.paired.len();
+        while self.next < len {
+            let end = (self.next + EVENTS_PER_STEP).min(len);
+            for index in self.next..end {
+                let address = trace.addresses.get(index).copied().unwrap_or(0);
+                match trace.actions[index] {
+                    TraceAction::Alloc => {
+                        self.open.insert(address, index as u32);
+                    }
+                    TraceAction::FreeRequested => {
+                        self.paired[index] = self.open.get(&address).copied().unwrap_or(NO_EVENT);
+                    }
+                    TraceAction::FreeCompleted => {
+                        self.paired[index] = self.open.remove(&address).unwrap_or(NO_EVENT);
+                    }
+                    _ => {}
+                }
+            }
+            self.next = end;
+            if deadline.passed() {
+                break;
+            }
+        }
+        self.next >= len
+    }
+}
+
+/// Undoes every event from the end, recording checkpoints and the allocated/reserved series.
+struct UndoPass {
+    len: usize,
+    /// Positions still to record, from `len` down to 0: the next one is `remaining - 1`.
+    remaining: usize,
+    state: AllocatorState,
+    interval: usize,
+    checkpoints: Vec<(usize, AllocatorState)>,
+    allocated: Vec<u64>,
+    reserved: Vec<u64>,
+    mismatches: u32,
+}
+
+impl UndoPass {
+    fn new(final_state: AllocatorState, len: usize) -> Self {
+        UndoPass {
+            len,
+            remaining: len + 1,
+            interval: checkpoint_interval(len, &final_state),
+            state: final_state,
+            checkpoints: Vec::new(),
+            allocated: vec![0; len + 1],
+            reserved: vec![0; len + 1],
+            mismatches: 0,
+        }
+    }
+
+    /// True once every event is undone.
+    fn run(&mut self, travel: &TimeTravel, deadline: Deadline) -> bool {
+        while self.remaining > 0 {
+            let stop = self.remaining.saturating_sub(EVENTS_PER_STEP);
+            for position in (stop..self.remaining).rev() {
+                self.allocated[position] = self.state.allocated_bytes;
+                self.reserved[position] = self.state.reserved_bytes;
+                if position == self.len || position % self.interval == 0 {
+                    self.checkpoints.push((position, self.state.clone()));
+                }
+                if position > 0 && travel.undo(&mut self.state, position - 1).is_err() {
+                    self.mismatches += 1;
+                }
+            }
+            self.remaining = stop;
+            if deadline.passed() {
+                break;
+            }
+        }
+        self.remaining == 0
+    }
+
+    /// Hands the checkpoints and the series to `travel`; returns the start state and the number
+    /// of events that did not fit.
+    fn finish(mut self, travel: &mut TimeTravel) -> (AllocatorState, u32) {
+        self.checkpoints.reverse();
+        travel.checkpoints = self.checkpoints;
+        travel.allocated_series = self.allocated;
+        travel.reserved_series = self.reserved;
+        (self.state, self.mismatches)
+    }
+}
+
+/// Replays the trace forwards from the start state with the allocator's rules.
+struct ReplayPass {
+    next: usize,
+    len: usize,
+    state: AllocatorState,
+    /// Whether to record checkpoints and the series (every `interval` events).
+    record: bool,
+    interval: usize,
+    checkpoints: Vec<(usize, AllocatorState)>,
+    allocated: Vec<u64>,
+    reserved: Vec<u64>,
+    /// Block sizes handed out by each alloc event, stored at the alloc's index.
+    block_bytes: Vec<u64>,
+    stopped_at: Option<usize>,
+    first_problem: Option<String>,
+}
+
+impl ReplayPass {
+    fn new(start: AllocatorState, len: usize, record: bool, interval: usize) -> Self {
+        ReplayPass {
+            next: 0,
+            len,
+            state: start,
+            record,
+            interval,
+            checkpoints: Vec::new(),
+            allocated: vec![0; if record { len + 1 } else { 0 }],
+            reserved: vec![0; if record { len + 1 } else { 0 }],
+            block_bytes: vec![0; len],
+            stopped_at: None,
+            first_problem: None,
+        }
+    }
+
+    /// True once the replay reached the end or stopped at an event that does not fit.
+    fn run(&mut self, travel: &TimeTravel, deadline: Deadline) -> bool {
+        while self.next < self.len && self.stopped_at.is_none() {
+            let end = (self.next + EVENTS_PER_STEP).min(self.len);
+            for index in self.next..end {
+                if self.record {
+                    self.allocated[index] = self.state.allocated_bytes;
+                    self.reserved[index] = self.state.reserved_bytes;
+                    if index % self.interval == 0 {
+                        self.checkpoints.push((index, self.state.clone()));
+                    }
+                }
+                match travel.apply(&mut self.state, index) {
+                    Ok(Some(handed_out)) => self.block_bytes[index] = handed_out,
+                    Ok(None) => {}
+                    Err(mismatch) => {
+                        self.stopped_at = Some(index);
+                        self.first_problem = Some(describe_mismatch(
+                            "replaying",
+                            index,
+                            travel.trace(),
+                            mismatch,
+                        ));
+                        break;
+                    }
+                }
+            }
+            self.next = end;
+            if deadline.passed() {
+                break;
+            }
+        }
+        self.next >= self.len || self.stopped_at.is_some()
+    }
+}
+
+/// The last pass: extremes of the series per [`SERIES_CHUNK`] positions, and whether trace
+/// times are known and never go backwards.
+struct SummaryPass {
+    chunks: Vec<SeriesExtremes>,
+    /// Events whose time was checked.
+    times_checked: usize,
+    times_monotonic: bool,
+}
+
+impl Default for SummaryPass {
+    fn default() -> Self {
+        SummaryPass {
+            chunks: Vec::new(),
+            times_checked: 0,
+            times_monotonic: true,
+        }
+    }
+}
+
+impl SummaryPass {
+    /// True once both are known.
+    fn run(&mut self, travel: &TimeTravel, deadline: Deadline) -> bool {
+        let chunk_count = travel.allocated_series.len().div_ceil(SERIES_CHUNK);
+        while self.chunks.len() < chunk_count {
+            let first = self.chunks.len() * SERIES_CHUNK;
+            let last = (first + EVENTS_PER_STEP * 4).min(travel.allocated_series.len());
+            let allocated = &travel.allocated_series[first..last];
+            let reserved = &travel.reserved_series[first..last];
+            self.chunks.extend(
+                allocated
+                    .chunks(SERIES_CHUNK)
+                    .zip(reserved.chunks(SERIES_CHUNK))
+                    .map(|(allocated, reserved)| SeriesExtremes {
+                        allocated_min_bytes: allocated.iter().copied().min().unwrap_or(0),
+                        allocated_max_bytes: allocated.iter().copied().max().unwrap_or(0),
+                        reserved_max_bytes: reserved.iter().copied().max().unwrap_or(0),
+                    }),
+            );
+            if deadline.passed() {
+                return false;
+            }
+        }
+        let len = travel.len();
+        let times = &travel.trace().times_us;
+        if times.len() != len {
+            self.times_monotonic = false;
+        }
+        while self.times_monotonic && self.times_checked < len {
+            let first = self.times_checked;
+            let last = (first + EVENTS_PER_STEP * 4).min(len);
+            let previous = first.checked_sub(1).map(|i| times[i]);
+            let window = &times[first..last];
+            self.times_monotonic = window
+                .iter()
+                .all(|&t| t != crate::model::allocator::TIME_UNKNOWN_US)
+                && previous.is_none_or(|p| window.first().is_none_or(|&t| p <= t))
+                && window.windows(2).all(|w| w[0] <= w[1]);
+            self.times_checked = last;
+            if deadline.passed() {
+                return !self.times_monotonic || self.times_checked >= len;
+            }
+        }
+        true
+    }
+}
+
 fn ensure_room_for_segment(state: &AllocatorState, op: &TraceOp) -> Result<(), Mismatch> {
     if state.segment_containing(op.address).is_some() || op.size_bytes == 0 {
         return Err(Mismatch::SegmentInUse);
@@ -1205,29 +1577,6 @@ fn expandable_pool_guess(size_bytes: u64) -> PoolKind {
     } else {
         PoolKind::Small
     }
-}
-
-/// Pairs each free event with the alloc of the same block; also returns the blocks still
-/// allocated at the end (address -> alloc event).
-fn pair_events(trace: &DeviceTrace) -> (Vec<u32>, HashMap<u64, u32>) {
-    let mut paired = vec![NO_EVENT; trace.len()];
-    let mut open: HashMap<u64, u32> = HashMap::new();
-    for (index, pair) in paired.iter_mut().enumerate() {
-        let address = trace.addresses.get(index).copied().unwrap_or(0);
-        match trace.actions[index] {
-            TraceAction::Alloc => {
-                open.insert(address, index as u32);
-            }
-            TraceAction::FreeRequested => {
-                *pair = open.get(&address).copied().unwrap_or(NO_EVENT);
-            }
-            TraceAction::FreeCompleted => {
-                *pair = open.remove(&address).unwrap_or(NO_EVENT);
-            }
-            _ => {}
-        }
-    }
-    (paired, open)
 }
 
 fn describe_mismatch(doing: &str, index: usize, trace: &DeviceTrace, mismatch: Mismatch) -> String {

@@ -1371,19 +1371,31 @@ pub fn judge_explanation(
 }
 
 /// Every `oom` event of a device's trace, explained and judged as the Allocator tab and
-/// `vramscope analyze` show them. The last one (the failure that was raised; earlier ones were
-/// caught by the job) is judged with the live set's history up to it, exactly as `diagnose`
-/// judges the snapshot; earlier ones on their numbers alone, so that a trace with thousands of
-/// caught failures costs one history, not thousands.
+/// `vramscope analyze` show them (see [`judge_all`]).
 pub fn judged_ooms(
     travel: &crate::analysis::timetravel::TimeTravel,
     expandable_segments: Option<bool>,
 ) -> Vec<(OomExplanation, JudgedOom)> {
     let explanations = crate::analysis::oom::explain_all(travel);
+    let judged = judge_all(travel, &explanations, expandable_segments);
+    explanations.into_iter().zip(judged).collect()
+}
+
+/// The verdict on each of `explanations` (a device's `oom` events, explained in trace order), in
+/// the same order. The last one (the failure that was raised; earlier ones were caught by the
+/// job) is judged with the live set's history up to it, exactly as `diagnose` judges the
+/// snapshot; earlier ones on their numbers alone, so that a trace with thousands of caught
+/// failures costs one history, not thousands. Separate from explaining so that a view whose
+/// analysis explained the OOMs in steps (the web viewer's) judges them without explaining again.
+pub fn judge_all(
+    travel: &crate::analysis::timetravel::TimeTravel,
+    explanations: &[OomExplanation],
+    expandable_segments: Option<bool>,
+) -> Vec<JudgedOom> {
     let last = explanations.len().saturating_sub(1);
     let name = &travel.snapshot().name;
     explanations
-        .into_iter()
+        .iter()
         .enumerate()
         .map(|(i, e)| {
             // The last failure is the one `diagnose` judges: the same history and replay.
@@ -1395,8 +1407,7 @@ pub fn judged_ooms(
             } else {
                 (None, None)
             };
-            let judged = judge_explanation(&e, name, expandable_segments, history, replay);
-            (e, judged)
+            judge_explanation(e, name, expandable_segments, history, replay)
         })
         .collect()
 }

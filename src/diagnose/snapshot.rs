@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
 use super::{proof, trajectory};
-use crate::analysis::timetravel::TimeTravel;
-use crate::analysis::{fragmentation, oom};
+use crate::analysis::fragmentation;
+use crate::analysis::snapshot_analysis::{self, DeviceAnalysis};
 use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState, StackId};
 
 /// Call sites listed per snapshot, largest first.
@@ -18,24 +18,31 @@ const MAX_CALL_SITES: usize = 50;
 
 /// One [`SnapshotFacts`] per device of the snapshot.
 pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
+    facts_from(snapshot, &snapshot_analysis::analyze(snapshot))
+}
+
+/// [`facts`] from the analyses already made of `snapshot` (the allocator view's, so that opening
+/// a snapshot analyses its trace once).
+pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> Vec<SnapshotFacts> {
     snapshot
         .devices
         .iter()
-        .map(|device| {
-            let travel = TimeTravel::new(Arc::clone(snapshot), device.device);
+        .filter_map(|device| {
+            let analysis = analyses
+                .iter()
+                .find(|a| a.travel.device() == device.device)?;
+            let travel = &analysis.travel;
             let state = travel.state_at(travel.len());
             let report = fragmentation::analyze(&state);
-            let oom = oom::explain_all(&travel)
-                .last()
-                .map(SnapshotOom::from_explanation);
+            let oom = analysis.ooms.last().map(SnapshotOom::from_explanation);
             // The history up to the failure the rules judge (the last OOM), else the whole trace.
-            let trajectory = trajectory::of_trace(&travel, oom.as_ref().map(|o| o.event_index));
+            let trajectory = trajectory::of_trace(travel, oom.as_ref().map(|o| o.event_index));
             // A recorded failure with its history: replay it under the candidate settings, the
             // proof every allocator-setting recommendation must stand on. (The trace holds the
             // failure, so there is history; a replay error leaves the settings unproven.)
             let replay = oom
                 .as_ref()
-                .and_then(|_| proof::replay_trace(&travel, device.device).ok());
+                .and_then(|_| proof::replay_trace(travel, device.device).ok());
             let mut by_site: HashMap<String, u64> = HashMap::new();
             for segment in snapshot.device_segments(device) {
                 for block in snapshot.segment_blocks(segment) {
@@ -48,7 +55,7 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
             let mut allocated_by_call_site: Vec<(String, u64)> = by_site.into_iter().collect();
             allocated_by_call_site.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             allocated_by_call_site.truncate(MAX_CALL_SITES);
-            SnapshotFacts {
+            Some(SnapshotFacts {
                 name: snapshot.name.clone(),
                 device_index: device.device,
                 reserved_bytes: report.device.reserved_bytes,
@@ -64,7 +71,7 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
                 identity: identity(snapshot, device),
                 trajectory,
                 replay,
-            }
+            })
         })
         .collect()
 }
@@ -73,14 +80,13 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
 /// left to whoever read the file).
 fn identity(snapshot: &AllocatorSnapshot, device: &DeviceAllocState) -> SnapshotIdentity {
     let trace = device.trace.and_then(|i| snapshot.traces.get(i));
-    let mut trace_events: Vec<(i64, u64)> = trace
-        .map(|t| {
-            (0..t.len())
-                .filter_map(|i| Some((t.time_us(i)?, *t.addresses.get(i)?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    trace_events.sort_unstable();
+    let mut trace_events: Vec<(i64, u64)> = Vec::new();
+    if let Some(t) = trace {
+        trace_events.reserve_exact(t.len());
+        trace_events
+            .extend((0..t.len()).filter_map(|i| Some((t.time_us(i)?, *t.addresses.get(i)?))));
+    }
+    sort_trace_events(&mut trace_events);
     trace_events.dedup();
     let settings = snapshot.settings.clone();
     let ring_full = match (
@@ -111,6 +117,19 @@ fn identity(snapshot: &AllocatorSnapshot, device: &DeviceAllocState) -> Snapshot
     }
 }
 
+/// Sorts `(time, address)` pairs taken from a trace in its order. Traces record events in time
+/// order, so then only events with the same time need sorting (by address): linear time on
+/// millions of events instead of a full sort.
+fn sort_trace_events(events: &mut [(i64, u64)]) {
+    if events.windows(2).all(|w| w[0].0 <= w[1].0) {
+        for same_time in events.chunk_by_mut(|a, b| a.0 == b.0) {
+            same_time.sort_unstable();
+        }
+    } else {
+        events.sort_unstable();
+    }
+}
+
 /// The innermost frame of user code (a `.py` file outside torch and site-packages), as
 /// `file.py:line name`; the innermost Python frame when all are library code.
 fn call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
@@ -137,5 +156,23 @@ fn call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
             format!("{base}:{} {}", f.line, snapshot.string(f.name))
         }
         None => "(no stack recorded)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_events_sort_like_a_full_sort_in_time_order_or_not() {
+        let in_time_order = vec![(1, 0x300), (1, 0x100), (2, 0x200), (2, 0x200), (5, 0x50)];
+        let shuffled = vec![(5, 0x50), (1, 0x300), (2, 0x200), (1, 0x100), (2, 0x200)];
+        for events in [in_time_order, shuffled] {
+            let mut expected = events.clone();
+            expected.sort_unstable();
+            let mut sorted = events;
+            sort_trace_events(&mut sorted);
+            assert_eq!(sorted, expected);
+        }
     }
 }

@@ -464,12 +464,10 @@ impl VramscopeApp {
         snapshot: crate::model::allocator::AllocatorSnapshot,
     ) {
         let snapshot = Arc::new(snapshot);
-        let mut facts = crate::diagnose::snapshot::facts(&snapshot);
+        let analysis = crate::analysis::snapshot_analysis::analyze(&snapshot);
         // Named like the view, as files opened through the reader are.
-        for fact in &mut facts {
-            file_name.clone_into(&mut fact.name);
-        }
-        self.snapshot_opened(file_name.to_owned(), OpenedSnapshot { snapshot, facts });
+        let opened = OpenedSnapshot::new(snapshot, analysis, file_name);
+        self.snapshot_opened(file_name.to_owned(), opened);
     }
 
     /// Switches to the Allocator tab on the newest view of the requested snapshot and device
@@ -496,7 +494,8 @@ impl VramscopeApp {
             );
         }
         self.wizard.add_snapshot_facts(opened.facts);
-        if let Some(closed) = self.allocators.open(opened.snapshot, file_name) {
+        let view = AllocatorView::with_analysis(opened.snapshot, file_name, opened.analysis);
+        if let Some(closed) = self.allocators.open(view) {
             self.notices.push(
                 NoticeLevel::Info,
                 format!(

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::analysis::snapshot_analysis::DeviceAnalysis;
 use crate::diagnose::NamedCapture;
 use crate::diagnose::leak::SnapshotFacts;
 use crate::diagnose::log::{LogAnalysis, analyze_bytes};
@@ -17,15 +18,45 @@ use crate::formats::sniff::{Route, SNIFF_BYTES, route};
 use crate::formats::{capture, pytorch};
 use crate::model::allocator::AllocatorSnapshot;
 
+use super::allocator::JudgedDevice;
 use super::runner::{Job, Poll, Progress, Runner};
 use super::session::PreparedCapture;
 
-/// A snapshot read off the UI thread, with the facts the doctor needs (computed there too,
-/// because they replay the allocator trace).
+/// A snapshot read off the UI thread, with its analysis (time travel, OOM explanations and their
+/// verdicts per device, for the allocator view) and the facts the doctor takes from it: computed there too,
+/// because they replay the allocator trace.
 pub struct OpenedSnapshot {
     pub snapshot: Arc<AllocatorSnapshot>,
+    pub analysis: Vec<JudgedDevice>,
     pub facts: Vec<SnapshotFacts>,
 }
+
+impl OpenedSnapshot {
+    /// Takes the doctor's facts from `analysis` (one per device of `snapshot`, see
+    /// [`crate::analysis::snapshot_analysis`]), named `file_name` like the allocator view.
+    pub fn new(
+        snapshot: Arc<AllocatorSnapshot>,
+        analysis: Vec<DeviceAnalysis>,
+        file_name: &str,
+    ) -> Self {
+        let mut facts = crate::diagnose::snapshot::facts_from(&snapshot, &analysis);
+        for fact in &mut facts {
+            file_name.clone_into(&mut fact.name);
+        }
+        let analysis = analysis
+            .into_iter()
+            .map(|device| JudgedDevice::new(&snapshot, device))
+            .collect();
+        OpenedSnapshot {
+            snapshot,
+            analysis,
+            facts,
+        }
+    }
+}
+
+/// The stage a snapshot read shows once the file is read and its analysis runs.
+pub const ANALYSING_STAGE: &str = "analysing";
 
 /// What reading a file gave.
 pub enum OpenOutcome {
@@ -162,7 +193,8 @@ impl Jobs {
         self.track_read(file_name, job);
     }
 
-    /// Reads a dropped file: by path when it has one on disk, else through the handle's bytes.
+    /// Reads a dropped file: by path when it has one on disk, else through the handle's bytes (in
+    /// the web viewer, in slices: [`super::web_open`]).
     pub fn open_dropped(&mut self, file: egui::DroppedFileHandle) {
         let path = file.path().to_owned();
         #[cfg(feature = "native")]
@@ -183,14 +215,14 @@ impl Jobs {
                 }
             });
         #[cfg(target_arch = "wasm32")]
-        let job = self.runner.spawn_local(&title, move |progress| async move {
-            match file.bytes_async().await {
-                Ok(bytes) => read_bytes(&bytes, &name, &progress),
-                Err(err) => {
-                    OpenOutcome::Failed(format!("{name}: cannot read the dropped file: {err}"))
-                }
+        let job = match file.web_file() {
+            Some(web_file) => {
+                super::web_open::open_job(&self.runner, &title, web_file.clone(), name)
             }
-        });
+            None => self.runner.spawn(&title, move |_| {
+                OpenOutcome::Failed(format!("{name}: the browser handed over no file to read"))
+            }),
+        };
         self.track_read(file_name, job);
     }
 
@@ -281,7 +313,7 @@ impl Jobs {
 /// Reads a file from disk. Regular files are sniffed first; anything else (a pipe) is routed by
 /// its name, since its first bytes can be read only once.
 #[cfg(feature = "native")]
-fn read_path(path: &Path, file_name: &str, progress: &Progress) -> OpenOutcome {
+pub(super) fn read_path(path: &Path, file_name: &str, progress: &Progress) -> OpenOutcome {
     let kind = if path.is_file() {
         match read_head(path) {
             Ok(head) => route(file_name, &head),
@@ -327,8 +359,9 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(head)
 }
 
-/// Reads a file handed over as bytes (dropped on the window or the web page).
-fn read_bytes(bytes: &[u8], file_name: &str, progress: &Progress) -> OpenOutcome {
+/// Reads a file handed over as bytes (dropped on the window, or a capture or log dropped on the
+/// web page).
+pub(super) fn read_bytes(bytes: &[u8], file_name: &str, progress: &Progress) -> OpenOutcome {
     match route(file_name, &bytes[..bytes.len().min(SNIFF_BYTES)]) {
         Route::Capture => capture_outcome(
             capture::read_bytes(bytes, file_name, capture::read_options_now())
@@ -378,21 +411,26 @@ fn snapshot_outcome(
     progress: &Progress,
 ) -> OpenOutcome {
     match read {
-        Err(pytorch::SnapshotError::Cancelled { .. }) => OpenOutcome::Cancelled,
-        // The error already starts with the file's name.
-        Err(err) => OpenOutcome::Failed(err.to_string()),
+        Err(err) => snapshot_error_outcome(err),
         Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
         Ok(snapshot) => {
             let snapshot = Arc::new(snapshot);
-            let mut facts = crate::diagnose::snapshot::facts(&snapshot);
-            for fact in &mut facts {
-                file_name.clone_into(&mut fact.name);
-            }
+            progress.set_stage(ANALYSING_STAGE);
+            let analysis = crate::analysis::snapshot_analysis::analyze(&snapshot);
             if progress.is_cancelled() {
                 return OpenOutcome::Cancelled;
             }
-            OpenOutcome::Snapshot(Box::new(OpenedSnapshot { snapshot, facts }))
+            OpenOutcome::Snapshot(Box::new(OpenedSnapshot::new(snapshot, analysis, file_name)))
         }
+    }
+}
+
+/// What a failed snapshot read gives: cancelled, or the error (which starts with the file's
+/// name).
+pub(super) fn snapshot_error_outcome(err: pytorch::SnapshotError) -> OpenOutcome {
+    match err {
+        pytorch::SnapshotError::Cancelled { .. } => OpenOutcome::Cancelled,
+        err => OpenOutcome::Failed(err.to_string()),
     }
 }
 

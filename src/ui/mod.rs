@@ -31,8 +31,12 @@ pub mod quit;
 pub mod runner;
 pub mod session;
 pub mod settings;
+#[cfg(any(target_arch = "wasm32", test))]
+mod snapshot_opening;
 pub mod timeline;
 pub mod views;
+#[cfg(target_arch = "wasm32")]
+mod web_open;
 
 pub use app::{AppOptions, VramscopeApp};
 pub mod wizard;

@@ -3,9 +3,10 @@
 //!
 //! [`Runner::spawn`] runs a function on its own thread; [`Runner::spawn_stepped`] runs work that
 //! is cut into steps (on a thread natively; in the web viewer, which has no threads, a few
-//! milliseconds of steps per frame from [`Job::poll`]). Either way the UI holds a [`Job`]: it
-//! polls it once per frame for the result, and shows its [`Progress`] (a fraction, a stage, the
-//! time so far) with a Cancel button ([`job_progress_ui`]).
+//! milliseconds of steps at a time in browser tasks between frames, so the page draws and answers
+//! input in between and no frame waits for the work). Either way the UI holds a [`Job`]: it polls
+//! it once per frame for the result, and shows its [`Progress`] (a fraction, a stage, the time so
+//! far) with a Cancel button ([`job_progress_ui`]).
 //!
 //! Waking the UI: a finished job repaints at once; progress repaints at most every
 //! [`PROGRESS_REPAINT_INTERVAL`], so a job that reports thousands of steps a second costs a few
@@ -20,12 +21,34 @@ use std::time::Duration;
 use web_time::Instant;
 
 /// Progress repaints the UI at most this often.
+#[cfg(not(target_arch = "wasm32"))]
 pub const PROGRESS_REPAINT_INTERVAL: Duration = Duration::from_millis(250);
-
-/// How long [`Job::poll`] steps a stepped job per frame where it runs on the UI thread (the web
-/// viewer): long enough to make progress, short enough to keep the page responsive.
+/// Progress repaints the UI at most this often. In the web viewer a frame is dear: drawing it
+/// takes the page's one thread (which also reads and decodes the file) for about 250-500 ms with
+/// software WebGL even when the app itself needs under a millisecond of it (measured idle and
+/// while opening: docs/benchmarks.md, "Web viewer"), so progress shows once a second there.
 #[cfg(target_arch = "wasm32")]
-const STEP_BUDGET_PER_FRAME: Duration = Duration::from_millis(12);
+pub const PROGRESS_REPAINT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a stepped job runs steps in one browser task (the web viewer) before the page gets
+/// its turn: long enough to make progress, short enough to keep the page responsive.
+#[cfg(target_arch = "wasm32")]
+const STEP_BUDGET_PER_TASK: Duration = Duration::from_millis(12);
+
+/// What stepped work must be to run on the [`Runner`]: `Send` natively, where it runs on a thread
+/// of its own; anything in the web viewer, where it runs on the page's one thread and may hold
+/// browser objects (a dropped `File`, a read in flight), which are not `Send`.
+#[cfg(not(target_arch = "wasm32"))]
+pub trait StepSend: Send {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Send> StepSend for T {}
+/// What stepped work must be to run on the [`Runner`]: `Send` natively, where it runs on a thread
+/// of its own; anything in the web viewer, where it runs on the page's one thread and may hold
+/// browser objects (a dropped `File`, a read in flight), which are not `Send`.
+#[cfg(target_arch = "wasm32")]
+pub trait StepSend {}
+#[cfg(target_arch = "wasm32")]
+impl<T> StepSend for T {}
 
 /// What a job has done so far, shared between the job (which writes it) and the UI (which shows
 /// it and may ask the job to stop).
@@ -40,7 +63,9 @@ pub struct Progress {
 }
 
 impl Progress {
-    fn new(ctx: egui::Context) -> Self {
+    /// Progress that wakes `ctx`; jobs get theirs from the [`Runner`] (and tests of work that
+    /// reports progress make one here).
+    pub(super) fn new(ctx: egui::Context) -> Self {
         Progress {
             fraction_bits: AtomicU32::new(f32::NAN.to_bits()),
             stage: Mutex::new(String::new()),
@@ -116,13 +141,18 @@ pub enum Step<T> {
 }
 
 /// A stepped job's next step.
+#[cfg(not(target_arch = "wasm32"))]
 type StepFn<T> = Box<dyn FnMut(&Progress) -> Step<T> + Send>;
+/// A stepped job's next step.
+#[cfg(target_arch = "wasm32")]
+type StepFn<T> = Box<dyn FnMut(&Progress) -> Step<T>>;
 
 /// Where a job's result comes from.
 enum Source<T> {
-    /// Work running elsewhere (a thread, a browser task) sends its result here.
+    /// Work running elsewhere (a thread, browser tasks) sends its result here.
     Channel(Receiver<T>),
-    /// Stepped here, by [`Job::poll`] (the web viewer, or a machine that could not start a thread).
+    /// Stepped here, by [`Job::poll`] (a machine that could not start a thread).
+    #[cfg(not(target_arch = "wasm32"))]
     Stepped(StepFn<T>),
     /// The result was handed out.
     Collected,
@@ -164,8 +194,8 @@ impl<T> Job<T> {
         !matches!(self.source, Source::Collected)
     }
 
-    /// The result once the work has finished. Never blocks (a stepped job on the UI thread runs
-    /// a few milliseconds of steps here).
+    /// The result once the work has finished. Never blocks, except for a stepped job that could
+    /// not get a thread: it runs to the end here rather than stall.
     pub fn poll(&mut self) -> Poll<T> {
         match &mut self.source {
             Source::Collected => Poll::Running,
@@ -180,20 +210,13 @@ impl<T> Job<T> {
                     Poll::Lost(format!("{} stopped without a result", self.name))
                 }
             },
-            Source::Stepped(step) => {
-                let started = Instant::now();
-                loop {
-                    if let Step::Done(result) = step(&self.progress) {
-                        self.source = Source::Collected;
-                        return Poll::Done(result);
-                    }
-                    if started.elapsed() >= step_budget() {
-                        // More steps next frame.
-                        self.progress.ctx.request_repaint();
-                        return Poll::Running;
-                    }
+            #[cfg(not(target_arch = "wasm32"))]
+            Source::Stepped(step) => loop {
+                if let Step::Done(result) = step(&self.progress) {
+                    self.source = Source::Collected;
+                    return Poll::Done(result);
                 }
-            }
+            },
         }
     }
 }
@@ -203,19 +226,6 @@ impl<T> Drop for Job<T> {
         if self.is_running() {
             self.progress.cancelled.store(true, Ordering::Relaxed);
         }
-    }
-}
-
-/// Time a stepped job may take per [`Job::poll`] on the UI thread.
-fn step_budget() -> Duration {
-    #[cfg(target_arch = "wasm32")]
-    {
-        STEP_BUDGET_PER_FRAME
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        // Only reached when no thread could be started: finish the work rather than stall.
-        Duration::MAX
     }
 }
 
@@ -274,50 +284,26 @@ impl Runner {
     }
 
     /// Runs work cut into steps: `step` is called until it returns [`Step::Done`]. Natively the
-    /// steps run on a thread; in the web viewer [`Job::poll`] runs a few milliseconds of them per
-    /// frame, so long work never freezes the page.
-    pub fn spawn_stepped<T: Send + 'static>(
+    /// steps run on a thread; in the web viewer they run in browser tasks, a few milliseconds at
+    /// a time with the page let in between, so long work never freezes the page and needs no
+    /// repaints to go on (its progress repaints at most every [`PROGRESS_REPAINT_INTERVAL`]).
+    /// A step should take at most some tens of milliseconds; one that waits for something (a
+    /// browser read) returns [`Step::Pending`] until it is there.
+    pub fn spawn_stepped<T: StepSend + 'static>(
         &self,
         name: &str,
-        step: impl FnMut(&Progress) -> Step<T> + Send + 'static,
+        step: impl FnMut(&Progress) -> Step<T> + StepSend + 'static,
     ) -> Job<T> {
         let progress = self.new_progress();
         let step: StepFn<T> = Box::new(step);
         #[cfg(not(target_arch = "wasm32"))]
         let source = steps_on_a_thread(name, step, &progress);
         #[cfg(target_arch = "wasm32")]
-        let source = Source::Stepped(step);
+        let source = steps_in_browser_tasks(step, &progress);
         Job {
             name: name.to_owned(),
             progress,
             source,
-        }
-    }
-
-    /// Runs a browser task (a future on the page's event loop): `task` gets the job's progress
-    /// and its output is the job's result.
-    #[cfg(target_arch = "wasm32")]
-    pub fn spawn_local<T: 'static, F>(
-        &self,
-        name: &str,
-        task: impl FnOnce(Arc<Progress>) -> F,
-    ) -> Job<T>
-    where
-        F: std::future::Future<Output = T> + 'static,
-    {
-        let progress = self.new_progress();
-        let (sender, receiver) = channel();
-        let future = task(Arc::clone(&progress));
-        let ctx = self.ctx.clone();
-        wasm_bindgen_futures::spawn_local(async move {
-            // The job may have been dropped; then nobody wants the result.
-            let _ = sender.send(future.await);
-            ctx.request_repaint();
-        });
-        Job {
-            name: name.to_owned(),
-            progress,
-            source: Source::Channel(receiver),
         }
     }
 }
@@ -360,6 +346,52 @@ fn steps_on_a_thread<T: Send + 'static>(
             }
         }
     }
+}
+
+/// Runs `step` until done in browser tasks: steps for [`STEP_BUDGET_PER_TASK`], then the page's
+/// turn (drawing, input, finished reads), then more steps. The UI is woken only by progress
+/// (at most every [`PROGRESS_REPAINT_INTERVAL`]) and by the result.
+#[cfg(target_arch = "wasm32")]
+fn steps_in_browser_tasks<T: 'static>(mut step: StepFn<T>, progress: &Arc<Progress>) -> Source<T> {
+    let (sender, receiver) = channel();
+    let progress = Arc::clone(progress);
+    wasm_bindgen_futures::spawn_local(async move {
+        loop {
+            next_tick().await;
+            let started = Instant::now();
+            loop {
+                if let Step::Done(result) = step(&progress) {
+                    // The job may have been dropped; then nobody wants the result.
+                    let _ = sender.send(result);
+                    progress.ctx.request_repaint();
+                    return;
+                }
+                if started.elapsed() >= STEP_BUDGET_PER_TASK {
+                    break;
+                }
+            }
+        }
+    });
+    Source::Channel(receiver)
+}
+
+/// Lets the browser run whatever waits (drawing, input, finished reads) before going on: a
+/// message to ourselves, which, unlike `setTimeout(0)`, is not slowed to 4 ms when repeated.
+#[cfg(target_arch = "wasm32")]
+async fn next_tick() {
+    use wasm_bindgen::JsValue;
+    let promise = js_sys::Promise::new(&mut |resolve, _reject| {
+        let posted = web_sys::MessageChannel::new().and_then(|channel| {
+            channel.port1().set_onmessage(Some(&resolve));
+            channel.port2().post_message(&JsValue::NULL)
+        });
+        if posted.is_err() {
+            // No message channel: go on at once rather than never.
+            let _ = resolve.call0(&JsValue::NULL);
+        }
+    });
+    // The promise never rejects.
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
 
 /// `vramscope: <name>`, cut to what Linux shows of a thread's name.

@@ -248,6 +248,8 @@ pub(super) struct Builder {
     /// Rows that may still be copied when assembling; guards against memo bombs that reference
     /// one big list from many parents.
     copy_budget: usize,
+    /// Fraction of the input decoded so far (see [`grow_with_input`]).
+    input_fraction: f32,
 }
 
 type BuildResult<T> = Result<T, String>;
@@ -275,6 +277,7 @@ impl Builder {
             unknown_actions: 0,
             odd_frames: 0,
             copy_budget: input_len.saturating_add(4096),
+            input_fraction: 0.0,
         };
         builder.empty_string = builder.intern_text("");
         builder
@@ -309,9 +312,17 @@ impl Builder {
         }
     }
 
+    /// Says how far the decoder is in the input, for [`grow_with_input`].
+    pub(super) fn set_input_fraction(&mut self, fraction: f32) {
+        self.input_fraction = fraction;
+    }
+
     fn new_slot(&mut self, slot: Slot) -> BuildResult<Value> {
         let id = u32::try_from(self.slots.len())
             .map_err(|_| "more than 4 billion containers".to_owned())?;
+        if self.slots.len() == self.slots.capacity() {
+            grow_with_input(&mut self.slots, self.input_fraction);
+        }
         self.slots.push(slot);
         Ok(Value::Slot(id))
     }
@@ -670,6 +681,9 @@ impl Builder {
             .and_then(|v| self.pair_of(v))
             .unwrap_or_default();
 
+        if self.trace.actions.len() == self.trace.actions.capacity() {
+            self.grow_trace();
+        }
         let t = &mut self.trace;
         t.actions.push(action);
         t.addresses.push(address);
@@ -686,6 +700,26 @@ impl Builder {
             t.pool_ids.push((row, pool_id));
         }
         Ok(row)
+    }
+
+    /// Makes room in every trace column (see [`grow_with_input`]).
+    #[cold]
+    #[inline(never)]
+    fn grow_trace(&mut self) {
+        let fraction = self.input_fraction;
+        let t = &mut self.trace;
+        grow_with_input(&mut t.actions, fraction);
+        let rows = t.actions.capacity();
+        let reserve = |len: usize| rows.saturating_sub(len);
+        t.addresses.reserve_exact(reserve(t.addresses.len()));
+        t.sizes_bytes.reserve_exact(reserve(t.sizes_bytes.len()));
+        t.streams.reserve_exact(reserve(t.streams.len()));
+        t.times_us.reserve_exact(reserve(t.times_us.len()));
+        t.stacks.reserve_exact(reserve(t.stacks.len()));
+        t.user_metadata
+            .reserve_exact(reserve(t.user_metadata.len()));
+        t.compile_context
+            .reserve_exact(reserve(t.compile_context.len()));
     }
 
     fn add_frame(&mut self, fields: &[Option<Value>; KEY_COUNT]) -> BuildResult<FrameId> {
@@ -1286,6 +1320,25 @@ pub(super) enum NotSnapshot {
     NotSnapshot(String),
     /// The data breaks the snapshot's structure.
     Malformed(String),
+}
+
+/// Makes room for more items in a full vector that grows with the input (trace columns, the
+/// container table, the pickle memo): to about what the whole input will need, projected from
+/// the `fraction` of the input decoded so far, and by at least a quarter; before 2 % of the input
+/// (too early to project from) or without a known fraction (JSON), it doubles. Doubling all the
+/// way would leave up to half of each big vector unused and copy it at its largest; a browser
+/// page has at most 4 GiB, and growing a vector needs its old and new copies at once.
+#[cold]
+#[inline(never)]
+pub(super) fn grow_with_input<T>(items: &mut Vec<T>, fraction: f32) {
+    let len = items.len();
+    let wanted = if fraction >= 0.02 {
+        let projected = (len as f64 / f64::from(fraction) * 1.03) as usize;
+        projected.max(len + len / 4)
+    } else {
+        len * 2
+    };
+    items.reserve_exact(wanted.max(len + 1024) - len);
 }
 
 fn non_negative(value: Option<i64>, record: &str, what: &str) -> BuildResult<Option<u64>> {

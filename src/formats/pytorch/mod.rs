@@ -12,6 +12,7 @@
 mod build;
 mod json;
 mod pickle;
+mod stream;
 
 use std::io::Read;
 use std::path::Path;
@@ -21,6 +22,7 @@ use thiserror::Error;
 use crate::model::allocator::{AllocatorSnapshot, SnapshotContainer};
 use build::{Builder, NotSnapshot};
 use pickle::VmError;
+pub use stream::SnapshotStream;
 
 /// Why a snapshot could not be read.
 #[derive(Debug, Error)]
@@ -164,41 +166,8 @@ fn read_pickle(
     progress: &dyn Fn(f32) -> bool,
 ) -> Result<AllocatorSnapshot, SnapshotError> {
     let total_len = input.total_len();
-    let mut builder = Builder::new(usize::try_from(total_len).unwrap_or(usize::MAX));
-    let owned = || name.to_owned();
-    let (root, protocol) = match pickle::decode(input, &mut builder, progress).map_err(|e| *e) {
-        Ok(decoded) => decoded,
-        Err(VmError::Cancelled) => return Err(SnapshotError::Cancelled { name: owned() }),
-        Err(VmError::Io(source)) => {
-            return Err(SnapshotError::Io {
-                name: owned(),
-                source,
-            });
-        }
-        Err(VmError::Truncated { offset, problem }) => {
-            return Err(SnapshotError::Truncated {
-                name: owned(),
-                offset,
-                problem,
-            });
-        }
-        Err(VmError::Malformed { offset, problem }) => {
-            return Err(SnapshotError::Malformed {
-                name: owned(),
-                offset,
-                problem,
-            });
-        }
-        Err(VmError::Code { offset, what }) => {
-            return Err(SnapshotError::NotASnapshot {
-                name: owned(),
-                reason: format!(
-                    "the pickle references {what} at byte {offset}; memory snapshots hold only \
-                     plain data, and vramscope never runs code from a file"
-                ),
-            });
-        }
-    };
+    let (builder, root, protocol) =
+        pickle::decode(input, progress).map_err(|e| vm_error(name, *e))?;
     finish(
         builder,
         root,
@@ -207,6 +176,38 @@ fn read_pickle(
         total_len,
         progress,
     )
+}
+
+/// The reader's error for what stopped the pickle machine.
+fn vm_error(name: &str, error: VmError) -> SnapshotError {
+    let name = name.to_owned();
+    match error {
+        VmError::Cancelled => SnapshotError::Cancelled { name },
+        VmError::Io(source) => SnapshotError::Io { name, source },
+        VmError::Truncated { offset, problem } => SnapshotError::Truncated {
+            name,
+            offset,
+            problem,
+        },
+        // Only a fed input runs dry, and `SnapshotStream` feeds it until it has all the bytes.
+        VmError::NeedInput => SnapshotError::Truncated {
+            name,
+            offset: 0,
+            problem: "the pickle's bytes stopped arriving before its end".to_owned(),
+        },
+        VmError::Malformed { offset, problem } => SnapshotError::Malformed {
+            name,
+            offset,
+            problem,
+        },
+        VmError::Code { offset, what } => SnapshotError::NotASnapshot {
+            name,
+            reason: format!(
+                "the pickle references {what} at byte {offset}; memory snapshots hold only \
+                 plain data, and vramscope never runs code from a file"
+            ),
+        },
+    }
 }
 
 fn read_json(

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 
-use super::build::{Builder, Value};
+use super::build::{Builder, Value, grow_with_input};
 
 /// Why decoding stopped.
 #[derive(Debug)]
@@ -25,6 +25,9 @@ pub(super) enum VmError {
     Cancelled,
     /// Reading the file failed.
     Io(std::io::Error),
+    /// A fed input (see [`Input::fed`]) has no more bytes yet: the opcode is decoded again from
+    /// its start once more are fed.
+    NeedInput,
 }
 
 /// Boxed so that the hot `Ok` path returns in registers.
@@ -39,13 +42,18 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// Longest text line (protocol 0 opcodes) accepted.
 const MAX_LINE_BYTES: usize = 64 << 20;
 
-/// The pickle's bytes, streamed from a reader through a buffer that holds the current chunk (or
-/// one item larger than a chunk).
+/// The pickle's bytes, streamed through a buffer that holds the current chunk (or one item
+/// larger than a chunk): pulled from a reader, or fed slice by slice by a caller that cannot
+/// block (the web viewer reads a dropped file in slices between frames).
 pub(super) struct Input<'r> {
-    reader: &'r mut dyn Read,
+    /// `None` for a fed input: bytes arrive through [`Input::feed`].
+    reader: Option<&'r mut dyn Read>,
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// Start of the opcode being decoded in `buf`. A fed input keeps the bytes from here on, so
+    /// that an opcode cut by the end of a slice is decoded again from its start.
+    op_start: usize,
     /// File offset of `buf[0]`.
     base: u64,
     total_len: u64,
@@ -55,13 +63,39 @@ impl<'r> Input<'r> {
     /// Streams `total_len` bytes from `reader`.
     pub(super) fn new(reader: &'r mut dyn Read, total_len: u64) -> Input<'r> {
         Input {
-            reader,
+            reader: Some(reader),
+            ..Input::fed(total_len)
+        }
+    }
+
+    /// An input of `total_len` bytes that arrive through [`Input::feed`].
+    pub(super) fn fed(total_len: u64) -> Input<'r> {
+        Input {
+            reader: None,
             buf: Vec::new(),
             start: 0,
             end: 0,
+            op_start: 0,
             base: 0,
             total_len,
         }
+    }
+
+    /// Appends the next bytes of a fed input (bytes past `total_len` are never decoded).
+    pub(super) fn feed(&mut self, bytes: &[u8]) {
+        self.compact(self.op_start);
+        self.buf.truncate(self.end);
+        self.buf.extend_from_slice(bytes);
+        self.end = self.buf.len();
+    }
+
+    /// Drops the bytes before `buf[keep]`.
+    fn compact(&mut self, keep: usize) {
+        self.buf.copy_within(keep..self.end, 0);
+        self.base += keep as u64;
+        self.end -= keep;
+        self.start -= keep;
+        self.op_start -= keep.min(self.op_start);
     }
 
     /// Length of the whole input in bytes.
@@ -91,28 +125,38 @@ impl<'r> Input<'r> {
         if n as u64 > self.total_len.saturating_sub(self.position()) {
             return Err(self.truncated(what, n as u64));
         }
-        self.buf.copy_within(self.start..self.end, 0);
-        self.base += self.start as u64;
-        self.end -= self.start;
-        self.start = 0;
+        if self.reader.is_none() {
+            return Err(Box::new(VmError::NeedInput));
+        }
+        // A reader never runs dry before the end, so the opcode's start need not be kept.
+        self.compact(self.start);
         let wanted = n.max(CHUNK_BYTES);
         if self.buf.len() < wanted {
             self.buf.resize(wanted, 0);
         }
         while self.end < n {
-            let read = loop {
-                match self.reader.read(&mut self.buf[self.end..]) {
-                    Ok(read) => break read,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(Box::new(VmError::Io(e))),
-                }
+            let read = match &mut self.reader {
+                Some(reader) => read_retrying(&mut **reader, &mut self.buf[self.end..]),
+                None => Ok(0),
             };
+            let read = read.map_err(|e| Box::new(VmError::Io(e)))?;
             if read == 0 {
                 return Err(self.truncated(what, n as u64));
             }
             self.end += read;
         }
         Ok(())
+    }
+
+    /// Marks the start of the next opcode (see [`Input::rewind`]).
+    #[inline(always)]
+    fn begin_opcode(&mut self) {
+        self.op_start = self.start;
+    }
+
+    /// Goes back to the start of the opcode being decoded, whose bytes are not all there yet.
+    fn rewind(&mut self) {
+        self.start = self.op_start;
     }
 
     #[inline]
@@ -202,8 +246,18 @@ impl<'r> Input<'r> {
     }
 }
 
-struct Machine<'b> {
-    builder: &'b mut Builder,
+/// `reader.read`, retried when a signal interrupts it.
+fn read_retrying(reader: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match reader.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+struct Machine {
+    builder: Builder,
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: Vec<Value>,
@@ -211,9 +265,11 @@ struct Machine<'b> {
     memo_count: u64,
     max_stack: usize,
     offset: u64,
+    /// Fraction of the input decoded so far (see [`grow_with_input`]).
+    input_fraction: f32,
 }
 
-impl Machine<'_> {
+impl Machine {
     fn malformed(&self, problem: impl Into<String>) -> Box<VmError> {
         Box::new(VmError::Malformed {
             offset: self.offset,
@@ -280,6 +336,9 @@ impl Machine<'_> {
             }
             self.memo[index as usize] = value;
         } else if index == self.memo.len() as u64 {
+            if self.memo.len() == self.memo.capacity() {
+                grow_with_input(&mut self.memo, self.input_fraction);
+            }
             self.memo.push(value);
             self.memo_count += 1;
         } else {
@@ -321,49 +380,107 @@ impl Machine<'_> {
     }
 }
 
-/// Decodes a pickle into `builder` and returns the root value and the protocol (0 if the pickle
-/// has no `PROTO` opcode).
+/// Decodes a pickle read from `input`'s reader and returns the builder it filled, the root
+/// value and the protocol (0 if the pickle has no `PROTO` opcode).
 pub(super) fn decode(
     mut input: Input<'_>,
-    builder: &mut Builder,
     progress: &dyn Fn(f32) -> bool,
-) -> VmResult<(Value, u8)> {
-    let total_len = input.total_len;
-    let mut vm = Machine {
-        builder,
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: Vec::new(),
-        memo_far: HashMap::new(),
-        memo_count: 0,
-        // Real snapshots keep at most one batch of items per nesting level on the stack, except
-        // TorchScript's writer, which pushes a whole list before APPENDS.
-        max_stack: usize::try_from(total_len / 4)
-            .unwrap_or(usize::MAX)
-            .max(1 << 20),
-        offset: 0,
-    };
-    let mut protocol = 0u8;
-    let mut next_progress = PROGRESS_STEP_BYTES as u64;
-    loop {
-        let position = input.position();
-        if position >= next_progress {
-            next_progress = position + PROGRESS_STEP_BYTES as u64;
-            if !progress(position as f32 / total_len.max(1) as f32) {
-                return Err(Box::new(VmError::Cancelled));
+) -> VmResult<(Builder, Value, u8)> {
+    let mut decoder = Decoder::new(input.total_len);
+    match decoder.run(&mut input, progress)? {
+        Some(root) => Ok(decoder.finish(root)),
+        // A reader never runs dry before the end of the input; this is only for completeness.
+        None => Err(input.truncated("the pickle", 1)),
+    }
+}
+
+/// A pickle being decoded: the machine between slices of a fed [`Input`] (and while one reader
+/// input is decoded whole, see [`decode`]).
+pub(super) struct Decoder {
+    vm: Machine,
+    protocol: u8,
+    next_progress: u64,
+}
+
+impl Decoder {
+    /// A decoder for a pickle of `total_len` bytes (which bounds its stack and the work it
+    /// accepts).
+    pub(super) fn new(total_len: u64) -> Decoder {
+        Decoder {
+            vm: Machine {
+                builder: Builder::new(usize::try_from(total_len).unwrap_or(usize::MAX)),
+                stack: Vec::new(),
+                marks: Vec::new(),
+                memo: Vec::new(),
+                memo_far: HashMap::new(),
+                memo_count: 0,
+                // Real snapshots keep at most one batch of items per nesting level on the
+                // stack, except TorchScript's writer, which pushes a whole list before APPENDS.
+                max_stack: usize::try_from(total_len / 4)
+                    .unwrap_or(usize::MAX)
+                    .max(1 << 20),
+                offset: 0,
+                input_fraction: 0.0,
+            },
+            protocol: 0,
+            next_progress: PROGRESS_STEP_BYTES as u64,
+        }
+    }
+
+    /// The builder, the root value and the protocol, once [`Decoder::run`] returned the root.
+    pub(super) fn finish(self, root: Value) -> (Builder, Value, u8) {
+        (self.vm.builder, root, self.protocol)
+    }
+
+    /// Decodes opcodes until `STOP` (returns the root value) or, for a fed input, until the
+    /// bytes fed so far end (returns `None`: feed more and run again).
+    pub(super) fn run(
+        &mut self,
+        input: &mut Input<'_>,
+        progress: &dyn Fn(f32) -> bool,
+    ) -> VmResult<Option<Value>> {
+        let total_len = input.total_len;
+        loop {
+            let position = input.position();
+            if position >= self.next_progress {
+                self.next_progress = position + PROGRESS_STEP_BYTES as u64;
+                let fraction = position as f32 / total_len.max(1) as f32;
+                self.vm.input_fraction = fraction;
+                self.vm.builder.set_input_fraction(fraction);
+                if !progress(fraction) {
+                    return Err(Box::new(VmError::Cancelled));
+                }
+            }
+            self.vm.offset = position;
+            input.begin_opcode();
+            match self.step(input) {
+                Ok(None) => {}
+                Ok(Some(root)) => return Ok(Some(root)),
+                Err(error) if matches!(*error, VmError::NeedInput) => {
+                    input.rewind();
+                    return Ok(None);
+                }
+                Err(error) => return Err(error),
             }
         }
-        vm.offset = position;
+    }
+
+    /// Decodes one opcode; `Some` is the root value at `STOP`. Every opcode reads all its bytes
+    /// before it changes the machine, so one cut short by a fed input can run again.
+    #[inline(always)]
+    fn step(&mut self, input: &mut Input<'_>) -> VmResult<Option<Value>> {
+        let vm = &mut self.vm;
         let Some(op) = input.opcode()? else {
             return Err(Box::new(VmError::Truncated {
-                offset: position,
+                offset: vm.offset,
                 problem: "the file ends before the pickle's STOP opcode".to_owned(),
             }));
         };
         match op {
             // PROTO
             0x80 => {
-                protocol = input.u8("PROTO")?;
+                let protocol = input.u8("PROTO")?;
+                self.protocol = protocol;
                 if protocol > 5 {
                     return Err(vm.malformed(format!("unsupported pickle protocol {protocol}")));
                 }
@@ -375,7 +492,7 @@ pub(super) fn decode(
             // STOP
             b'.' => {
                 let root = vm.pop()?;
-                return Ok((root, protocol));
+                return Ok(Some(root));
             }
             // MARK
             b'(' => {
@@ -681,6 +798,7 @@ pub(super) fn decode(
                 )));
             }
         }
+        Ok(None)
     }
 }
 

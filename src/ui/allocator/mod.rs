@@ -22,10 +22,12 @@ use egui::{Color32, Key, Rect, RichText, Sense, Stroke, StrokeKind, Ui, pos2, ve
 
 use self::block_map::{BlockMapLayout, BlockPaint, MapRow, MapView, PaintedRect, ROW_HEIGHT};
 use self::timeline::TimelineColumns;
+use crate::analysis::deadline::{self, Deadline};
 use crate::analysis::fragmentation::{self, FragmentationReport};
 use crate::analysis::oom::OomExplanation;
+use crate::analysis::snapshot_analysis::{DeviceAnalysis, SnapshotAnalysisBuild, snapshot_devices};
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
-use crate::diagnose::oom::{JudgedOom, judged_ooms};
+use crate::diagnose::oom::{JudgedOom, judge_all};
 use crate::model::allocator::{AllocatorSnapshot, StackId};
 use crate::ui::runner::{Job, Poll, Runner, Step, job_progress_ui};
 #[cfg(feature = "native")]
@@ -36,56 +38,60 @@ const SIDE_PANEL_WIDTH: f32 = 380.0;
 /// Search results highlighted at most (the count is still reported).
 const MAX_HIGHLIGHTS: usize = 5000;
 
-/// The analysis of one device, computed off the UI thread.
-struct DeviceAnalysis {
-    travel: TimeTravel,
-    ooms: Vec<OomExplanation>,
-    /// The diagnosis's verdict on each OOM, in the same order.
-    judged: Vec<JudgedOom>,
+/// How long one step of the analysis runs: the job sees Cancel and reports progress between
+/// steps (and in the web viewer the browser gets its turn).
+const ANALYSIS_STEP: web_time::Duration = web_time::Duration::from_millis(40);
+
+/// One device's analysis with the diagnosis's verdict on each of its OOMs (what the view shows).
+pub struct JudgedDevice {
+    pub analysis: DeviceAnalysis,
+    /// The diagnosis's verdict on each of `analysis.ooms`, in the same order.
+    pub judged: Vec<JudgedOom>,
 }
 
-/// The devices of a snapshot, in the order the view lists them.
-fn snapshot_devices(snapshot: &AllocatorSnapshot) -> Vec<u32> {
-    let mut devices: Vec<u32> = snapshot.devices.iter().map(|d| d.device).collect();
-    devices.extend(snapshot.traces.iter().map(|t| t.device));
-    devices.sort_unstable();
-    devices.dedup();
-    devices
-}
-
-/// One device's time travel, OOM explanations and the diagnosis's verdict on each OOM.
-fn analyze_device(snapshot: &Arc<AllocatorSnapshot>, device: u32) -> DeviceAnalysis {
-    let travel = TimeTravel::new(Arc::clone(snapshot), device);
-    let expandable = snapshot
-        .settings
-        .as_ref()
-        .and_then(|s| s.expandable_segments);
-    let (ooms, judged) = judged_ooms(&travel, expandable).into_iter().unzip();
-    DeviceAnalysis {
-        travel,
-        ooms,
-        judged,
+impl JudgedDevice {
+    /// Judges the OOMs of `analysis`, a device of `snapshot`.
+    pub fn new(snapshot: &AllocatorSnapshot, analysis: DeviceAnalysis) -> Self {
+        let expandable = snapshot
+            .settings
+            .as_ref()
+            .and_then(|s| s.expandable_segments);
+        let judged = judge_all(&analysis.travel, &analysis.ooms, expandable);
+        JudgedDevice { analysis, judged }
     }
 }
 
-/// Analyses every device of `snapshot` on `runner`, one device per step, reporting the share of
-/// devices done; a cancelled job stops between devices.
+/// Analyses every device of `snapshot` on `runner` in steps that stop at a deadline, reporting
+/// the share of devices done, then judges their OOMs; a cancelled job stops between steps with
+/// the devices analysed so far.
 fn spawn_analysis(
     runner: &Runner,
     snapshot: Arc<AllocatorSnapshot>,
     name: &str,
-) -> Job<Vec<DeviceAnalysis>> {
-    let devices = snapshot_devices(&snapshot);
-    let mut done = Vec::with_capacity(devices.len());
+) -> Job<Vec<JudgedDevice>> {
+    fn judge(devices: Vec<DeviceAnalysis>, snapshot: &AllocatorSnapshot) -> Vec<JudgedDevice> {
+        devices
+            .into_iter()
+            .map(|d| JudgedDevice::new(snapshot, d))
+            .collect()
+    }
+    let mut build = Some(SnapshotAnalysisBuild::new(Arc::clone(&snapshot)));
     runner.spawn_stepped(&format!("analysing {name}"), move |progress| {
-        if progress.is_cancelled() || done.len() == devices.len() {
-            return Step::Done(std::mem::take(&mut done));
+        let Some(current) = build.take() else {
+            return Step::Done(Vec::new());
+        };
+        if progress.is_cancelled() {
+            return Step::Done(judge(current.into_done(), &snapshot));
         }
-        let device = devices[done.len()];
-        progress.set_stage(format!("time travel and what-if replay of cuda:{device}"));
-        done.push(analyze_device(&snapshot, device));
-        progress.set_fraction(done.len() as f32 / devices.len() as f32);
-        Step::Pending
+        match current.run(Deadline::after(ANALYSIS_STEP)) {
+            deadline::Step::Done(devices) => Step::Done(judge(devices, &snapshot)),
+            deadline::Step::Pending(more) => {
+                let (done, total) = more.devices_done();
+                progress.set_fraction(done as f32 / total.max(1) as f32);
+                build = Some(more);
+                Step::Pending
+            }
+        }
     })
 }
 /// Which side tab is open.
@@ -130,7 +136,7 @@ struct DeviceView {
 }
 
 impl DeviceView {
-    fn new(analysis: DeviceAnalysis) -> Self {
+    fn new(JudgedDevice { analysis, judged }: JudgedDevice) -> Self {
         let position = analysis.travel.len();
         let state = analysis.travel.state_at(position);
         let layout = BlockMapLayout::new(&state);
@@ -138,7 +144,7 @@ impl DeviceView {
         DeviceView {
             travel: analysis.travel,
             ooms: analysis.ooms,
-            judged: analysis.judged,
+            judged,
             position,
             state,
             layout,
@@ -262,7 +268,7 @@ fn parse_address(query: &str) -> Option<u64> {
 enum Analysis {
     /// Not started: it starts on the first frame, with the UI's context to wake.
     Waiting,
-    Running(Job<Vec<DeviceAnalysis>>),
+    Running(Job<Vec<JudgedDevice>>),
     /// Done; `cancelled` when the user stopped it (only the devices analysed by then are shown).
     Ready {
         cancelled: bool,
@@ -288,6 +294,24 @@ impl AllocatorView {
             name,
             analysis: Analysis::Waiting,
             devices: Vec::new(),
+            selected_device: 0,
+            tab: SideTab::Summary,
+        }
+    }
+
+    /// A view of `snapshot` with its analysis already made (by the reader that opened the file,
+    /// which also took the doctor's facts from it), one per device in
+    /// [`snapshot_devices`] order.
+    pub fn with_analysis(
+        snapshot: Arc<AllocatorSnapshot>,
+        name: String,
+        analysis: Vec<JudgedDevice>,
+    ) -> Self {
+        AllocatorView {
+            snapshot,
+            name,
+            analysis: Analysis::Ready { cancelled: false },
+            devices: analysis.into_iter().map(DeviceView::new).collect(),
             selected_device: 0,
             tab: SideTab::Summary,
         }

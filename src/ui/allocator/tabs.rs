@@ -1,12 +1,9 @@
 //! The Allocator tab's views: one [`AllocatorView`] per opened snapshot, a picker when several
 //! are open, and a cap on how many stay open (each holds a whole snapshot).
 
-use std::sync::Arc;
-
 use egui::{RichText, Ui};
 
 use super::AllocatorView;
-use crate::model::allocator::AllocatorSnapshot;
 use crate::ui::wizard::AllocatorTabRequest;
 
 /// Allocator views kept open at most (each holds a whole snapshot); the oldest is closed first.
@@ -31,13 +28,13 @@ impl AllocatorTabs {
         self.views.get(self.active)
     }
 
-    /// Adds and shows a view of `snapshot`; returns the name of the view closed to stay within
-    /// [`MAX_ALLOCATOR_VIEWS`], if one was.
-    pub fn open(&mut self, snapshot: Arc<AllocatorSnapshot>, name: String) -> Option<String> {
+    /// Adds and shows `view` (of a snapshot just opened); returns the name of the view closed to
+    /// stay within [`MAX_ALLOCATOR_VIEWS`], if one was.
+    pub fn open(&mut self, view: AllocatorView) -> Option<String> {
         // A watched folder gets a new snapshot every few minutes for as long as a job runs.
         let closed = (self.views.len() >= MAX_ALLOCATOR_VIEWS)
             .then(|| self.views.remove(0).name().to_owned());
-        self.views.push(AllocatorView::new(snapshot, name));
+        self.views.push(view);
         self.active = self.views.len() - 1;
         closed
     }

@@ -1,0 +1,196 @@
+#!/usr/bin/env node
+// Headless check of the web viewer opening files: serves a trunk-built dist/, opens it in
+// headless Chromium, drops each FILE on the canvas (a disk-backed File, as from a real drag) and
+// checks that
+//   - the page says it opened the file (the viewer logs "opened NAME"), or, with
+//     --expect-error TEXT, that it shows an error containing TEXT (e.g. a file too big for the
+//     browser);
+//   - the page never froze while opening: no main-thread task longer than --max-task-ms
+//     (default 100), measured with a PerformanceObserver for long tasks.
+// It prints one JSON line per file (open time, longest task, WebAssembly memory, and what the
+// app's frames cost: each requestAnimationFrame callback timed, idle before the drop with the
+// pointer moved over the page, and while opening) and exits 1 if a check failed.
+//
+//   trunk build --release                      # dist/ (see README "Web viewer")
+//   npm install playwright-core@1              # once; uses Debian's /usr/bin/chromium
+//   node scripts/web/open_check.cjs --dist dist tests/fixtures/pytorch/train.pickle
+//   truncate -s 3500M /tmp/huge.pickle && \
+//     node scripts/web/open_check.cjs --dist dist --expect-error "too big" /tmp/huge.pickle
+'use strict';
+const fs = require('fs');
+const http = require('http');
+const os = require('os');
+const path = require('path');
+const {chromium} = require('playwright-core');
+
+function parseArgs(argv) {
+  const o = {dist: 'dist', maxTaskMs: 100, timeoutS: 300, files: [], chromium: '/usr/bin/chromium',
+    idleFrames: 10};
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === '--dist') o.dist = argv[++i];
+    else if (a === '--max-task-ms') o.maxTaskMs = Number(argv[++i]);
+    else if (a === '--timeout-s') o.timeoutS = Number(argv[++i]);
+    else if (a === '--expect-error') o.expectError = argv[++i];
+    else if (a === '--chromium') o.chromium = argv[++i];
+    else if (a === '--screenshot') o.screenshot = argv[++i];
+    else if (a === '--idle-frames') o.idleFrames = Number(argv[++i]);
+    else if (a === '--list-tasks') o.listTasks = true;
+    else o.files.push(a);
+  }
+  if (o.files.length === 0) {
+    console.error('usage: node scripts/web/open_check.cjs [--dist DIR] [--max-task-ms N] ' +
+      '[--expect-error TEXT] [--screenshot PNG] FILE...');
+    process.exit(2);
+  }
+  return o;
+}
+
+const TYPES = {'.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm',
+  '.css': 'text/css', '.png': 'image/png', '.ico': 'image/x-icon'};
+
+/// Serves `dir` on a free loopback port.
+function serve(dir) {
+  const server = http.createServer((req, res) => {
+    const rel = decodeURIComponent(new URL(req.url, 'http://x').pathname).replace(/^\/+/, '');
+    const file = path.join(path.resolve(dir), rel === '' ? 'index.html' : rel);
+    if (!file.startsWith(path.resolve(dir)) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
+      res.writeHead(404);
+      res.end();
+      return;
+    }
+    res.writeHead(200, {'Content-Type': TYPES[path.extname(file)] || 'application/octet-stream'});
+    fs.createReadStream(file).pipe(res);
+  });
+  return new Promise(resolve => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+async function checkFile(context, url, file, opts) {
+  const page = await context.newPage();
+  const logs = [];
+  page.on('console', m => logs.push({type: m.type(), text: m.text(), t: Date.now()}));
+  page.on('pageerror', e => logs.push({type: 'pageerror', text: String(e.message || e), t: Date.now()}));
+  await page.addInitScript(() => {
+    window.addEventListener('TrunkApplicationStarted', e => { window.__wasm = e.detail && e.detail.wasm; });
+    window.__tasks = [];
+    new PerformanceObserver(list => {
+      for (const e of list.getEntries()) window.__tasks.push([e.startTime, e.duration]);
+    }).observe({type: 'longtask', buffered: true});
+    // Every animation-frame callback (eframe paints in them) timed: [start, duration].
+    window.__frames = [];
+    const raf = window.requestAnimationFrame.bind(window);
+    window.requestAnimationFrame = cb => raf(t => {
+      const start = performance.now();
+      try { cb(t); } finally { window.__frames.push([start, performance.now() - start]); }
+    });
+  });
+  await page.goto(url);
+  await page.waitForFunction(() => !document.getElementById('loading_text'), null, {timeout: 120000});
+  await page.waitForTimeout(1000);
+  // Idle frames: the pointer moved over the page (each move asks for one repaint), 300 ms apart.
+  const idleFrom = await page.evaluate(() => performance.now());
+  for (let i = 0; i < opts.idleFrames; i++) {
+    await page.mouse.move(300 + 40 * (i % 2), 300);
+    await page.waitForTimeout(300);
+  }
+  await page.evaluate(() => {
+    const input = document.createElement('input');
+    input.type = 'file';
+    input.id = '__file';
+    input.style.display = 'none';
+    document.body.appendChild(input);
+  });
+  await page.setInputFiles('#__file', file);
+  const name = path.basename(file);
+  const t0 = Date.now();
+  const dropped = await page.evaluate(() => {
+    const f = document.getElementById('__file').files[0];
+    const dt = new DataTransfer();
+    dt.items.add(f);
+    const canvas = document.getElementById('the_canvas_id');
+    for (const type of ['dragenter', 'dragover', 'drop']) {
+      canvas.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
+    }
+    return performance.now();
+  });
+  const wanted = opts.expectError
+    ? l => (l.type === 'error' || l.type === 'pageerror') && l.text.includes(opts.expectError)
+    : l => l.type === 'info' && l.text.includes(`opened ${name}`);
+  // A missing favicon is no failure of the app.
+  const failed = l => l.type === 'pageerror' ||
+    (l.type === 'error' && !wanted(l) && !l.text.startsWith('Failed to load resource'));
+  let status = 'timeout';
+  while (Date.now() - t0 < opts.timeoutS * 1000) {
+    if (logs.some(wanted)) { status = 'ok'; break; }
+    if (logs.some(failed)) { status = 'error'; break; }
+    await page.waitForTimeout(100);
+  }
+  const done = logs.find(wanted);
+  // Let the frame that shows the result be drawn (its task counts too).
+  await page.waitForTimeout(1500);
+  const info = await page.evaluate(() => ({
+    tasks: window.__tasks,
+    frames: window.__frames,
+    wasm_memory_bytes: window.__wasm && window.__wasm.memory ? window.__wasm.memory.buffer.byteLength : null,
+  }));
+  if (opts.screenshot) await page.screenshot({path: opts.screenshot});
+  const tasks = info.tasks.filter(([start, duration]) => start + duration >= dropped)
+    .map(([start, duration]) => [+(start - dropped).toFixed(0), +duration.toFixed(0)]);
+  const longest = tasks.reduce((m, [, d]) => Math.max(m, d), 0);
+  const opened = done ? dropped + (done.t - t0) : Infinity;
+  const frameStats = frames => {
+    const d = frames.map(([, duration]) => duration).sort((a, b) => a - b);
+    return {count: d.length, median_ms: d.length ? +d[d.length >> 1].toFixed(1) : null,
+      max_ms: d.length ? +d[d.length - 1].toFixed(1) : null};
+  };
+  const idleTasks = info.tasks.filter(([start]) => start >= idleFrom && start < dropped)
+    .map(([, duration]) => +duration.toFixed(0));
+  const idleFrames = frameStats(info.frames.filter(([start]) => start >= idleFrom && start < dropped));
+  const openingFrames = frameStats(info.frames.filter(([start]) => start >= dropped && start < opened));
+  const afterFrames = frameStats(info.frames.filter(([start]) => start >= opened));
+  await page.close();
+  const result = {
+    file: name,
+    bytes: fs.statSync(file).size,
+    status,
+    open_s: done ? +((done.t - t0) / 1000).toFixed(2) : null,
+    longest_task_ms: longest,
+    long_tasks: tasks.length,
+    frames_idle: idleFrames,
+    long_tasks_idle_ms: idleTasks,
+    frames_while_opening: openingFrames,
+    frames_after_opening: afterFrames,
+    tasks_after_drop: opts.listTasks ? tasks : undefined,
+    frames_after_drop: opts.listTasks ? info.frames.filter(([start]) => start >= dropped)
+      .map(([start, duration]) => [+(start - dropped).toFixed(0), +duration.toFixed(0)]) : undefined,
+    wasm_memory_MB: info.wasm_memory_bytes === null ? null : +(info.wasm_memory_bytes / 2 ** 20).toFixed(0),
+    message: (done || logs.find(failed) || {}).text || null,
+  };
+  result.ok = status === 'ok' && longest <= opts.maxTaskMs;
+  return result;
+}
+
+(async () => {
+  const opts = parseArgs(process.argv.slice(2));
+  const server = await serve(opts.dist);
+  const url = `http://127.0.0.1:${server.address().port}/`;
+  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vramscope-check-'));
+  const context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: opts.chromium, headless: true, viewport: {width: 1280, height: 720},
+    args: ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--enable-unsafe-swiftshader'],
+  });
+  let allOk = true;
+  try {
+    for (const file of opts.files) {
+      const result = await checkFile(context, url, file, opts);
+      console.log(JSON.stringify(result));
+      allOk = allOk && result.ok;
+    }
+  } finally {
+    await context.close();
+    server.close();
+    fs.rmSync(userDataDir, {recursive: true, force: true});
+  }
+  process.exit(allOk ? 0 : 1);
+})();
