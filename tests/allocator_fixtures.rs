@@ -281,6 +281,7 @@ fn judged(travel: &TimeTravel, e: &OomExplanation) -> JudgedOom {
             .as_ref()
             .and_then(|s| s.expandable_segments),
         trajectory::of_trace(travel, Some(e.event_index)),
+        vramscope::diagnose::proof::replay_trace(travel, travel.device()).ok(),
     )
 }
 

@@ -58,21 +58,9 @@ fn check(case: &str, snapshots: &[&str], snapshot_alone_suffices: bool) {
         snapshots: facts.clone(),
         ..Default::default()
     };
-    // With an allocation history, an allocator setting is recommended only once a what-if
-    // replay proved it (issue 10); until then the diagnosis asks for that replay first.
-    let got = verdict(&both);
-    let setting_awaits_replay = got.0 == want.0
-        && got.1 == "replay-settings"
-        && [
-            "expandable-segments",
-            "max-split-size",
-            "garbage-collection",
-        ]
-        .contains(&want.1.as_str());
-    assert!(
-        got == want || setting_awaits_replay,
-        "{case}: log + snapshot: {got:?} vs {want:?}"
-    );
+    // With an allocation history, an allocator setting is recommended only as the what-if
+    // replay the diagnosis runs proves it (issue 10): the expected setting must come first.
+    assert_eq!(verdict(&both), want, "{case}: log + snapshot");
     let log_only = DiagnosisInput {
         logs: vec![log],
         ..Default::default()
@@ -83,12 +71,7 @@ fn check(case: &str, snapshots: &[&str], snapshot_alone_suffices: bool) {
             snapshots: facts,
             ..Default::default()
         };
-        let got = verdict(&snapshot_only);
-        let setting_awaits_replay = got.0 == want.0 && got.1 == "replay-settings";
-        assert!(
-            got == want || setting_awaits_replay,
-            "{case}: snapshot alone: {got:?} vs {want:?}"
-        );
+        assert_eq!(verdict(&snapshot_only), want, "{case}: snapshot alone");
     }
 }
 

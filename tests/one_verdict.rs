@@ -41,6 +41,7 @@ fn allocator_tab_verdict(path: &Path) -> Category {
             .as_ref()
             .and_then(|s| s.expandable_segments),
         trajectory::of_trace(&travel, Some(e.event_index)),
+        vramscope::diagnose::proof::replay_trace(&travel, 0).ok(),
     )
     .category
 }

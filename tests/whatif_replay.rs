@@ -81,6 +81,57 @@ fn the_recorded_oom_is_reproduced_at_its_event() {
     );
 }
 
+/// `cases/fragmentation.pickle` (H200): the job fills the card until an allocation fails, catches
+/// that out-of-memory error twice and goes on; the third one, a 1.5 GiB request, is raised. A
+/// setting that runs into the caught failures as the real run did goes on as the real run did:
+/// only the failure the run ended with counts. (Stopping at the first caught one made every
+/// setting "run out" at the card-filling loop, so no setting could ever be proven.)
+#[test]
+fn failures_the_program_caught_do_not_end_a_what_if() {
+    let snapshot = open("cases/fragmentation.pickle");
+    let trace = &snapshot.traces[0];
+    let real: Vec<usize> = trace
+        .actions
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| **a == TraceAction::Oom)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(real.len(), 3, "two caught OOMs and the fatal one");
+    let request = WhatIfRequest {
+        device: 0,
+        candidates: vec![
+            AllocConf::parse("expandable_segments:True").expect("conf"),
+            AllocConf::parse("roundup_power2_divisions:4").expect("conf"),
+        ],
+        cap_bytes: None,
+        device_memory_bytes: None,
+    };
+    let report = what_if_snapshot(Arc::clone(&snapshot), &request, &|_| true).expect("report");
+    assert!(
+        report.self_check.reliable,
+        "{:?}",
+        report.self_check.problem
+    );
+    let recorded = &report.recorded;
+    assert_eq!(recorded.oom.map(|o| o.event_index), real.last().copied());
+    assert_eq!(recorded.shared_caught_ooms, 2);
+    let outcome = |conf: &str| {
+        report
+            .results
+            .iter()
+            .find(|r| r.conf == conf)
+            .unwrap_or_else(|| panic!("{conf} not replayed"))
+    };
+    // Re-run on the H200 (tests/fixtures/cases2/frag_fill_card, the same allocation pattern):
+    // expandable segments removed the failure, power-of-two rounding did not.
+    let expandable = outcome("expandable_segments:True");
+    assert!(expandable.runs(), "{expandable:?}");
+    assert_eq!(expandable.shared_caught_ooms, 2);
+    let roundup = outcome("roundup_power2_divisions:4");
+    assert_eq!(roundup.oom.map(|o| o.event_index), real.last().copied());
+}
+
 /// `snapshot` as if its history had been a ring buffer that kept only the last `kept` events:
 /// the segments are the same (the final state), the trace is its own last `kept` events.
 fn wrapped(snapshot: &AllocatorSnapshot, kept: usize) -> AllocatorSnapshot {

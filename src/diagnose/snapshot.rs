@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
-use super::trajectory;
+use super::{proof, trajectory};
 use crate::analysis::fragmentation;
 use crate::analysis::snapshot_analysis::{self, DeviceAnalysis};
 use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState, StackId};
@@ -37,6 +37,12 @@ pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> 
             let oom = analysis.ooms.last().map(SnapshotOom::from_explanation);
             // The history up to the failure the rules judge (the last OOM), else the whole trace.
             let trajectory = trajectory::of_trace(travel, oom.as_ref().map(|o| o.event_index));
+            // A recorded failure with its history: replay it under the candidate settings, the
+            // proof every allocator-setting recommendation must stand on. (The trace holds the
+            // failure, so there is history; a replay error leaves the settings unproven.)
+            let replay = oom
+                .as_ref()
+                .and_then(|_| proof::replay_trace(travel, device.device).ok());
             let mut by_site: HashMap<String, u64> = HashMap::new();
             for segment in snapshot.device_segments(device) {
                 for block in snapshot.segment_blocks(segment) {
@@ -64,7 +70,7 @@ pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> 
                 final_state: Some(Arc::new(state)),
                 identity: identity(snapshot, device),
                 trajectory,
-                replay: None,
+                replay,
             })
         })
         .collect()

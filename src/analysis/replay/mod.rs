@@ -199,6 +199,9 @@ pub struct SettingOutcome {
     pub oom: Option<OomPoint>,
     /// Recorded OOM events this setting got past (the request succeeded).
     pub survived_real_ooms: usize,
+    /// Recorded OOM events the real program caught and went on from that this setting ran
+    /// into too: it went on as the real run did, so they are not where it runs out.
+    pub shared_caught_ooms: usize,
     /// The cap was inferred and this verdict differs between its lowest and highest value.
     pub uncertain: bool,
     pub num_alloc_retries: u64,
@@ -246,10 +249,11 @@ pub struct WhatIfReport {
 pub fn sweep_candidates(travel: &TimeTravel, cap_known: bool) -> (Vec<AllocConf>, Vec<String>) {
     let recorded = AllocConf::recorded(travel.snapshot().settings.as_ref());
     let trace = travel.trace();
+    // The failure the run ended with (earlier ones were caught by the program).
     let failing = trace
         .actions
         .iter()
-        .position(|&a| a == TraceAction::Oom)
+        .rposition(|&a| a == TraceAction::Oom)
         .and_then(|i| trace.sizes_bytes.get(i).copied());
     let largest = trace
         .actions
@@ -658,6 +662,7 @@ struct RunResult {
     real_ooms: Vec<usize>,
     replay_ooms: Vec<usize>,
     survived_real_ooms: usize,
+    shared_caught_ooms: usize,
     events_replayed: usize,
 }
 
@@ -677,6 +682,7 @@ impl RunResult {
             final_reserved_bytes: self.model.reserved_bytes(),
             oom: self.oom,
             survived_real_ooms: self.survived_real_ooms,
+            shared_caught_ooms: self.shared_caught_ooms,
             uncertain: false,
             num_alloc_retries: stats.num_alloc_retries,
             num_device_alloc: stats.num_device_alloc,
@@ -932,6 +938,7 @@ impl<'a> ReplayInput<'a> {
             real_ooms: Vec::new(),
             replay_ooms: Vec::new(),
             survived_real_ooms: 0,
+            shared_caught_ooms: 0,
             events_replayed: 0,
         };
         let actions = &trace.actions;
@@ -956,6 +963,12 @@ impl<'a> ReplayInput<'a> {
                 )
             })
         };
+        // The last request of the trace: a recorded OOM before it was caught by the program,
+        // which went on allocating.
+        let last_alloc = actions
+            .iter()
+            .rposition(|a| *a == TraceAction::Alloc)
+            .unwrap_or(0);
         let mut index = 0usize;
         while index < len {
             if index.is_multiple_of(PROGRESS_EVENTS) && !progress(index) {
@@ -1107,10 +1120,22 @@ impl<'a> ReplayInput<'a> {
                         Err(oom) => {
                             let point = self.oom_point(index, oom, model, stack_at(index));
                             result.replay_ooms.push(index);
-                            result.oom.get_or_insert(point);
                             if mode == Mode::WhatIf {
+                                if index < last_alloc {
+                                    // The real program caught this failure and went on (it
+                                    // allocated again later): failing here too, the setting
+                                    // goes on exactly as the real run did. Only a failure the
+                                    // real run did not survive ends the what-if.
+                                    result.shared_caught_ooms += 1;
+                                    window_start = index + 1;
+                                    index += 1;
+                                    result.events_replayed = index;
+                                    continue;
+                                }
+                                result.oom = Some(point);
                                 break;
                             }
+                            result.oom.get_or_insert(point);
                             if let Some(difference) = reserved_differs(model, real_reserved, index)
                             {
                                 result.divergence = Some(difference);
