@@ -9,6 +9,7 @@ use egui::{Key, Modifiers, Vec2};
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT as _, Queryable};
 
+use crate::support::ui::slow_snapshot_bytes;
 use vramscope::model::Capture;
 use vramscope::source::demo::{DemoConfig, generate_capture};
 use vramscope::ui::command::Command;
@@ -164,22 +165,6 @@ fn ctrl_comma_opens_the_settings_and_views_switch_by_command() {
     // The tab's tooltip is the command's, with its shortcut.
     let tooltip = Command::ShowView(View::Diagnose).tooltip();
     assert!(tooltip.contains("Guided diagnosis"), "{tooltip}");
-}
-
-/// The fragmentation case's snapshot behind `pairs` NONE+POP opcode pairs: a valid pickle that
-/// takes a while to read, reporting its progress all the way.
-fn slow_snapshot_bytes(pairs: usize) -> Vec<u8> {
-    let case =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases/fragmentation.pickle");
-    let fixture = std::fs::read(case).expect("fixture");
-    assert_eq!(&fixture[..2], b"\x80\x04", "a protocol 4 pickle");
-    let mut bytes = Vec::with_capacity(fixture.len() + 2 * pairs);
-    bytes.extend_from_slice(&fixture[..2]);
-    for _ in 0..pairs {
-        bytes.extend_from_slice(b"N0");
-    }
-    bytes.extend_from_slice(&fixture[2..]);
-    bytes
 }
 
 #[test]

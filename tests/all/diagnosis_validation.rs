@@ -9,7 +9,7 @@
 //! one). The real corpus test diagnoses the corpus the H200 run made (19 cases, a second or
 //! so); the scripts that make the corpus run their own dry-run tests from here too.
 
-mod validation;
+use crate::validation;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -345,8 +345,8 @@ const DOC: &str = "docs/diagnosis-validation.md";
 
 /// The validation document: this header, then the table the test renders.
 const DOC_HEADER: &str = "# Diagnosis validation on real cases\n\n\
-Written by `tests/diagnosis_validation.rs` (`VRAMSCOPE_WRITE_VALIDATION=1 cargo test --test \
-diagnosis_validation`) from the real corpus in `tests/fixtures/cases2/`, made on an \
+Written by `tests/all/diagnosis_validation.rs` (`VRAMSCOPE_WRITE_VALIDATION=1 cargo test --test \
+all diagnosis_validation::`) from the real corpus in `tests/fixtures/cases2/`, made on an \
 NVIDIA H200 by `scripts/cases2/`: each case's log, snapshots and capture are diagnosed as \
 `vramscope diagnose` would, and the first recommendation of every out-of-memory case is mapped \
 onto the candidate fixes that were re-run for real (rules in `tests/fixtures/cases2/README.md`). \

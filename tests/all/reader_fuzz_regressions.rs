@@ -4,7 +4,7 @@
 //! every reader on every test run. Each input must be read without a panic and within a time
 //! limit; a failure names the reader and writes the input to a file to reproduce it with.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;

@@ -7,11 +7,12 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::support::cli::vramscope;
 use vramscope::formats::vramcap;
 use vramscope::model::{Capture, EventKind, MIB};
 use vramscope::source::demo::scenario;
@@ -140,13 +141,6 @@ fn instant_value(url: &str, query: &str) -> f64 {
 /// How many samples of `metric` Prometheus holds over the last minute (summed over series).
 fn samples_held(url: &str, metric: &str) -> usize {
     instant_value(url, &format!("sum(count_over_time({metric}[1m]))")) as usize
-}
-
-fn vramscope(args: &[&str]) -> Output {
-    Command::new(VRAMSCOPE)
-        .args(args)
-        .output()
-        .expect("run vramscope")
 }
 
 fn pull(url: &str, out: &Path, extra: &[&str]) -> Capture {

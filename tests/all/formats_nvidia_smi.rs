@@ -5,8 +5,8 @@
 //! capture is accepted (and the log analyzer refuses them, saying to use --capture).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use crate::support::cli::vramscope;
 use vramscope::formats::capture::{join_process_logs, read_bytes};
 use vramscope::formats::nvidia_smi::SmiReadOptions;
 use vramscope::model::{Capture, MIB};
@@ -24,13 +24,6 @@ fn repo(path: &str) -> PathBuf {
 fn read(path: &str) -> Capture {
     let bytes = std::fs::read(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     read_bytes(&bytes, path, UTC).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn vramscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run vramscope: {e}"))
 }
 
 const RUN1_GPU_LOG: &str = "docs/gpu-verification/h200-run1/smi-memory.csv";

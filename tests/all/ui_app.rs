@@ -6,7 +6,7 @@
 //! never depend on the wall clock. Snapshots are generated with `UPDATE_SNAPSHOTS=1` on the CI
 //! machine class (lavapipe); tolerances are in `kittest.toml`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use egui::{Key, Modifiers, Vec2};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
+use crate::support::ui::{DroppedBytes, notice_texts};
 use vramscope::formats::vramcap;
 use vramscope::model::{Capture, EventKind, SourceKind};
 use vramscope::source::demo::{DemoConfig, generate_capture};
@@ -99,17 +100,6 @@ fn wait_for_jobs(harness: &mut Harness<'static, VramscopeApp>) {
         harness.step();
     }
     harness.run_steps(3);
-}
-
-fn notice_texts(harness: &Harness<'static, VramscopeApp>, level: NoticeLevel) -> Vec<String> {
-    harness
-        .state()
-        .notices
-        .items()
-        .iter()
-        .filter(|n| n.level == level)
-        .map(|n| n.text.clone())
-        .collect()
 }
 
 #[test]
@@ -284,22 +274,6 @@ fn ctrl_o_asks_the_dialog_and_opens_the_chosen_file() {
             .count(),
         2
     );
-}
-
-/// A dropped file as a desktop would hand it over (here: only bytes, no file on disk).
-#[derive(Debug)]
-struct DroppedBytes {
-    path: PathBuf,
-    bytes: Vec<u8>,
-}
-
-impl egui::DroppedFile for DroppedBytes {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-    fn bytes(&self) -> Result<Vec<u8>, String> {
-        Ok(self.bytes.clone())
-    }
 }
 
 fn drop_file(harness: &mut Harness<'static, VramscopeApp>, name: &str, bytes: Vec<u8>) {

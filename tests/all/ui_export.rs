@@ -6,12 +6,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use egui::{Key, Modifiers, Vec2};
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
 
+use crate::support::cli::case;
+use crate::support::ui::{notice_texts, step_until};
 use vramscope::model::Capture;
 use vramscope::source::demo::{DemoConfig, generate_capture};
 use vramscope::ui::dialogs::FileDialogs;
@@ -29,12 +30,6 @@ const CTRL_SHIFT: Modifiers = Modifiers {
 
 fn demo_capture() -> Capture {
     generate_capture(&DemoConfig::default(), START_MS, 15 * 60 * 1000, 1000)
-}
-
-fn case(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/cases")
-        .join(name)
 }
 
 /// Dialogs that answer export paths from a script and record what was asked.
@@ -101,35 +96,8 @@ fn harness(
         })
 }
 
-/// Steps (in real time, so threads progress) until `done` holds, or fails after 30 s.
-fn step_until(
-    harness: &mut Harness<'static, VramscopeApp>,
-    what: &str,
-    done: impl Fn(&VramscopeApp) -> bool,
-) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    harness.step();
-    while !done(harness.state()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-        harness.step();
-    }
-    harness.run_steps(2);
-}
-
 fn exports_done(app: &VramscopeApp) -> bool {
     app.jobs_running() == 0
-}
-
-fn notice_texts(harness: &Harness<'static, VramscopeApp>, level: NoticeLevel) -> Vec<String> {
-    harness
-        .state()
-        .notices
-        .items()
-        .iter()
-        .filter(|n| n.level == level)
-        .map(|n| n.text.clone())
-        .collect()
 }
 
 fn menu_item_disabled(harness: &Harness<'static, VramscopeApp>, label: &str) -> bool {

@@ -2,16 +2,10 @@
 //! --report files, and clear errors for bad input.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use crate::support::cli::vramscope;
 use serde_json::Value;
-
-fn vramscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run vramscope: {e}"))
-}
 
 fn fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

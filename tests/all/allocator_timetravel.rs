@@ -1,7 +1,7 @@
 //! Time travel: the state at event `i`, undone backwards from the final state through
 //! checkpoints, equals the state an independent simulation had at `i` and a fresh forward replay.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

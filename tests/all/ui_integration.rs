@@ -5,14 +5,15 @@
 //! fragmentation; the Hardware checks tab (and the wizard's GPU checks) report the missing driver
 //! on a machine without one; Ctrl+1..4 switch views.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use egui::{Key, Modifiers, Vec2};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
+use crate::support::cli::case;
+use crate::support::ui::{DroppedBytes, notice_texts, slow_snapshot_bytes, step_until};
 use vramscope::diagnose::finding::Category;
 use vramscope::report::{self, ReportFormat};
 use vramscope::ui::dialogs::FileDialogs;
@@ -20,12 +21,6 @@ use vramscope::ui::notices::NoticeLevel;
 use vramscope::ui::views::View;
 use vramscope::ui::wizard::Step;
 use vramscope::ui::{AppOptions, VramscopeApp};
-
-fn case(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/cases")
-        .join(name)
-}
 
 /// Dialogs that answer from a script.
 #[derive(Clone, Default)]
@@ -61,22 +56,6 @@ fn harness(dialogs: &ScriptedDialogs, files: Vec<PathBuf>) -> Harness<'static, V
         .build_eframe(move |cc| VramscopeApp::new(cc, options))
 }
 
-/// Steps (in real time, so threads progress) until `done` holds, or fails after 30 s.
-fn step_until(
-    harness: &mut Harness<'static, VramscopeApp>,
-    what: &str,
-    done: impl Fn(&VramscopeApp) -> bool,
-) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    harness.step();
-    while !done(harness.state()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-        harness.step();
-    }
-    harness.run_steps(2);
-}
-
 /// Waits for every read and for the allocator views' analyses.
 fn wait_until_idle(harness: &mut Harness<'static, VramscopeApp>) {
     step_until(harness, "background jobs", |app| {
@@ -85,32 +64,6 @@ fn wait_until_idle(harness: &mut Harness<'static, VramscopeApp>) {
             && (app.view() != View::Allocator
                 || app.active_allocator_view().is_none_or(|v| v.is_ready()))
     });
-}
-
-fn notice_texts(harness: &Harness<'static, VramscopeApp>, level: NoticeLevel) -> Vec<String> {
-    harness
-        .state()
-        .notices
-        .items()
-        .iter()
-        .filter(|n| n.level == level)
-        .map(|n| n.text.clone())
-        .collect()
-}
-
-#[derive(Debug)]
-struct DroppedBytes {
-    path: PathBuf,
-    bytes: Vec<u8>,
-}
-
-impl egui::DroppedFile for DroppedBytes {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-    fn bytes(&self) -> Result<Vec<u8>, String> {
-        Ok(self.bytes.clone())
-    }
 }
 
 #[test]
@@ -160,20 +113,6 @@ fn dropped_snapshot_bytes_are_routed_by_content() {
         Some("oom-dump.bin")
     );
     assert!(app.sessions().is_empty(), "not taken for a capture");
-}
-
-/// The fragmentation snapshot behind `pairs` NONE+POP opcode pairs: a valid pickle of the same
-/// snapshot that takes a while to read.
-fn slow_snapshot_bytes(pairs: usize) -> Vec<u8> {
-    let fixture = std::fs::read(case("fragmentation.pickle")).expect("fixture");
-    assert_eq!(&fixture[..2], b"\x80\x04", "a protocol 4 pickle");
-    let mut bytes = Vec::with_capacity(fixture.len() + 2 * pairs);
-    bytes.extend_from_slice(&fixture[..2]);
-    for _ in 0..pairs {
-        bytes.extend_from_slice(b"N0");
-    }
-    bytes.extend_from_slice(&fixture[2..]);
-    bytes
 }
 
 #[test]

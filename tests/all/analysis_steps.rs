@@ -3,7 +3,7 @@
 //! passes: an exact replay, a replay that stops at a bad event, a trace that lost its first
 //! events, a trace without events, and the real fixtures.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! forward replay, fragmentation metrics against `torch.cuda.memory_stats()`, and the OOM
 //! explainer against PyTorch's own out-of-memory message.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

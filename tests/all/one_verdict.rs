@@ -3,10 +3,11 @@
 //! like the diagnosis, and recordings are judged however short. One test per contradiction the
 //! issues list.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::support::cli::case;
 use vramscope::analysis::oom;
 use vramscope::analysis::timetravel::TimeTravel;
 use vramscope::diagnose::oom::judge_explanation;
@@ -18,12 +19,6 @@ use vramscope::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, GIB, MIB, MemoryReading, ProcessSample,
     SampleBatch,
 };
-
-fn case(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/cases")
-        .join(name)
-}
 
 /// The verdict the Allocator tab shows for the last OOM of `path` (the explainer's heading).
 fn allocator_tab_verdict(path: &Path) -> Category {

@@ -1,14 +1,7 @@
 //! `vramscope info` end to end: the missing-driver error, and both output forms on the simulated
 //! machine. This machine (and CI) has no NVIDIA driver; the no-driver test is skipped where one is.
 
-use std::process::{Command, Output};
-
-fn vramscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(args)
-        .output()
-        .expect("the vramscope binary runs")
-}
+use crate::support::cli::vramscope;
 
 fn has_nvidia_driver() -> bool {
     std::path::Path::new("/dev/nvidiactl").exists()

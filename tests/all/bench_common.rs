@@ -1,7 +1,7 @@
 //! The benches' shared measuring helpers (`benches/common/mod.rs`), tested here: bench binaries
 //! run without the test harness, so their own `#[cfg(test)]` code would never run.
 
-#[path = "../benches/common/mod.rs"]
+#[path = "../../benches/common/mod.rs"]
 mod common;
 
 use common::{Samples, percentile, time_runs};

@@ -2,28 +2,45 @@
 //! inputs that claim gigabytes (string and frame lengths, memo ids, item counts, header and chunk
 //! sizes) must end in an error while the heap stays within a small multiple of the input.
 //!
-//! A counting global allocator measures the peak heap of each read. The cases run one after the
-//! other in one test, so no other test's allocations are counted.
+//! A counting global allocator measures the peak heap of each read. It counts the allocations
+//! of the thread that measures only: the other tests of this binary run in threads of the same
+//! process at the same time.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
 use vramscope::diagnose::log;
 use vramscope::formats::{pytorch, vramcap};
 
-/// The system allocator, counting live bytes and their peak.
+/// The system allocator, counting the live bytes of each thread and their peak.
 struct Counting;
 
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    // Const-initialised cells without destructors: reading them allocates nothing, as an
+    // allocator must not.
+    /// Bytes this thread allocated and has not freed (negative when it frees what another
+    /// thread allocated).
+    static LIVE_BYTES: Cell<isize> = const { Cell::new(0) };
+    /// The highest `LIVE_BYTES` since `peak_growth` reset it.
+    static PEAK_BYTES: Cell<isize> = const { Cell::new(0) };
+}
+
+/// `layout`'s size as a count of live bytes (no allocation is larger than `isize::MAX`).
+fn signed(layout: Layout) -> isize {
+    isize::try_from(layout.size()).unwrap_or(isize::MAX)
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged to the system allocator.
         let pointer = unsafe { System.alloc(layout) };
         if !pointer.is_null() {
-            let live = LIVE_BYTES.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
-            PEAK_BYTES.fetch_max(live, Ordering::SeqCst);
+            // `try_with`: a thread's locals are gone while it exits; those allocations are
+            // no read's.
+            let _ = LIVE_BYTES.try_with(|live| {
+                live.set(live.get().saturating_add(signed(layout)));
+                let _ = PEAK_BYTES.try_with(|peak| peak.set(peak.get().max(live.get())));
+            });
         }
         pointer
     }
@@ -31,19 +48,20 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
         // SAFETY: forwarded unchanged to the system allocator.
         unsafe { System.dealloc(pointer, layout) };
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::SeqCst);
+        let _ = LIVE_BYTES.try_with(|live| live.set(live.get().saturating_sub(signed(layout))));
     }
 }
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Peak heap growth, in bytes, while `read` runs.
+/// Peak heap growth, in bytes, of this thread while `read` runs.
 fn peak_growth(read: impl FnOnce()) -> usize {
-    let before = LIVE_BYTES.load(Ordering::SeqCst);
-    PEAK_BYTES.store(before, Ordering::SeqCst);
+    let before = LIVE_BYTES.with(Cell::get);
+    PEAK_BYTES.with(|peak| peak.set(before));
     read();
-    PEAK_BYTES.load(Ordering::SeqCst).saturating_sub(before)
+    let peak = PEAK_BYTES.with(Cell::get);
+    usize::try_from(peak.saturating_sub(before)).unwrap_or(0)
 }
 
 /// What a read of a crafted input may use: its fixed working buffers (the pickle reader streams

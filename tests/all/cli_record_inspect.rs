@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::cli::text;
 use vramscope::formats::vramcap;
 use vramscope::model::Capture;
 use vramscope::source::now_unix_ms;
@@ -14,10 +15,6 @@ fn vramscope() -> Command {
 
 fn run(args: &[&str]) -> Output {
     vramscope().args(args).output().expect("runs the binary")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn spawn_record(path: &Path, interval_ms: &str) -> Child {

@@ -1,18 +1,7 @@
 //! `vramscope check` as a user runs it. On a machine without an NVIDIA driver (CI) it must say
 //! so plainly and exit non-zero; on a GPU machine it must produce a report.
 
-use std::process::{Command, Output};
-
-fn vramscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(args)
-        .output()
-        .unwrap_or_else(|error| panic!("cannot start vramscope: {error}"))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use crate::support::cli::{text, vramscope};
 
 #[test]
 fn check_without_a_driver_says_so_and_fails() {

@@ -4,18 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
+use crate::support::cli::vramscope;
 use serde_json::Value;
 use vramscope::model::MIB;
-
-fn vramscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run vramscope: {e}"))
-}
 
 fn succeeded(out: &Output) {
     assert!(

@@ -3,14 +3,9 @@
 //! allocation failed. The diagnosis over its log, capture and OOM snapshot must put the leak
 //! first, with the leak fix as the first recommendation.
 
-use std::path::PathBuf;
-use std::process::Command;
+use crate::support::cli::case;
 
-fn case(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/cases")
-        .join(name)
-}
+use std::process::Command;
 
 #[test]
 fn live_leak_case_is_diagnosed_as_a_leak_from_log_capture_and_snapshot() {
