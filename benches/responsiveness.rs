@@ -21,6 +21,10 @@ use vramscope::ui::{AppOptions, VramscopeApp};
 
 #[path = "support/big_snapshot.rs"]
 mod big_snapshot;
+#[path = "common/mod.rs"]
+mod common;
+
+use common::ms;
 
 /// 60 Hz.
 const FRAME_PERIOD: Duration = Duration::from_micros(16_667);
@@ -29,15 +33,6 @@ const P99_LIMIT: Duration = Duration::from_millis(50);
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted.get(index).copied().unwrap_or_default()
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// Opens `path` in an app that samples the live demo machine, and measures every frame until the
@@ -103,10 +98,10 @@ fn measure(path: &Path) -> Result<bool, String> {
         .state()
         .active_session()
         .map_or(0, |s| s.capture.sample_count());
-    frames.sort();
-    let p50 = percentile(&frames, 0.50);
-    let p99 = percentile(&frames, 0.99);
-    let max = frames.last().copied().unwrap_or_default();
+    let frames = common::Samples::from_durations(frames);
+    let p50 = frames.median();
+    let p99 = frames.percentile(0.99);
+    let max = frames.max();
     let met = p99 < P99_LIMIT;
     println!(
         "opened {} ({size_mb:.0} MB) in {:.1} s while sampling live: {} frames, frame time p50 \
@@ -126,7 +121,7 @@ fn measure(path: &Path) -> Result<bool, String> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = if args.iter().any(|a| a == "--bench") {
+    let result = if common::measuring() {
         let explicit = args.iter().find(|a| !a.starts_with('-')).map(PathBuf::from);
         explicit
             .map(Ok)

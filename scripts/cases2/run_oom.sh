@@ -3,12 +3,15 @@
 # re-runs under candidate fixes. Run from anywhere; needs python3 with torch and nvidia-smi.
 #   bash scripts/cases2/run_oom.sh --smoke   # every code path at tiny sizes, under a minute
 #   bash scripts/cases2/run_oom.sh           # the corpus, under 4.5 minutes
+#   bash scripts/cases2/run_oom.sh --cases two_streams   # some cases only (comma-separated)
 # Output in $OUT (default /tmp/cases2-out): cases2-oom-<mode>.tar.xz and cases2-oom-<mode>.log.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 MODE=full
 EXTRA=()
-if [ "${1:-}" = "--smoke" ]; then MODE=smoke; EXTRA=(--smoke); fi
+if [ "${1:-}" = "--smoke" ]; then MODE=smoke; EXTRA=(--smoke); shift; fi
+# Further arguments go to run_oom.py, e.g. --cases two_streams (one case and its re-runs).
+EXTRA+=("$@")
 OUT=${OUT:-/tmp/cases2-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib:${LD_LIBRARY_PATH:-}

@@ -13,7 +13,7 @@ use super::finding::{
 use super::leak::{self, SnapshotFacts};
 use super::log::{Framework, LogAnalysis, OomNumbers};
 use super::oom::{self, OomCase};
-use super::trajectory::{self, Trajectory};
+use super::trajectory::{self, IterationSource, Trajectory};
 use super::{compat, hardware, headroom};
 use crate::model::{Capture, EventKind, format_bytes};
 
@@ -64,7 +64,17 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
 
     // Within a severity, what could not be judged comes first: it is why there is no verdict.
     findings.sort_by_key(|f| (f.severity, f.category != Category::Inconclusive));
-    promote_leak_behind_capacity_oom(&mut findings);
+    // Where the primary failure was judged on an allocator trace, the OOM rule already weighed
+    // growth against capacity on it (tensors added per iteration, or the same tensors made
+    // larger), which a log's per-step figures cannot tell apart: its verdict stands.
+    let judged_on_a_trace = cases.first().is_some_and(|c| {
+        c.history
+            .as_ref()
+            .is_some_and(|(t, _)| t.source != IterationSource::LoggedSteps)
+    });
+    if !judged_on_a_trace {
+        promote_leak_behind_capacity_oom(&mut findings);
+    }
     let nothing_wrong = !findings.iter().any(|f| f.severity != Severity::Info);
     let undecided = findings
         .iter()

@@ -15,11 +15,13 @@
 //!    stream, when a snapshot shows them) but no block large enough → `fragmentation`, unless the
 //!    job failed in its first step (`capacity`: the step's peak is unknown, and a batch that does
 //!    not fit does not fit whatever the allocator does) or its live set was growing by more than
-//!    the cached bytes (`leak`: packing them better only postpones the failure);
+//!    the cached bytes (packing them better only postpones the failure: `leak` on a sure trend of
+//!    added tensors, `capacity` when the same tensors grow by design, such as a KV cache);
 //! 3. other processes hold enough that freeing them would have made the request fit, and a notable
 //!    share of the card → `other-process`;
-//! 4. a live set that grew from iteration to iteration until the card was full (without the
-//!    growth, the request would have fit) → `leak`;
+//! 4. a live set that grew from iteration to iteration, on a sure trend (enough iterations and a
+//!    good fit), until the card was full (without the growth, the request would have fit) →
+//!    `leak`; a few rising cycles are what one step's forward pass looks like (capacity);
 //! 5. otherwise the job needs more than the card has → `capacity`. Less cached memory than the
 //!    request is never fragmentation: however it was packed, it could not hold the request, and
 //!    cached blocks in partly used segments cannot be joined with free device memory (the
@@ -39,6 +41,7 @@
 use super::finding::{
     Category, Evidence, EvidenceSource, Finding, Recommendation, Severity, Unit, Wizard,
 };
+use super::growth::Confidence;
 use super::leak::SnapshotOom;
 use super::log::{Framework, OomNumbers};
 use super::proof::{self, ReplayEvidence};
@@ -241,27 +244,40 @@ pub fn classify(case: &OomCase) -> Verdict {
 
     let history = case.trajectory();
     let first_step = history.is_some_and(Trajectory::failed_in_first_step);
-    // A working set that grows by design (the same tensors made larger) is capacity, not growth.
+    // The live set grew by more than the cached bytes could ever give back: packing them better
+    // only postpones the failure, whether the growth is kept references or a working set that
+    // grows by design (the same tensors made larger, a KV cache). Only the first is growth;
+    // the second is capacity.
     let growth_outpaces_waste = history.is_some_and(|t| {
         t.still_growing()
-            && !t.grows_by_enlarging()
             && !t.failed_in_first_step()
             && t.observed_growth_bytes()
                 .is_some_and(|growth| growth >= unallocated)
     });
-    // Growth filled the card when, without it, the request would have fit.
-    let growing_per_iteration = history.is_some_and(|t| {
-        !t.grows_by_enlarging()
-            && matches!(
-                t.growth,
-                LiveGrowth::Growing {
-                    decelerating: false,
-                    ..
-                }
-            )
-            && t.observed_growth_bytes()
-                .is_some_and(|growth| free.unwrap_or(0).saturating_add(growth) >= requested)
+    let grows_by_design = history.is_some_and(Trajectory::grows_by_enlarging);
+    // Growth is the cause only on a sure trend: fewer iterations than a trend needs (or a poor
+    // fit) look the same as one step's forward pass through identical layers, where every
+    // layer keeps its activation for the backward pass and frees a temporary: a live set that
+    // rises within one step and then fails is capacity.
+    let growth_is_sure = history.is_some_and(|t| match t.growth {
+        LiveGrowth::Growing { confidence, .. } => confidence != Confidence::Low,
+        LiveGrowth::RoseWithoutFallingBack { .. } => true,
+        LiveGrowth::Steady { .. } | LiveGrowth::Unknown => false,
     });
+    // Growth filled the card when, without it, the request would have fit.
+    let growing_per_iteration = growth_is_sure
+        && history.is_some_and(|t| {
+            !t.grows_by_enlarging()
+                && matches!(
+                    t.growth,
+                    LiveGrowth::Growing {
+                        decelerating: false,
+                        ..
+                    }
+                )
+                && t.observed_growth_bytes()
+                    .is_some_and(|growth| free.unwrap_or(0).saturating_add(growth) >= requested)
+        });
     let fragmentation_would_last = !first_step && !growth_outpaces_waste;
     let verdict = |cause| Verdict {
         cause,
@@ -282,7 +298,7 @@ pub fn classify(case: &OomCase) -> Verdict {
     let by_numbers = if cached_enough {
         if fragmentation_would_last {
             OomCause::Fragmentation
-        } else if growth_outpaces_waste {
+        } else if growth_outpaces_waste && !grows_by_design && growth_is_sure {
             OomCause::Growth
         } else {
             OomCause::Capacity
@@ -379,7 +395,7 @@ fn process_label(pid: u32, bytes: u64) -> String {
     }
 }
 
-fn evidence(case: &OomCase) -> Vec<Evidence> {
+fn evidence(case: &OomCase, verdict: &Verdict) -> Vec<Evidence> {
     let n = &case.numbers;
     let src = || case.source.clone();
     let mut ev = Vec::new();
@@ -503,7 +519,35 @@ fn evidence(case: &OomCase) -> Vec<Evidence> {
         }
     }
     if let Some(replay) = &case.replay {
-        if let Some(proof) = proof::judge(replay) {
+        if let Some(reason) = &replay.not_run {
+            ev.push(Evidence::text(
+                "what-if replay (not run)",
+                reason.clone(),
+                EvidenceSource::Derived,
+            ));
+        } else if let Some(proof) = proof::judge(replay) {
+            // Settings that get past the failing request are recommended under a fragmentation
+            // verdict; under any other the live set's growth or size uses up what they save.
+            if verdict.cause.category() != Category::Fragmentation {
+                for postpones in &proof.helps {
+                    ev.push(Evidence::text(
+                        format!(
+                            "tried by replay: only gets past this request: {}",
+                            postpones.conf
+                        ),
+                        format!(
+                            "{}; {}",
+                            proof::proven_text(postpones, proof.limit_bytes),
+                            if verdict.growth_outpaces_waste {
+                                "the live set keeps growing, so the next iterations run out anyway"
+                            } else {
+                                "the job still needs more than the card"
+                            }
+                        ),
+                        EvidenceSource::Derived,
+                    ));
+                }
+            }
             for useless in &proof.useless {
                 ev.push(Evidence::text(
                     format!("tried by replay: does not help: {}", useless.conf),
@@ -556,6 +600,16 @@ fn history_text(case: &OomCase, verdict: &Verdict) -> String {
     let mut text = format!(" {}", t.describe());
     if t.grows_by_enlarging() {
         text.push_str(" The number of live tensors stayed the same while they grew: the same tensors were replaced by larger ones (a cache or a sequence that grows by design), so the job needs more memory at its largest than the card has; a leak would add tensors every iteration.");
+    }
+    let unsure_growth = matches!(
+        t.growth,
+        LiveGrowth::Growing {
+            confidence: Confidence::Low,
+            ..
+        }
+    );
+    if unsure_growth && verdict.cause == OomCause::Capacity {
+        text.push_str(" That is too little history for a sure trend: a single step's forward pass through identical layers (each keeping its activation for the backward pass) rises the same way, so the failure is judged as the job needing more than the card, not as a leak.");
     }
     if verdict.first_step {
         text.push_str(" The job failed in its first step: the step's peak is unknown and at least the live set plus the failing request, so no allocator setting makes it fit.");
@@ -754,6 +808,7 @@ fn allocator_setting_recs(case: &OomCase) -> Vec<Recommendation> {
 /// Why an allocator setting could not be proven for this case.
 fn unverified_reason(case: &OomCase) -> String {
     match (&case.replay, &case.history_file) {
+        (Some(replay), _) if replay.not_run.is_some() => replay.not_run.clone().unwrap_or_default(),
         (Some(replay), _) if !replay.reliable => format!(
             "the what-if replay's self-check failed ({}), so its numbers are not proof",
             replay.self_check
@@ -842,7 +897,7 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
     let verdict = classify(case);
     let cause = verdict.cause;
     let words = Wording::of(case, &verdict);
-    let evidence = evidence(case);
+    let evidence = evidence(case, &verdict);
     let mut out = Vec::new();
     match cause {
         OomCause::CapWithFragmentation | OomCause::Fragmentation => {
@@ -1288,14 +1343,16 @@ pub fn judge_explanation(
     snapshot_name: &str,
     expandable_segments: Option<bool>,
     trajectory: Option<Trajectory>,
+    replay: Option<ReplayEvidence>,
 ) -> JudgedOom {
-    let case = case_from_snapshot(
+    let mut case = case_from_snapshot(
         &SnapshotOom::from_explanation(e),
         snapshot_name,
         e.device,
         expandable_segments,
         trajectory,
     );
+    case.replay = replay;
     let verdict = classify(&case);
     let primary = findings(&case).into_iter().next();
     JudgedOom {
@@ -1341,10 +1398,16 @@ pub fn judge_all(
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let history = (i == last)
-                .then(|| super::trajectory::of_trace(travel, Some(e.event_index)))
-                .flatten();
-            judge_explanation(e, name, expandable_segments, history)
+            // The last failure is the one `diagnose` judges: the same history and replay.
+            let (history, replay) = if i == last {
+                (
+                    super::trajectory::of_trace(travel, Some(e.event_index)),
+                    proof::replay_trace(travel, travel.device()).ok(),
+                )
+            } else {
+                (None, None)
+            };
+            judge_explanation(e, name, expandable_segments, history, replay)
         })
         .collect()
 }
@@ -1564,6 +1627,7 @@ mod tests {
             limit_bytes: Some(64 * GIB),
             recorded_conf: "default".into(),
             settings,
+            not_run: None,
         }
     }
 
@@ -1637,6 +1701,109 @@ mod tests {
             f.explanation
         );
         assert_eq!(f.recommendations[0].id, "reduce-batch-size");
+    }
+
+    #[test]
+    fn a_setting_that_only_gets_past_the_request_of_a_growing_working_set_is_not_the_fix() {
+        // A KV cache grows by 256 MiB an iteration (the same tensors, larger); 3.75 GiB cached
+        // plus 4.2 GiB free for a 4.25 GiB request. The replay shows expandable segments get
+        // past this request, with 423 MiB to spare: the next iterations use that up (re-run on
+        // the H200: still out of memory), so it is capacity and the setting is evidence only.
+        let mut t = trajectory(
+            170,
+            LiveGrowth::Growing {
+                per_iteration_bytes: 256 * MIB,
+                r_squared: 1.0,
+                decelerating: false,
+                confidence: crate::diagnose::growth::Confidence::High,
+            },
+            true,
+        );
+        t.blocks_added_per_iteration = Some(0.0);
+        let mut case = with_history(
+            snapshot_case(OomNumbers {
+                device_index: Some(0),
+                requested_bytes: Some(4352 * MIB),
+                total_bytes: Some(140 * GIB),
+                free_bytes: Some(4300 * MIB),
+                allocated_bytes: Some(131 * GIB),
+                reserved_bytes: Some(135 * GIB),
+                reserved_unallocated_bytes: Some(3850 * MIB),
+                ..Default::default()
+            }),
+            t,
+        );
+        case.history_file = Some("oom.pickle".into());
+        case.replay = Some(replay(
+            vec![
+                replayed("default", true),
+                replayed("expandable_segments:True", false),
+            ],
+            true,
+        ));
+        let verdict = classify(&case);
+        assert_eq!(verdict.cause, OomCause::Capacity);
+        assert!(verdict.growth_outpaces_waste);
+        let f = &findings(&case)[0];
+        assert_eq!(f.recommendations[0].id, "reduce-batch-size");
+        assert!(
+            f.recommendations
+                .iter()
+                .all(|r| r.id != "expandable-segments"),
+            "{:?}",
+            f.recommendations
+        );
+        assert!(
+            f.evidence.iter().any(|e| e.label
+                == "tried by replay: only gets past this request: expandable_segments:True"),
+            "{:?}",
+            f.evidence
+        );
+    }
+
+    #[test]
+    fn a_few_rising_cycles_are_capacity_not_a_leak() {
+        // Eight cycles each keeping 13.3 GiB, then a 13.3 GiB request fails: what one forward
+        // pass through eight layers looks like (each keeps its activation, frees a temporary).
+        // Too few iterations for a sure trend: capacity, saying why; ten or more with a good
+        // fit are growth.
+        let case = |confidence| {
+            with_history(
+                snapshot_case(OomNumbers {
+                    device_index: Some(0),
+                    requested_bytes: Some(13 * GIB),
+                    total_bytes: Some(140 * GIB),
+                    free_bytes: Some(6 * GIB),
+                    allocated_bytes: Some(133 * GIB),
+                    reserved_bytes: Some(133 * GIB),
+                    reserved_unallocated_bytes: Some(MIB),
+                    ..Default::default()
+                }),
+                trajectory(
+                    8,
+                    LiveGrowth::Growing {
+                        per_iteration_bytes: 13 * GIB,
+                        r_squared: 1.0,
+                        decelerating: false,
+                        confidence,
+                    },
+                    true,
+                ),
+            )
+        };
+        let few = case(crate::diagnose::growth::Confidence::Low);
+        assert_eq!(classify(&few).cause, OomCause::Capacity);
+        let f = &findings(&few)[0];
+        assert!(
+            f.explanation.contains("too little history"),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(f.recommendations[0].id, "reduce-batch-size");
+        assert_eq!(
+            classify(&case(crate::diagnose::growth::Confidence::High)).cause,
+            OomCause::Growth
+        );
     }
 
     #[test]
@@ -1779,6 +1946,7 @@ mod tests {
             &snapshot.name,
             None,
             crate::diagnose::trajectory::of_trace(&travel, Some(e.event_index)),
+            crate::diagnose::proof::replay_trace(&travel, 0).ok(),
         );
         let d = crate::diagnose::diagnose(&crate::diagnose::DiagnosisInput {
             snapshots: crate::diagnose::snapshot::facts(&snapshot),
@@ -1856,7 +2024,7 @@ mod tests {
             MIB,
         );
         let e = explain_only(snapshot);
-        let judged = judge_explanation(&e, "x.pickle", None, None);
+        let judged = judge_explanation(&e, "x.pickle", None, None, None);
         assert!(judged.reconstruction_warning.is_some());
         // 100 MiB cached + 1 MiB free for a 40 MiB request, 10 MiB live: packing would fit.
         assert_eq!(judged.category, Category::Fragmentation);

@@ -17,6 +17,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::finding::Verification;
+use crate::analysis::replay::{self, ReplayError, SettingOutcome, WhatIfReport, WhatIfRequest};
+use crate::analysis::timetravel::TimeTravel;
 use crate::model::format_bytes;
 
 /// Where a replayed run ran out of memory.
@@ -69,6 +71,10 @@ pub struct ReplayEvidence {
     pub recorded_conf: String,
     /// One replay per setting tried, the recorded one included.
     pub settings: Vec<ReplayedSetting>,
+    /// Why no replay was run although there is a history (the trace is too long to replay
+    /// within a diagnosis, see [`MAX_REPLAYED_EVENTS`]); then `settings` is empty and nothing
+    /// is proven.
+    pub not_run: Option<String>,
 }
 
 /// The replay's verdict on the settings other than the recorded one.
@@ -82,10 +88,105 @@ pub struct SettingsProof<'a> {
     pub limit_bytes: Option<u64>,
 }
 
+/// The evidence of a what-if replay report (`analysis::replay`): the self-check's verdict in
+/// words, the limit the replays ran against, and every setting replayed, the recorded one first.
+pub fn from_what_if(report: &WhatIfReport) -> ReplayEvidence {
+    let check = &report.self_check;
+    let self_check = match &check.problem {
+        Some(problem) => problem.clone(),
+        None => format!(
+            "replayed under the recorded settings ({}), the model reproduced the snapshot's final state ({} segments, {} blocks){}",
+            if check.recorded_conf.is_empty() {
+                "default"
+            } else {
+                check.recorded_conf.as_str()
+            },
+            check.segments_compared,
+            check.blocks_compared,
+            match check.real_oom_events.as_slice() {
+                [] => String::new(),
+                [one] => format!(" and the out-of-memory error at event {one}"),
+                many => format!(" and the {} out-of-memory errors", many.len()),
+            }
+        ),
+    };
+    let setting = |outcome: &SettingOutcome| ReplayedSetting {
+        conf: outcome.conf.clone(),
+        peak_reserved_bytes: outcome.peak_reserved_bytes,
+        peak_allocated_bytes: outcome.peak_allocated_bytes,
+        oom: outcome.oom.map(|oom| ReplayedOom {
+            event_index: oom.event_index,
+            request_bytes: oom.request_bytes,
+            reserved_bytes: oom.reserved_bytes,
+            allowed_bytes: oom.allowed_bytes,
+        }),
+        num_alloc_retries: outcome.num_alloc_retries,
+        incomplete: outcome
+            .incomplete
+            .as_ref()
+            .map(|i| format!("stopped at event {}: {}", i.event_index, i.reason)),
+        uncertain: outcome.uncertain,
+    };
+    ReplayEvidence {
+        reliable: check.reliable,
+        self_check,
+        limit_bytes: report.limits.cap_bytes.or(report.limits.device_limit_bytes),
+        recorded_conf: report.recorded.conf.clone(),
+        settings: std::iter::once(&report.recorded)
+            .chain(&report.results)
+            .map(setting)
+            .collect(),
+        not_run: None,
+    }
+}
+
+/// Trace events × settings a diagnosis replays at most (about 10 s at the replay's ~5 M events
+/// per second per setting, `docs/benchmarks.md`). A longer history is left to `vramscope
+/// whatif`, which shows progress and can be cancelled; the diagnosis then says its settings are
+/// unproven and why.
+pub const MAX_REPLAYED_EVENTS: usize = 50_000_000;
+
+/// Replays the trace of `travel` under the sweep of candidate settings (`analysis::replay`) and
+/// returns what it says; `Err` when there is nothing to say (no history, no such device).
+/// A trace too long for [`MAX_REPLAYED_EVENTS`] is not replayed: the evidence says why.
+pub fn replay_trace(travel: &TimeTravel, device: u32) -> Result<ReplayEvidence, ReplayError> {
+    if let Some((events, passes)) = too_long_to_replay(travel) {
+        return Ok(ReplayEvidence {
+            reliable: false,
+            self_check: String::new(),
+            limit_bytes: None,
+            recorded_conf: String::new(),
+            settings: Vec::new(),
+            not_run: Some(format!(
+                "the trace has {events} events; replaying it under {passes} settings is more than a diagnosis replays ({MAX_REPLAYED_EVENTS} events in all), so run the replay on its own: vramscope whatif {}",
+                travel.snapshot().name
+            )),
+        });
+    }
+    let request = WhatIfRequest {
+        device,
+        candidates: Vec::new(),
+        cap_bytes: None,
+        device_memory_bytes: None,
+    };
+    replay::what_if(travel, &request, &|_| true).map(|report| from_what_if(&report))
+}
+
+/// `Some((events, passes))` when replaying the trace of `travel` under the sweep of candidate
+/// settings would take more than [`MAX_REPLAYED_EVENTS`] event-passes: a diagnosis does not
+/// replay it (`vramscope whatif` does, on its own).
+pub fn too_long_to_replay(travel: &TimeTravel) -> Option<(usize, usize)> {
+    let (candidates, _) = replay::sweep_candidates(travel, true);
+    // The self-check, the recorded settings and each candidate: one pass over the trace each.
+    let passes = candidates.len() + 2;
+    let events = travel.trace().len();
+    (events.saturating_mul(passes) > MAX_REPLAYED_EVENTS).then_some((events, passes))
+}
+
 /// Sorts the replayed settings into those that help and those that do not; `None` when the
 /// replay is not reliable (then nothing it says is proof).
 pub fn judge(evidence: &ReplayEvidence) -> Option<SettingsProof<'_>> {
-    if !evidence.reliable {
+    if !evidence.reliable || evidence.not_run.is_some() {
         return None;
     }
     let others = evidence
@@ -257,6 +358,7 @@ mod tests {
                     ..setting("roundup_power2_divisions:8", 60.0, None)
                 },
             ],
+            not_run: None,
         }
     }
 
@@ -313,6 +415,13 @@ mod tests {
         assert_eq!(v.status, VerificationStatus::Unverified);
         assert!(v.detail.contains("vramscope whatif"), "{}", v.detail);
         assert!(v.detail.contains("_record_memory_history"), "{}", v.detail);
+    }
+
+    #[test]
+    fn a_replay_left_to_whatif_proves_nothing() {
+        let mut e = evidence(true);
+        e.not_run = Some("the trace has 30000000 events".into());
+        assert!(judge(&e).is_none());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::finding::NamedWhatIf;
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
-use super::trajectory;
+use super::{proof, trajectory};
 use crate::analysis::fragmentation;
 use crate::analysis::replay::{WhatIfRequest, what_if};
 use crate::analysis::snapshot_analysis::{self, DeviceAnalysis};
@@ -40,6 +40,15 @@ pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> 
             let oom = analysis.ooms.last().map(SnapshotOom::from_explanation);
             // The history up to the failure the rules judge (the last OOM), else the whole trace.
             let trajectory = trajectory::of_trace(travel, oom.as_ref().map(|o| o.event_index));
+            // One replay of the history under the sweep of candidate settings serves both the
+            // reports' what-if table and, for a recorded failure, the proof every
+            // allocator-setting recommendation must stand on (a replay error or a trace too long
+            // to replay here leaves the settings unproven, and says why).
+            let what_if = what_if_sweep(travel);
+            let replay = oom.as_ref().and_then(|_| match &what_if {
+                Some(named) => Some(proof::from_what_if(&named.report)),
+                None => proof::replay_trace(travel, device.device).ok(),
+            });
             let mut by_site: HashMap<String, u64> = HashMap::new();
             for segment in snapshot.device_segments(device) {
                 for block in snapshot.segment_blocks(segment) {
@@ -67,18 +76,19 @@ pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> 
                 final_state: Some(Arc::new(state)),
                 identity: identity(snapshot, device),
                 trajectory,
-                replay: None,
-                what_if: what_if_sweep(travel),
+                replay,
+                what_if,
             })
         })
         .collect()
 }
 
 /// The sweep of candidate settings (`analysis::replay::sweep_candidates`) replayed over the
-/// device's trace, for reports; `None` without an allocation history (or when the replay could
-/// not be made: reports then simply have no table, and `vramscope whatif` says why).
+/// device's trace, for reports and the diagnosis's proof; `None` without an allocation history,
+/// for a trace longer than a diagnosis replays ([`proof::too_long_to_replay`]), or when the
+/// replay could not be made: reports then simply have no table, and `vramscope whatif` says why.
 fn what_if_sweep(travel: &TimeTravel) -> Option<NamedWhatIf> {
-    if travel.is_empty() {
+    if travel.is_empty() || proof::too_long_to_replay(travel).is_some() {
         return None;
     }
     let request = WhatIfRequest {

@@ -5,7 +5,6 @@ pub mod demo;
 pub mod faults;
 #[cfg(feature = "native")]
 pub mod nvml;
-#[cfg(feature = "native")]
 pub mod prometheus;
 #[cfg(feature = "native")]
 pub mod sampler;

@@ -1,8 +1,8 @@
-//! Code shared by the allocator integration tests. Each test binary uses a different part of it.
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of this module"
-)]
+//! Code shared by the integration tests (`tests/all`): the table of readers of outside bytes
+//! (also compiled into the fuzz target), a synthetic allocator (also used by a bench), running
+//! the binary and driving the app.
 
+pub mod cli;
 pub mod readers;
 pub mod synthetic_allocator;
+pub mod ui;

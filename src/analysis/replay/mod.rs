@@ -199,6 +199,9 @@ pub struct SettingOutcome {
     pub oom: Option<OomPoint>,
     /// Recorded OOM events this setting got past (the request succeeded).
     pub survived_real_ooms: usize,
+    /// Recorded OOM events the real program caught and went on from that this setting ran
+    /// into too: it went on as the real run did, so they are not where it runs out.
+    pub shared_caught_ooms: usize,
     /// The cap was inferred and this verdict differs between its lowest and highest value.
     pub uncertain: bool,
     pub num_alloc_retries: u64,
@@ -246,10 +249,11 @@ pub struct WhatIfReport {
 pub fn sweep_candidates(travel: &TimeTravel, cap_known: bool) -> (Vec<AllocConf>, Vec<String>) {
     let recorded = AllocConf::recorded(travel.snapshot().settings.as_ref());
     let trace = travel.trace();
+    // The failure the run ended with (earlier ones were caught by the program).
     let failing = trace
         .actions
         .iter()
-        .position(|&a| a == TraceAction::Oom)
+        .rposition(|&a| a == TraceAction::Oom)
         .and_then(|i| trace.sizes_bytes.get(i).copied());
     let largest = trace
         .actions
@@ -634,6 +638,9 @@ struct ReplayInput<'a> {
     streams: Vec<u64>,
     start: AllocatorState,
     expandable_va_bytes: u64,
+    /// The settings the trace was recorded under (what the real allocator did decides how
+    /// the trace's events are read).
+    recorded_rules: AllocatorRules,
 }
 
 /// Limits the trace's own events reveal (see `ReplayInput::limit_evidence`).
@@ -658,6 +665,7 @@ struct RunResult {
     real_ooms: Vec<usize>,
     replay_ooms: Vec<usize>,
     survived_real_ooms: usize,
+    shared_caught_ooms: usize,
     events_replayed: usize,
 }
 
@@ -677,6 +685,7 @@ impl RunResult {
             final_reserved_bytes: self.model.reserved_bytes(),
             oom: self.oom,
             survived_real_ooms: self.survived_real_ooms,
+            shared_caught_ooms: self.shared_caught_ooms,
             uncertain: false,
             num_alloc_retries: stats.num_alloc_retries,
             num_device_alloc: stats.num_device_alloc,
@@ -737,6 +746,7 @@ impl<'a> ReplayInput<'a> {
             streams,
             start,
             expandable_va_bytes,
+            recorded_rules: AllocConf::recorded(travel.snapshot().settings.as_ref()).rules,
         }
     }
 
@@ -842,6 +852,64 @@ impl<'a> ReplayInput<'a> {
         end
     }
 
+    /// Whether the completed free at `index` was recorded inside the next request's failure
+    /// path rather than before it. `malloc` first completes the frees whose other-stream work is
+    /// done (`process_events`) and searches the cache; only when no cached block fits and no new
+    /// segment can be had does `release_cached_blocks` wait for every outstanding free
+    /// (`synchronize_and_free_events`, each logged as a completed free) and release the whole
+    /// cached segments. So completions that lead straight into the allocator's own releases, or
+    /// into a recorded out-of-memory, happened after the search: applied before it, they would
+    /// hand the request a block the real allocator could not use yet.
+    ///
+    /// One exception: with `garbage_collection_threshold` under a cap, the collector releases
+    /// old cached segments before the first new-segment attempt, after `process_events`. When
+    /// the request's new segment would have fitted under the cap at the window's start
+    /// (`reserved_bytes`, the real run's reserved memory then), that attempt could not fail,
+    /// so the window's first releases are the collector's and the completions before them came
+    /// from `process_events`.
+    ///
+    /// Returns the end of the run of completions `index` belongs to and the answer for all of
+    /// them.
+    fn completes_in_failure_path(
+        &self,
+        index: usize,
+        window_start: usize,
+        reserved_bytes: u64,
+        limits: &Limits,
+    ) -> (usize, bool) {
+        let actions = &self.trace.actions;
+        let mut next = index;
+        while actions.get(next) == Some(&TraceAction::FreeCompleted) {
+            next += 1;
+        }
+        let late = match actions.get(next) {
+            Some(TraceAction::Oom) => true,
+            Some(TraceAction::SegmentFree | TraceAction::SegmentUnmap) => {
+                let end = self.release_run_end(next);
+                let by_allocator = !self.releases_are_empty_cache(next, end, limits);
+                let first_release_of_request = !actions[window_start..index]
+                    .iter()
+                    .any(|a| matches!(a, TraceAction::SegmentFree | TraceAction::SegmentUnmap));
+                let rules = &self.recorded_rules;
+                let collector_first = match limits.cap_bytes {
+                    Some(cap) if rules.garbage_collection_threshold > 0.0 => {
+                        let request = (end..self.trace.len())
+                            .find(|&i| matches!(actions[i], TraceAction::Alloc | TraceAction::Oom));
+                        request.is_some_and(|i| {
+                            let size = self.trace.sizes_bytes.get(i).copied().unwrap_or(0);
+                            let segment = rules.allocation_size(rules.round_size(size));
+                            reserved_bytes.saturating_add(segment) <= cap
+                        })
+                    }
+                    _ => false,
+                };
+                by_allocator && !(first_release_of_request && collector_first)
+            }
+            _ => false,
+        };
+        (next, late)
+    }
+
     /// Whether event `end` continues a request: a new segment, or an out-of-memory.
     fn followed_by_request(&self, end: usize) -> bool {
         matches!(
@@ -932,6 +1000,7 @@ impl<'a> ReplayInput<'a> {
             real_ooms: Vec::new(),
             replay_ooms: Vec::new(),
             survived_real_ooms: 0,
+            shared_caught_ooms: 0,
             events_replayed: 0,
         };
         let actions = &trace.actions;
@@ -942,6 +1011,12 @@ impl<'a> ReplayInput<'a> {
         // First event after the previous request: segment events from here on belong to the
         // request being replayed.
         let mut window_start = 0usize;
+        // Frees the real allocator completed inside the next request's failure path (see
+        // `completes_in_failure_path`): the model completes them at its own synchronisation,
+        // or right after the request when it never needs one.
+        let mut sync_completions: Vec<BlockHandle> = Vec::new();
+        // The run of completions being replayed: its end and whether it is such a run.
+        let mut completion_run = (0usize, false);
         // Reserved bytes as the trace's segment events say (the self-check compares).
         let mut real_reserved = self.start.reserved_bytes;
         let reserved_differs = |model: &AllocatorModel, real: u64, index: usize| {
@@ -956,6 +1031,12 @@ impl<'a> ReplayInput<'a> {
                 )
             })
         };
+        // The last request of the trace: a recorded OOM before it was caught by the program,
+        // which went on allocating.
+        let last_alloc = actions
+            .iter()
+            .rposition(|a| *a == TraceAction::Alloc)
+            .unwrap_or(0);
         let mut index = 0usize;
         while index < len {
             if index.is_multiple_of(PROGRESS_EVENTS) && !progress(index) {
@@ -974,7 +1055,12 @@ impl<'a> ReplayInput<'a> {
                         from: window_start,
                         to: index,
                     };
-                    match model.malloc(size_at(index), stream_at(index), index as u32, &mut hints) {
+                    let served =
+                        model.malloc(size_at(index), stream_at(index), index as u32, &mut hints);
+                    for handle in sync_completions.drain(..) {
+                        model.complete_free(handle);
+                    }
+                    match served {
                         Ok(handle) => {
                             if mode == Mode::Check && model.block_address(handle) != Some(address) {
                                 result.divergence = Some((
@@ -1047,7 +1133,18 @@ impl<'a> ReplayInput<'a> {
                 }
                 TraceAction::FreeCompleted => {
                     let address = address_at(index);
+                    if index >= completion_run.0 {
+                        completion_run = self.completes_in_failure_path(
+                            index,
+                            window_start,
+                            real_reserved,
+                            &limits,
+                        );
+                    }
                     match live.remove(&address) {
+                        Some(handle) if completion_run.1 => {
+                            sync_completions.push(handle);
+                        }
                         Some(handle) => model.complete_free(handle),
                         None => {
                             result.incomplete = Some(Incomplete {
@@ -1087,7 +1184,11 @@ impl<'a> ReplayInput<'a> {
                         from: window_start,
                         to: index,
                     };
-                    match model.malloc(size, stream_at(index), index as u32, &mut hints) {
+                    let served = model.malloc(size, stream_at(index), index as u32, &mut hints);
+                    for handle in sync_completions.drain(..) {
+                        model.complete_free(handle);
+                    }
+                    match served {
                         Ok(_) => {
                             if mode == Mode::Check {
                                 result.divergence = Some((
@@ -1107,10 +1208,22 @@ impl<'a> ReplayInput<'a> {
                         Err(oom) => {
                             let point = self.oom_point(index, oom, model, stack_at(index));
                             result.replay_ooms.push(index);
-                            result.oom.get_or_insert(point);
                             if mode == Mode::WhatIf {
+                                if index < last_alloc {
+                                    // The real program caught this failure and went on (it
+                                    // allocated again later): failing here too, the setting
+                                    // goes on exactly as the real run did. Only a failure the
+                                    // real run did not survive ends the what-if.
+                                    result.shared_caught_ooms += 1;
+                                    window_start = index + 1;
+                                    index += 1;
+                                    result.events_replayed = index;
+                                    continue;
+                                }
+                                result.oom = Some(point);
                                 break;
                             }
+                            result.oom.get_or_insert(point);
                             if let Some(difference) = reserved_differs(model, real_reserved, index)
                             {
                                 result.divergence = Some(difference);

@@ -23,7 +23,7 @@ use crate::model::{CaptureMeta, DeviceFacts, SampleBatch};
 
 /// Longest time a batch waits in memory before it is written to the file: half the promised
 /// "at most the last second is lost", so a loaded machine that runs the writer late still keeps
-/// the promise (`tests/record_faults.rs` kills `record` 100 times to check it).
+/// the promise (`tests/all/record_faults.rs` kills `record` 100 times to check it).
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
 /// Batches that may queue for the writer before `push` starts dropping them (about 80 s at the
 /// fastest 20 ms interval): a stalled disk must not grow memory without bound.

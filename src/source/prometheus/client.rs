@@ -4,11 +4,9 @@
 //! Errors say which server and which query: a user who mistyped a selector sees Prometheus's own
 //! parse error next to the query that caused it.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
-
+use super::api::{self, PrometheusError, RangeApi, RangeSeries};
 use crate::model::UnixMs;
 
 /// How long one request may take before it is given up (a day of a thousand GPUs is a few
@@ -29,92 +27,11 @@ pub enum Auth {
     Basic { user: String, password: String },
 }
 
-/// Why a request failed. Every message names the server; those about a query quote it.
-#[derive(Debug, thiserror::Error)]
-pub enum PrometheusError {
-    #[error(
-        "{url}: not a Prometheus address ({why}); give the server's base URL, e.g. http://prometheus:9090"
-    )]
-    BadUrl { url: String, why: String },
-    #[error("{file}: cannot read the CA certificate: {why}")]
-    BadCaCert { file: String, why: String },
-    #[error("cannot reach Prometheus at {server}: {detail}")]
-    Unreachable { server: String, detail: String },
-    #[error(
-        "Prometheus at {server} answered {status} to the query `{query}`: access denied; give a token with --bearer-token-file or a user with --user USER:PASSWORD"
-    )]
-    Denied {
-        server: String,
-        status: u16,
-        query: String,
-    },
-    #[error("Prometheus at {server} refused the query `{query}` ({status} {error_type}): {error}")]
-    Refused {
-        server: String,
-        status: u16,
-        error_type: String,
-        error: String,
-        query: String,
-    },
-    #[error(
-        "{server} answered the query `{query}` with something that is not Prometheus's API ({detail}); is this the Prometheus server's base URL?"
-    )]
-    NotPrometheus {
-        server: String,
-        query: String,
-        detail: String,
-    },
-}
-
-/// One series of a range query: its labels (without `__name__`) and its points, oldest first.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RangeSeries {
-    pub labels: BTreeMap<String, String>,
-    /// (time in Unix ms, value); NaN and infinite values are left out.
-    pub points: Vec<(UnixMs, f64)>,
-}
-
 /// A connection to one Prometheus server.
 pub struct PrometheusClient {
     base_url: String,
     agent: ureq::Agent,
     authorization: Option<String>,
-}
-
-/// The API's answer envelope, with a matrix as its data.
-#[derive(Deserialize)]
-struct MatrixAnswer<'a> {
-    status: &'a str,
-    #[serde(default, borrow)]
-    data: Option<MatrixData<'a>>,
-    #[serde(default, rename = "errorType")]
-    error_type: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct MatrixData<'a> {
-    #[serde(rename = "resultType")]
-    result_type: &'a str,
-    #[serde(borrow)]
-    result: Vec<MatrixSeries<'a>>,
-}
-
-#[derive(Deserialize)]
-struct MatrixSeries<'a> {
-    metric: BTreeMap<String, String>,
-    #[serde(default, borrow)]
-    values: Vec<(f64, &'a str)>,
-}
-
-/// The error envelope alone, for answers that are not a matrix.
-#[derive(Deserialize)]
-struct ErrorAnswer {
-    #[serde(default, rename = "errorType")]
-    error_type: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
 }
 
 impl PrometheusClient {
@@ -168,15 +85,14 @@ impl PrometheusClient {
             authorization,
         })
     }
+}
 
-    /// The server's base URL, for messages.
-    pub fn url(&self) -> &str {
+impl RangeApi for PrometheusClient {
+    fn server(&self) -> &str {
         &self.base_url
     }
 
-    /// `/api/v1/query_range` from `start_ms` to `end_ms` (inclusive) every `step_ms`. The caller
-    /// keeps the number of steps within Prometheus's 11,000 points per series.
-    pub fn query_range(
+    fn query_range(
         &self,
         query: &str,
         start_ms: UnixMs,
@@ -193,61 +109,25 @@ impl PrometheusClient {
             ],
             query,
         )?;
-        let not_prometheus = |detail: String| PrometheusError::NotPrometheus {
-            server: self.base_url.clone(),
-            query: query.to_owned(),
-            detail,
-        };
-        let answer: MatrixAnswer<'_> = match serde_json::from_str(&body) {
-            Ok(answer) => answer,
-            Err(err) => {
-                // An error envelope with a shape we did not expect still carries the message.
-                if let Some(refusal) = self.refusal(status, &body, query) {
-                    return Err(refusal);
-                }
-                return Err(not_prometheus(format!(
-                    "HTTP {status}, {err}; it begins {:?}",
-                    body.chars().take(80).collect::<String>()
-                )));
+        api::read_range_answer(&self.base_url, query, status, &body)
+    }
+
+    fn metric_names(
+        &self,
+        start_ms: UnixMs,
+        end_ms: UnixMs,
+        series_match: Option<&str>,
+    ) -> Result<Vec<String>, PrometheusError> {
+        let mut params = vec![("start", seconds(start_ms)), ("end", seconds(end_ms))];
+        let what = match series_match {
+            Some(selector) => {
+                params.push(("match[]", selector.to_owned()));
+                selector
             }
+            None => api::METRIC_NAMES,
         };
-        if answer.status != "success" {
-            return Err(PrometheusError::Refused {
-                server: self.base_url.clone(),
-                status,
-                error_type: answer.error_type.unwrap_or_default(),
-                error: answer.error.unwrap_or_else(|| "no message".to_owned()),
-                query: query.to_owned(),
-            });
-        }
-        let data = answer
-            .data
-            .ok_or_else(|| not_prometheus("a success without data".to_owned()))?;
-        if data.result_type != "matrix" {
-            return Err(not_prometheus(format!(
-                "a {} instead of a matrix",
-                data.result_type
-            )));
-        }
-        Ok(data
-            .result
-            .into_iter()
-            .map(|series| {
-                let mut labels = series.metric;
-                labels.remove("__name__");
-                let points = series
-                    .values
-                    .into_iter()
-                    .filter_map(|(t_secs, value)| {
-                        let value: f64 = value.parse().ok()?;
-                        value
-                            .is_finite()
-                            .then_some(((t_secs * 1000.0).round() as UnixMs, value))
-                    })
-                    .collect();
-                RangeSeries { labels, points }
-            })
-            .collect())
+        let (status, body) = self.get("/api/v1/label/__name__/values", &params, what)?;
+        api::read_metric_names(&self.base_url, what, status, &body)
     }
 }
 
@@ -289,59 +169,6 @@ impl PrometheusClient {
         }
         Ok((status, body))
     }
-
-    /// The error of an answer that is not a success, or `None` when the body is no error envelope.
-    fn refusal(&self, status: u16, body: &str, what: &str) -> Option<PrometheusError> {
-        let ErrorAnswer { error, error_type } = serde_json::from_str::<ErrorAnswer>(body).ok()?;
-        Some(PrometheusError::Refused {
-            server: self.base_url.clone(),
-            status,
-            error_type: error_type.unwrap_or_default(),
-            error: error?,
-            query: what.to_owned(),
-        })
-    }
-
-    /// Every metric name with samples between `start_ms` and `end_ms`, so that queries for
-    /// exporters the server does not scrape can be skipped. With `series_match` (a series
-    /// selector, `match[]` of the API) only the names of the series it selects: the server parses
-    /// it here, so a selector it refuses is reported with the selector quoted even when the range
-    /// holds no GPU series to query.
-    pub fn metric_names(
-        &self,
-        start_ms: UnixMs,
-        end_ms: UnixMs,
-        series_match: Option<&str>,
-    ) -> Result<Vec<String>, PrometheusError> {
-        let mut params = vec![("start", seconds(start_ms)), ("end", seconds(end_ms))];
-        let what = match series_match {
-            Some(selector) => {
-                params.push(("match[]", selector.to_owned()));
-                selector
-            }
-            None => "the list of metric names (/api/v1/label/__name__/values)",
-        };
-        let (status, body) = self.get("/api/v1/label/__name__/values", &params, what)?;
-        #[derive(Deserialize)]
-        struct NamesAnswer {
-            status: String,
-            #[serde(default)]
-            data: Vec<String>,
-        }
-        match serde_json::from_str::<NamesAnswer>(&body) {
-            Ok(answer) if answer.status == "success" => Ok(answer.data),
-            _ => Err(self.refusal(status, &body, what).unwrap_or_else(|| {
-                PrometheusError::NotPrometheus {
-                    server: self.base_url.clone(),
-                    query: what.to_owned(),
-                    detail: format!(
-                        "HTTP {status}; it begins {:?}",
-                        body.chars().take(80).collect::<String>()
-                    ),
-                }
-            })),
-        }
-    }
 }
 
 /// Unix milliseconds as the API's decimal seconds.
@@ -363,7 +190,7 @@ mod tests {
         }
         let client = PrometheusClient::new("https://example.org/prom/", Auth::None, None);
         assert_eq!(
-            client.ok().map(|c| c.url().to_owned()).as_deref(),
+            client.ok().map(|c| c.server().to_owned()).as_deref(),
             Some("https://example.org/prom")
         );
     }

@@ -1,17 +1,22 @@
 //! Prometheus as a source, both ways: `vramscope exporter` serves the sampler's readings for
-//! Prometheus to scrape ([`exposition`], [`exporter`]); the range reader turns a server's GPU
+//! Prometheus to scrape ([`exposition`], `exporter`); the range reader turns a server's GPU
 //! series (dcgm-exporter, nvitop-exporter, vramscope's own) into the same [`Capture`] every view,
 //! report and rule works on ([`reader`]), once (`vramscope pull`, `diagnose --prometheus`) or
-//! following the server live in the GUI ([`PrometheusSource`]).
+//! following the server live in the GUI ([`PrometheusSource`]). Only the HTTP ends (`client`,
+//! `exporter`) need the native build; reading the API's answers ([`api`]) and the series
+//! ([`reader`]) do not, so that they are fuzzed like every reader of outside bytes.
 
+pub mod api;
+#[cfg(feature = "native")]
 pub mod client;
+#[cfg(feature = "native")]
 pub mod exporter;
 pub mod exposition;
 pub mod reader;
 
 use std::time::Duration;
 
-use client::PrometheusError;
+use api::PrometheusError;
 use reader::{FleetReader, ReadProgress, StepRange};
 
 use super::{Source, SourceDescription, Tiers};

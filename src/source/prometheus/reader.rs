@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::client::{PrometheusClient, PrometheusError, RangeSeries};
+use super::api::{PrometheusError, RangeApi, RangeSeries};
 use crate::model::{
     CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, HealthSample, MIB, MemoryReading,
     ProcessKind, ProcessSample, SampleBatch, SourceKind, UnixMs,
@@ -281,6 +281,12 @@ const QUERIES: &[QueryDef] = &[
     ),
 ];
 
+/// Every metric a read asks for when the server has it (servers that stand in for Prometheus
+/// offer them all).
+pub fn metrics_read() -> impl Iterator<Item = &'static str> {
+    QUERIES.iter().flat_map(|def| def.metrics.iter().copied())
+}
+
 const fn q(metrics: &'static [&'static str], promql: &'static str, target: Target) -> QueryDef {
     QueryDef {
         metrics,
@@ -504,7 +510,7 @@ pub struct ReadProgress {
 /// Reads GPU series from one server into sample batches, keeping the devices and the counters of
 /// earlier reads.
 pub struct FleetReader {
-    client: PrometheusClient,
+    client: Box<dyn RangeApi>,
     selector: Selector,
     /// GPU keys in device-index order, fixed by the first read.
     keys: Vec<String>,
@@ -522,9 +528,11 @@ pub struct FleetReader {
 }
 
 impl FleetReader {
-    pub fn new(client: PrometheusClient, selector: Selector) -> Self {
+    /// A reader of the series that match `selector` on the server `client` asks (the Prometheus
+    /// client, or a stand-in).
+    pub fn new(client: impl RangeApi + 'static, selector: Selector) -> Self {
         FleetReader {
-            client,
+            client: Box::new(client),
             selector,
             keys: Vec::new(),
             devices: Vec::new(),
@@ -546,7 +554,7 @@ impl FleetReader {
     pub fn meta(&self, range: &StepRange) -> CaptureMeta {
         CaptureMeta {
             source: SourceKind::Prometheus,
-            host: self.client.url().to_owned(),
+            host: self.client.server().to_owned(),
             driver_version: String::new(),
             cuda_driver_version: None,
             started_ms: range.start_ms,

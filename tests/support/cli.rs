@@ -1,0 +1,24 @@
+//! Running the `vramscope` binary the way a user does, for the tests of its commands.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Runs `vramscope ARGS` to the end (stdin closed) and returns its exit status and output.
+pub fn vramscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run vramscope: {error}"))
+}
+
+/// A command's output as text (invalid UTF-8 shown as U+FFFD).
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A file of the real case corpus (`tests/fixtures/cases/NAME`).
+pub fn case(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cases")
+        .join(name)
+}

@@ -1,0 +1,68 @@
+//! Driving the real app under egui_kittest: the notices it shows, waiting for its background
+//! work, files dropped on it and snapshots slow enough to watch load.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use egui_kittest::Harness;
+use vramscope::ui::VramscopeApp;
+use vramscope::ui::notices::NoticeLevel;
+
+/// The texts of the notices of `level` the app shows now.
+pub fn notice_texts(harness: &Harness<'static, VramscopeApp>, level: NoticeLevel) -> Vec<String> {
+    harness
+        .state()
+        .notices
+        .items()
+        .iter()
+        .filter(|n| n.level == level)
+        .map(|n| n.text.clone())
+        .collect()
+}
+
+/// Steps the app in real time (so that its threads progress) until `done` holds (at most 30 s,
+/// then fails naming `what`), then two frames more so that what follows is drawn.
+pub fn step_until(
+    harness: &mut Harness<'static, VramscopeApp>,
+    what: &str,
+    done: impl Fn(&VramscopeApp) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    harness.step();
+    while !done(harness.state()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+        harness.step();
+    }
+    harness.run_steps(2);
+}
+
+/// A dropped file as a desktop would hand it over (here: only bytes, no file on disk).
+#[derive(Debug)]
+pub struct DroppedBytes {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+}
+
+impl egui::DroppedFile for DroppedBytes {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        Ok(self.bytes.clone())
+    }
+}
+
+/// The `fragmentation.pickle` case made slow to read: `pairs` no-op pairs (`None`, `POP`) after
+/// its protocol header, so that a load takes long enough to be seen in progress and cancelled.
+pub fn slow_snapshot_bytes(pairs: usize) -> Vec<u8> {
+    let fixture = std::fs::read(super::cli::case("fragmentation.pickle")).expect("fixture");
+    assert_eq!(&fixture[..2], b"\x80\x04", "a protocol 4 pickle");
+    let mut bytes = Vec::with_capacity(fixture.len() + 2 * pairs);
+    bytes.extend_from_slice(&fixture[..2]);
+    for _ in 0..pairs {
+        bytes.extend_from_slice(b"N0");
+    }
+    bytes.extend_from_slice(&fixture[2..]);
+    bytes
+}
