@@ -1,7 +1,8 @@
 //! A case recorded for real on an H200 (see `tests/fixtures/cases/README.md`): a training job with
 //! the live-capture helper leaked 128 MiB per step while `vramscope record` ran, then an
-//! allocation failed. The diagnosis over its log, capture and OOM snapshot must put the leak
-//! first, with the leak fix as the first recommendation.
+//! allocation of 200 GiB (more than the whole card) failed. The diagnosis over its log, capture
+//! and OOM snapshot must put that failure first as capacity (fixing the leak would not have
+//! avoided it) and find the leak too, with the leak fix as its first recommendation.
 
 use crate::support::cli::case;
 
@@ -42,6 +43,11 @@ fn live_leak_case_is_diagnosed_as_a_leak_from_log_capture_and_snapshot() {
         .filter_map(|f| f["category"].as_str())
         .collect();
     assert!(categories.contains(&"capacity"), "{categories:?}");
+    let leak = report["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["category"] == "leak"))
+        .unwrap_or_else(|| panic!("no leak finding: {stdout}"));
+    assert_eq!(leak["recommendations"][0]["id"], "fix-leak", "{stdout}");
 }
 
 #[test]

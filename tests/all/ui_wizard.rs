@@ -335,15 +335,12 @@ fn fragmentation_wizard_shows_the_allocator_metrics_and_block_map_of_a_snapshot(
         "only offered when the app has an Allocator tab"
     );
     assert!(has(&harness, "large pool ("), "pool groups");
-    // The findings' recommendations are still there: with the snapshot's allocation history
-    // and no replay, the what-if replay that would prove a setting, not an unproven setting.
-    assert!(has(
-        &harness,
-        "Replay the allocation history under other allocator settings"
-    ));
+    // The findings' recommendations are still there: with the snapshot's allocation history,
+    // a setting only as the what-if replay proved it, with the replayed peak as evidence.
+    assert!(has(&harness, "replayed: peak"), "a replay-proven setting");
     assert!(!has(
         &harness,
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+        "Replay the allocation history under other allocator settings"
     ));
     // Another frame reuses the texture and shows the same map.
     harness.run();
