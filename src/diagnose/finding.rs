@@ -415,12 +415,23 @@ pub struct Diagnosis {
 
 /// A what-if replay of one snapshot device's history (`analysis::replay::what_if` with the
 /// sweep of candidate settings), with the snapshot its stacks refer to.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct NamedWhatIf {
     /// The snapshot's file name.
     pub name: String,
     pub snapshot: Arc<AllocatorSnapshot>,
     pub report: Arc<WhatIfReport>,
+}
+
+/// The name and the replay; the snapshot itself (every block and trace event) is left out, as
+/// [`PartialEq`] leaves it out.
+impl std::fmt::Debug for NamedWhatIf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedWhatIf")
+            .field("name", &self.name)
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Equal when the replays are (the snapshot is the same file when the name is).

@@ -538,10 +538,15 @@ fn evidence(case: &OomCase, verdict: &Verdict) -> Vec<Evidence> {
                         format!(
                             "{}; {}",
                             proof::proven_text(postpones, proof.limit_bytes),
-                            if verdict.growth_outpaces_waste {
-                                "the live set keeps growing, so the next iterations run out anyway"
-                            } else {
-                                "the job still needs more than the card"
+                            match verdict.cause.category() {
+                                _ if verdict.growth_outpaces_waste => {
+                                    "the live set keeps growing, so the next iterations run out anyway"
+                                }
+                                Category::MemoryCap => "the job still needs more than its memory cap",
+                                Category::OtherProcess => {
+                                    "the job still needs more than the other processes leave it"
+                                }
+                                _ => "the job still needs more than the card",
                             }
                         ),
                         EvidenceSource::Derived,
@@ -1759,6 +1764,53 @@ mod tests {
             "{:?}",
             f.evidence
         );
+    }
+
+    #[test]
+    fn a_setting_that_gets_past_a_caps_request_says_the_cap_is_still_too_small() {
+        // A steady live set under a 4 GiB cap with little cached: the replay gets past this
+        // request with expandable segments, but the job needs more than its cap, not the card.
+        let mut case = with_history(
+            snapshot_case(OomNumbers {
+                device_index: Some(0),
+                requested_bytes: Some(GIB),
+                total_bytes: Some(140 * GIB),
+                free_bytes: Some(130 * GIB),
+                allowed_bytes: Some(4 * GIB),
+                allocated_bytes: Some(4 * GIB - 100 * MIB),
+                reserved_bytes: Some(4 * GIB),
+                reserved_unallocated_bytes: Some(100 * MIB),
+                ..Default::default()
+            }),
+            trajectory(
+                12,
+                LiveGrowth::Steady {
+                    peak_bytes: 4 * GIB - 100 * MIB,
+                },
+                true,
+            ),
+        );
+        case.replay = Some(replay(
+            vec![
+                replayed("default", true),
+                replayed("expandable_segments:True", false),
+            ],
+            true,
+        ));
+        let verdict = classify(&case);
+        assert_eq!(verdict.cause, OomCause::Cap);
+        let f = &findings(&case)[0];
+        let evidence = f
+            .evidence
+            .iter()
+            .find(|e| {
+                e.label
+                    .starts_with("tried by replay: only gets past this request")
+            })
+            .unwrap_or_else(|| panic!("{:?}", f.evidence));
+        let text = format!("{evidence:?}");
+        assert!(text.contains("more than its memory cap"), "{text}");
+        assert!(!text.contains("more than the card"), "{text}");
     }
 
     #[test]

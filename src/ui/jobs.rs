@@ -42,6 +42,11 @@ impl OpenedSnapshot {
         let mut facts = crate::diagnose::snapshot::facts_from(&snapshot, &analysis);
         for fact in &mut facts {
             file_name.clone_into(&mut fact.name);
+            if let Some(what_if) = &mut fact.what_if {
+                file_name.clone_into(&mut what_if.name);
+                // Not shared yet (just made), so this renames in place.
+                file_name.clone_into(&mut Arc::make_mut(&mut what_if.report).snapshot);
+            }
         }
         let analysis = analysis
             .into_iter()

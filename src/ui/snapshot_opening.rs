@@ -186,8 +186,16 @@ mod tests {
                     .enumerate()
                     .find(|(_, (a, b))| a != b)
                 {
+                    // Show where the line first differs (a line can be long).
+                    let at = a
+                        .char_indices()
+                        .zip(b.chars())
+                        .find(|((_, x), y)| x != y)
+                        .map_or(a.len().min(b.len()), |((i, _), _)| i);
+                    let from = at.saturating_sub(150);
+                    let (a, b) = (a.get(from..).unwrap_or(a), b.get(from..).unwrap_or(b));
                     panic!(
-                        "{name} in slices of {slice_bytes} bytes, line {line}:\nweb:     {a:.300}\ndesktop: {b:.300}"
+                        "{name} in slices of {slice_bytes} bytes, line {line}, from byte {from}:\nweb:     {a:.300}\ndesktop: {b:.300}"
                     );
                 }
                 assert_eq!(
