@@ -2,7 +2,8 @@
 //! `torch.cuda.memory_stats()`, text for people, exit code 1 on unreadable input.
 
 use std::path::PathBuf;
-use std::process::Command;
+
+use crate::support::cli::run_command;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -11,16 +12,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn analyze(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .arg("analyze")
-        .args(args)
-        .output()
-        .expect("run vramscope");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    run_command("analyze", args)
 }
 
 #[test]
@@ -110,11 +102,8 @@ fn unreadable_input_exits_1_and_still_reports_the_rest() {
     );
     assert!(stdout.contains("leak.pickle"), "{stdout}");
 
-    let output = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .arg("analyze")
-        .output()
-        .expect("run vramscope");
-    assert_eq!(output.status.code(), Some(2), "usage error without files");
+    let (code, _, _) = analyze(&[]);
+    assert_eq!(code, 2, "usage error without files");
 }
 
 #[test]

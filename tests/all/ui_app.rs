@@ -14,7 +14,7 @@ use egui::{Key, Modifiers, Vec2};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-use crate::support::ui::{DroppedBytes, notice_texts};
+use crate::support::ui::{DroppedBytes, app_harness, notice_texts};
 use vramscope::formats::vramcap;
 use vramscope::model::{Capture, EventKind, SourceKind};
 use vramscope::source::demo::{DemoConfig, generate_capture};
@@ -69,25 +69,13 @@ fn harness(dialogs: &ScriptedDialogs, capture: Option<Capture>) -> Harness<'stat
     harness_with_step(dialogs, capture, 0.25)
 }
 
-/// [`harness`] with `step_dt` seconds per frame (kittest runs one frame per input event, so a
-/// double click needs frames shorter than egui's 0.3 s double-click window).
+/// [`harness`] with `step_dt` seconds per frame (see [`app_harness`]).
 fn harness_with_step(
     dialogs: &ScriptedDialogs,
     capture: Option<Capture>,
     step_dt: f32,
 ) -> Harness<'static, VramscopeApp> {
-    let options = options(dialogs);
-    Harness::builder()
-        .with_size(Vec2::new(1000.0, 700.0))
-        .with_step_dt(step_dt)
-        .wgpu()
-        .build_eframe(move |cc| {
-            let mut app = VramscopeApp::new(cc, options);
-            if let Some(capture) = capture {
-                app.show_capture("demo-day.vramcap", capture);
-            }
-            app
-        })
+    app_harness(Box::new(dialogs.clone()), Vec::new(), capture, step_dt)
 }
 
 /// Steps until no background job is running (file reads happen on threads), or fails.

@@ -9,7 +9,7 @@ use egui::{Key, Modifiers, Vec2};
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT as _, Queryable};
 
-use crate::support::ui::slow_snapshot_bytes;
+use crate::support::ui::{app_harness, slow_snapshot_bytes};
 use vramscope::model::Capture;
 use vramscope::source::demo::{DemoConfig, generate_capture};
 use vramscope::ui::command::Command;
@@ -56,23 +56,7 @@ impl FileDialogs for CountingDialogs {
 }
 
 fn harness(dialogs: &CountingDialogs, capture: Option<Capture>) -> Harness<'static, VramscopeApp> {
-    let options = AppOptions {
-        files: Vec::new(),
-        live: None,
-        dialogs: Box::new(dialogs.clone()),
-        recordings_dir: None,
-    };
-    Harness::builder()
-        .with_size(Vec2::new(1000.0, 700.0))
-        .with_step_dt(0.25)
-        .wgpu()
-        .build_eframe(move |cc| {
-            let mut app = VramscopeApp::new(cc, options);
-            if let Some(capture) = capture {
-                app.show_capture("demo-day.vramcap", capture);
-            }
-            app
-        })
+    app_harness(Box::new(dialogs.clone()), Vec::new(), capture, 0.25)
 }
 
 fn asked(dialogs: &CountingDialogs) -> Vec<&'static str> {

@@ -7,18 +7,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use egui::{Key, Modifiers, Vec2};
+use egui::{Key, Modifiers};
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
 
 use crate::support::cli::case;
-use crate::support::ui::{notice_texts, step_until};
+use crate::support::ui::{app_harness, notice_texts, step_until};
 use vramscope::model::Capture;
 use vramscope::source::demo::{DemoConfig, generate_capture};
+use vramscope::ui::VramscopeApp;
 use vramscope::ui::dialogs::FileDialogs;
 use vramscope::ui::export::TimelineExport;
 use vramscope::ui::notices::NoticeLevel;
-use vramscope::ui::{AppOptions, VramscopeApp};
 
 /// 2026-11-30 00:00:00 UTC: a fixed start, as in the other UI tests.
 const START_MS: i64 = 1_796_000_400_000;
@@ -77,23 +77,7 @@ fn harness(
     files: Vec<PathBuf>,
     capture: Option<Capture>,
 ) -> Harness<'static, VramscopeApp> {
-    let options = AppOptions {
-        files,
-        live: None,
-        dialogs: Box::new(dialogs.clone()),
-        recordings_dir: None,
-    };
-    Harness::builder()
-        .with_size(Vec2::new(1000.0, 700.0))
-        .with_step_dt(0.25)
-        .wgpu()
-        .build_eframe(move |cc| {
-            let mut app = VramscopeApp::new(cc, options);
-            if let Some(capture) = capture {
-                app.show_capture("demo-day.vramcap", capture);
-            }
-            app
-        })
+    app_harness(Box::new(dialogs.clone()), files, capture, 0.25)
 }
 
 fn exports_done(app: &VramscopeApp) -> bool {

@@ -3,7 +3,8 @@
 //! contradicts its state).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use crate::support::cli::run_command;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -12,16 +13,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn whatif(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .arg("whatif")
-        .args(args)
-        .output()
-        .expect("run vramscope");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    run_command("whatif", args)
 }
 
 fn os(path: &Path) -> &std::ffi::OsStr {

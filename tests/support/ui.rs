@@ -4,9 +4,41 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use egui::Vec2;
 use egui_kittest::Harness;
-use vramscope::ui::VramscopeApp;
+use vramscope::model::Capture;
+use vramscope::ui::dialogs::FileDialogs;
 use vramscope::ui::notices::NoticeLevel;
+use vramscope::ui::{AppOptions, VramscopeApp};
+
+/// A 1000×700 harness (the size the UI snapshots are drawn at) of the app asking `dialogs` for
+/// paths, opening `files`, showing `capture` if given (as `demo-day.vramcap`), `step_dt` seconds
+/// per frame (kittest runs one frame per input event, so a double click needs frames shorter than
+/// egui's 0.3 s double-click window).
+pub fn app_harness(
+    dialogs: Box<dyn FileDialogs>,
+    files: Vec<PathBuf>,
+    capture: Option<Capture>,
+    step_dt: f32,
+) -> Harness<'static, VramscopeApp> {
+    let options = AppOptions {
+        files,
+        live: None,
+        dialogs,
+        recordings_dir: None,
+    };
+    Harness::builder()
+        .with_size(Vec2::new(1000.0, 700.0))
+        .with_step_dt(step_dt)
+        .wgpu()
+        .build_eframe(move |cc| {
+            let mut app = VramscopeApp::new(cc, options);
+            if let Some(capture) = capture {
+                app.show_capture("demo-day.vramcap", capture);
+            }
+            app
+        })
+}
 
 /// The texts of the notices of `level` the app shows now.
 pub fn notice_texts(harness: &Harness<'static, VramscopeApp>, level: NoticeLevel) -> Vec<String> {
