@@ -133,6 +133,16 @@ fn showing_a_settings_peak_draws_the_replayed_block_map_beside_the_recorded_one(
             .is_some(),
         "the replayed map shows the replay's state at the moment"
     );
+    // The side panel stays beside the maps: the What-if tab (the panel's right end) and the
+    // replayed map's heading do not overlap, whatever the length of the outcome sentences.
+    let heading = harness
+        .get_by_label_contains(&format!("Replayed under {SETTING}"))
+        .rect();
+    let panel_left = harness.get_by_label("Fragmentation").rect().left();
+    assert!(
+        heading.right() <= panel_left,
+        "the replayed map's heading ({heading:?}) runs under the side panel (from x = {panel_left})"
+    );
     harness.snapshot_options(
         "allocator_whatif_side_by_side",
         &SnapshotOptions::new().threshold(1.0).max_failed_pixels(40),

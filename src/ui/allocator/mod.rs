@@ -35,6 +35,8 @@ pub use watcher::SnapshotWatcher;
 
 /// Width of the side panel, in points.
 const SIDE_PANEL_WIDTH: f32 = 380.0;
+/// Where a segment's label starts in the block map's label column.
+const SEGMENT_LABEL_INDENT: f32 = 28.0;
 /// Search results highlighted at most (the count is still reported).
 const MAX_HIGHLIGHTS: usize = 5000;
 
@@ -473,9 +475,13 @@ impl AllocatorView {
         }
         time_travel_ui(ui, device);
         let snapshot = Arc::clone(&self.snapshot);
+        // At most half the window, so a long line in a side tab (the What-if table) wraps
+        // instead of pushing the panel over the block maps.
+        let side_max_width = (ui.available_width() * 0.5).max(SIDE_PANEL_WIDTH);
         egui::Panel::right("allocator_side_panel")
             .resizable(true)
             .default_size(SIDE_PANEL_WIDTH)
+            .max_size(side_max_width)
             .show(ui, |ui| side_panel_ui(ui, &snapshot, device, &mut self.tab));
         egui::CentralPanel::default().show(ui, |ui| {
             search_bar_ui(ui, device);
@@ -491,20 +497,24 @@ impl AllocatorView {
                 let [recorded, replayed] = columns else {
                     return;
                 };
-                recorded.label(
-                    RichText::new(format!(
-                        "Recorded run · after {} of {} events",
-                        device.position,
-                        device.travel.len()
-                    ))
-                    .strong(),
-                );
-                if block_map_ui(recorded, &snapshot, device) {
-                    self.tab = SideTab::Block;
-                }
-                device
-                    .whatif
-                    .compared_map_ui(replayed, &snapshot, &device.travel);
+                // Columns lay out justified, which stretches the words of a wrapped heading.
+                let layout = egui::Layout::top_down(egui::Align::Min);
+                recorded.with_layout(layout, |ui| {
+                    ui.label(
+                        RichText::new(format!(
+                            "Recorded run · after {} of {} events",
+                            device.position,
+                            device.travel.len()
+                        ))
+                        .strong(),
+                    );
+                    if block_map_ui(ui, &snapshot, device) {
+                        self.tab = SideTab::Block;
+                    }
+                });
+                replayed.with_layout(layout, |ui| {
+                    device.whatif.compared_map_ui(ui, &snapshot, &device.travel);
+                });
             });
         });
     }
@@ -755,14 +765,21 @@ pub(crate) fn paint_block_map(
                 );
             }
             MapRow::Segment { index } => {
+                // A long label (a 16-digit address, an expandable segment's tag) is drawn
+                // smaller to fit the label column rather than running under the bars.
                 let label = block_map::segment_label(state, *index);
-                painter.text(
-                    pos2(area.left() + 28.0, y),
-                    egui::Align2::LEFT_CENTER,
-                    label,
-                    font.clone(),
-                    label_color,
+                let room = block_map::LABEL_WIDTH - SEGMENT_LABEL_INDENT - 4.0;
+                let mut galley = painter.layout_no_wrap(label.clone(), font.clone(), label_color);
+                if galley.size().x > room {
+                    let size = (font.size * room / galley.size().x).max(7.0);
+                    galley =
+                        painter.layout_no_wrap(label, egui::FontId::monospace(size), label_color);
+                }
+                let top_left = pos2(
+                    area.left() + SEGMENT_LABEL_INDENT,
+                    y - galley.size().y / 2.0,
                 );
+                painter.galley(top_left, galley, label_color);
             }
         }
     }

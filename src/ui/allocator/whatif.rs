@@ -378,29 +378,27 @@ fn report_ui<'a>(ui: &mut Ui, report: &'a WhatIfReport) -> Option<&'a SettingOut
     ui.label(RichText::new(check).color(colour));
     let mut show_event = None;
     egui::ScrollArea::vertical().show(ui, |ui| {
-        egui::Grid::new("whatif_results")
-            .striped(true)
-            .num_columns(4)
-            .show(ui, |ui| {
-                ui.strong("setting");
-                ui.strong("peak reserved");
-                ui.strong("outcome");
-                ui.label("");
-                ui.end_row();
-                for outcome in std::iter::once(&report.recorded).chain(&report.results) {
-                    let name = if outcome.recorded {
-                        format!("{} (recorded)", outcome.conf)
-                    } else {
-                        outcome.conf.clone()
-                    };
-                    ui.label(name);
-                    ui.label(format_bytes(outcome.peak_reserved_bytes));
-                    ui.label(outcome_words(outcome, report));
-                    let what = if outcome.oom.is_some() {
-                        "Show failure"
-                    } else {
-                        "Show peak"
-                    };
+        // One block per setting: name, peak and button on a line, the outcome (often a long
+        // sentence) wrapped beneath at the panel's width, so the panel never grows with it.
+        for outcome in std::iter::once(&report.recorded).chain(&report.results) {
+            ui.separator();
+            ui.horizontal(|ui| {
+                let name = if outcome.recorded {
+                    format!("{} (recorded)", outcome.conf)
+                } else {
+                    outcome.conf.clone()
+                };
+                ui.strong(name);
+                ui.label(format!(
+                    "peak {} reserved",
+                    format_bytes(outcome.peak_reserved_bytes)
+                ));
+                let what = if outcome.oom.is_some() {
+                    "Show failure"
+                } else {
+                    "Show peak"
+                };
+                ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                     if ui
                         .small_button(what)
                         .on_hover_text(
@@ -411,9 +409,11 @@ fn report_ui<'a>(ui: &mut Ui, report: &'a WhatIfReport) -> Option<&'a SettingOut
                     {
                         show_event = Some(outcome);
                     }
-                    ui.end_row();
-                }
+                });
             });
+            ui.add(egui::Label::new(outcome_words(outcome, report)).wrap());
+        }
+        ui.separator();
         for note in &report.notes {
             ui.label(RichText::new(note).small());
         }
