@@ -4,7 +4,10 @@ allocator setting, each in a fresh process, without a cap and under two caps cho
 uncapped runs (between the peak allocated and the default setting's peak reserved, so that some
 settings fail and some survive).
 
-Usage: python3 make_ground_truth.py OUTDIR [--smoke] [--jobs N]
+Usage: python3 make_ground_truth.py OUTDIR [--smoke] [--jobs N] [--module MODULE]
+
+--module runs the workloads of another module of this folder (e.g. `workloads_heldout`, the
+held-out set) instead of workloads.py.
 
 OUTDIR gets runs/*.json (what PyTorch reported per run), runs/*.pickle (the snapshots),
 summary.json, and archives for the trip home: gt_json.tar.xz (every record) and one
@@ -12,6 +15,7 @@ gt_<workload>.tar.xz per workload with its snapshots. Runs are independent proce
 recorded as such and never stops the others.
 """
 import concurrent.futures as futures
+import importlib
 import json
 import os
 import subprocess
@@ -31,7 +35,6 @@ SETTINGS = [
     "roundup_power2_divisions:4",
     "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
 ]
-WORKLOADS = ["train_varlen", "frag_longlived", "two_streams", "transformer_step", "kv_cache", "small_churn"]
 
 
 def tag(conf):
@@ -81,6 +84,11 @@ def main():
     outdir = sys.argv[1]
     smoke = "--smoke" in sys.argv
     jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 12
+    module = sys.argv[sys.argv.index("--module") + 1] if "--module" in sys.argv else "workloads"
+    # run_case.py imports the same module.
+    os.environ["VRAMSCOPE_WORKLOADS"] = module
+    sys.path.insert(0, HERE)
+    WORKLOADS = list(importlib.import_module(module).WORKLOADS)
     scale = 0.15 if smoke else 1.0
     workloads = WORKLOADS[:] if not smoke else WORKLOADS
     settings = SETTINGS if not smoke else SETTINGS[:3]

@@ -3,6 +3,9 @@ environment and an optional per-process cap, with the full allocation history re
 
 Usage: PYTORCH_CUDA_ALLOC_CONF=... python3 run_case.py WORKLOAD CAP_BYTES SCALE OUT_PREFIX
 
+WORKLOAD comes from workloads.py, or from the module named by VRAMSCOPE_WORKLOADS (e.g.
+`workloads_heldout`).
+
 Writes OUT_PREFIX.json (what PyTorch reported) and OUT_PREFIX.pickle (the snapshot, at the OOM
 or at the end).
 """
@@ -14,7 +17,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workloads import WORKLOADS  # noqa: E402
+import importlib  # noqa: E402
+
+WORKLOADS = importlib.import_module(os.environ.get("VRAMSCOPE_WORKLOADS", "workloads")).WORKLOADS
 
 workload, cap_bytes, scale, prefix = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 torch.cuda.init()
