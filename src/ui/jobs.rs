@@ -40,7 +40,18 @@ impl OpenedSnapshot {
         analysis: Vec<DeviceAnalysis>,
         file_name: &str,
     ) -> Self {
-        let mut facts = crate::diagnose::snapshot::facts_from(&snapshot, &analysis);
+        let facts = crate::diagnose::snapshot::facts_from(&snapshot, &analysis);
+        Self::with_facts(snapshot, analysis, facts, file_name)
+    }
+
+    /// [`OpenedSnapshot::new`] with the doctor's facts already made from `analysis` (the web
+    /// viewer makes them in steps, `diagnose::snapshot::FactsBuild`).
+    pub fn with_facts(
+        snapshot: Arc<AllocatorSnapshot>,
+        analysis: Vec<DeviceAnalysis>,
+        mut facts: Vec<SnapshotFacts>,
+        file_name: &str,
+    ) -> Self {
         for fact in &mut facts {
             file_name.clone_into(&mut fact.name);
             if let Some(what_if) = &mut fact.what_if {
