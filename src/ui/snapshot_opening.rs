@@ -38,7 +38,8 @@ enum OpeningStage {
     Facts {
         snapshot: Arc<AllocatorSnapshot>,
         analysis: Vec<DeviceAnalysis>,
-        build: FactsBuild,
+        /// Boxed: a device's facts in the making are large, the other stages small.
+        build: Box<FactsBuild>,
     },
 }
 
@@ -92,7 +93,7 @@ impl SnapshotOpening {
                         OpeningStage::Facts {
                             snapshot,
                             analysis,
-                            build: FactsBuild::default(),
+                            build: Box::default(),
                         }
                     }
                     Step::Done(_) => return Step::Done(OpenOutcome::Cancelled),
