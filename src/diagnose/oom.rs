@@ -1397,20 +1397,44 @@ pub fn judge_all(
     explanations: &[OomExplanation],
     expandable_segments: Option<bool>,
 ) -> Vec<JudgedOom> {
+    judge_all_with(travel, explanations, expandable_segments, None)
+}
+
+/// What the diagnosis worked out about the last failure of a device's trace: the live set's
+/// history up to it and the replay of the trace under the sweep of settings, as
+/// [`super::snapshot::facts_from`] gives them in [`super::leak::SnapshotFacts`]. Opening a
+/// snapshot hands them to [`judge_all_with`], so that the trace is replayed once, not once for
+/// the doctor's facts and again for the Allocator tab's verdicts.
+pub struct LastFailureEvidence {
+    pub history: Option<Trajectory>,
+    pub replay: Option<ReplayEvidence>,
+}
+
+/// [`judge_all`] with the last failure's history and replay already worked out (`None`: work
+/// them out here). They must be those of `travel`'s last OOM, i.e. the facts of the same device.
+pub fn judge_all_with(
+    travel: &crate::analysis::timetravel::TimeTravel,
+    explanations: &[OomExplanation],
+    expandable_segments: Option<bool>,
+    last_failure: Option<LastFailureEvidence>,
+) -> Vec<JudgedOom> {
     let last = explanations.len().saturating_sub(1);
     let name = &travel.snapshot().name;
+    let mut last_failure = last_failure;
     explanations
         .iter()
         .enumerate()
         .map(|(i, e)| {
             // The last failure is the one `diagnose` judges: the same history and replay.
-            let (history, replay) = if i == last {
+            let (history, replay) = if i != last {
+                (None, None)
+            } else if let Some(known) = last_failure.take() {
+                (known.history, known.replay)
+            } else {
                 (
                     super::trajectory::of_trace(travel, Some(e.event_index)),
                     proof::replay_trace(travel, travel.device()).ok(),
                 )
-            } else {
-                (None, None)
             };
             judge_explanation(e, name, expandable_segments, history, replay)
         })

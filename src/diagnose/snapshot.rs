@@ -27,60 +27,172 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
 /// [`facts`] from the analyses already made of `snapshot` (the allocator view's, so that opening
 /// a snapshot analyses its trace once).
 pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> Vec<SnapshotFacts> {
-    snapshot
-        .devices
-        .iter()
-        .filter_map(|device| {
-            let analysis = analyses
-                .iter()
-                .find(|a| a.travel.device() == device.device)?;
-            let travel = &analysis.travel;
-            let state = travel.state_at(travel.len());
-            let report = fragmentation::analyze(&state);
-            let oom = analysis.ooms.last().map(SnapshotOom::from_explanation);
-            // The history up to the failure the rules judge (the last OOM), else the whole trace.
-            let trajectory = trajectory::of_trace(travel, oom.as_ref().map(|o| o.event_index));
-            // One replay of the history under the sweep of candidate settings serves both the
-            // reports' what-if table and, for a recorded failure, the proof every
-            // allocator-setting recommendation must stand on (a replay error or a trace too long
-            // to replay here leaves the settings unproven, and says why).
-            let what_if = what_if_sweep(travel);
-            let replay = oom.as_ref().and_then(|_| match &what_if {
-                Some(named) => Some(proof::from_what_if(&named.report)),
-                None => proof::replay_trace(travel, device.device).ok(),
-            });
-            let mut by_site: HashMap<String, u64> = HashMap::new();
-            for segment in snapshot.device_segments(device) {
-                for block in snapshot.segment_blocks(segment) {
-                    if block.state == BlockState::ActiveAllocated {
-                        *by_site.entry(call_site(snapshot, block.stack)).or_default() +=
-                            block.size_bytes;
-                    }
+    let mut build = FactsBuild::default();
+    while !build.step(snapshot, analyses) {}
+    build.into_facts()
+}
+
+/// [`facts_from`] one piece of work at a time, for the web page's single thread: each
+/// [`FactsBuild::step`] does one part of one device's facts (its final state, its history, the
+/// replay, its call sites, its identity), so the page can draw and answer Cancel in between.
+/// Running it to the end is [`facts_from`] (the desktop's way), so both give the same facts.
+#[derive(Default)]
+pub struct FactsBuild {
+    /// Devices of the snapshot started so far (`snapshot.devices[..next_device]`).
+    next_device: usize,
+    current: Option<(DeviceFacts, FactsPart)>,
+    done: Vec<SnapshotFacts>,
+}
+
+/// The part of a device's facts that the next step makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FactsPart {
+    History,
+    Replay,
+    CallSites,
+    Identity,
+}
+
+/// One device's facts while they are made: [`SnapshotFacts`] with the parts still missing.
+struct DeviceFacts {
+    facts: SnapshotFacts,
+    /// Index of the device's analysis in the analyses.
+    analysis: usize,
+    /// Index of the device in the snapshot's devices.
+    device: usize,
+}
+
+impl FactsBuild {
+    /// Does the next part of the work on `snapshot` and its `analyses` (always the same ones);
+    /// true once every device's facts are made ([`FactsBuild::into_facts`]).
+    pub fn step(&mut self, snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> bool {
+        let Some((mut device, part)) = self.current.take() else {
+            // Start the next device that has an analysis: its state at the end and the numbers.
+            while let Some(state) = snapshot.devices.get(self.next_device) {
+                self.next_device += 1;
+                if let Some(started) = start_device(snapshot, state, analyses) {
+                    let started = DeviceFacts {
+                        device: self.next_device - 1,
+                        ..started
+                    };
+                    self.current = Some((started, FactsPart::History));
+                    return false;
                 }
             }
-            let mut allocated_by_call_site: Vec<(String, u64)> = by_site.into_iter().collect();
-            allocated_by_call_site.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            allocated_by_call_site.truncate(MAX_CALL_SITES);
-            Some(SnapshotFacts {
-                name: snapshot.name.clone(),
-                device_index: device.device,
-                reserved_bytes: report.device.reserved_bytes,
-                allocated_bytes: report.device.allocated_bytes,
-                largest_free_block_bytes: report.device.largest_free_bytes,
-                oom,
-                expandable_segments: snapshot
-                    .settings
-                    .as_ref()
-                    .and_then(|s| s.expandable_segments),
-                allocated_by_call_site,
-                final_state: Some(Arc::new(state)),
-                identity: identity(snapshot, device),
-                trajectory,
-                replay,
-                what_if,
-            })
-        })
-        .collect()
+            return true;
+        };
+        // Both are there for the same snapshot and analyses (a device they lack is dropped).
+        let (Some(analysis), Some(state)) = (
+            analyses.get(device.analysis),
+            snapshot.devices.get(device.device),
+        ) else {
+            return false;
+        };
+        let travel = &analysis.travel;
+        let facts = &mut device.facts;
+        let next = match part {
+            FactsPart::History => {
+                // The history up to the failure the rules judge (the last OOM), else the whole
+                // trace.
+                facts.trajectory =
+                    trajectory::of_trace(travel, facts.oom.as_ref().map(|o| o.event_index));
+                Some(FactsPart::Replay)
+            }
+            FactsPart::Replay => {
+                // One replay of the history under the sweep of candidate settings serves both
+                // the reports' what-if table and, for a recorded failure, the proof every
+                // allocator-setting recommendation must stand on (a replay error or a trace too
+                // long to replay here leaves the settings unproven, and says why).
+                facts.what_if = what_if_sweep(travel);
+                facts.replay = facts.oom.as_ref().and_then(|_| match &facts.what_if {
+                    Some(named) => Some(proof::from_what_if(&named.report)),
+                    None => proof::replay_trace(travel, facts.device_index).ok(),
+                });
+                Some(FactsPart::CallSites)
+            }
+            FactsPart::CallSites => {
+                facts.allocated_by_call_site = allocated_by_call_site(snapshot, state);
+                Some(FactsPart::Identity)
+            }
+            FactsPart::Identity => {
+                facts.identity = identity(snapshot, state);
+                None
+            }
+        };
+        match next {
+            Some(part) => self.current = Some((device, part)),
+            None => self.done.push(device.facts),
+        }
+        false
+    }
+
+    /// The facts made, one per device with an analysis (all of them once [`FactsBuild::step`]
+    /// said it is done).
+    pub fn into_facts(self) -> Vec<SnapshotFacts> {
+        self.done
+    }
+}
+
+/// A device's facts with the numbers of its final state; the rest is made by later steps.
+/// `None` for a device without an analysis.
+fn start_device(
+    snapshot: &AllocatorSnapshot,
+    device: &DeviceAllocState,
+    analyses: &[DeviceAnalysis],
+) -> Option<DeviceFacts> {
+    let analysis = analyses
+        .iter()
+        .position(|a| a.travel.device() == device.device)?;
+    let travel = &analyses.get(analysis)?.travel;
+    let state = travel.state_at(travel.len());
+    let report = fragmentation::analyze(&state);
+    let oom = analyses
+        .get(analysis)?
+        .ooms
+        .last()
+        .map(SnapshotOom::from_explanation);
+    Some(DeviceFacts {
+        facts: SnapshotFacts {
+            name: snapshot.name.clone(),
+            device_index: device.device,
+            reserved_bytes: report.device.reserved_bytes,
+            allocated_bytes: report.device.allocated_bytes,
+            largest_free_block_bytes: report.device.largest_free_bytes,
+            oom,
+            expandable_segments: snapshot
+                .settings
+                .as_ref()
+                .and_then(|s| s.expandable_segments),
+            allocated_by_call_site: Vec::new(),
+            final_state: Some(Arc::new(state)),
+            identity: SnapshotIdentity::default(),
+            trajectory: None,
+            replay: None,
+            what_if: None,
+        },
+        analysis,
+        device: 0,
+    })
+}
+
+/// Allocated bytes per call site of `device`'s blocks, largest first (at most
+/// [`MAX_CALL_SITES`]).
+fn allocated_by_call_site(
+    snapshot: &AllocatorSnapshot,
+    device: &DeviceAllocState,
+) -> Vec<(String, u64)> {
+    let mut by_site: HashMap<String, u64> = HashMap::new();
+    for segment in snapshot.device_segments(device) {
+        for block in snapshot.segment_blocks(segment) {
+            if block.state == BlockState::ActiveAllocated {
+                *by_site.entry(call_site(snapshot, block.stack)).or_default() += block.size_bytes;
+            }
+        }
+    }
+    let mut sites: Vec<(String, u64)> = by_site.into_iter().collect();
+    sites.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    sites.truncate(MAX_CALL_SITES);
+    sites
 }
 
 /// The sweep of candidate settings (`analysis::replay::sweep_candidates`) replayed over the
@@ -192,6 +304,41 @@ fn call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each step of [`FactsBuild`] makes one part of one device's facts (at most one replay of
+    /// the trace), so the web page gets its turn between parts; run to the end they are the
+    /// facts [`facts`] gives.
+    #[test]
+    fn facts_are_made_a_part_of_a_device_at_a_time() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pytorch/frag_oom.pickle");
+        let snapshot = match crate::formats::pytorch::read_file(&path, &|_| true) {
+            Ok(snapshot) => Arc::new(snapshot),
+            Err(err) => panic!("{}: {err}", path.display()),
+        };
+        let analyses = snapshot_analysis::analyze(&snapshot);
+        assert!(!analyses.is_empty());
+        let calls = || crate::analysis::replay::WHAT_IF_CALLS.with(std::cell::Cell::get);
+        let mut build = FactsBuild::default();
+        let (mut steps, mut most_replays_in_a_step) = (0, 0);
+        loop {
+            let before = calls();
+            let done = build.step(&snapshot, &analyses);
+            most_replays_in_a_step = most_replays_in_a_step.max(calls() - before);
+            steps += 1;
+            if done {
+                break;
+            }
+            assert!(steps < 1000, "never done");
+        }
+        // Per device: its final state, then history, replay, call sites and identity; then
+        // one step that finds nothing left.
+        assert_eq!(steps, 5 * analyses.len() + 1);
+        assert_eq!(most_replays_in_a_step, 1);
+        let in_steps = build.into_facts();
+        assert!(in_steps.iter().any(|f| f.replay.is_some()));
+        assert_eq!(format!("{in_steps:?}"), format!("{:?}", facts(&snapshot)));
+    }
 
     #[test]
     fn trace_events_sort_like_a_full_sort_in_time_order_or_not() {

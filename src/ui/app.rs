@@ -1627,7 +1627,22 @@ impl eframe::App for VramscopeApp {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     fn on_exit(&mut self) {
+        self.shut_down_sessions();
+    }
+
+    /// The web build paints with glow (`src/web.rs`), and with eframe's `glow` feature `on_exit`
+    /// also receives the GL context, which nothing here needs.
+    #[cfg(target_arch = "wasm32")]
+    fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
+        self.shut_down_sessions();
+    }
+}
+
+impl VramscopeApp {
+    /// Stops every session's sampling and logs what could not be stopped cleanly.
+    fn shut_down_sessions(&mut self) {
         for session in &mut self.sessions {
             if let Some(problem) = session.shutdown() {
                 log::error!("{problem}");

@@ -14,6 +14,7 @@ use crate::analysis::snapshot_analysis::DeviceAnalysis;
 use crate::diagnose::NamedCapture;
 use crate::diagnose::leak::SnapshotFacts;
 use crate::diagnose::log::{LogAnalysis, analyze_bytes};
+use crate::diagnose::oom::LastFailureEvidence;
 use crate::formats::sniff::{Route, SNIFF_BYTES, route};
 use crate::formats::{capture, pytorch};
 use crate::model::allocator::AllocatorSnapshot;
@@ -39,7 +40,18 @@ impl OpenedSnapshot {
         analysis: Vec<DeviceAnalysis>,
         file_name: &str,
     ) -> Self {
-        let mut facts = crate::diagnose::snapshot::facts_from(&snapshot, &analysis);
+        let facts = crate::diagnose::snapshot::facts_from(&snapshot, &analysis);
+        Self::with_facts(snapshot, analysis, facts, file_name)
+    }
+
+    /// [`OpenedSnapshot::new`] with the doctor's facts already made from `analysis` (the web
+    /// viewer makes them in steps, `diagnose::snapshot::FactsBuild`).
+    pub fn with_facts(
+        snapshot: Arc<AllocatorSnapshot>,
+        analysis: Vec<DeviceAnalysis>,
+        mut facts: Vec<SnapshotFacts>,
+        file_name: &str,
+    ) -> Self {
         for fact in &mut facts {
             file_name.clone_into(&mut fact.name);
             if let Some(what_if) = &mut fact.what_if {
@@ -48,9 +60,20 @@ impl OpenedSnapshot {
                 file_name.clone_into(&mut Arc::make_mut(&mut what_if.report).snapshot);
             }
         }
+        // The verdicts on the last OOM stand on the same history and replay as the facts: taken
+        // from them, so that opening replays each device's trace once.
         let analysis = analysis
             .into_iter()
-            .map(|device| JudgedDevice::new(&snapshot, device))
+            .map(|device| {
+                let last_failure = facts
+                    .iter()
+                    .find(|f| f.device_index == device.travel.device() && f.oom.is_some())
+                    .map(|f| LastFailureEvidence {
+                        history: f.trajectory.clone(),
+                        replay: f.replay.clone(),
+                    });
+                JudgedDevice::new(&snapshot, device, last_failure)
+            })
             .collect();
         OpenedSnapshot {
             snapshot,
@@ -449,6 +472,39 @@ fn display_name(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Opening a snapshot with an OOM replays its trace once (for the doctor's facts), and the
+    /// Allocator tab's verdicts stand on that replay: the same verdicts as judging afresh.
+    #[test]
+    fn opening_a_snapshot_replays_its_trace_once() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pytorch/frag_oom.pickle");
+        let snapshot = match pytorch::read_file(&path, &|_| true) {
+            Ok(snapshot) => Arc::new(snapshot),
+            Err(err) => panic!("{}: {err}", path.display()),
+        };
+        let analysis = crate::analysis::snapshot_analysis::analyze(&snapshot);
+        assert!(
+            analysis.iter().any(|d| !d.ooms.is_empty()),
+            "no OOM in the fixture"
+        );
+        let calls = || crate::analysis::replay::WHAT_IF_CALLS.with(std::cell::Cell::get);
+        let before = calls();
+        let opened = OpenedSnapshot::new(Arc::clone(&snapshot), analysis, "frag_oom.pickle");
+        assert_eq!(calls() - before, 1, "replays while opening");
+        let fresh: Vec<_> = crate::analysis::snapshot_analysis::analyze(&snapshot)
+            .into_iter()
+            .map(|device| JudgedDevice::new(&snapshot, device, None))
+            .collect();
+        assert_eq!(fresh.len(), opened.analysis.len());
+        for (fresh, opened) in fresh.iter().zip(&opened.analysis) {
+            assert!(!fresh.judged.is_empty());
+            assert_eq!(
+                format!("{:?}", fresh.judged),
+                format!("{:?}", opened.judged)
+            );
+        }
+    }
 
     /// Collects results until `count` arrived (reads run on threads).
     fn poll_until(jobs: &mut Jobs, count: usize) -> Vec<String> {

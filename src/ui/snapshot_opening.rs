@@ -9,12 +9,15 @@ use std::sync::Arc;
 use super::jobs::{ANALYSING_STAGE, OpenOutcome, OpenedSnapshot, snapshot_error_outcome};
 use super::runner::Progress;
 use crate::analysis::deadline::{Deadline, Step};
-use crate::analysis::snapshot_analysis::SnapshotAnalysisBuild;
+use crate::analysis::snapshot_analysis::{DeviceAnalysis, SnapshotAnalysisBuild};
+use crate::diagnose::snapshot::FactsBuild;
 use crate::formats::pytorch::SnapshotStream;
 use crate::model::allocator::AllocatorSnapshot;
 
 /// Share of the progress bar for reading a snapshot opened in steps; the analysis has the rest.
 const STEPPED_READ_SHARE: f32 = 0.9;
+/// Where the progress bar stands when the analysis is done and the doctor's facts are made.
+const FACTS_FROM: f32 = 0.97;
 
 /// A snapshot opened in steps, for the web page's single thread: [`SnapshotOpening::push`] each
 /// slice of the file as it arrives (it is decoded at once, so the file is never held whole), then
@@ -30,6 +33,13 @@ enum OpeningStage {
     Analysing {
         snapshot: Arc<AllocatorSnapshot>,
         build: SnapshotAnalysisBuild,
+    },
+    /// The doctor's facts, a part of a device at a time (they replay the trace).
+    Facts {
+        snapshot: Arc<AllocatorSnapshot>,
+        analysis: Vec<DeviceAnalysis>,
+        /// Boxed: a device's facts in the making are large, the other stages small.
+        build: Box<FactsBuild>,
     },
 }
 
@@ -79,23 +89,49 @@ impl SnapshotOpening {
                 }
                 OpeningStage::Analysing { snapshot, build } => match build.run(deadline) {
                     Step::Done(analysis) if !progress.is_cancelled() => {
-                        return Step::Done(OpenOutcome::Snapshot(Box::new(OpenedSnapshot::new(
+                        progress.set_fraction(FACTS_FROM);
+                        OpeningStage::Facts {
                             snapshot,
                             analysis,
-                            &self.file_name,
-                        ))));
+                            build: Box::default(),
+                        }
                     }
                     Step::Done(_) => return Step::Done(OpenOutcome::Cancelled),
                     Step::Pending(build) => {
                         let (done, total) = build.devices_done();
                         let analysed = done as f32 / total.max(1) as f32;
-                        let fraction = STEPPED_READ_SHARE + (1.0 - STEPPED_READ_SHARE) * analysed;
+                        let fraction =
+                            STEPPED_READ_SHARE + (FACTS_FROM - STEPPED_READ_SHARE) * analysed;
                         if !progress.set_fraction(fraction) {
                             return Step::Done(OpenOutcome::Cancelled);
                         }
                         OpeningStage::Analysing { snapshot, build }
                     }
                 },
+                OpeningStage::Facts {
+                    snapshot,
+                    analysis,
+                    mut build,
+                } => {
+                    if progress.is_cancelled() {
+                        return Step::Done(OpenOutcome::Cancelled);
+                    }
+                    if build.step(&snapshot, &analysis) {
+                        return Step::Done(OpenOutcome::Snapshot(Box::new(
+                            OpenedSnapshot::with_facts(
+                                snapshot,
+                                analysis,
+                                build.into_facts(),
+                                &self.file_name,
+                            ),
+                        )));
+                    }
+                    OpeningStage::Facts {
+                        snapshot,
+                        analysis,
+                        build,
+                    }
+                }
             };
             if deadline.passed() {
                 return Step::Pending(self);

@@ -43,6 +43,12 @@ const DEFAULT_EXPANDABLE_VA_BYTES: u64 = 1 << 40;
 /// How often (in events) a replay reports progress and checks for cancellation.
 const PROGRESS_EVENTS: usize = 1 << 16;
 
+#[cfg(test)]
+thread_local! {
+    /// [`what_if`] calls on this thread: tests count how often opening a snapshot replays it.
+    pub(crate) static WHAT_IF_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// What to replay.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WhatIfRequest {
@@ -333,6 +339,8 @@ pub fn what_if(
     request: &WhatIfRequest,
     progress: &(dyn Fn(f32) -> bool + Sync),
 ) -> Result<WhatIfReport, ReplayError> {
+    #[cfg(test)]
+    WHAT_IF_CALLS.with(|calls| calls.set(calls.get() + 1));
     let snapshot = travel.snapshot();
     check_device(snapshot, request.device)?;
     if travel.is_empty() {

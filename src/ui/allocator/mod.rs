@@ -27,7 +27,7 @@ use crate::analysis::fragmentation::{self, FragmentationReport};
 use crate::analysis::oom::OomExplanation;
 use crate::analysis::snapshot_analysis::{DeviceAnalysis, SnapshotAnalysisBuild, snapshot_devices};
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
-use crate::diagnose::oom::{JudgedOom, judge_all};
+use crate::diagnose::oom::{JudgedOom, LastFailureEvidence, judge_all_with};
 use crate::model::allocator::{AllocatorSnapshot, StackId};
 use crate::ui::runner::{Job, Poll, Runner, Step, job_progress_ui};
 #[cfg(feature = "native")]
@@ -52,13 +52,19 @@ pub struct JudgedDevice {
 }
 
 impl JudgedDevice {
-    /// Judges the OOMs of `analysis`, a device of `snapshot`.
-    pub fn new(snapshot: &AllocatorSnapshot, analysis: DeviceAnalysis) -> Self {
+    /// Judges the OOMs of `analysis`, a device of `snapshot`, with the last failure's history
+    /// and replay from `last_failure` where the doctor's facts already have them (else worked
+    /// out here).
+    pub fn new(
+        snapshot: &AllocatorSnapshot,
+        analysis: DeviceAnalysis,
+        last_failure: Option<LastFailureEvidence>,
+    ) -> Self {
         let expandable = snapshot
             .settings
             .as_ref()
             .and_then(|s| s.expandable_segments);
-        let judged = judge_all(&analysis.travel, &analysis.ooms, expandable);
+        let judged = judge_all_with(&analysis.travel, &analysis.ooms, expandable, last_failure);
         JudgedDevice { analysis, judged }
     }
 }
@@ -74,7 +80,7 @@ fn spawn_analysis(
     fn judge(devices: Vec<DeviceAnalysis>, snapshot: &AllocatorSnapshot) -> Vec<JudgedDevice> {
         devices
             .into_iter()
-            .map(|d| JudgedDevice::new(snapshot, d))
+            .map(|d| JudgedDevice::new(snapshot, d, None))
             .collect()
     }
     let mut build = Some(SnapshotAnalysisBuild::new(Arc::clone(&snapshot)));
