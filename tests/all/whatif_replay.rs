@@ -252,3 +252,39 @@ fn progress_reaches_the_end_and_cancelling_stops_the_replay() {
         Some(vramscope::analysis::replay::ReplayError::Cancelled)
     );
 }
+
+#[test]
+fn a_new_segment_gets_the_address_the_real_run_gave_its_nth_segment_of_that_size() {
+    // Made by scripts/whatif/make_rule_fixtures.py: under the default settings a 36 MiB segment
+    // at a high address is split for a 30 MiB request, then two 30 MiB requests get segments at
+    // low addresses. Under max_split_size_mb:32 the first 30 MiB request needs a segment of its
+    // own, two requests earlier than the real run made its first 30 MiB segment: the driver,
+    // asked for the same sizes in the same order, hands out the same addresses.
+    let snapshot = open("whatif/rules/driver_address_sequence.pickle");
+    let travel = TimeTravel::new(Arc::clone(&snapshot), 0);
+    let report = what_if(&travel, &only_recorded(), &|_| true).expect("report");
+    assert!(
+        report.self_check.reliable,
+        "{:?}",
+        report.self_check.problem
+    );
+    let split_limit = AllocConf::parse("max_split_size_mb:32").expect("setting");
+    let low_segments = |stop_at: usize| -> Vec<(u64, u64)> {
+        let state = replay_state_at(&travel, &split_limit, &report.limits, stop_at).expect("state");
+        state
+            .segments
+            .iter()
+            .filter(|s| s.size_bytes == 30 << 20)
+            .map(|s| (s.address, s.size_bytes))
+            .collect()
+    };
+    // After the first 30 MiB request (event 4): its segment is the real run's first 30 MiB one.
+    assert_eq!(low_segments(5), vec![(0x7E00_0000_0000, 30 << 20)]);
+    // The next one takes the real run's second; the third has no recorded address left and
+    // gets one above every real address.
+    let end = low_segments(travel.len());
+    assert_eq!(end.len(), 3, "{end:x?}");
+    assert_eq!(end[0], (0x7E00_0000_0000, 30 << 20));
+    assert_eq!(end[1], (0x7E00_0400_0000, 30 << 20));
+    assert!(end[2].0 > 0x7F00_0000_0000, "{end:x?}");
+}

@@ -56,10 +56,12 @@ pub struct ModelOom {
 }
 
 /// Where new segment addresses come from: the driver offers the addresses the real run's
-/// `cudaMalloc` / `cuMemAddressReserve` returned around the same request.
+/// `cudaMalloc` / `cuMemAddressReserve` returned around the same request, or for its segment of
+/// the same size and ordinal.
 pub trait AddressHints {
-    /// An address the real run gave a new `size_bytes` segment at this point, if any.
-    fn segment_address(&mut self, size_bytes: u64) -> Option<u64>;
+    /// Addresses the real run's driver would give a new `size_bytes` segment at this point,
+    /// most likely first (the model takes the first whose range is free).
+    fn segment_addresses(&mut self, size_bytes: u64) -> Vec<u64>;
     /// Addresses of ranges the real run mapped at this point (expandable segments).
     fn mapped_addresses(&mut self) -> Vec<u64>;
 }
@@ -70,8 +72,8 @@ pub struct NoHints;
 
 #[cfg(test)]
 impl AddressHints for NoHints {
-    fn segment_address(&mut self, _size_bytes: u64) -> Option<u64> {
-        None
+    fn segment_addresses(&mut self, _size_bytes: u64) -> Vec<u64> {
+        Vec::new()
     }
     fn mapped_addresses(&mut self) -> Vec<u64> {
         Vec::new()
@@ -749,8 +751,7 @@ impl AllocatorModel {
             }
             self.stats.largest_reserved_plus_segment_bytes =
                 self.stats.largest_reserved_plus_segment_bytes.max(needed);
-            let hint: Vec<u64> = hints.segment_address(size).into_iter().collect();
-            let ptr = self.place_range(size, &hint);
+            let ptr = self.place_range(size, &hints.segment_addresses(size));
             self.ranges.insert(ptr, ptr + size);
             self.segment_count += 1;
             self.stats.num_device_alloc += 1;

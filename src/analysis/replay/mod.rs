@@ -649,6 +649,8 @@ struct ReplayInput<'a> {
     /// The settings the trace was recorded under (what the real allocator did decides how
     /// the trace's events are read).
     recorded_rules: AllocatorRules,
+    /// Addresses of the trace's new segments by size, in trace order (see [`TraceHints`]).
+    segments_by_size: HashMap<u64, Vec<u64>>,
 }
 
 /// Limits the trace's own events reveal (see `ReplayInput::limit_evidence`).
@@ -706,26 +708,50 @@ impl RunResult {
     }
 }
 
-/// Offers the addresses the real run's segment events gave, between the previous request and
-/// the current one.
+/// Offers the addresses the real run's `cudaMalloc` returned. First that of a segment event
+/// between the previous request and the current one (the same request made the same segment);
+/// then the address the real run got for its segment of the same size with the same ordinal:
+/// the n-th new segment of a size takes the real run's n-th segment of that size. Which of two
+/// equal cached blocks best fit takes is decided by address, so where a setting makes a segment
+/// a few requests earlier or later than the recorded run, an invented address (above every real
+/// one) would lose every such tie. On the real H200 runs the driver, asked for the same sizes in
+/// the same order, often hands out the same addresses relative to the first segment: all 18
+/// segments of `kv_cache` under `roundup_power2_divisions:4` sit where the default-settings run
+/// put its segment of that size and ordinal, though several were made at other requests; it is
+/// not a law (in `transformer_step` repeats it held for 9 to 43 of 55 segments).
 struct TraceHints<'a> {
     trace: &'a DeviceTrace,
     from: usize,
     to: usize,
+    /// The real run's segment addresses by size, in the order it made them.
+    recorded_by_size: &'a HashMap<u64, Vec<u64>>,
+    /// New segments the replay made so far, by size.
+    made_by_size: &'a mut HashMap<u64, usize>,
 }
 
 impl AddressHints for TraceHints<'_> {
-    fn segment_address(&mut self, size_bytes: u64) -> Option<u64> {
+    fn segment_addresses(&mut self, size_bytes: u64) -> Vec<u64> {
+        let made = self.made_by_size.entry(size_bytes).or_insert(0);
+        let ordinal = *made;
+        *made += 1;
+        let mut addresses = Vec::with_capacity(2);
         for index in self.from..self.to {
             if self.trace.actions[index] == TraceAction::SegmentAlloc
                 && self.trace.sizes_bytes.get(index) == Some(&size_bytes)
             {
                 // Each segment event serves one new segment.
                 self.from = index + 1;
-                return self.trace.addresses.get(index).copied();
+                addresses.extend(self.trace.addresses.get(index).copied());
+                break;
             }
         }
-        None
+        addresses.extend(
+            self.recorded_by_size
+                .get(&size_bytes)
+                .and_then(|recorded| recorded.get(ordinal))
+                .copied(),
+        );
+        addresses
     }
 
     fn mapped_addresses(&mut self) -> Vec<u64> {
@@ -744,6 +770,15 @@ impl<'a> ReplayInput<'a> {
         streams.extend(start.segments.iter().map(|s| s.stream));
         streams.sort_unstable();
         streams.dedup();
+        let mut segments_by_size: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (index, action) in trace.actions.iter().enumerate() {
+            if *action == TraceAction::SegmentAlloc
+                && let (Some(&size), Some(&address)) =
+                    (trace.sizes_bytes.get(index), trace.addresses.get(index))
+            {
+                segments_by_size.entry(size).or_default().push(address);
+            }
+        }
         let expandable_va_bytes = device_memory_bytes
             .map(|total| total.saturating_add(total / 8))
             .unwrap_or(DEFAULT_EXPANDABLE_VA_BYTES);
@@ -755,6 +790,7 @@ impl<'a> ReplayInput<'a> {
             start,
             expandable_va_bytes,
             recorded_rules: AllocConf::recorded(travel.snapshot().settings.as_ref()).rules,
+            segments_by_size,
         }
     }
 
@@ -1027,6 +1063,8 @@ impl<'a> ReplayInput<'a> {
         let mut completion_run = (0usize, false);
         // Reserved bytes as the trace's segment events say (the self-check compares).
         let mut real_reserved = self.start.reserved_bytes;
+        // New segments the model made so far, by size (see `TraceHints`).
+        let mut segments_made: HashMap<u64, usize> = HashMap::new();
         let reserved_differs = |model: &AllocatorModel, real: u64, index: usize| {
             (mode == Mode::Check && model.reserved_bytes() != real).then(|| {
                 (
@@ -1062,6 +1100,8 @@ impl<'a> ReplayInput<'a> {
                         trace,
                         from: window_start,
                         to: index,
+                        recorded_by_size: &self.segments_by_size,
+                        made_by_size: &mut segments_made,
                     };
                     let served =
                         model.malloc(size_at(index), stream_at(index), index as u32, &mut hints);
@@ -1191,6 +1231,8 @@ impl<'a> ReplayInput<'a> {
                         trace,
                         from: window_start,
                         to: index,
+                        recorded_by_size: &self.segments_by_size,
+                        made_by_size: &mut segments_made,
                     };
                     let served = model.malloc(size, stream_at(index), index as u32, &mut hints);
                     for handle in sync_completions.drain(..) {
