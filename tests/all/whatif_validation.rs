@@ -33,23 +33,97 @@ struct Run {
     allocated_peak_bytes: u64,
 }
 
-/// One row of the validation table.
+/// One repeat of a ground-truth run (`docs/gpu-verification/whatif-repeats/summary.json`).
+#[derive(Debug, serde::Deserialize)]
+struct Repeat {
+    oom: bool,
+    reserved_peak_bytes: u64,
+}
+
+/// The repeats of one ground-truth run, by how they were run (`parallel`, `sequential`).
+#[derive(Debug, serde::Deserialize)]
+struct Repeats {
+    #[serde(default)]
+    parallel: Vec<Repeat>,
+    #[serde(default)]
+    sequential: Vec<Repeat>,
+}
+
+/// What one real run of a (workload, setting, cap) pair gave.
+#[derive(Clone, Copy, Debug)]
+struct RealOutcome {
+    peak: u64,
+    oom: bool,
+}
+
+/// One row of the validation table: one (workload, setting, cap) pair, every real run of it
+/// (the ground truth first, then its repeats) and the prediction.
 struct Row {
     workload: String,
     conf: String,
     cap: Option<u64>,
-    real_peak: u64,
+    real: Vec<RealOutcome>,
     predicted_peak: u64,
-    real_oom: bool,
+    /// The peak over the GPU timings replayed; `(peak, peak)` when the timing cannot matter.
+    predicted_range: (u64, u64),
     predicted_oom: bool,
+    /// The verdict differs between the GPU timings replayed.
+    timing_uncertain: bool,
     same_place: bool,
     real_allocated_peak: u64,
     predicted_allocated_peak: u64,
 }
 
+/// How a verdict counts: right, uncertain without being wrong, or wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Right,
+    UncertainNotWrong,
+    Wrong,
+}
+
 impl Row {
+    /// How far the real peak furthest from the predicted range lies outside it, relative to
+    /// that real peak (0 when every real peak is inside).
     fn error(&self) -> f64 {
-        (self.predicted_peak as f64 - self.real_peak as f64).abs() / self.real_peak.max(1) as f64
+        let (low, high) = self.predicted_range;
+        self.real
+            .iter()
+            .map(|r| {
+                let outside = low.saturating_sub(r.peak).max(r.peak.saturating_sub(high));
+                outside as f64 / r.peak.max(1) as f64
+            })
+            .fold(0.0, f64::max)
+    }
+
+    fn ground_truth(&self) -> RealOutcome {
+        self.real[0]
+    }
+
+    fn real_varied(&self) -> bool {
+        self.real.iter().any(|r| r.oom != self.real[0].oom)
+    }
+
+    /// Right: a certain verdict every real run agrees with. An uncertain verdict is not wrong
+    /// only when reality did vary or every real peak lies within 5 % of the predicted range;
+    /// otherwise wrong.
+    fn verdict(&self) -> Verdict {
+        if self.timing_uncertain {
+            if self.real_varied() || self.error() <= 0.05 {
+                Verdict::UncertainNotWrong
+            } else {
+                Verdict::Wrong
+            }
+        } else if self.real.iter().all(|r| r.oom == self.predicted_oom) {
+            Verdict::Right
+        } else {
+            Verdict::Wrong
+        }
+    }
+
+    /// A right verdict, at the same allocation when the ground truth ran out.
+    fn right_at_the_right_place(&self) -> bool {
+        self.verdict() == Verdict::Right && (!self.ground_truth().oom || self.same_place)
     }
 }
 
@@ -57,15 +131,71 @@ fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
 }
 
-fn load_runs() -> Vec<Run> {
+/// The ground truth by run name (`workload__setting__cap`).
+fn load_runs() -> Vec<(String, Run)> {
     let text = std::fs::read_to_string(fixtures().join("truth.json")).expect("truth.json");
     let by_name: BTreeMap<String, Option<Run>> = serde_json::from_str(&text).expect("truth JSON");
-    by_name.into_values().flatten().collect()
+    by_name
+        .into_iter()
+        .filter_map(|(name, run)| run.map(|run| (name, run)))
+        .collect()
+}
+
+/// The repeated runs by run name.
+fn load_repeats() -> BTreeMap<String, Repeats> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/gpu-verification/whatif-repeats/summary.json");
+    let text = std::fs::read_to_string(path).expect("whatif-repeats/summary.json");
+    serde_json::from_str(&text).expect("repeats JSON")
+}
+
+/// Every real outcome of run `name`: the ground truth, then its repeats.
+fn real_outcomes(name: &str, run: &Run, repeats: &BTreeMap<String, Repeats>) -> Vec<RealOutcome> {
+    let mut real = vec![RealOutcome {
+        peak: run.reserved_peak_bytes,
+        oom: run.oom,
+    }];
+    if let Some(repeats) = repeats.get(name) {
+        real.extend(
+            repeats
+                .parallel
+                .iter()
+                .chain(&repeats.sequential)
+                .map(|r| RealOutcome {
+                    peak: r.reserved_peak_bytes,
+                    oom: r.oom,
+                }),
+        );
+    }
+    real
+}
+
+/// The what-if of `conf` under `cap` on `travel` (no device limit: the runs had the card).
+fn predict(
+    travel: &TimeTravel,
+    conf: &AllocConf,
+    cap: Option<u64>,
+) -> vramscope::analysis::replay::SettingOutcome {
+    let limits = LimitsUsed {
+        cap_bytes: cap,
+        cap_source: if cap.is_some() {
+            CapSource::Given
+        } else {
+            CapSource::None
+        },
+        device_limit_bytes: None,
+    };
+    replay_setting(travel, conf, &limits, &|_| true).expect("replay")
+}
+
+fn parse_conf(text: &str) -> AllocConf {
+    AllocConf::parse(if text.is_empty() { "default" } else { text }).expect("setting")
 }
 
 fn validate() -> (Vec<Row>, Vec<String>) {
     let runs = load_runs();
-    let mut workloads: Vec<&str> = runs.iter().map(|r| r.workload.as_str()).collect();
+    let repeats = load_repeats();
+    let mut workloads: Vec<&str> = runs.iter().map(|(_, r)| r.workload.as_str()).collect();
     workloads.sort_unstable();
     workloads.dedup();
     let mut rows = Vec::new();
@@ -91,23 +221,9 @@ fn validate() -> (Vec<Row>, Vec<String>) {
             report.events, report.self_check.segments_compared, report.self_check.blocks_compared
         ));
         let trace = travel.trace();
-        for run in runs.iter().filter(|r| r.workload == workload) {
-            let conf = AllocConf::parse(if run.conf.is_empty() {
-                "default"
-            } else {
-                &run.conf
-            })
-            .expect("setting");
-            let limits = LimitsUsed {
-                cap_bytes: run.allowed_bytes,
-                cap_source: if run.allowed_bytes.is_some() {
-                    CapSource::Given
-                } else {
-                    CapSource::None
-                },
-                device_limit_bytes: None,
-            };
-            let outcome = replay_setting(&travel, &conf, &limits, &|_| true).expect("replay");
+        for (name, run) in runs.iter().filter(|(_, r)| r.workload == workload) {
+            let conf = parse_conf(&run.conf);
+            let outcome = predict(&travel, &conf, run.allowed_bytes);
             assert!(
                 outcome.incomplete.is_none(),
                 "{workload} {}: {:?}",
@@ -124,10 +240,13 @@ fn validate() -> (Vec<Row>, Vec<String>) {
                 workload: workload.to_string(),
                 conf: conf.text.clone(),
                 cap: run.allowed_bytes,
-                real_peak: run.reserved_peak_bytes,
+                real: real_outcomes(name, run, &repeats),
                 predicted_peak: outcome.peak_reserved_bytes,
-                real_oom: run.oom,
+                predicted_range: outcome
+                    .peak_reserved_range_bytes
+                    .unwrap_or((outcome.peak_reserved_bytes, outcome.peak_reserved_bytes)),
                 predicted_oom: outcome.oom.is_some(),
+                timing_uncertain: outcome.timing_uncertain,
                 same_place: predicted_allocs == run.allocs_before_oom,
                 real_allocated_peak: run.allocated_peak_bytes,
                 predicted_allocated_peak: outcome.peak_allocated_bytes,
@@ -137,43 +256,177 @@ fn validate() -> (Vec<Row>, Vec<String>) {
     (rows, checks)
 }
 
-fn table(rows: &[Row], checks: &[String]) -> String {
+/// The repeats' own default-settings traces (`tests/fixtures/whatif/repeats/*__default__nocap__*`):
+/// each must self-check exactly, and predicts every pair of its workload again; returns one
+/// line per trace saying how many pairs' real outcomes lie within 5 % of its ranges.
+fn repeat_traces(rows: &[Row]) -> Vec<String> {
+    let folder = fixtures().join("repeats");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&folder)
+        .expect("repeats/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.contains("__default__nocap__") && n.ends_with(".pickle"))
+        })
+        .collect();
+    paths.sort();
+    let mut lines = Vec::new();
+    for path in paths {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let Some(workload) = name.split("__").nth(1) else {
+            continue;
+        };
+        let snapshot = Arc::new(read_file(&path, &|_| true).expect("repeat snapshot"));
+        let travel = TimeTravel::new(Arc::clone(&snapshot), 0);
+        let request = WhatIfRequest {
+            device: 0,
+            candidates: vec![AllocConf::default_conf()],
+            cap_bytes: None,
+            device_memory_bytes: None,
+        };
+        let report = what_if(&travel, &request, &|_| true).expect("what-if");
+        assert!(
+            report.self_check.reliable,
+            "{name}: self-check failed: {:?}",
+            report.self_check.problem
+        );
+        let mut inside = 0;
+        let mut pairs = 0;
+        let mut outside = Vec::new();
+        for row in rows.iter().filter(|r| r.workload == workload) {
+            let outcome = predict(&travel, &parse_conf(&row.conf), row.cap);
+            let again = Row {
+                workload: row.workload.clone(),
+                conf: row.conf.clone(),
+                cap: row.cap,
+                real: row.real.clone(),
+                predicted_peak: outcome.peak_reserved_bytes,
+                predicted_range: outcome
+                    .peak_reserved_range_bytes
+                    .unwrap_or((outcome.peak_reserved_bytes, outcome.peak_reserved_bytes)),
+                predicted_oom: outcome.oom.is_some(),
+                timing_uncertain: outcome.timing_uncertain,
+                same_place: row.same_place,
+                real_allocated_peak: row.real_allocated_peak,
+                predicted_allocated_peak: outcome.peak_allocated_bytes,
+            };
+            pairs += 1;
+            if again.error() <= 0.05 && again.verdict() != Verdict::Wrong {
+                inside += 1;
+            } else {
+                outside.push(format!(
+                    "`{}` cap {}: real {} MiB, predicted {} MiB",
+                    again.conf,
+                    again
+                        .cap
+                        .map_or("none".to_string(), |c| format!("{} MiB", mib(c))),
+                    real_peaks(&again),
+                    predicted_peaks(&again)
+                ));
+            }
+        }
+        lines.push(format!(
+            "{name}: {} events, self-check OK; {inside} of {pairs} pairs' real outcomes within 5 % of its predicted ranges{}",
+            report.events,
+            if outside.is_empty() {
+                String::new()
+            } else {
+                format!("; outside: {}", outside.join("; "))
+            }
+        ));
+    }
+    lines
+}
+
+/// The real peaks of a row: the ground truth, then the repeats' distinct values with counts.
+fn real_peaks(row: &Row) -> String {
+    let mut text = mib(row.ground_truth().peak);
+    let repeats = &row.real[1..];
+    if !repeats.is_empty() {
+        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+        for r in repeats {
+            *counts.entry(r.peak).or_default() += 1;
+        }
+        let list: Vec<String> = counts
+            .iter()
+            .map(|(peak, n)| format!("{} ×{n}", mib(*peak)))
+            .collect();
+        text.push_str(&format!(" (repeats {})", list.join(", ")));
+    }
+    text
+}
+
+fn predicted_peaks(row: &Row) -> String {
+    let (low, high) = row.predicted_range;
+    if low == high {
+        mib(row.predicted_peak)
+    } else {
+        format!("{} – {}", mib(low), mib(high))
+    }
+}
+
+fn table(rows: &[Row], checks: &[String], repeat_lines: &[String]) -> String {
     let within = |limit: f64| rows.iter().filter(|r| r.error() <= limit).count();
-    let verdicts = rows
-        .iter()
-        .filter(|r| r.real_oom == r.predicted_oom)
-        .count();
+    let count = |verdict: Verdict| rows.iter().filter(|r| r.verdict() == verdict).count();
+    let real_runs: usize = rows.iter().map(|r| r.real.len()).sum();
     let mut out = String::new();
     out.push_str("# What-if replay validated against the real allocator\n\n");
     out.push_str(
         "Generated by `VRAMSCOPE_WRITE_DOCS=1 cargo test --test all whatif_validation::` from the ground \
          truth in `tests/fixtures/whatif/` (made on an NVIDIA H200 with PyTorch 2.11.0+cu130 by \
-         `scripts/whatif/make_ground_truth.py`; see its README). Each run is a fresh process under \
-         the setting and cap shown; the prediction replays the workload's default-settings trace \
-         under that setting and cap. Peak = `reserved_bytes.all.peak` of \
-         `torch.cuda.memory_stats()`; OOM = the run raised `torch.OutOfMemoryError`, and \"same \
-         place\" = the replay ran out on the same allocation.\n\n",
+         `scripts/whatif/make_ground_truth.py`; see its README) and the repeated runs in \
+         `docs/gpu-verification/whatif-repeats/summary.json` (`scripts/whatif/repeat_runs.py`). \
+         Each run is a fresh process under the setting and cap shown; the prediction replays the \
+         workload's default-settings trace under that setting and cap. Peak = \
+         `reserved_bytes.all.peak` of `torch.cuda.memory_stats()`; OOM = the run raised \
+         `torch.OutOfMemoryError`, and \"same place\" = the replay ran out on the same allocation.\n\n",
+    );
+    out.push_str(
+        "How it counts. Each (workload, setting, cap) pair is compared with every real run of it: \
+         the ground truth and, where the pair was run again, every repeat. When some free in the \
+         trace waited for another stream's work (its `free_completed` came later than its \
+         `free_requested`), the replay runs each setting twice: with that work finishing as the \
+         trace recorded it, and with it finished by the allocator's next call (PyTorch's \
+         `malloc` starts with `process_events`, which completes every free whose events are \
+         done); the prediction is then the range of the two peaks, and a verdict that differs \
+         between them is \"uncertain\". For a trace whose frees never wait, the range is the one \
+         peak. A pair's error is how far the real peak furthest outside the predicted range lies \
+         from it, relative to that real peak (0 when every real peak is inside); \"within 2 %\" \
+         and \"within 5 %\" count pairs with an error up to that. A verdict is right when it is \
+         certain and every real run agrees with it (whether the replay ran out at the same \
+         allocation as the ground truth is counted apart). An uncertain verdict is counted apart: not wrong when \
+         the real runs' verdicts differed from each other or every real peak lies within 5 % of \
+         the range, else wrong. Nothing changes for a single-stream trace: its range is one \
+         number and its repeats, where there are any, gave the ground truth's numbers.\n\n",
     );
     out.push_str(&format!(
-        "**{} runs: peak reserved within 2 % for {} ({:.1} %), within 5 % for {}; OOM verdict \
-         right for {} of {}; of the {} real OOMs, {} predicted at the same allocation.**\n\n",
+        "**{} pairs ({real_runs} real runs): peak reserved within 2 % for {} ({:.1} %), within 5 % \
+         for {}; OOM verdict right for {} of {}, uncertain but not wrong for {}, wrong for {}; of \
+         the {} real OOMs, {} predicted at the same allocation.**\n\n",
         rows.len(),
         within(0.02),
         100.0 * within(0.02) as f64 / rows.len().max(1) as f64,
         within(0.05),
-        verdicts,
+        count(Verdict::Right),
         rows.len(),
-        rows.iter().filter(|r| r.real_oom).count(),
+        count(Verdict::UncertainNotWrong),
+        count(Verdict::Wrong),
+        rows.iter().filter(|r| r.ground_truth().oom).count(),
         rows.iter()
-            .filter(|r| r.real_oom && r.predicted_oom && r.same_place)
+            .filter(|r| r.ground_truth().oom && r.predicted_oom && r.same_place)
             .count()
     ));
     let misses: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.error() > 0.05 || r.predicted_oom != r.real_oom)
+        .filter(|r| r.error() > 0.05 || r.verdict() == Verdict::Wrong)
         .collect();
     out.push_str(&format!(
-        "## Where the model is approximate\n\n{} runs miss the 5 % bound or the OOM verdict:\n\n",
+        "## Where the model is approximate\n\n{} pairs miss the 5 % bound or the OOM verdict:\n\n",
         misses.len()
     ));
     for row in &misses {
@@ -183,9 +436,13 @@ fn table(rows: &[Row], checks: &[String]) -> String {
             row.conf,
             row.cap
                 .map_or("none".to_string(), |c| format!("{} MiB", mib(c))),
-            mib(row.real_peak),
-            if row.real_oom { " (ran out)" } else { "" },
-            mib(row.predicted_peak),
+            real_peaks(row),
+            if row.ground_truth().oom {
+                " (ran out)"
+            } else {
+                ""
+            },
+            predicted_peaks(row),
             if row.predicted_oom { " (runs out)" } else { "" },
         ));
     }
@@ -225,15 +482,20 @@ fn table(rows: &[Row], checks: &[String]) -> String {
          segments for a new one; the real run later ran out within 1 % of the cap. No rule of \
          the allocator decides this; verdicts this close to the cap are the least certain.\n\
          - Two streams: when another stream's work on a freed block finishes is the GPU's \
-         timing, which the trace records (`free_completed`) for the run it came from only. \
-         Replaying the uncapped trace under a cap keeps the uncapped run's timing; in the real \
-         capped runs the allocator's synchronisations change it (of the 170 frees the uncapped \
-         run completed, 60 to 73 completed after a different number of allocations in the \
-         capped default, `expandable_segments` and `garbage_collection_threshold` runs), which \
-         is what the 6-7 % over-predictions above come from. Every one of the 126 \
-         recorded runs replays exactly under its own settings and cap (see \
-         `every_recorded_setting_replays_to_its_own_final_state`, all 14 capped `two_streams` \
-         runs among its fixtures): a free completed inside a request's failure path (PyTorch's \
+         timing. The trace records it (`free_completed`) for the run it came from only, and it \
+         changes from run to run: the default uncapped `two_streams` run peaked at 380 MiB in \
+         the ground truth and at 330 MiB in all 7 repeats, `expandable_segments:True` under a \
+         296 MiB cap at 280 MiB in the ground truth and 300 MiB in all 7 repeats. So the replay \
+         gives such a trace a range (see \"How it counts\"): every real outcome of the 21 \
+         `two_streams` pairs lies inside the range predicted from the ground truth's trace. \
+         The range is wide (its lower end, the GPU finishing everything by the next request, \
+         is 210-240 MiB where real runs gave 278-404 MiB), and a GPU slower than the recorded \
+         run's is bounded by nothing the trace shows: replayed from the repeats' own traces \
+         (which peaked at 330 MiB), the uncapped ground truth (380 or 404 MiB) lies above \
+         every setting's range (below). Every recorded run replays exactly under its own \
+         settings and cap (see `every_recorded_setting_replays_to_its_own_final_state`, all 14 \
+         capped `two_streams` runs among its fixtures, and the repeats' traces below): a free \
+         completed inside a request's failure path (PyTorch's \
          `synchronize_and_free_events` in `release_cached_blocks`) is completed by the model at \
          that point, not before the request.\n\n",
     );
@@ -244,22 +506,43 @@ fn table(rows: &[Row], checks: &[String]) -> String {
         out.push_str(&format!("- {check}\n"));
     }
     out.push_str(
+        "\n## The repeats' own traces\n\nThe default uncapped runs that were repeated \
+         (`tests/fixtures/whatif/repeats/`) recorded traces of their own. Each replays exactly \
+         under its own settings, and predicts every pair of its workload again; the real \
+         outcomes (ground truth and repeats) are compared with those predictions as above:\n\n",
+    );
+    for line in repeat_lines {
+        out.push_str(&format!("- {line}\n"));
+    }
+    out.push_str(
         "\n| workload | setting | cap (MiB) | real peak (MiB) | predicted (MiB) | error | real OOM | \
          predicted OOM | same place | real / predicted peak allocated (MiB) |\n",
     );
     out.push_str("| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- |\n");
     for row in rows {
+        let real_oom = if row.real_varied() {
+            "varied"
+        } else if row.ground_truth().oom {
+            "yes"
+        } else {
+            "no"
+        };
+        let predicted_oom = if row.timing_uncertain {
+            "uncertain"
+        } else if row.predicted_oom {
+            "yes"
+        } else {
+            "no"
+        };
         out.push_str(&format!(
-            "| {} | `{}` | {} | {} | {} | {:.2} % | {} | {} | {} | {} / {} |\n",
+            "| {} | `{}` | {} | {} | {} | {:.2} % | {real_oom} | {predicted_oom} | {} | {} / {} |\n",
             row.workload,
             row.conf,
             row.cap.map_or("none".to_string(), mib),
-            mib(row.real_peak),
-            mib(row.predicted_peak),
+            real_peaks(row),
+            predicted_peaks(row),
             100.0 * row.error(),
-            if row.real_oom { "yes" } else { "no" },
-            if row.predicted_oom { "yes" } else { "no" },
-            if !row.real_oom && !row.predicted_oom {
+            if !row.ground_truth().oom && !row.predicted_oom {
                 "–"
             } else if row.same_place {
                 "yes"
@@ -281,7 +564,8 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         "ground truth too small: {} runs",
         rows.len()
     );
-    let text = table(&rows, &checks);
+    let repeat_lines = repeat_traces(&rows);
+    let text = table(&rows, &checks, &repeat_lines);
     let doc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/whatif-validation.md");
     if std::env::var_os("VRAMSCOPE_WRITE_DOCS").is_some() {
         std::fs::write(&doc, &text).expect("write docs/whatif-validation.md");
@@ -301,24 +585,29 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
     // Not yet met (see docs/whatif-validation.md, "Where the model is approximate"): every run
     // within 5 % and every OOM verdict right. Until they are, the results may not get worse.
     let within_5 = rows.iter().filter(|r| r.error() <= 0.05).count();
-    let verdicts = rows
+    let right = rows.iter().filter(|r| r.right_at_the_right_place()).count();
+    let wrong = rows
         .iter()
-        .filter(|r| r.predicted_oom == r.real_oom && (!r.real_oom || r.same_place))
+        .filter(|r| r.verdict() == Verdict::Wrong)
         .count();
     assert!(
-        within_5 >= 122,
-        "{within_5} of {} runs within 5 % (was 122); worst: {} `{}` cap {:?}: predicted {} vs real {}",
+        within_5 >= WITHIN_5_AT_LEAST,
+        "{within_5} of {} runs within 5 % (was {WITHIN_5_AT_LEAST}); worst: {} `{}` cap {:?}: predicted {:?} vs real {}",
         rows.len(),
         worst.workload,
         worst.conf,
         worst.cap,
-        worst.predicted_peak,
-        worst.real_peak
+        worst.predicted_range,
+        real_peaks(worst)
     );
     assert!(
-        verdicts >= 117,
-        "{verdicts} of {} OOM verdicts right at the right place (was 117)",
+        right >= 117,
+        "{right} of {} OOM verdicts right at the right place (was 117)",
         rows.len()
+    );
+    assert!(
+        wrong <= WRONG_AT_MOST,
+        "{wrong} OOM verdicts wrong (was {WRONG_AT_MOST})"
     );
     let current = std::fs::read_to_string(&doc).unwrap_or_default();
     assert_eq!(
@@ -326,6 +615,11 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         "docs/whatif-validation.md is out of date: rerun with VRAMSCOPE_WRITE_DOCS=1"
     );
 }
+
+/// Pairs within 5 % of their predicted range (the replay may not get worse than this).
+const WITHIN_5_AT_LEAST: usize = 125;
+/// Wrong OOM verdicts (the replay may not get worse than this).
+const WRONG_AT_MOST: usize = 7;
 
 #[test]
 fn every_recorded_setting_replays_to_its_own_final_state() {

@@ -137,6 +137,10 @@ pub struct SelfCheck {
     /// Segments and blocks compared at the end.
     pub segments_compared: usize,
     pub blocks_compared: usize,
+    /// The cap the check replayed under: the given cap when the trace fits under it, else the
+    /// trace's own (inferred, or none); a given cap below what the trace itself reserved was
+    /// not the recorded run's.
+    pub cap_bytes: Option<u64>,
 }
 
 /// A recorded out-of-memory event, or the request a replay ran out on.
@@ -210,6 +214,14 @@ pub struct SettingOutcome {
     pub shared_caught_ooms: usize,
     /// The cap was inferred and this verdict differs between its lowest and highest value.
     pub uncertain: bool,
+    /// Peak reserved bytes (lowest, highest) over the GPU timings replayed, when some free in
+    /// the trace waited for other streams' work: as the trace recorded it, and with that work
+    /// finished by the allocator's next call (`None` when no free waited: the timing cannot
+    /// change the replay).
+    pub peak_reserved_range_bytes: Option<(u64, u64)>,
+    /// Whether it runs out differs between those timings: the verdict depends on when the GPU
+    /// finishes other streams' work.
+    pub timing_uncertain: bool,
     pub num_alloc_retries: u64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
@@ -224,6 +236,12 @@ impl SettingOutcome {
     /// Ran the whole trace without running out.
     pub fn runs(&self) -> bool {
         self.oom.is_none() && self.incomplete.is_none()
+    }
+
+    /// Whether it runs out is not settled: it depends on the exact (inferred) cap or on when
+    /// the GPU finishes other streams' work.
+    pub fn verdict_uncertain(&self) -> bool {
+        self.uncertain || self.timing_uncertain
     }
 
     /// Free room at the peak under the limit in force, when there is one.
@@ -383,54 +401,58 @@ pub fn what_if(
         }
     }
     // The limits the real run ran against, from the trace's own evidence (see
-    // `ReplayInput::limit_evidence`); a cap given by the caller wins.
+    // `ReplayInput::limit_evidence`); a cap given by the caller wins, as long as the trace fits
+    // under it. A given cap below the most the trace itself reserved cannot be the cap the
+    // recorded run ran under: the self-check then replays under the trace's own limits and
+    // only the settings' replays run under the given cap.
     let evidence = input.limit_evidence(&recorded.rules);
     let given_cap = cap_for(&recorded);
-    let (cap_bytes, cap_source) = match (given_cap, evidence.cap) {
-        (Some(cap), _) => (Some(cap), CapSource::Given),
-        (None, Some((low_bytes, high_bytes))) => {
-            notes.push(format!(
-                "the real run was refused with {} still free on the device, so a per-process \
-                 cap refused it; the trace fits any cap from {} to {}, and the replays use {} \
-                 (give --cap for the exact value)",
-                format_bytes(evidence.free_at_cap_refusal_bytes),
-                format_bytes(low_bytes),
-                format_bytes(high_bytes),
-                format_bytes(high_bytes)
-            ));
-            (
-                Some(high_bytes),
-                CapSource::Inferred {
-                    low_bytes,
-                    high_bytes,
-                },
-            )
-        }
-        (None, None) => (None, CapSource::None),
-    };
-    let device_limit_bytes = if cap_bytes.is_some() && given_cap.is_none() {
-        evidence.device_limit_bytes
+    let cap_is_recorded_runs = given_cap.is_none_or(|cap| cap >= evidence.most_reserved_bytes);
+    let (cap_bytes, cap_source, device_limit_bytes) = limits_from_evidence(&evidence, given_cap);
+    if let (Some(cap), false) = (given_cap, cap_is_recorded_runs) {
+        notes.push(format!(
+            "the recorded run reserved up to {} itself, more than the given cap of {}, so it did \
+             not run under that cap: the self-check replays the recorded settings under the \
+             trace's own limits, and only the settings' replays run under the given cap",
+            format_bytes(evidence.most_reserved_bytes),
+            format_bytes(cap)
+        ));
+    } else if let CapSource::Inferred {
+        low_bytes,
+        high_bytes,
+    } = cap_source
+    {
+        notes.push(format!(
+            "the real run was refused with {} still free on the device, so a per-process \
+             cap refused it; the trace fits any cap from {} to {}, and the replays use {} \
+             (give --cap for the exact value)",
+            format_bytes(evidence.free_at_cap_refusal_bytes),
+            format_bytes(low_bytes),
+            format_bytes(high_bytes),
+            format_bytes(high_bytes)
+        ));
+    }
+    let (check_cap_bytes, _, check_device_limit_bytes) = if cap_is_recorded_runs {
+        (cap_bytes, cap_source, device_limit_bytes)
     } else {
-        evidence.device_limit_bytes.or(if given_cap.is_none() {
-            evidence.pressure_limit_bytes
-        } else {
-            None
-        })
+        limits_from_evidence(&evidence, None)
     };
     let check_limits = Limits {
-        cap_bytes,
-        device_limit_bytes,
+        cap_bytes: check_cap_bytes,
+        device_limit_bytes: check_device_limit_bytes,
         expandable_va_bytes: input.expandable_va_bytes,
     };
     let check = input.run(
         &recorded.rules,
         check_limits,
         Mode::Check,
+        Timing::Recorded,
         None,
         &run_progress,
     )?;
     done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let self_check = input.self_check(&recorded, &check);
+    let mut self_check = input.self_check(&recorded, &check);
+    self_check.cap_bytes = check_cap_bytes;
     let (candidates, sweep_notes) = if request.candidates.is_empty() {
         sweep_candidates(travel, cap_bytes.is_some())
     } else {
@@ -478,14 +500,8 @@ pub fn what_if(
                 ..run_limits
             };
             let stop_at = contradiction.as_ref().map(|c| c.event_index);
-            let run = input.run(
-                &conf.rules,
-                run_limits,
-                Mode::WhatIf,
-                stop_at,
-                &run_progress,
-            )?;
-            let mut outcome = run.outcome(conf, recorded_row, &run_limits);
+            let (run, mut outcome) =
+                input.outcome(conf, recorded_row, run_limits, stop_at, &run_progress)?;
             if let Some(contradiction) = &contradiction
                 && outcome.incomplete.is_none()
                 && outcome.events_replayed >= contradiction.event_index
@@ -497,7 +513,14 @@ pub fn what_if(
                     cap_bytes: Some(low),
                     ..run_limits
                 };
-                let strict_run = input.run(&conf.rules, strict, Mode::WhatIf, None, &|_| true)?;
+                let strict_run = input.run(
+                    &conf.rules,
+                    strict,
+                    Mode::WhatIf,
+                    Timing::Recorded,
+                    None,
+                    &|_| true,
+                )?;
                 outcome.uncertain = strict_run.oom.is_some() != run.oom.is_some();
             }
             done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -519,6 +542,34 @@ pub fn what_if(
         results,
         notes,
     })
+}
+
+/// The cap, where it came from, and the device's limit for the replays, from the trace's own
+/// evidence and the cap the caller gave (which wins over an inferred one).
+fn limits_from_evidence(
+    evidence: &LimitEvidence,
+    given_cap: Option<u64>,
+) -> (Option<u64>, CapSource, Option<u64>) {
+    let (cap_bytes, cap_source) = match (given_cap, evidence.cap) {
+        (Some(cap), _) => (Some(cap), CapSource::Given),
+        (None, Some((low_bytes, high_bytes))) => (
+            Some(high_bytes),
+            CapSource::Inferred {
+                low_bytes,
+                high_bytes,
+            },
+        ),
+        (None, None) => (None, CapSource::None),
+    };
+    // Memory pressure the trace shows is a device limit only where no cap explains it.
+    let device_limit_bytes = if cap_bytes.is_none() {
+        evidence
+            .device_limit_bytes
+            .or(evidence.pressure_limit_bytes)
+    } else {
+        evidence.device_limit_bytes
+    };
+    (cap_bytes, cap_source, device_limit_bytes)
 }
 
 /// The first event where the trace contradicts the snapshot's state, as time travel found it,
@@ -552,10 +603,10 @@ pub fn replay_setting(
         expandable_va_bytes: input.expandable_va_bytes,
     };
     let events = input.trace.len().max(1);
-    let run = input.run(&conf.rules, run_limits, Mode::WhatIf, None, &|position| {
+    let (_, outcome) = input.outcome(conf, false, run_limits, None, &|position| {
         progress(position as f32 / events as f32)
     })?;
-    Ok(run.outcome(conf, false, &run_limits))
+    Ok(outcome)
 }
 
 /// The model's state under `conf` right before event `stop_at` is applied (or at the end, or
@@ -576,6 +627,7 @@ pub fn replay_state_at(
         &conf.rules,
         run_limits,
         Mode::WhatIf,
+        Timing::Recorded,
         Some(stop_at),
         &|_| true,
     )?;
@@ -637,6 +689,21 @@ enum Mode {
     WhatIf,
 }
 
+/// When the GPU finishes the work other streams still had queued on a freed block (the
+/// `cudaEvent`s PyTorch's `insert_events` records at such a free). The trace's `free_completed`
+/// events tell it for the recorded run only; another run, and another setting, can see it
+/// differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timing {
+    /// As the trace recorded it (completions inside a request's failure path at the
+    /// allocator's own synchronisation, see `completes_in_failure_path`).
+    Recorded,
+    /// The GPU finished every other stream's use of a freed block by the allocator's next
+    /// call: `malloc` starts with `process_events`, which completes every free whose events
+    /// have all finished.
+    Early,
+}
+
 /// The trace and the starting state, shared by every replay of one request.
 struct ReplayInput<'a> {
     travel: &'a TimeTravel,
@@ -651,6 +718,10 @@ struct ReplayInput<'a> {
     recorded_rules: AllocatorRules,
     /// Addresses of the trace's new segments by size, in trace order (see [`TraceHints`]).
     segments_by_size: HashMap<u64, Vec<u64>>,
+    /// Some free in the trace waited for other streams' work (its `free_completed` does not
+    /// follow its `free_requested` at once): the outcome can depend on the GPU's timing, so
+    /// each setting is also replayed under [`Timing::Early`].
+    has_deferred_frees: bool,
 }
 
 /// Limits the trace's own events reveal (see `ReplayInput::limit_evidence`).
@@ -664,6 +735,9 @@ struct LimitEvidence {
     /// The allocator released memory for requests but never ran out: the highest limit that
     /// explains it.
     pressure_limit_bytes: Option<u64>,
+    /// The most the trace itself held reserved (with a new segment's size counted as it came):
+    /// the real run's cap, if it had one, was at least this.
+    most_reserved_bytes: u64,
 }
 
 /// The result of one pass over the trace.
@@ -697,6 +771,8 @@ impl RunResult {
             survived_real_ooms: self.survived_real_ooms,
             shared_caught_ooms: self.shared_caught_ooms,
             uncertain: false,
+            peak_reserved_range_bytes: None,
+            timing_uncertain: false,
             num_alloc_retries: stats.num_alloc_retries,
             num_device_alloc: stats.num_device_alloc,
             num_device_free: stats.num_device_free,
@@ -719,6 +795,18 @@ impl RunResult {
 /// segments of `kv_cache` under `roundup_power2_divisions:4` sit where the default-settings run
 /// put its segment of that size and ordinal, though several were made at other requests; it is
 /// not a law (in `transformer_step` repeats it held for 9 to 43 of 55 segments).
+/// Whether some free of `trace` waited for other streams' work: a `free_requested` not followed
+/// at once by the `free_completed` of the same address.
+fn has_deferred_frees(trace: &DeviceTrace) -> bool {
+    trace.actions.iter().enumerate().any(|(index, &action)| {
+        action == TraceAction::FreeRequested
+            && !(trace.actions.get(index + 1) == Some(&TraceAction::FreeCompleted)
+                && trace.addresses.get(index + 1) == trace.addresses.get(index))
+    })
+}
+
+/// Offers the addresses the real run's segment events gave, between the previous request and
+/// the current one.
 struct TraceHints<'a> {
     trace: &'a DeviceTrace,
     from: usize,
@@ -791,6 +879,7 @@ impl<'a> ReplayInput<'a> {
             expandable_va_bytes,
             recorded_rules: AllocConf::recorded(travel.snapshot().settings.as_ref()).rules,
             segments_by_size,
+            has_deferred_frees: has_deferred_frees(trace),
         }
     }
 
@@ -879,6 +968,7 @@ impl<'a> ReplayInput<'a> {
         } else if pressure_high != u64::MAX && evidence.device_limit_bytes.is_none() {
             evidence.pressure_limit_bytes = Some(pressure_high.max(lowest));
         }
+        evidence.most_reserved_bytes = lowest;
         evidence
     }
 
@@ -986,6 +1076,51 @@ impl<'a> ReplayInput<'a> {
         !pressure_possible
     }
 
+    /// The what-if of `conf` under `limits`: replayed with other streams' work finishing as
+    /// the trace recorded it and, when some free waited for such work, again with it finished
+    /// by the allocator's next call. The two bound what the GPU's timing can change as far as
+    /// the allocator's own rules tell (a GPU slower than the recorded run's is not bounded by
+    /// anything the trace shows): the outcome carries their peaks as a range and marks a
+    /// verdict that differs between them. Returns the recorded-timing run with it.
+    fn outcome(
+        &self,
+        conf: &AllocConf,
+        recorded_row: bool,
+        limits: Limits,
+        stop_at: Option<usize>,
+        progress: &dyn Fn(usize) -> bool,
+    ) -> Result<(RunResult, SettingOutcome), ReplayError> {
+        let run = self.run(
+            &conf.rules,
+            limits,
+            Mode::WhatIf,
+            Timing::Recorded,
+            stop_at,
+            progress,
+        )?;
+        let mut outcome = run.outcome(conf, recorded_row, &limits);
+        if self.has_deferred_frees {
+            let end = self.trace.len();
+            let early = self.run(
+                &conf.rules,
+                limits,
+                Mode::WhatIf,
+                Timing::Early,
+                stop_at,
+                &|_| progress(end),
+            )?;
+            let early_peak = early.model.stats.peak_reserved_bytes;
+            outcome.peak_reserved_range_bytes = Some((
+                early_peak.min(outcome.peak_reserved_bytes),
+                early_peak.max(outcome.peak_reserved_bytes),
+            ));
+            outcome.timing_uncertain = run.incomplete.is_none()
+                && early.incomplete.is_none()
+                && run.oom.is_some() != early.oom.is_some();
+        }
+        Ok((run, outcome))
+    }
+
     /// Seeds the model with the state at the first recorded event.
     fn seed(&self, model: &mut AllocatorModel, live: &mut HashMap<u64, BlockHandle>) {
         let mut expandable: Vec<((u16, u8), u32)> = Vec::new();
@@ -1022,12 +1157,14 @@ impl<'a> ReplayInput<'a> {
         }
     }
 
-    /// One pass over the trace under `rules` and `limits`.
+    /// One pass over the trace under `rules` and `limits`, with other streams' work finishing
+    /// as `timing` says.
     fn run(
         &self,
         rules: &AllocatorRules,
         limits: Limits,
         mode: Mode,
+        timing: Timing,
         stop_at: Option<usize>,
         progress: &dyn Fn(usize) -> bool,
     ) -> Result<RunResult, ReplayError> {
@@ -1061,6 +1198,9 @@ impl<'a> ReplayInput<'a> {
         let mut sync_completions: Vec<BlockHandle> = Vec::new();
         // The run of completions being replayed: its end and whether it is such a run.
         let mut completion_run = (0usize, false);
+        // Under `Timing::Early`: frees that waited for other streams, completed at the start
+        // of the next request (`process_events`).
+        let mut early_completions: Vec<BlockHandle> = Vec::new();
         // Reserved bytes as the trace's segment events say (the self-check compares).
         let mut real_reserved = self.start.reserved_bytes;
         // New segments the model made so far, by size (see `TraceHints`).
@@ -1096,6 +1236,9 @@ impl<'a> ReplayInput<'a> {
             match actions[index] {
                 TraceAction::Alloc => {
                     let address = address_at(index);
+                    for handle in early_completions.drain(..) {
+                        model.complete_free(handle);
+                    }
                     let mut hints = TraceHints {
                         trace,
                         from: window_start,
@@ -1160,9 +1303,15 @@ impl<'a> ReplayInput<'a> {
                     let address = address_at(index);
                     let immediate = actions.get(index + 1) == Some(&TraceAction::FreeCompleted)
                         && address_at(index + 1) == address;
-                    let freed = live
-                        .get(&address)
-                        .is_some_and(|&handle| model.free(handle, !immediate));
+                    let handle = live.get(&address).copied();
+                    let freed = handle.is_some_and(|handle| model.free(handle, !immediate));
+                    if let Some(handle) = handle
+                        && freed
+                        && !immediate
+                        && timing == Timing::Early
+                    {
+                        early_completions.push(handle);
+                    }
                     if !freed {
                         result.incomplete = Some(Incomplete {
                             event_index: index,
@@ -1181,7 +1330,7 @@ impl<'a> ReplayInput<'a> {
                 }
                 TraceAction::FreeCompleted => {
                     let address = address_at(index);
-                    if index >= completion_run.0 {
+                    if index >= completion_run.0 && timing == Timing::Recorded {
                         completion_run = self.completes_in_failure_path(
                             index,
                             window_start,
@@ -1190,6 +1339,9 @@ impl<'a> ReplayInput<'a> {
                         );
                     }
                     match live.remove(&address) {
+                        // Completed at the request after its free already; the trace's
+                        // completion only ends the allocation's life.
+                        Some(_) if timing == Timing::Early => {}
                         Some(handle) if completion_run.1 => {
                             sync_completions.push(handle);
                         }
@@ -1227,6 +1379,9 @@ impl<'a> ReplayInput<'a> {
                 TraceAction::Oom => {
                     let size = size_at(index);
                     result.real_ooms.push(index);
+                    for handle in early_completions.drain(..) {
+                        model.complete_free(handle);
+                    }
                     let mut hints = TraceHints {
                         trace,
                         from: window_start,
@@ -1339,6 +1494,7 @@ impl<'a> ReplayInput<'a> {
             problem: None,
             segments_compared: 0,
             blocks_compared: 0,
+            cap_bytes: None,
         };
         if let Some(incomplete) = &run.incomplete {
             check.diverged_at = Some(incomplete.event_index);
