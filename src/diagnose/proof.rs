@@ -45,8 +45,10 @@ pub struct ReplayedSetting {
     pub num_alloc_retries: u64,
     /// Why the replay had to stop before the end of the trace (it proves nothing either way).
     pub incomplete: Option<String>,
-    /// The cap was inferred and the outcome differs between the lowest and highest cap that
-    /// explain the trace (it proves nothing either way).
+    /// The outcome is not settled (it proves nothing either way): the cap was inferred and
+    /// the outcome differs between the lowest and highest cap that explain the trace, or it
+    /// differs between the GPU timings replayed (when other streams' work on freed blocks
+    /// finishes, which changes from run to run).
     pub uncertain: bool,
 }
 
@@ -125,7 +127,7 @@ pub fn from_what_if(report: &WhatIfReport) -> ReplayEvidence {
             .incomplete
             .as_ref()
             .map(|i| format!("stopped at event {}: {}", i.event_index, i.reason)),
-        uncertain: outcome.uncertain,
+        uncertain: outcome.verdict_uncertain(),
     };
     ReplayEvidence {
         reliable: check.reliable,
@@ -406,6 +408,45 @@ mod tests {
             useless_text(proof.useless[0]),
             "still runs out at event 1234: 24.0 GiB requested with 63.0 GiB reserved of 64.0 GiB allowed"
         );
+    }
+
+    #[cfg(feature = "native")]
+    #[test]
+    fn a_setting_whose_verdict_depends_on_gpu_timing_is_neither_proven_nor_useless() {
+        use std::sync::Arc;
+        // A real two-stream trace (H200): under a 230 MiB cap, expandable segments runs out with
+        // the side stream's work finishing as recorded but not when it finishes sooner.
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/whatif/two_streams.pickle");
+        let snapshot =
+            crate::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
+        let request = WhatIfRequest {
+            device: 0,
+            candidates: vec![
+                replay::AllocConf::parse("expandable_segments:True")
+                    .unwrap_or_else(|e| panic!("{e}")),
+            ],
+            cap_bytes: Some(230 << 20),
+            device_memory_bytes: None,
+        };
+        let report =
+            replay::what_if(&travel, &request, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            report.results[0].timing_uncertain,
+            "{:?}",
+            report.results[0]
+        );
+        let evidence = from_what_if(&report);
+        let replayed = evidence
+            .settings
+            .iter()
+            .find(|s| s.conf == "expandable_segments:True")
+            .unwrap_or_else(|| panic!("replayed"));
+        assert!(replayed.uncertain);
+        let proof = judge(&evidence).unwrap_or_else(|| panic!("reliable"));
+        assert!(proof.helps.is_empty(), "{:?}", proof.helps);
+        assert!(proof.useless.is_empty(), "{:?}", proof.useless);
     }
 
     #[test]

@@ -50,6 +50,7 @@ struct JsonSelfCheck {
     replay_oom_events: Vec<usize>,
     diverged_at: Option<usize>,
     problem: Option<String>,
+    cap_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -69,6 +70,8 @@ struct JsonOutcome {
     survived_real_ooms: usize,
     shared_caught_ooms: usize,
     uncertain: bool,
+    peak_reserved_range_bytes: Option<[u64; 2]>,
+    timing_uncertain: bool,
     headroom_bytes: Option<u64>,
     num_alloc_retries: u64,
     num_device_alloc: u64,
@@ -144,6 +147,10 @@ fn json_outcome(
         survived_real_ooms: outcome.survived_real_ooms,
         shared_caught_ooms: outcome.shared_caught_ooms,
         uncertain: outcome.uncertain,
+        peak_reserved_range_bytes: outcome
+            .peak_reserved_range_bytes
+            .map(|(low, high)| [low, high]),
+        timing_uncertain: outcome.timing_uncertain,
         headroom_bytes: outcome.headroom_bytes(&report.limits),
         num_alloc_retries: outcome.num_alloc_retries,
         num_device_alloc: outcome.num_device_alloc,
@@ -185,6 +192,7 @@ fn json_self_check(check: &SelfCheck) -> JsonSelfCheck {
         replay_oom_events: check.replay_oom_events.clone(),
         diverged_at: check.diverged_at,
         problem: check.problem.clone(),
+        cap_bytes: check.cap_bytes,
     }
 }
 
@@ -281,12 +289,15 @@ pub fn outcome_words(outcome: &SettingOutcome, report: &WhatIfReport) -> String 
             incomplete.event_index, incomplete.reason
         );
     }
-    let uncertain = if outcome.uncertain {
-        " (uncertain: depends on the exact cap)"
-    } else {
-        ""
+    let uncertain = match (outcome.uncertain, outcome.timing_uncertain) {
+        (true, true) => {
+            " (uncertain: depends on the exact cap and on when the GPU finishes other streams' work)"
+        }
+        (true, false) => " (uncertain: depends on the exact cap)",
+        (false, true) => " (uncertain: depends on when the GPU finishes other streams' work)",
+        (false, false) => "",
     };
-    match outcome.oom {
+    let words = match outcome.oom {
         Some(oom) => {
             let allowed = oom
                 .allowed_bytes
@@ -306,6 +317,14 @@ pub fn outcome_words(outcome: &SettingOutcome, report: &WhatIfReport) -> String 
             ),
             None => format!("runs{uncertain}"),
         },
+    };
+    match outcome.peak_reserved_range_bytes {
+        Some((low, high)) if low != high => format!(
+            "{words}; peak {} – {} depending on when the GPU finishes other streams' work",
+            format_table_bytes(low),
+            format_table_bytes(high)
+        ),
+        _ => words,
     }
 }
 
@@ -391,8 +410,19 @@ pub fn to_text(report: &WhatIfReport, snapshot: &AllocatorSnapshot) -> String {
         .limits
         .device_limit_bytes
         .map_or("not reached in the trace".to_string(), format_table_bytes);
+    let self_check_cap = if report.self_check.cap_bytes == report.limits.cap_bytes {
+        String::new()
+    } else {
+        format!(
+            " (the settings' replays; the self-check ran under the trace's own: {})",
+            report
+                .self_check
+                .cap_bytes
+                .map_or("none".to_string(), format_table_bytes)
+        )
+    };
     out.push_str(&format!(
-        "Per-process cap: {cap}; device memory for the process: {device}\n\n"
+        "Per-process cap: {cap}{self_check_cap}; device memory for the process: {device}\n\n"
     ));
     let width = report
         .results

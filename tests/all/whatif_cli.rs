@@ -111,3 +111,86 @@ fn a_missing_device_names_the_ones_there_are() {
     assert!(stderr.contains("no device 7"), "{stderr}");
     assert!(stderr.contains("device(s) 0"), "{stderr}");
 }
+
+#[test]
+fn a_cap_below_what_the_trace_reserved_is_not_taken_for_the_recorded_runs() {
+    // The uncapped two-stream run reserved up to 380 MiB; 296 MiB cannot have been its cap.
+    let snapshot = fixture("whatif/two_streams.pickle");
+    let args = [
+        os(&snapshot),
+        "--setting".as_ref(),
+        "garbage_collection_threshold:0.6".as_ref(),
+        "--cap".as_ref(),
+        "310378496".as_ref(),
+    ];
+    let (code, stdout, stderr) = whatif(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("self-check OK"), "{stdout}");
+    assert!(!stdout.contains("UNRELIABLE"), "{stdout}");
+    assert!(stdout.contains("did not run under that cap"), "{stdout}");
+    let mut json_args = args.to_vec();
+    json_args.push("--json".as_ref());
+    let (code, stdout, stderr) = whatif(&json_args);
+    assert_eq!(code, 0, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(doc["self_check"]["reliable"], true, "{stdout}");
+    assert_eq!(doc["self_check"]["cap_bytes"], serde_json::Value::Null);
+    assert_eq!(doc["limits"]["cap_bytes"], 310378496u64);
+    // A capped run's own trace under its own cap: the cap is the recorded run's, as before.
+    let recorded = fixture("whatif/recorded/two_streams__default__cap310378496.pickle");
+    let (code, stdout, stderr) = whatif(&[
+        os(&recorded),
+        "--setting".as_ref(),
+        "default".as_ref(),
+        "--cap".as_ref(),
+        "310378496".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(doc["self_check"]["reliable"], true, "{stdout}");
+    assert_eq!(doc["self_check"]["cap_bytes"], 310378496u64);
+}
+
+#[test]
+fn a_two_stream_trace_gets_a_peak_range_and_an_uncertain_verdict_where_timing_decides() {
+    let snapshot = fixture("whatif/two_streams.pickle");
+    let (code, stdout, stderr) = whatif(&[
+        os(&snapshot),
+        "--setting".as_ref(),
+        "default".as_ref(),
+        "--cap".as_ref(),
+        "220MiB".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let result = &doc["results"][0];
+    let range = result["peak_reserved_range_bytes"]
+        .as_array()
+        .expect("a range for a trace whose frees wait for another stream");
+    assert_eq!(range.len(), 2);
+    assert!(range[0].as_u64() <= range[1].as_u64(), "{range:?}");
+    assert_eq!(result["timing_uncertain"], true, "{stdout}");
+    let (code, stdout, stderr) = whatif(&[os(&snapshot), "--setting".as_ref(), "default".as_ref()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("depending on when the GPU finishes other streams' work"),
+        "{stdout}"
+    );
+    // A single-stream trace has no range.
+    let single = fixture("pytorch/frag_oom.pickle");
+    let (code, stdout, stderr) = whatif(&[
+        os(&single),
+        "--setting".as_ref(),
+        "default".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(
+        doc["results"][0]["peak_reserved_range_bytes"],
+        serde_json::Value::Null
+    );
+    assert_eq!(doc["results"][0]["timing_uncertain"], false);
+}

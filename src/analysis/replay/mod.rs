@@ -1606,3 +1606,131 @@ pub fn format_table_bytes(bytes: u64) -> String {
         format!("{:.1} MiB", bytes as f64 / MIB as f64)
     }
 }
+
+#[cfg(all(test, feature = "native"))]
+mod tests {
+    use super::*;
+    use crate::formats::pytorch::read_file;
+
+    /// A real H200 snapshot of `tests/fixtures/whatif/`.
+    fn travel(name: &str) -> TimeTravel {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/whatif")
+            .join(name);
+        let snapshot = read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{name}: {e}"));
+        TimeTravel::new(Arc::new(snapshot), 0)
+    }
+
+    fn request(conf: &str, cap_bytes: Option<u64>) -> WhatIfRequest {
+        WhatIfRequest {
+            device: 0,
+            candidates: vec![AllocConf::parse(conf).unwrap_or_else(|e| panic!("{conf}: {e}"))],
+            cap_bytes,
+            device_memory_bytes: None,
+        }
+    }
+
+    #[test]
+    fn a_given_cap_below_what_the_trace_reserved_is_not_the_recorded_runs() {
+        // The uncapped two-stream run reserved up to 380 MiB itself.
+        let travel = travel("two_streams.pickle");
+        let input = ReplayInput::new(&travel, None);
+        let evidence = input.limit_evidence(&input.recorded_rules);
+        assert_eq!(evidence.most_reserved_bytes, 380 * MIB);
+        // Under 296 MiB the recorded run could not have run: the self-check keeps the trace's
+        // own limits (none) and passes; the setting still runs under the given cap.
+        let cap = 296 * MIB;
+        let report = what_if(
+            &travel,
+            &request("garbage_collection_threshold:0.6", Some(cap)),
+            &|_| true,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            report.self_check.reliable,
+            "{:?}",
+            report.self_check.problem
+        );
+        assert_eq!(report.self_check.cap_bytes, None);
+        assert_eq!(report.limits.cap_bytes, Some(cap));
+        assert!(report.results[0].peak_reserved_bytes <= cap);
+        assert!(
+            report
+                .notes
+                .iter()
+                .any(|n| n.contains("did not run under that cap")),
+            "{:?}",
+            report.notes
+        );
+        // A cap the trace fits under is still the recorded run's: the self-check replays under
+        // it (and passes: the trace never needed more).
+        let roomy = 400 * MIB;
+        let report = what_if(&travel, &request("default", Some(roomy)), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            report.self_check.reliable,
+            "{:?}",
+            report.self_check.problem
+        );
+        assert_eq!(report.self_check.cap_bytes, Some(roomy));
+        assert!(
+            !report
+                .notes
+                .iter()
+                .any(|n| n.contains("did not run under that cap")),
+            "{:?}",
+            report.notes
+        );
+    }
+
+    #[test]
+    fn frees_that_wait_for_other_streams_give_a_peak_range() {
+        let travel = travel("two_streams.pickle");
+        assert!(has_deferred_frees(travel.trace()));
+        let report = what_if(&travel, &request("default", None), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let outcome = &report.results[0];
+        // As recorded the replay is the real run (380 MiB); with every other-stream use done by
+        // the next request, the blocks come back sooner and far less is reserved.
+        assert_eq!(outcome.peak_reserved_bytes, 380 * MIB);
+        let (low, high) = outcome
+            .peak_reserved_range_bytes
+            .unwrap_or_else(|| panic!("a two-stream trace has a range"));
+        assert_eq!(high, 380 * MIB);
+        assert!(low < 300 * MIB, "{low}");
+        assert!(low >= outcome.peak_allocated_bytes.min(208 * MIB));
+        assert!(!outcome.timing_uncertain);
+    }
+
+    #[test]
+    fn a_verdict_that_differs_between_gpu_timings_is_uncertain() {
+        // Under 220 MiB the recorded timing runs out; with the side stream's work finished
+        // sooner the verdict differs.
+        let travel = travel("two_streams.pickle");
+        let report = what_if(&travel, &request("default", Some(220 * MIB)), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let outcome = &report.results[0];
+        assert!(outcome.oom.is_some());
+        assert!(outcome.timing_uncertain);
+        assert!(outcome.verdict_uncertain());
+        // Under 260 MiB both timings run: certain, with a range.
+        let report = what_if(&travel, &request("default", Some(260 * MIB)), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let outcome = &report.results[0];
+        assert!(outcome.runs());
+        assert!(!outcome.verdict_uncertain());
+        assert!(outcome.peak_reserved_range_bytes.is_some());
+    }
+
+    #[test]
+    fn a_single_stream_trace_is_replayed_once_and_has_no_range() {
+        let travel = travel("kv_cache.pickle");
+        assert!(!has_deferred_frees(travel.trace()));
+        let report = what_if(&travel, &request("expandable_segments:True", None), &|_| {
+            true
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report.results[0].peak_reserved_range_bytes, None);
+        assert!(!report.results[0].timing_uncertain);
+    }
+}
