@@ -154,3 +154,49 @@ fn showing_a_settings_peak_draws_the_replayed_block_map_beside_the_recorded_one(
     assert!(harness.query_by_label("Replayed block map").is_none());
     assert!(harness.query_by_label("Block map").is_some());
 }
+
+#[test]
+fn a_peak_that_depends_on_gpu_timing_shows_its_range_in_the_panel() {
+    // A real two-stream trace (H200) whose frees wait for the other stream's work.
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif/two_streams.pickle");
+    let snapshot = Arc::new(pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}")));
+    let travel = TimeTravel::new(Arc::clone(&snapshot), 0);
+    let request = WhatIfRequest {
+        device: 0,
+        candidates: vec![AllocConf::default_conf()],
+        cap_bytes: None,
+        device_memory_bytes: None,
+    };
+    let report = what_if(&travel, &request, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+    let (low, high) = report.results[0]
+        .peak_reserved_range_bytes
+        .unwrap_or_else(|| panic!("a range"));
+    let view = AllocatorView::new(Arc::clone(&snapshot), "two_streams.pickle".to_string());
+    let mut harness = Harness::builder()
+        .with_size(Vec2::new(1600.0, 900.0))
+        .wgpu()
+        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
+    step_until(&mut harness, "the analysis", |h| h.state().is_ready());
+    harness.get_by_label("What if…").click();
+    harness.run_steps(2);
+    let settings = harness.get_by_role(Role::MultilineTextInput);
+    settings.focus();
+    settings.type_text("default");
+    harness.run_steps(1);
+    harness.get_by_label("Replay").click();
+    step_until(&mut harness, "the replay", |h| {
+        h.query_all_by_label("Show peak").count() > 0
+    });
+    let range = format!("({} – {})", format_bytes(low), format_bytes(high));
+    assert!(
+        harness.query_all_by_label_contains(&range).count() > 0,
+        "the peak column shows {range}"
+    );
+    assert!(
+        harness
+            .query_all_by_label_contains("depending on when the GPU finishes other streams' work")
+            .count()
+            > 0
+    );
+}

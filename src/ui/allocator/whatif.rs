@@ -348,6 +348,20 @@ impl WhatIfPanel {
     }
 }
 
+/// The predicted peak reserved, with the range over the GPU timings replayed when it depends
+/// on them ("294.0 MiB (230.0 MiB – 294.0 MiB)").
+fn peak_text(outcome: &SettingOutcome) -> String {
+    match outcome.peak_reserved_range_bytes {
+        Some((low, high)) if low != high => format!(
+            "{} ({} – {})",
+            format_bytes(outcome.peak_reserved_bytes),
+            format_bytes(low),
+            format_bytes(high)
+        ),
+        _ => format_bytes(outcome.peak_reserved_bytes),
+    }
+}
+
 /// The replayed map's heading, in the warning colour when the self-check failed; returns true
 /// when Close was clicked.
 fn heading_ui(ui: &mut Ui, moment: &Moment) -> bool {
@@ -389,10 +403,16 @@ fn report_ui<'a>(ui: &mut Ui, report: &'a WhatIfReport) -> Option<&'a SettingOut
                     outcome.conf.clone()
                 };
                 ui.strong(name);
-                ui.label(format!(
-                    "peak {} reserved",
-                    format_bytes(outcome.peak_reserved_bytes)
-                ));
+                let peak = ui.label(format!("peak {} reserved", peak_text(outcome)));
+                if outcome.peak_reserved_range_bytes.is_some() {
+                    peak.on_hover_text(
+                        "Some frees in this trace waited for work on other streams. When the \
+                         GPU finishes that work changes from run to run, so the replay ran \
+                         twice: as the trace recorded it (the first number) and with every such \
+                         use finished by the allocator's next call. Real runs can lie anywhere \
+                         in the range.",
+                    );
+                }
                 let what = if outcome.oom.is_some() {
                     "Show failure"
                 } else {
@@ -440,6 +460,40 @@ mod tests {
         let sweep = request_from("", "", 0).expect("valid");
         assert!(sweep.candidates.is_empty());
         assert_eq!(sweep.cap_bytes, None);
+    }
+
+    #[test]
+    fn a_peak_that_depends_on_gpu_timing_shows_its_range() {
+        // A real two-stream trace (H200): its frees wait for the other stream's work.
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/whatif/two_streams.pickle");
+        let snapshot =
+            crate::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
+        let request = request_from("default", "", 0).expect("valid");
+        let report = what_if(&travel, &request, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let outcome = &report.results[0];
+        let (low, high) = outcome
+            .peak_reserved_range_bytes
+            .unwrap_or_else(|| panic!("a range"));
+        assert_eq!(
+            peak_text(outcome),
+            format!(
+                "{} ({} – {})",
+                format_bytes(outcome.peak_reserved_bytes),
+                format_bytes(low),
+                format_bytes(high)
+            )
+        );
+        assert!(low < high);
+        let single = SettingOutcome {
+            peak_reserved_range_bytes: None,
+            ..outcome.clone()
+        };
+        assert_eq!(
+            peak_text(&single),
+            format_bytes(outcome.peak_reserved_bytes)
+        );
     }
 
     #[test]
