@@ -621,16 +621,12 @@ const WITHIN_5_AT_LEAST: usize = 125;
 /// Wrong OOM verdicts (the replay may not get worse than this).
 const WRONG_AT_MOST: usize = 7;
 
-#[test]
-fn every_recorded_setting_replays_to_its_own_final_state() {
-    // Snapshots recorded under other settings (expandable segments, split limits, rounding,
-    // caps): the model must reproduce each exactly under its own recorded settings.
+/// Replays every snapshot in `folder` under its own recorded settings and the cap its name
+/// carries (`…__capBYTES[__…].pickle`); returns how many were checked and the failures.
+fn self_check_folder(folder: &std::path::Path) -> (usize, Vec<String>) {
     let mut checked = 0;
     let mut failures = Vec::new();
-    let folder = std::env::var_os("VRAMSCOPE_WHATIF_RECORDED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| fixtures().join("recorded"));
-    for entry in std::fs::read_dir(folder).expect("recorded/") {
+    for entry in std::fs::read_dir(folder).expect("snapshot folder") {
         let path = entry.expect("entry").path();
         if path.extension().and_then(|e| e.to_str()) != Some("pickle") {
             continue;
@@ -640,6 +636,7 @@ fn every_recorded_setting_replays_to_its_own_final_state() {
             .file_stem()
             .and_then(|s| s.to_str())
             .and_then(|s| s.split("__cap").nth(1))
+            .and_then(|s| s.split("__").next())
             .and_then(|s| s.parse::<u64>().ok());
         let request = WhatIfRequest {
             device: 0,
@@ -649,15 +646,27 @@ fn every_recorded_setting_replays_to_its_own_final_state() {
         };
         let report = vramscope::analysis::replay::what_if_snapshot(snapshot, &request, &|_| true)
             .expect("what-if");
-        if !report.self_check.reliable {
+        if !report.self_check.reliable || report.self_check.cap_bytes != cap {
             failures.push(format!(
-                "{}: {:?}",
+                "{}: {:?} (self-check cap {:?})",
                 path.display(),
-                report.self_check.problem
+                report.self_check.problem,
+                report.self_check.cap_bytes
             ));
         }
         checked += 1;
     }
+    (checked, failures)
+}
+
+#[test]
+fn every_recorded_setting_replays_to_its_own_final_state() {
+    // Snapshots recorded under other settings (expandable segments, split limits, rounding,
+    // caps): the model must reproduce each exactly under its own recorded settings.
+    let folder = std::env::var_os("VRAMSCOPE_WHATIF_RECORDED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| fixtures().join("recorded"));
+    let (checked, failures) = self_check_folder(&folder);
     assert!(
         failures.is_empty(),
         "{} of {checked} failed:\n{}",
@@ -665,4 +674,18 @@ fn every_recorded_setting_replays_to_its_own_final_state() {
         failures.join("\n")
     );
     assert!(checked >= 24, "only {checked} recorded snapshots");
+}
+
+#[test]
+fn every_repeated_run_replays_to_its_own_final_state() {
+    // The repeats (`tests/fixtures/whatif/repeats/`), whose GPU timing differed from run to run:
+    // each one's own trace must replay exactly under its own settings and cap.
+    let (checked, failures) = self_check_folder(&fixtures().join("repeats"));
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(checked >= 40, "only {checked} repeat snapshots");
 }

@@ -402,8 +402,8 @@ pub fn what_if(
     }
     // The limits the real run ran against, from the trace's own evidence (see
     // `ReplayInput::limit_evidence`); a cap given by the caller wins, as long as the trace fits
-    // under it. A given cap below the most the trace itself reserved cannot be the cap the
-    // recorded run ran under: the self-check then replays under the trace's own limits and
+    // under it. A given cap below what the trace itself needed (see
+    // `LimitEvidence::most_reserved_bytes`) cannot be the cap the recorded run ran under: the self-check then replays under the trace's own limits and
     // only the settings' replays run under the given cap.
     let evidence = input.limit_evidence(&recorded.rules);
     let given_cap = cap_for(&recorded);
@@ -411,8 +411,8 @@ pub fn what_if(
     let (cap_bytes, cap_source, device_limit_bytes) = limits_from_evidence(&evidence, given_cap);
     if let (Some(cap), false) = (given_cap, cap_is_recorded_runs) {
         notes.push(format!(
-            "the recorded run reserved up to {} itself, more than the given cap of {}, so it did \
-             not run under that cap: the self-check replays the recorded settings under the \
+            "the recorded run needed up to {} reserved itself, more than the given cap of {}, so \
+             it did not run under that cap: the self-check replays the recorded settings under the \
              trace's own limits, and only the settings' replays run under the given cap",
             format_bytes(evidence.most_reserved_bytes),
             format_bytes(cap)
@@ -735,8 +735,10 @@ struct LimitEvidence {
     /// The allocator released memory for requests but never ran out: the highest limit that
     /// explains it.
     pressure_limit_bytes: Option<u64>,
-    /// The most the trace itself held reserved (with a new segment's size counted as it came):
-    /// the real run's cap, if it had one, was at least this.
+    /// The most any request that grew the reservation needed under PyTorch's cap check
+    /// (reserved then + the request's allocation size): the real run's cap, if it had one,
+    /// was at least this. (With expandable segments the pages mapped can take reserved a
+    /// little past it, and past the cap.)
     most_reserved_bytes: u64,
 }
 
@@ -916,12 +918,25 @@ impl<'a> ReplayInput<'a> {
         let mut pressure_high = u64::MAX;
         let mut cap_high: Option<u64> = None;
         let mut evidence = LimitEvidence::default();
+        // Reserved bytes when the current request first grew the reservation: PyTorch's cap
+        // check (`alloc_block`) compares reserved + the request's allocation size with the cap
+        // once, before mapping or allocating (an expandable segment may then map more).
+        let mut reserved_at_growth: Option<u64> = None;
         let mut index = 0;
         while index < trace.len() {
             match trace.actions[index] {
                 TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
                     lowest = lowest.max(reserved.saturating_add(size_at(index)));
+                    reserved_at_growth.get_or_insert(reserved);
                     reserved = reserved.saturating_add(size_at(index));
+                }
+                TraceAction::Alloc => {
+                    if let Some(before) = reserved_at_growth.take() {
+                        let needed = rules.allocation_size(rules.round_size(size_at(index)));
+                        evidence.most_reserved_bytes = evidence
+                            .most_reserved_bytes
+                            .max(before.saturating_add(needed));
+                    }
                 }
                 TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
                     let end = self.release_run_end(index);
@@ -943,6 +958,7 @@ impl<'a> ReplayInput<'a> {
                     continue;
                 }
                 TraceAction::Oom => {
+                    reserved_at_growth = None;
                     let segment = rules.allocation_size(size_at(index));
                     let refused = reserved.saturating_add(segment).saturating_sub(1);
                     match trace.device_free_bytes(index) {
@@ -968,7 +984,6 @@ impl<'a> ReplayInput<'a> {
         } else if pressure_high != u64::MAX && evidence.device_limit_bytes.is_none() {
             evidence.pressure_limit_bytes = Some(pressure_high.max(lowest));
         }
-        evidence.most_reserved_bytes = lowest;
         evidence
     }
 
