@@ -47,6 +47,33 @@ fn step_until(
     harness.run_steps(3);
 }
 
+/// The Allocator view of `snapshot` with `setting` typed into the What if… panel and
+/// replayed, once a `button` ("Show peak" or "Show failure") appeared.
+fn replayed_in_the_panel(
+    snapshot: &Arc<AllocatorSnapshot>,
+    name: &str,
+    setting: &str,
+    button: &str,
+) -> Harness<'static, AllocatorView> {
+    let view = AllocatorView::new(Arc::clone(snapshot), name.to_string());
+    let mut harness = Harness::builder()
+        .with_size(Vec2::new(1600.0, 900.0))
+        .wgpu()
+        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
+    step_until(&mut harness, "the analysis", |h| h.state().is_ready());
+    harness.get_by_label("What if…").click();
+    harness.run_steps(2);
+    let settings = harness.get_by_role(Role::MultilineTextInput);
+    settings.focus();
+    settings.type_text(setting);
+    harness.run_steps(1);
+    harness.get_by_label("Replay").click();
+    step_until(&mut harness, "the replay", |h| {
+        h.query_all_by_label(button).count() > 0
+    });
+    harness
+}
+
 #[test]
 fn showing_a_settings_peak_draws_the_replayed_block_map_beside_the_recorded_one() {
     let snapshot = frag_oom();
@@ -77,22 +104,7 @@ fn showing_a_settings_peak_draws_the_replayed_block_map_beside_the_recorded_one(
         "the fixture must tell the replayed state from the recorded one"
     );
 
-    let view = AllocatorView::new(Arc::clone(&snapshot), "frag_oom.pickle".to_string());
-    let mut harness = Harness::builder()
-        .with_size(Vec2::new(1600.0, 900.0))
-        .wgpu()
-        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
-    step_until(&mut harness, "the analysis", |h| h.state().is_ready());
-    harness.get_by_label("What if…").click();
-    harness.run_steps(2);
-    let settings = harness.get_by_role(Role::MultilineTextInput);
-    settings.focus();
-    settings.type_text(SETTING);
-    harness.run_steps(1);
-    harness.get_by_label("Replay").click();
-    step_until(&mut harness, "the replay", |h| {
-        h.query_all_by_label(button).count() > 0
-    });
+    let mut harness = replayed_in_the_panel(&snapshot, "frag_oom.pickle", SETTING, button);
     // Nothing is compared before the user asks.
     assert!(harness.query_by_label("Replayed block map").is_none());
     // The rows are the recorded run, then the setting: its button is the last one.
@@ -172,22 +184,7 @@ fn a_peak_that_depends_on_gpu_timing_shows_its_range_in_the_panel() {
     let (low, high) = report.results[0]
         .peak_reserved_range_bytes
         .unwrap_or_else(|| panic!("a range"));
-    let view = AllocatorView::new(Arc::clone(&snapshot), "two_streams.pickle".to_string());
-    let mut harness = Harness::builder()
-        .with_size(Vec2::new(1600.0, 900.0))
-        .wgpu()
-        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
-    step_until(&mut harness, "the analysis", |h| h.state().is_ready());
-    harness.get_by_label("What if…").click();
-    harness.run_steps(2);
-    let settings = harness.get_by_role(Role::MultilineTextInput);
-    settings.focus();
-    settings.type_text("default");
-    harness.run_steps(1);
-    harness.get_by_label("Replay").click();
-    step_until(&mut harness, "the replay", |h| {
-        h.query_all_by_label("Show peak").count() > 0
-    });
+    let harness = replayed_in_the_panel(&snapshot, "two_streams.pickle", "default", "Show peak");
     let range = format!("({} – {})", format_bytes(low), format_bytes(high));
     assert!(
         harness.query_all_by_label_contains(&range).count() > 0,

@@ -58,6 +58,7 @@ struct RealOutcome {
 
 /// One row of the validation table: one (workload, setting, cap) pair, every real run of it
 /// (the ground truth first, then its repeats) and the prediction.
+#[derive(Clone)]
 struct Row {
     workload: String,
     conf: String,
@@ -192,6 +193,42 @@ fn parse_conf(text: &str) -> AllocConf {
     AllocConf::parse(if text.is_empty() { "default" } else { text }).expect("setting")
 }
 
+/// Opens the snapshot at `path` and replays it under its own settings: the self-check must pass.
+fn open_self_checked(
+    path: &std::path::Path,
+) -> (TimeTravel, vramscope::analysis::replay::WhatIfReport) {
+    let snapshot = Arc::new(read_file(path, &|_| true).expect("snapshot"));
+    let travel = TimeTravel::new(snapshot, 0);
+    let request = WhatIfRequest {
+        device: 0,
+        candidates: vec![AllocConf::default_conf()],
+        cap_bytes: None,
+        device_memory_bytes: None,
+    };
+    let report = what_if(&travel, &request, &|_| true).expect("what-if");
+    assert!(
+        report.self_check.reliable,
+        "{}: self-check failed: {:?}",
+        path.display(),
+        report.self_check.problem
+    );
+    (travel, report)
+}
+
+/// The predicted half of a row from a replay's outcome.
+fn with_prediction(row: Row, outcome: &vramscope::analysis::replay::SettingOutcome) -> Row {
+    Row {
+        predicted_peak: outcome.peak_reserved_bytes,
+        predicted_range: outcome
+            .peak_reserved_range_bytes
+            .unwrap_or((outcome.peak_reserved_bytes, outcome.peak_reserved_bytes)),
+        predicted_oom: outcome.oom.is_some(),
+        timing_uncertain: outcome.timing_uncertain,
+        predicted_allocated_peak: outcome.peak_allocated_bytes,
+        ..row
+    }
+}
+
 fn validate() -> (Vec<Row>, Vec<String>) {
     let runs = load_runs();
     let repeats = load_repeats();
@@ -201,21 +238,7 @@ fn validate() -> (Vec<Row>, Vec<String>) {
     let mut rows = Vec::new();
     let mut checks = Vec::new();
     for workload in workloads {
-        let path = fixtures().join(format!("{workload}.pickle"));
-        let snapshot = Arc::new(read_file(&path, &|_| true).expect("snapshot"));
-        let travel = TimeTravel::new(Arc::clone(&snapshot), 0);
-        let request = WhatIfRequest {
-            device: 0,
-            candidates: vec![AllocConf::default_conf()],
-            cap_bytes: None,
-            device_memory_bytes: None,
-        };
-        let report = what_if(&travel, &request, &|_| true).expect("what-if");
-        assert!(
-            report.self_check.reliable,
-            "{workload}: self-check failed: {:?}",
-            report.self_check.problem
-        );
+        let (travel, report) = open_self_checked(&fixtures().join(format!("{workload}.pickle")));
         checks.push(format!(
             "{workload}: {} events, self-check OK ({} segments, {} blocks)",
             report.events, report.self_check.segments_compared, report.self_check.blocks_compared
@@ -236,21 +259,20 @@ fn validate() -> (Vec<Row>, Vec<String>) {
                     .filter(|&&a| a == TraceAction::Alloc)
                     .count()
             });
-            rows.push(Row {
+            let unpredicted = Row {
                 workload: workload.to_string(),
                 conf: conf.text.clone(),
                 cap: run.allowed_bytes,
                 real: real_outcomes(name, run, &repeats),
-                predicted_peak: outcome.peak_reserved_bytes,
-                predicted_range: outcome
-                    .peak_reserved_range_bytes
-                    .unwrap_or((outcome.peak_reserved_bytes, outcome.peak_reserved_bytes)),
-                predicted_oom: outcome.oom.is_some(),
-                timing_uncertain: outcome.timing_uncertain,
+                predicted_peak: 0,
+                predicted_range: (0, 0),
+                predicted_oom: false,
+                timing_uncertain: false,
                 same_place: predicted_allocs == run.allocs_before_oom,
                 real_allocated_peak: run.allocated_peak_bytes,
-                predicted_allocated_peak: outcome.peak_allocated_bytes,
-            });
+                predicted_allocated_peak: 0,
+            };
+            rows.push(with_prediction(unpredicted, &outcome));
         }
     }
     (rows, checks)
@@ -281,40 +303,13 @@ fn repeat_traces(rows: &[Row]) -> Vec<String> {
         let Some(workload) = name.split("__").nth(1) else {
             continue;
         };
-        let snapshot = Arc::new(read_file(&path, &|_| true).expect("repeat snapshot"));
-        let travel = TimeTravel::new(Arc::clone(&snapshot), 0);
-        let request = WhatIfRequest {
-            device: 0,
-            candidates: vec![AllocConf::default_conf()],
-            cap_bytes: None,
-            device_memory_bytes: None,
-        };
-        let report = what_if(&travel, &request, &|_| true).expect("what-if");
-        assert!(
-            report.self_check.reliable,
-            "{name}: self-check failed: {:?}",
-            report.self_check.problem
-        );
+        let (travel, report) = open_self_checked(&path);
         let mut inside = 0;
         let mut pairs = 0;
         let mut outside = Vec::new();
         for row in rows.iter().filter(|r| r.workload == workload) {
             let outcome = predict(&travel, &parse_conf(&row.conf), row.cap);
-            let again = Row {
-                workload: row.workload.clone(),
-                conf: row.conf.clone(),
-                cap: row.cap,
-                real: row.real.clone(),
-                predicted_peak: outcome.peak_reserved_bytes,
-                predicted_range: outcome
-                    .peak_reserved_range_bytes
-                    .unwrap_or((outcome.peak_reserved_bytes, outcome.peak_reserved_bytes)),
-                predicted_oom: outcome.oom.is_some(),
-                timing_uncertain: outcome.timing_uncertain,
-                same_place: row.same_place,
-                real_allocated_peak: row.real_allocated_peak,
-                predicted_allocated_peak: outcome.peak_allocated_bytes,
-            };
+            let again = with_prediction(row.clone(), &outcome);
             pairs += 1;
             if again.error() <= 0.05 && again.verdict() != Verdict::Wrong {
                 inside += 1;
