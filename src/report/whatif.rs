@@ -72,6 +72,7 @@ struct JsonOutcome {
     uncertain: bool,
     peak_reserved_range_bytes: Option<[u64; 2]>,
     timing_uncertain: bool,
+    scratch_oom: Option<JsonOom>,
     headroom_bytes: Option<u64>,
     num_alloc_retries: u64,
     num_device_alloc: u64,
@@ -151,6 +152,7 @@ fn json_outcome(
             .peak_reserved_range_bytes
             .map(|(low, high)| [low, high]),
         timing_uncertain: outcome.timing_uncertain,
+        scratch_oom: outcome.scratch_oom.map(|o| json_oom(&o, snapshot)),
         headroom_bytes: outcome.headroom_bytes(&report.limits),
         num_alloc_retries: outcome.num_alloc_retries,
         num_device_alloc: outcome.num_device_alloc,
@@ -297,6 +299,17 @@ pub fn outcome_words(outcome: &SettingOutcome, report: &WhatIfReport) -> String 
         (false, true) => " (uncertain: depends on when the GPU finishes other streams' work)",
         (false, false) => "",
     };
+    if outcome.oom.is_none()
+        && let Some(scratch) = outcome.scratch_oom
+    {
+        return format!(
+            "uncertain: runs out at event {} on a {} scratch buffer (freed before any other \
+             request or free, like cuDNN's convolution workspace, whose failure PyTorch catches \
+             to use an algorithm that needs less); without it the rest runs{uncertain}",
+            scratch.event_index,
+            format_table_bytes(scratch.request_bytes)
+        );
+    }
     let words = match outcome.oom {
         Some(oom) => {
             let allowed = oom

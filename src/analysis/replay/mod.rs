@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use foldhash::HashMap;
 use foldhash::HashMapExt;
+use foldhash::HashSet;
 
 use crate::analysis::allocator_rules::AllocatorRules;
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, StateSegment, TimeTravel};
@@ -222,6 +223,12 @@ pub struct SettingOutcome {
     /// Whether it runs out differs between those timings: the verdict depends on when the GPU
     /// finishes other streams' work.
     pub timing_uncertain: bool,
+    /// The first request this setting could not serve that was a scratch buffer: the trace
+    /// frees it before any other request or free, as a library's workspace (cuDNN's
+    /// convolution workspace) is. PyTorch catches a failed cuDNN workspace and runs the convolution with an
+    /// algorithm that needs less, so such a failure need not end the job; the replay goes on
+    /// without the buffer, and `oom` holds only a failure past that doubt.
+    pub scratch_oom: Option<OomPoint>,
     pub num_alloc_retries: u64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
@@ -233,15 +240,21 @@ pub struct SettingOutcome {
 }
 
 impl SettingOutcome {
-    /// Ran the whole trace without running out.
+    /// Ran the whole trace without running out (not even on a scratch buffer).
     pub fn runs(&self) -> bool {
-        self.oom.is_none() && self.incomplete.is_none()
+        self.oom.is_none() && self.scratch_oom.is_none() && self.incomplete.is_none()
     }
 
-    /// Whether it runs out is not settled: it depends on the exact (inferred) cap or on when
-    /// the GPU finishes other streams' work.
+    /// Whether it runs out is not settled: it depends on the exact (inferred) cap, on when
+    /// the GPU finishes other streams' work, or on whether the program survives a failed
+    /// scratch buffer (`scratch_oom`).
     pub fn verdict_uncertain(&self) -> bool {
-        self.uncertain || self.timing_uncertain
+        self.uncertain || self.timing_uncertain || self.only_scratch_failed()
+    }
+
+    /// It ran out only on scratch buffers a library may have caught (see `scratch_oom`).
+    pub fn only_scratch_failed(&self) -> bool {
+        self.oom.is_none() && self.scratch_oom.is_some() && self.incomplete.is_none()
     }
 
     /// Free room at the peak under the limit in force, when there is one.
@@ -722,6 +735,8 @@ struct ReplayInput<'a> {
     /// follow its `free_requested` at once): the outcome can depend on the GPU's timing, so
     /// each setting is also replayed under [`Timing::Early`].
     has_deferred_frees: bool,
+    /// Some request of the trace has a stack: one without is then made by C++ code.
+    stacks_recorded: bool,
 }
 
 /// Limits the trace's own events reveal (see `ReplayInput::limit_evidence`).
@@ -752,6 +767,8 @@ struct RunResult {
     replay_ooms: Vec<usize>,
     survived_real_ooms: usize,
     shared_caught_ooms: usize,
+    /// See [`SettingOutcome::scratch_oom`].
+    scratch_oom: Option<OomPoint>,
     events_replayed: usize,
 }
 
@@ -775,6 +792,7 @@ impl RunResult {
             uncertain: false,
             peak_reserved_range_bytes: None,
             timing_uncertain: false,
+            scratch_oom: self.scratch_oom,
             num_alloc_retries: stats.num_alloc_retries,
             num_device_alloc: stats.num_device_alloc,
             num_device_free: stats.num_device_free,
@@ -882,6 +900,7 @@ impl<'a> ReplayInput<'a> {
             recorded_rules: AllocConf::recorded(travel.snapshot().settings.as_ref()).rules,
             segments_by_size,
             has_deferred_frees: has_deferred_frees(trace),
+            stacks_recorded: trace.stacks.iter().any(|&stack| stack != StackId::EMPTY),
         }
     }
 
@@ -889,6 +908,28 @@ impl<'a> ReplayInput<'a> {
         self.streams
             .binary_search(&stream)
             .map_or(0, |rank| rank.min(u16::MAX as usize) as u16)
+    }
+
+    /// Whether the request at `index` was made inside PyTorch's own code: the innermost Python
+    /// frame of its stack is in torch's files, or it has no Python frame at all (made by C++,
+    /// e.g. autograd's backward) while the trace records stacks for other requests.
+    fn made_inside_torch(&self, index: usize) -> bool {
+        let stack = self
+            .trace
+            .stacks
+            .get(index)
+            .copied()
+            .unwrap_or(StackId::EMPTY);
+        let frames = self.snapshot.frames.stack(stack);
+        let innermost_python = frames
+            .iter()
+            .filter_map(|&frame| self.snapshot.frames.frame(frame))
+            .map(|frame| self.snapshot.string(frame.filename))
+            .find(|file| file.ends_with(".py"));
+        match innermost_python {
+            Some(file) => file.contains("/torch/"),
+            None => !frames.is_empty() || self.stacks_recorded,
+        }
     }
 
     /// Does the stack of event `index` come from `torch.cuda.empty_cache()`?
@@ -1197,8 +1238,12 @@ impl<'a> ReplayInput<'a> {
             replay_ooms: Vec::new(),
             survived_real_ooms: 0,
             shared_caught_ooms: 0,
+            scratch_oom: None,
             events_replayed: 0,
         };
+        // Scratch buffers this setting could not serve and went on without: their frees are
+        // skipped.
+        let mut skipped: HashSet<u64> = HashSet::default();
         let actions = &trace.actions;
         let address_at = |i: usize| trace.addresses.get(i).copied().unwrap_or(0);
         let size_at = |i: usize| trace.sizes_bytes.get(i).copied().unwrap_or(0);
@@ -1298,20 +1343,40 @@ impl<'a> ReplayInput<'a> {
                         Err(oom) => {
                             let point = self.oom_point(index, oom, model, stack_at(index));
                             result.replay_ooms.push(index);
-                            result.oom = Some(point);
-                            if mode == Mode::Check {
-                                result.divergence = Some((
-                                    index,
-                                    format!(
-                                        "the replay ran out of memory on a {} request that the \
-                                         real run served",
-                                        format_bytes(oom.request_bytes)
-                                    ),
-                                ));
+                            if mode == Mode::WhatIf && self.is_scratch(index) {
+                                // Perhaps caught (a library's workspace): go on without it.
+                                result.scratch_oom.get_or_insert(point);
+                                skipped.insert(address);
+                            } else {
+                                result.oom = Some(point);
+                                if mode == Mode::Check {
+                                    result.divergence = Some((
+                                        index,
+                                        format!(
+                                            "the replay ran out of memory on a {} request that \
+                                             the real run served",
+                                            format_bytes(oom.request_bytes)
+                                        ),
+                                    ));
+                                }
+                                break;
                             }
-                            break;
                         }
                     }
+                    window_start = index + 1;
+                }
+                TraceAction::FreeRequested if skipped.contains(&address_at(index)) => {
+                    // A scratch buffer this setting went on without: the program never had it.
+                    let address = address_at(index);
+                    if actions.get(index + 1) == Some(&TraceAction::FreeCompleted)
+                        && address_at(index + 1) == address
+                    {
+                        skipped.remove(&address);
+                        index += 1;
+                    }
+                    window_start = index + 1;
+                }
+                TraceAction::FreeCompleted if skipped.remove(&address_at(index)) => {
                     window_start = index + 1;
                 }
                 TraceAction::FreeRequested => {
@@ -1466,6 +1531,30 @@ impl<'a> ReplayInput<'a> {
         }
         result.events_replayed = index.min(len);
         Ok(result)
+    }
+
+    /// Whether the request at `index` is a library's scratch buffer: made inside PyTorch's own
+    /// code (see [`ReplayInput::made_inside_torch`]) and given back before any other request or
+    /// free, as a kernel's workspace is. A user's tensor is not one, even when it is freed
+    /// first (CPython frees a list's items last to first).
+    fn is_scratch(&self, index: usize) -> bool {
+        if !self.made_inside_torch(index) {
+            return false;
+        }
+        let trace = self.trace;
+        let Some(&address) = trace.addresses.get(index) else {
+            return false;
+        };
+        for later in index + 1..trace.len() {
+            match trace.actions[later] {
+                TraceAction::FreeRequested => {
+                    return trace.addresses.get(later) == Some(&address);
+                }
+                TraceAction::Alloc | TraceAction::Oom => return false,
+                _ => {}
+            }
+        }
+        false
     }
 
     fn oom_point(
@@ -1735,6 +1824,41 @@ mod tests {
         assert!(outcome.runs());
         assert!(!outcome.verdict_uncertain());
         assert!(outcome.peak_reserved_range_bytes.is_some());
+    }
+
+    #[test]
+    fn a_failed_scratch_buffer_is_uncertain_and_the_replay_goes_on() {
+        // The held-out CNN (cuDNN convolutions) under roundup_power2_divisions:4 and a 1.99 GiB
+        // cap: a 576 MiB convolution workspace, rounded to 640 MiB, does not fit. The real run
+        // of that setting and cap recorded 24 failures of it, went on without it and finished.
+        let travel = travel("heldout/cnn_train.pickle");
+        let report = what_if(
+            &travel,
+            &request("roundup_power2_divisions:4", Some(2_134_900_736)),
+            &|_| true,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let outcome = &report.results[0];
+        let scratch = outcome
+            .scratch_oom
+            .unwrap_or_else(|| panic!("the workspace does not fit: {outcome:?}"));
+        assert_eq!(scratch.request_bytes, 640 * MIB);
+        let input = ReplayInput::new(&travel, None);
+        assert!(input.is_scratch(scratch.event_index));
+        assert!(outcome.oom.is_none(), "{:?}", outcome.oom);
+        assert_eq!(outcome.events_replayed, travel.len());
+        assert!(outcome.only_scratch_failed());
+        assert!(outcome.verdict_uncertain());
+        assert!(!outcome.runs());
+        // A request the trace keeps (activations) still ends the run.
+        let report = what_if(&travel, &request("default", Some(256 * MIB)), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let outcome = &report.results[0];
+        let oom = outcome
+            .oom
+            .unwrap_or_else(|| panic!("256 MiB is too little: {outcome:?}"));
+        assert!(!input.is_scratch(oom.event_index));
+        assert!(!outcome.verdict_uncertain());
     }
 
     #[test]
