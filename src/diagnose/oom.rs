@@ -29,10 +29,10 @@
 //!    the request and the live set plus the request fits on the card, expandable segments (which
 //!    can unmap and remap those pages) are offered as an unverified alternative.
 //!
-//! A reliable what-if replay of the allocation history (`super::proof`) overrides rules 2 and 5
+//! A reliable what-if replay of the allocation history (`super::proof`) overrides rules 1, 2 and 5
 //! where it can: when no allocator setting would have avoided the failure, it is not
 //! fragmentation; when one would have (and the job was neither in its first step nor growing), it
-//! is. Allocator settings are recommended only as the replay proves them; without a replay they say
+//! is — under a cap too, where the cap then stays a second finding. Allocator settings are recommended only as the replay proves them; without a replay they say
 //! they are unverified and how to verify them.
 //!
 //! PyTorch prints the `expandable_segments` hint on every OOM; it is only repeated when
@@ -289,11 +289,13 @@ pub fn classify(case: &OomCase) -> Verdict {
     if cap_set && (device_had_room || free.is_none())
         || free_is_exact(case) && refused_by_memory_cap(free, requested)
     {
-        return verdict(if cached_enough && fragmentation_would_last {
+        let mut verdict = verdict(if cached_enough && fragmentation_would_last {
             OomCause::CapWithFragmentation
         } else {
             OomCause::Cap
         });
+        apply_replay(case, &mut verdict);
+        return verdict;
     }
     let by_numbers = if cached_enough {
         if fragmentation_would_last {
@@ -353,7 +355,19 @@ fn packing_would_fit(n: &OomNumbers, others_sum: u64) -> bool {
     sum_fits && live_fits
 }
 
-/// Where a reliable replay decides between fragmentation and a full card (module comment).
+/// The live set at the failure plus the request fits under the cap (or a number is missing):
+/// only then can an allocator setting, and not a larger cap, be what the job lacked.
+fn live_set_fits_under_cap(n: &OomNumbers) -> bool {
+    match (n.allocated_bytes, n.requested_bytes, n.allowed_bytes) {
+        (Some(allocated), Some(requested), Some(allowed)) => {
+            allocated.saturating_add(requested) <= allowed
+        }
+        _ => true,
+    }
+}
+
+/// Where a reliable replay decides between fragmentation and a full card, or a full cap
+/// (module comment).
 fn apply_replay(case: &OomCase, verdict: &mut Verdict) {
     let Some(proof) = case.replay.as_ref().and_then(proof::judge) else {
         return;
@@ -370,11 +384,21 @@ fn apply_replay(case: &OomCase, verdict: &mut Verdict) {
                 proof.useless.len()
             ));
         }
-        OomCause::Capacity if !verdict.first_step && !verdict.growth_outpaces_waste => {
+        OomCause::Capacity | OomCause::Cap
+            if !verdict.first_step
+                && !verdict.growth_outpaces_waste
+                && (verdict.cause == OomCause::Capacity
+                    || live_set_fits_under_cap(&case.numbers)) =>
+        {
             if let Some(best) = proof.helps.first() {
-                verdict.cause = OomCause::Fragmentation;
+                let (cause, what) = if verdict.cause == OomCause::Capacity {
+                    (OomCause::Fragmentation, "the card")
+                } else {
+                    (OomCause::CapWithFragmentation, "what the memory cap allows")
+                };
+                verdict.cause = cause;
                 verdict.replay_note = Some(format!(
-                    "The replay of the allocation history under {} did not run out of memory ({}): the allocator's packing, not the live set, used up the card.",
+                    "The replay of the allocation history under {} did not run out of memory ({}): the allocator's packing, not the live set, used up {what}.",
                     best.conf,
                     proof::proven_text(best, proof.limit_bytes)
                 ));
@@ -1690,6 +1714,56 @@ mod tests {
             "{:?}",
             f.evidence
         );
+    }
+
+    #[test]
+    fn under_a_cap_a_replay_that_gets_past_with_a_steady_live_set_makes_it_fragmentation() {
+        // A 2.1 GiB cap, a 256 MiB request refused with 1.88 GiB reserved (too little cached
+        // for the numbers alone to say fragmentation), iterations steady before the failure.
+        let case = |settings: Vec<ReplayedSetting>| {
+            let mut case = with_history(
+                snapshot_case(OomNumbers {
+                    device_index: Some(0),
+                    requested_bytes: Some(256 * MIB),
+                    total_bytes: Some(140 * GIB),
+                    free_bytes: Some(130 * GIB),
+                    allowed_bytes: Some(2150 * MIB),
+                    allocated_bytes: Some(1800 * MIB),
+                    reserved_bytes: Some(1925 * MIB),
+                    reserved_unallocated_bytes: Some(125 * MIB),
+                    ..Default::default()
+                }),
+                trajectory(
+                    4,
+                    LiveGrowth::Steady {
+                        peak_bytes: 1990 * MIB,
+                    },
+                    true,
+                ),
+            );
+            case.replay = Some(replay(settings, true));
+            case
+        };
+        let helped = case(vec![
+            replayed("default", true),
+            replayed("expandable_segments:True", false),
+            replayed("max_split_size_mb:512", true),
+        ]);
+        assert_eq!(classify(&helped).cause, OomCause::CapWithFragmentation);
+        let found = findings(&helped);
+        assert_eq!(found[0].category, Category::Fragmentation);
+        assert_eq!(found[0].recommendations[0].id, "expandable-segments");
+        assert!(
+            found.iter().any(|f| f.category == Category::MemoryCap),
+            "the cap stays a finding: {found:?}"
+        );
+        // No setting gets past: the cap stays the cause.
+        let refuted = case(vec![
+            replayed("default", true),
+            replayed("expandable_segments:True", true),
+        ]);
+        assert_eq!(classify(&refuted).cause, OomCause::Cap);
+        assert_eq!(findings(&refuted)[0].category, Category::MemoryCap);
     }
 
     #[test]
