@@ -910,16 +910,20 @@ impl<'a> ReplayInput<'a> {
             .map_or(0, |rank| rank.min(u16::MAX as usize) as u16)
     }
 
+    /// The stack recorded with event `index` (empty when the trace has none for it).
+    fn stack_of(&self, index: usize) -> StackId {
+        self.trace
+            .stacks
+            .get(index)
+            .copied()
+            .unwrap_or(StackId::EMPTY)
+    }
+
     /// Whether the request at `index` was made inside PyTorch's own code: the innermost Python
     /// frame of its stack is in torch's files, or it has no Python frame at all (made by C++,
     /// e.g. autograd's backward) while the trace records stacks for other requests.
     fn made_inside_torch(&self, index: usize) -> bool {
-        let stack = self
-            .trace
-            .stacks
-            .get(index)
-            .copied()
-            .unwrap_or(StackId::EMPTY);
+        let stack = self.stack_of(index);
         let frames = self.snapshot.frames.stack(stack);
         let innermost_python = frames
             .iter()
@@ -1119,12 +1123,7 @@ impl<'a> ReplayInput<'a> {
         if !self.followed_by_request(end) {
             return true;
         }
-        let stack = self
-            .trace
-            .stacks
-            .get(index)
-            .copied()
-            .unwrap_or(StackId::EMPTY);
+        let stack = self.stack_of(index);
         if stack != StackId::EMPTY {
             return self.stack_is_empty_cache(index);
         }
