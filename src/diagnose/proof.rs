@@ -179,8 +179,11 @@ pub fn replay_trace(travel: &TimeTravel, device: u32) -> Result<ReplayEvidence, 
 /// replay it (`vramscope whatif` does, on its own).
 pub fn too_long_to_replay(travel: &TimeTravel) -> Option<(usize, usize)> {
     let (candidates, _) = replay::sweep_candidates(travel, true);
-    // The self-check, the recorded settings and each candidate: one pass over the trace each.
-    let passes = candidates.len() + 2;
+    // The self-check, the recorded settings and each candidate: one pass over the trace each,
+    // and at worst (near a limit, as at an OOM) the recorded settings and each candidate again
+    // under every drawn placement of segments (see `replay::PlacementSpread`).
+    let settings = candidates.len() + 1;
+    let passes = 1 + settings * (1 + replay::DRAWN_PLACEMENTS as usize);
     let events = travel.trace().len();
     (events.saturating_mul(passes) > MAX_REPLAYED_EVENTS).then_some((events, passes))
 }

@@ -72,6 +72,8 @@ struct JsonOutcome {
     uncertain: bool,
     peak_reserved_range_bytes: Option<[u64; 2]>,
     timing_uncertain: bool,
+    placement: Option<JsonPlacement>,
+    placement_uncertain: bool,
     scratch_oom: Option<JsonOom>,
     headroom_bytes: Option<u64>,
     num_alloc_retries: u64,
@@ -91,6 +93,13 @@ struct JsonOom {
     allocated_bytes: u64,
     allowed_bytes: Option<u64>,
     stack: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonPlacement {
+    drawn: u32,
+    ran_out: u32,
+    peak_reserved_range_bytes: [u64; 2],
 }
 
 #[derive(Debug, Serialize)]
@@ -152,6 +161,12 @@ fn json_outcome(
             .peak_reserved_range_bytes
             .map(|(low, high)| [low, high]),
         timing_uncertain: outcome.timing_uncertain,
+        placement: outcome.placement.map(|spread| JsonPlacement {
+            drawn: spread.drawn,
+            ran_out: spread.ran_out,
+            peak_reserved_range_bytes: [spread.peak_range_bytes.0, spread.peak_range_bytes.1],
+        }),
+        placement_uncertain: outcome.placement_uncertain(),
         scratch_oom: outcome.scratch_oom.map(|o| json_oom(&o, snapshot)),
         headroom_bytes: outcome.headroom_bytes(&report.limits),
         num_alloc_retries: outcome.num_alloc_retries,
@@ -291,13 +306,23 @@ pub fn outcome_words(outcome: &SettingOutcome, report: &WhatIfReport) -> String 
             incomplete.event_index, incomplete.reason
         );
     }
-    let uncertain = match (outcome.uncertain, outcome.timing_uncertain) {
-        (true, true) => {
-            " (uncertain: depends on the exact cap and on when the GPU finishes other streams' work)"
-        }
-        (true, false) => " (uncertain: depends on the exact cap)",
-        (false, true) => " (uncertain: depends on when the GPU finishes other streams' work)",
-        (false, false) => "",
+    let mut depends_on = Vec::new();
+    if outcome.uncertain {
+        depends_on.push("the exact cap".to_string());
+    }
+    if outcome.timing_uncertain {
+        depends_on.push("when the GPU finishes other streams' work".to_string());
+    }
+    if let Some(spread) = outcome.placement.filter(|_| outcome.placement_uncertain()) {
+        depends_on.push(format!(
+            "where the driver places segments ({} of {} other placements run out)",
+            spread.ran_out, spread.drawn
+        ));
+    }
+    let uncertain = if depends_on.is_empty() {
+        String::new()
+    } else {
+        format!(" (uncertain: depends on {})", depends_on.join(" and on "))
     };
     if outcome.oom.is_none()
         && let Some(scratch) = outcome.scratch_oom
@@ -331,12 +356,22 @@ pub fn outcome_words(outcome: &SettingOutcome, report: &WhatIfReport) -> String 
             None => format!("runs{uncertain}"),
         },
     };
-    match outcome.peak_reserved_range_bytes {
-        Some((low, high)) if low != high => format!(
-            "{words}; peak {} – {} depending on when the GPU finishes other streams' work",
-            format_table_bytes(low),
-            format_table_bytes(high)
-        ),
+    match outcome.peak_range_bytes() {
+        Some((low, high)) if low != high => {
+            let mut by = Vec::new();
+            if outcome.peak_reserved_range_bytes.is_some() {
+                by.push("when the GPU finishes other streams' work");
+            }
+            if outcome.placement_uncertain() {
+                by.push("where the driver places segments");
+            }
+            format!(
+                "{words}; peak {} – {} depending on {}",
+                format_table_bytes(low),
+                format_table_bytes(high),
+                by.join(" and on ")
+            )
+        }
         _ => words,
     }
 }

@@ -194,3 +194,52 @@ fn a_two_stream_trace_gets_a_peak_range_and_an_uncertain_verdict_where_timing_de
     );
     assert_eq!(doc["results"][0]["timing_uncertain"], false);
 }
+
+#[test]
+fn a_verdict_the_placement_of_segments_decides_is_uncertain_in_words_and_json() {
+    // The real transformer step (H200) under a 3353 MiB cap: every real run ran out, the
+    // recorded order of segments fits, other orders run out (docs/whatif-validation.md).
+    let snapshot = fixture("whatif/transformer_step.pickle");
+    let args = |json: bool| {
+        let mut args = vec![
+            os(&snapshot),
+            "--setting".as_ref(),
+            "default".as_ref(),
+            "--cap".as_ref(),
+            "3353MiB".as_ref(),
+        ];
+        if json {
+            args.push("--json".as_ref());
+        }
+        whatif(&args)
+    };
+    let (code, stdout, stderr) = args(true);
+    assert_eq!(code, 0, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let result = &doc["results"][0];
+    assert_eq!(result["oom"], false, "{stdout}");
+    assert_eq!(result["placement_uncertain"], true, "{stdout}");
+    let drawn = result["placement"]["drawn"].as_u64().expect("drawn");
+    let ran_out = result["placement"]["ran_out"].as_u64().expect("ran_out");
+    assert!(0 < ran_out && ran_out <= drawn, "{stdout}");
+    let (code, stdout, stderr) = args(false);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "uncertain: depends on where the driver places segments ({ran_out} of {drawn} other \
+             placements run out)"
+        )),
+        "{stdout}"
+    );
+    // Without a cap the order cannot make it run out: nothing is replayed again.
+    let (code, stdout, stderr) = whatif(&[
+        os(&snapshot),
+        "--setting".as_ref(),
+        "default".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(doc["results"][0]["placement"], serde_json::Value::Null);
+    assert_eq!(doc["results"][0]["placement_uncertain"], false);
+}

@@ -221,7 +221,7 @@ fn with_prediction(row: Row, outcome: &vramscope::analysis::replay::SettingOutco
     Row {
         predicted_peak: outcome.peak_reserved_bytes,
         predicted_range: outcome
-            .peak_reserved_range_bytes
+            .peak_range_bytes()
             .unwrap_or((outcome.peak_reserved_bytes, outcome.peak_reserved_bytes)),
         predicted_oom: outcome.oom.is_some(),
         uncertain: outcome.verdict_uncertain(),
@@ -497,8 +497,12 @@ fn table(rows: &[Row], checks: &[String], repeat_lines: &[String], heldout: &[Ro
          and \"within 5 %\" count pairs with an error up to that. A verdict is right when it is \
          certain and every real run agrees with it (whether the replay ran out at the same \
          allocation as the ground truth is counted apart). A verdict is also uncertain when the \
-         setting ran out only on a scratch buffer the program may survive (see the causes \
-         below). An uncertain verdict is counted apart: not wrong when the real runs' verdicts \
+         setting ran out only on a scratch buffer the program may survive, or when the \
+         placement of segments decides it: near a limit (the replay ran out, released cached \
+         memory for a request, or peaked within a tenth of the limit) each setting is replayed \
+         again under 8 drawn placements, every new segment at a random address, and a verdict \
+         some of them do not share is uncertain, its range widened by their peaks (see the \
+         causes below). An uncertain verdict is counted apart: not wrong when the real runs' verdicts \
          differed from each other or every real peak lies within 5 % of \
          the range, else wrong. Nothing changes for a single-stream trace: its range is one \
          number and its repeats, where there are any, gave the ground truth's numbers.\n\n",
@@ -540,7 +544,17 @@ fn table(rows: &[Row], checks: &[String], repeat_lines: &[String], heldout: &[Ro
          runs release different segments under the cap: at allocation 1304 (from 0), a 128 MiB \
          request, the real run found a cached block and the replay released two 32 MiB \
          segments for a new one; the real run later ran out within 1 % of the cap. No rule of \
-         the allocator decides this; verdicts this close to the cap are the least certain.\n\
+         the allocator decides this, so the replay now asks whether the placement can decide \
+         the verdict (see \"How it counts\"): with every new segment at a random address, 6 of \
+         8 drawn placements run out under both caps, the verdict is uncertain, and the peak \
+         range (3250-3346 MiB) holds the real 3318 MiB. The price: 5 ground-truth verdicts the \
+         recorded order got right are uncertain too (`transformer_step` under \
+         `garbage_collection_threshold:0.6` and `roundup_power2_divisions:4` at both caps, \
+         `small_churn` under `roundup_power2_divisions:4` at 233 MiB, where 2 to 3 of 8 \
+         placements disagree), and one held-out (`random_lifetimes`, \
+         `roundup_power2_divisions:4`, 1881 MiB cap). The drawn placements are not the \
+         driver's own distribution (it put large segments below each other in every run seen), \
+         so the counts say that the order can decide, not how likely each outcome is.\n\
          - Scratch buffers. A program can catch an out-of-memory error and go on, and PyTorch \
          itself does so for cuDNN's convolution workspace: it tries the next algorithm, down to \
          one needing none. The held-out `cnn_train` under `roundup_power2_divisions` and a cap \
@@ -630,8 +644,8 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         "only {within_2} of {} runs within 2 %",
         rows.len()
     );
-    // Not yet met (see docs/whatif-validation.md, "Where the model is approximate"): every run
-    // within 5 % and every OOM verdict right. Until they are, the results may not get worse.
+    // Not yet met (see docs/whatif-validation.md, "Where the model is approximate"): every OOM
+    // verdict right (some are uncertain). Until it is, the results may not get worse.
     let within_5 = rows.iter().filter(|r| r.error() <= 0.05).count();
     let right = rows.iter().filter(|r| r.right_at_the_right_place()).count();
     let wrong = rows
@@ -648,15 +662,15 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         worst.predicted_range,
         real_peaks(worst)
     );
+    // 113 (was 117) since a verdict the placement of segments decides is uncertain: 5 the
+    // recorded order got right among them, with the 6 it got wrong (see the causes in the
+    // document); wrong verdicts went from 6 to 0.
     assert!(
-        right >= 117,
-        "{right} of {} OOM verdicts right at the right place (was 117)",
+        right >= 113,
+        "{right} of {} OOM verdicts right at the right place (was 113)",
         rows.len()
     );
-    assert!(
-        wrong <= WRONG_AT_MOST,
-        "{wrong} OOM verdicts wrong (was {WRONG_AT_MOST})"
-    );
+    assert_eq!(wrong, 0, "OOM verdicts wrong (there were none)");
     // The held-out workloads: no verdict wrong, and the peaks may not get worse.
     let heldout_within_5 = heldout.iter().filter(|r| r.error() <= 0.05).count();
     let heldout_wrong = heldout
@@ -683,8 +697,6 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
 
 /// Pairs within 5 % of their predicted range (the replay may not get worse than this).
 const WITHIN_5_AT_LEAST: usize = 126;
-/// Wrong OOM verdicts (the replay may not get worse than this).
-const WRONG_AT_MOST: usize = 6;
 /// The held-out workloads' pairs within 5 % when the scratch-buffer rule was added.
 const HELDOUT_WITHIN_5_AT_LEAST: usize = 104;
 

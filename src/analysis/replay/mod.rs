@@ -229,6 +229,9 @@ pub struct SettingOutcome {
     /// algorithm that needs less, so such a failure need not end the job; the replay goes on
     /// without the buffer, and `oom` holds only a failure past that doubt.
     pub scratch_oom: Option<OomPoint>,
+    /// The setting replayed again with segments placed in other orders, when the placement
+    /// can decide whether it fits (see [`PlacementSpread`]); `None` when it cannot.
+    pub placement: Option<PlacementSpread>,
     pub num_alloc_retries: u64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
@@ -249,7 +252,34 @@ impl SettingOutcome {
     /// the GPU finishes other streams' work, or on whether the program survives a failed
     /// scratch buffer (`scratch_oom`).
     pub fn verdict_uncertain(&self) -> bool {
-        self.uncertain || self.timing_uncertain || self.only_scratch_failed()
+        self.uncertain
+            || self.timing_uncertain
+            || self.placement_uncertain()
+            || self.only_scratch_failed()
+    }
+
+    /// Whether it runs out differs between the recorded run's placement of segments and
+    /// another the driver could have chosen (see [`PlacementSpread`]).
+    pub fn placement_uncertain(&self) -> bool {
+        self.placement.is_some_and(|spread| {
+            let ran_out = self.oom.is_some();
+            spread.ran_out != if ran_out { spread.drawn } else { 0 }
+        })
+    }
+
+    /// The peaks a real run can show: over the GPU timings replayed, widened by the drawn
+    /// placements of segments when the placement decides whether it fits (`None`: one peak).
+    pub fn peak_range_bytes(&self) -> Option<(u64, u64)> {
+        let placement = self
+            .placement
+            .filter(|_| self.placement_uncertain())
+            .map(|spread| spread.peak_range_bytes);
+        match (self.peak_reserved_range_bytes, placement) {
+            (Some(timing), Some(placement)) => {
+                Some((timing.0.min(placement.0), timing.1.max(placement.1)))
+            }
+            (timing, placement) => timing.or(placement),
+        }
     }
 
     /// It ran out only on scratch buffers a library may have caught (see `scratch_oom`).
@@ -262,6 +292,28 @@ impl SettingOutcome {
         let allowed = limits.cap_bytes.or(limits.device_limit_bytes)?;
         Some(allowed.saturating_sub(self.peak_reserved_bytes))
     }
+}
+
+/// How many other placements of segments a setting is replayed under when the placement can
+/// decide whether it fits.
+pub const DRAWN_PLACEMENTS: u32 = 8;
+
+/// The setting replayed with every new segment at an address drawn at random, so that segments
+/// lie in an order the recorded run did not have. Best fit gives a request the lowest-addressed
+/// of equal free blocks, so the order decides which segments stay whole and can be released
+/// under a cap, and the driver's order is not a function of the calls made: on the H200, eight
+/// runs of one program making the same `cudaMalloc` calls put one 32 MiB segment 2376 to 2504
+/// MiB below the first segment in five and 152 to 632 MiB above it in three, and a replay of
+/// the recorded order predicted room under a cap where every real run ran out. When the drawn
+/// orders disagree with the recorded one about running out, the verdict is uncertain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlacementSpread {
+    /// Drawn placements replayed to the end (or to their out-of-memory).
+    pub drawn: u32,
+    /// How many of them ran out.
+    pub ran_out: u32,
+    /// Lowest and highest peak reserved over them and the recorded placement.
+    pub peak_range_bytes: (u64, u64),
 }
 
 /// Everything a what-if replay found.
@@ -459,7 +511,7 @@ pub fn what_if(
         &recorded.rules,
         check_limits,
         Mode::Check,
-        Timing::Recorded,
+        Assumed::RECORDED,
         None,
         &run_progress,
     )?;
@@ -530,7 +582,7 @@ pub fn what_if(
                     &conf.rules,
                     strict,
                     Mode::WhatIf,
-                    Timing::Recorded,
+                    Assumed::RECORDED,
                     None,
                     &|_| true,
                 )?;
@@ -640,7 +692,7 @@ pub fn replay_state_at(
         &conf.rules,
         run_limits,
         Mode::WhatIf,
-        Timing::Recorded,
+        Assumed::RECORDED,
         Some(stop_at),
         &|_| true,
     )?;
@@ -715,6 +767,34 @@ enum Timing {
     /// call: `malloc` starts with `process_events`, which completes every free whose events
     /// have all finished.
     Early,
+}
+
+/// Where the driver puts a new segment. Best fit breaks ties between equal free blocks by
+/// address, so this can decide which segments stay whole and can be released under a cap. The
+/// trace records where the recorded run's driver put them; another process making the same
+/// `cudaMalloc` calls need not get the same order (see `docs/whatif-validation.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// Where the recorded run's driver put its segments (see [`TraceHints`]).
+    Recorded,
+    /// Every new segment at an address drawn from this seed: an order of segments the trace
+    /// does not rule out.
+    Drawn(u64),
+}
+
+/// What a replay assumes of what the trace does not fix for another run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Assumed {
+    timing: Timing,
+    placement: Placement,
+}
+
+impl Assumed {
+    /// As the recorded run had it.
+    const RECORDED: Assumed = Assumed {
+        timing: Timing::Recorded,
+        placement: Placement::Recorded,
+    };
 }
 
 /// The trace and the starting state, shared by every replay of one request.
@@ -793,6 +873,7 @@ impl RunResult {
             peak_reserved_range_bytes: None,
             timing_uncertain: false,
             scratch_oom: self.scratch_oom,
+            placement: None,
             num_alloc_retries: stats.num_alloc_retries,
             num_device_alloc: stats.num_device_alloc,
             num_device_free: stats.num_device_free,
@@ -802,6 +883,16 @@ impl RunResult {
                 && limits.cap_bytes.is_none(),
         }
     }
+}
+
+/// Whether some free of `trace` waited for other streams' work: a `free_requested` not followed
+/// at once by the `free_completed` of the same address.
+fn has_deferred_frees(trace: &DeviceTrace) -> bool {
+    trace.actions.iter().enumerate().any(|(index, &action)| {
+        action == TraceAction::FreeRequested
+            && !(trace.actions.get(index + 1) == Some(&TraceAction::FreeCompleted)
+                && trace.addresses.get(index + 1) == trace.addresses.get(index))
+    })
 }
 
 /// Offers the addresses the real run's `cudaMalloc` returned. First that of a segment event
@@ -814,19 +905,9 @@ impl RunResult {
 /// the same order, often hands out the same addresses relative to the first segment: all 18
 /// segments of `kv_cache` under `roundup_power2_divisions:4` sit where the default-settings run
 /// put its segment of that size and ordinal, though several were made at other requests; it is
-/// not a law (in `transformer_step` repeats it held for 9 to 43 of 55 segments).
-/// Whether some free of `trace` waited for other streams' work: a `free_requested` not followed
-/// at once by the `free_completed` of the same address.
-fn has_deferred_frees(trace: &DeviceTrace) -> bool {
-    trace.actions.iter().enumerate().any(|(index, &action)| {
-        action == TraceAction::FreeRequested
-            && !(trace.actions.get(index + 1) == Some(&TraceAction::FreeCompleted)
-                && trace.addresses.get(index + 1) == trace.addresses.get(index))
-    })
-}
-
-/// Offers the addresses the real run's segment events gave, between the previous request and
-/// the current one.
+/// not a law (in `transformer_step` repeats it held for 9 to 43 of 55 segments), which is why a
+/// verdict near a limit is also replayed under drawn placements ([`Placement::Drawn`]): then
+/// every new segment gets a random address instead.
 struct TraceHints<'a> {
     trace: &'a DeviceTrace,
     from: usize,
@@ -835,10 +916,19 @@ struct TraceHints<'a> {
     recorded_by_size: &'a HashMap<u64, Vec<u64>>,
     /// New segments the replay made so far, by size.
     made_by_size: &'a mut HashMap<u64, usize>,
+    /// Under [`Placement::Drawn`]: the state of the generator the addresses are drawn from.
+    drawn: Option<&'a mut u64>,
 }
 
 impl AddressHints for TraceHints<'_> {
     fn segment_addresses(&mut self, size_bytes: u64) -> Vec<u64> {
+        if let Some(state) = self.drawn.as_deref_mut() {
+            // Slots of 16 GiB below 2^48 (where the driver's addresses lie): the first free one
+            // is taken, so the new segment lands above or below each other one at random.
+            return (0..4)
+                .map(|_| (split_mix64(state) % (1 << 14)) << 34)
+                .collect();
+        }
         let made = self.made_by_size.entry(size_bytes).or_insert(0);
         let ordinal = *made;
         *made += 1;
@@ -1149,7 +1239,7 @@ impl<'a> ReplayInput<'a> {
             &conf.rules,
             limits,
             Mode::WhatIf,
-            Timing::Recorded,
+            Assumed::RECORDED,
             stop_at,
             progress,
         )?;
@@ -1160,7 +1250,10 @@ impl<'a> ReplayInput<'a> {
                 &conf.rules,
                 limits,
                 Mode::WhatIf,
-                Timing::Early,
+                Assumed {
+                    timing: Timing::Early,
+                    ..Assumed::RECORDED
+                },
                 stop_at,
                 &|_| progress(end),
             )?;
@@ -1173,7 +1266,51 @@ impl<'a> ReplayInput<'a> {
                 && early.incomplete.is_none()
                 && run.oom.is_some() != early.oom.is_some();
         }
+        if run.incomplete.is_none() && Self::placement_can_matter(&run, &outcome, &limits) {
+            let mut spread = PlacementSpread {
+                drawn: DRAWN_PLACEMENTS,
+                ran_out: 0,
+                peak_range_bytes: (outcome.peak_reserved_bytes, outcome.peak_reserved_bytes),
+            };
+            for seed in 0..u64::from(DRAWN_PLACEMENTS) {
+                let drawn = self.run(
+                    &conf.rules,
+                    limits,
+                    Mode::WhatIf,
+                    Assumed {
+                        placement: Placement::Drawn(seed),
+                        ..Assumed::RECORDED
+                    },
+                    stop_at,
+                    &|_| true,
+                )?;
+                if drawn.incomplete.is_some() {
+                    // A drawn placement the trace cannot be replayed under tells nothing.
+                    spread.drawn -= 1;
+                    continue;
+                }
+                spread.ran_out += u32::from(drawn.oom.is_some());
+                let peak = drawn.model.stats.peak_reserved_bytes;
+                spread.peak_range_bytes.0 = spread.peak_range_bytes.0.min(peak);
+                spread.peak_range_bytes.1 = spread.peak_range_bytes.1.max(peak);
+            }
+            outcome.placement = Some(spread);
+        }
         Ok((run, outcome))
+    }
+
+    /// Whether where the driver puts segments can decide if this run fits: only under a known
+    /// limit, when the run ran out, released cached memory to make room (`num_alloc_retries`),
+    /// or peaked within a tenth of the limit. Elsewhere a different order of segments changes
+    /// which block a tie goes to, not whether there is room.
+    fn placement_can_matter(run: &RunResult, outcome: &SettingOutcome, limits: &Limits) -> bool {
+        let Some(allowed) = limits.cap_bytes.or(limits.device_limit_bytes) else {
+            return false;
+        };
+        run.oom.is_some()
+            || run.scratch_oom.is_some()
+            || run.model.stats.num_alloc_retries > 0
+            || allowed.saturating_sub(outcome.peak_reserved_bytes) < allowed / 10
     }
 
     /// Seeds the model with the state at the first recorded event.
@@ -1213,16 +1350,17 @@ impl<'a> ReplayInput<'a> {
     }
 
     /// One pass over the trace under `rules` and `limits`, with other streams' work finishing
-    /// as `timing` says.
+    /// and new segments placed as `assumed` says.
     fn run(
         &self,
         rules: &AllocatorRules,
         limits: Limits,
         mode: Mode,
-        timing: Timing,
+        assumed: Assumed,
         stop_at: Option<usize>,
         progress: &dyn Fn(usize) -> bool,
     ) -> Result<RunResult, ReplayError> {
+        let Assumed { timing, placement } = assumed;
         let trace = self.trace;
         let len = trace.len();
         let mut model = AllocatorModel::new(rules.clone(), limits);
@@ -1264,6 +1402,10 @@ impl<'a> ReplayInput<'a> {
         let mut real_reserved = self.start.reserved_bytes;
         // New segments the model made so far, by size (see `TraceHints`).
         let mut segments_made: HashMap<u64, usize> = HashMap::new();
+        let mut drawn_state = match placement {
+            Placement::Recorded => None,
+            Placement::Drawn(seed) => Some(seed),
+        };
         let reserved_differs = |model: &AllocatorModel, real: u64, index: usize| {
             (mode == Mode::Check && model.reserved_bytes() != real).then(|| {
                 (
@@ -1304,6 +1446,7 @@ impl<'a> ReplayInput<'a> {
                         to: index,
                         recorded_by_size: &self.segments_by_size,
                         made_by_size: &mut segments_made,
+                        drawn: drawn_state.as_mut(),
                     };
                     let served =
                         model.malloc(size_at(index), stream_at(index), index as u32, &mut hints);
@@ -1467,6 +1610,7 @@ impl<'a> ReplayInput<'a> {
                         to: index,
                         recorded_by_size: &self.segments_by_size,
                         made_by_size: &mut segments_made,
+                        drawn: drawn_state.as_mut(),
                     };
                     let served = model.malloc(size, stream_at(index), index as u32, &mut hints);
                     for handle in sync_completions.drain(..) {
@@ -1710,6 +1854,15 @@ pub fn format_table_bytes(bytes: u64) -> String {
     }
 }
 
+/// SplitMix64: a small, fast generator for drawn placements (reproducible from its seed).
+fn split_mix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 #[cfg(all(test, feature = "native"))]
 mod tests {
     use super::*;
@@ -1870,5 +2023,70 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(report.results[0].peak_reserved_range_bytes, None);
         assert!(!report.results[0].timing_uncertain);
+    }
+
+    #[test]
+    fn a_verdict_that_depends_on_where_the_driver_puts_segments_is_uncertain() {
+        // The real transformer step (H200) under a 3353 MiB cap: in the recorded run's order
+        // of segments it fits, but every real run under that cap ran out (6 of 6, docs/
+        // whatif-validation.md): other orders of its segments must show that it can.
+        let travel = travel("transformer_step.pickle");
+        let cap_bytes = 3353 << 20;
+        let report = what_if(&travel, &request("default", Some(cap_bytes)), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let outcome = &report.results[0];
+        assert!(outcome.oom.is_none(), "fits in the recorded order");
+        let spread = outcome
+            .placement
+            .unwrap_or_else(|| panic!("a peak within a tenth of the cap is replayed again"));
+        assert_eq!(spread.drawn, DRAWN_PLACEMENTS);
+        assert!(spread.ran_out > 0, "{spread:?}");
+        assert!(outcome.placement_uncertain());
+        assert!(outcome.verdict_uncertain());
+        let (low, high) = outcome
+            .peak_range_bytes()
+            .unwrap_or_else(|| panic!("a range"));
+        assert!(low <= outcome.peak_reserved_bytes && outcome.peak_reserved_bytes <= high);
+        assert!(high <= cap_bytes, "a peak past the cap: {high}");
+        // The drawn orders come from fixed seeds: the same question gets the same answer.
+        let again = what_if(&travel, &request("default", Some(cap_bytes)), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again.results[0].placement, outcome.placement);
+    }
+
+    #[test]
+    fn far_from_every_limit_the_placement_is_not_replayed() {
+        // No cap and no recorded OOM: no limit the order of segments could make it reach.
+        let travel = travel("transformer_step.pickle");
+        let uncapped = what_if(&travel, &request("default", None), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(uncapped.results[0].placement, None);
+        // Twice the peak as a cap: far from it, nothing to replay either.
+        let peak = uncapped.results[0].peak_reserved_bytes;
+        let roomy = what_if(&travel, &request("default", Some(2 * peak)), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roomy.results[0].placement, None);
+        assert!(!roomy.results[0].verdict_uncertain());
+    }
+
+    #[test]
+    fn a_verdict_every_placement_agrees_on_stays_certain() {
+        // kv_cache under a 230 MiB cap with roundup 4 runs out in every order of segments
+        // (real run: ran out, docs/whatif-validation.md).
+        let travel = travel("kv_cache.pickle");
+        let report = what_if(
+            &travel,
+            &request("roundup_power2_divisions:4", Some(230 << 20)),
+            &|_| true,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let outcome = &report.results[0];
+        assert!(outcome.oom.is_some());
+        let spread = outcome
+            .placement
+            .unwrap_or_else(|| panic!("replayed again"));
+        assert_eq!(spread.ran_out, spread.drawn);
+        assert!(!outcome.placement_uncertain());
+        assert!(!outcome.verdict_uncertain());
     }
 }

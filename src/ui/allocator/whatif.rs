@@ -348,10 +348,10 @@ impl WhatIfPanel {
     }
 }
 
-/// The predicted peak reserved, with the range over the GPU timings replayed when it depends
-/// on them ("294.0 MiB (230.0 MiB – 294.0 MiB)").
+/// The predicted peak reserved, with the range over the GPU timings and placements replayed
+/// when it depends on them ("294.0 MiB (230.0 MiB – 294.0 MiB)").
 fn peak_text(outcome: &SettingOutcome) -> String {
-    match outcome.peak_reserved_range_bytes {
+    match outcome.peak_range_bytes() {
         Some((low, high)) if low != high => format!(
             "{} ({} – {})",
             format_bytes(outcome.peak_reserved_bytes),
@@ -360,6 +360,29 @@ fn peak_text(outcome: &SettingOutcome) -> String {
         ),
         _ => format_bytes(outcome.peak_reserved_bytes),
     }
+}
+
+/// Why the peak is a range, for its tooltip (`None` when it is one number).
+fn range_explanation(outcome: &SettingOutcome) -> Option<String> {
+    let mut why = Vec::new();
+    if outcome.peak_reserved_range_bytes.is_some() {
+        why.push(
+            "Some frees in this trace waited for work on other streams. When the GPU finishes \
+             that work changes from run to run, so the replay ran twice: as the trace recorded \
+             it (the first number) and with every such use finished by the allocator's next call."
+                .to_string(),
+        );
+    }
+    if let Some(spread) = outcome.placement.filter(|_| outcome.placement_uncertain()) {
+        why.push(format!(
+            "Where the driver puts a new segment decides which of two equal free blocks a \
+             request gets, and it changes from process to process. Replayed with segments in {} \
+             other orders, {} ran out: whether this setting fits depends on the order a real \
+             run gets.",
+            spread.drawn, spread.ran_out
+        ));
+    }
+    (!why.is_empty()).then(|| format!("{} Real runs can lie anywhere in the range.", why.join(" ")))
 }
 
 /// The replayed map's heading, in the warning colour when the self-check failed; returns true
@@ -404,14 +427,8 @@ fn report_ui<'a>(ui: &mut Ui, report: &'a WhatIfReport) -> Option<&'a SettingOut
                 };
                 ui.strong(name);
                 let peak = ui.label(format!("peak {} reserved", peak_text(outcome)));
-                if outcome.peak_reserved_range_bytes.is_some() {
-                    peak.on_hover_text(
-                        "Some frees in this trace waited for work on other streams. When the \
-                         GPU finishes that work changes from run to run, so the replay ran \
-                         twice: as the trace recorded it (the first number) and with every such \
-                         use finished by the allocator's next call. Real runs can lie anywhere \
-                         in the range.",
-                    );
+                if let Some(why) = range_explanation(outcome) {
+                    peak.on_hover_text(why);
                 }
                 let what = if outcome.oom.is_some() {
                     "Show failure"
