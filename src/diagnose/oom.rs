@@ -765,7 +765,7 @@ fn allocator_setting_recs(case: &OomCase) -> Vec<Recommendation> {
             .iter()
             .map(|setting| {
                 let mut rec = recommend::allocator_setting(&setting.conf);
-                let mut verification = proof::proven(setting, proof.limit_bytes);
+                let mut verification = proof::proven(setting, &proof);
                 if let Some(iterations) =
                     proof::headroom_lasts(setting, proof.limit_bytes, growth)
                 {

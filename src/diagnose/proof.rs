@@ -88,6 +88,8 @@ pub struct SettingsProof<'a> {
     /// inferred cap are in neither list.)
     pub useless: Vec<&'a ReplayedSetting>,
     pub limit_bytes: Option<u64>,
+    /// Where the recorded run ran out in the replay of its own settings, if it did.
+    pub recorded_oom_event: Option<usize>,
 }
 
 /// The evidence of a what-if replay report (`analysis::replay`): the self-check's verdict in
@@ -212,6 +214,11 @@ pub fn judge(evidence: &ReplayEvidence) -> Option<SettingsProof<'_>> {
         helps,
         useless,
         limit_bytes: evidence.limit_bytes,
+        recorded_oom_event: evidence
+            .settings
+            .iter()
+            .find(|s| same_conf(&s.conf, &evidence.recorded_conf))
+            .and_then(|s| s.oom.map(|oom| oom.event_index)),
     })
 }
 
@@ -289,9 +296,20 @@ pub fn useless_text(setting: &ReplayedSetting) -> String {
     }
 }
 
-/// The verification of a setting the replay proved.
-pub fn proven(setting: &ReplayedSetting, limit_bytes: Option<u64>) -> Verification {
-    Verification::proven(proven_text(setting, limit_bytes))
+/// The verification of a setting the replay proved. When the recorded run failed, it says how
+/// far the proof reaches: the snapshot was taken at or after the failure, so the replay shows
+/// the job getting past it, not what the job allocates after the snapshot (on the H200 two
+/// garbage-collection settings of a held-out workload got past the failure in the replay and
+/// failed later on a request the trace never saw: `docs/gpu-verification/whatif-heldout/`).
+pub fn proven(setting: &ReplayedSetting, proof: &SettingsProof) -> Verification {
+    let mut text = proven_text(setting, proof.limit_bytes);
+    if let Some(event) = proof.recorded_oom_event {
+        text.push_str(&format!(
+            "; this proves the job gets past the failure at event {event} and through the rest \
+             of the recorded trace, not what it allocates after the snapshot was taken"
+        ));
+    }
+    Verification::proven(text)
 }
 
 /// How long the spare memory of a proven setting lasts when the live set still grows by
@@ -365,6 +383,33 @@ mod tests {
             ],
             not_run: None,
         }
+    }
+
+    #[test]
+    fn a_proof_says_it_reaches_past_the_failure_only_to_the_end_of_the_trace() {
+        let e = evidence(true);
+        let proof = judge(&e).unwrap_or_else(|| panic!("reliable"));
+        assert_eq!(proof.recorded_oom_event, Some(1234));
+        let verification = proven(proof.helps[0], &proof);
+        assert!(
+            verification.detail.contains(
+                "gets past the failure at event 1234 and through the rest of the recorded trace, \
+                 not what it allocates after the snapshot was taken"
+            ),
+            "{}",
+            verification.detail
+        );
+        // A recorded run that did not fail: nothing to get past.
+        let mut fine = evidence(true);
+        fine.settings[0].oom = None;
+        let proof = judge(&fine).unwrap_or_else(|| panic!("reliable"));
+        assert_eq!(proof.recorded_oom_event, None);
+        let verification = proven(proof.helps[0], &proof);
+        assert!(
+            !verification.detail.contains("gets past"),
+            "{}",
+            verification.detail
+        );
     }
 
     #[test]
