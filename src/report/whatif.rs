@@ -315,7 +315,7 @@ pub fn outcome_words(outcome: &SettingOutcome, report: &WhatIfReport) -> String 
     }
     if let Some(spread) = outcome.placement.filter(|_| outcome.placement_uncertain()) {
         depends_on.push(format!(
-            "where the driver places segments ({} of {} other placements run out)",
+            "where the driver places segments: {} of {} other placements run out",
             spread.ran_out, spread.drawn
         ));
     }

@@ -226,7 +226,7 @@ fn a_verdict_the_placement_of_segments_decides_is_uncertain_in_words_and_json() 
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains(&format!(
-            "uncertain: depends on where the driver places segments ({ran_out} of {drawn} other \
+            "uncertain: depends on where the driver places segments: {ran_out} of {drawn} other \
              placements run out)"
         )),
         "{stdout}"

@@ -415,8 +415,8 @@ fn report_ui<'a>(ui: &mut Ui, report: &'a WhatIfReport) -> Option<&'a SettingOut
     ui.label(RichText::new(check).color(colour));
     let mut show_event = None;
     egui::ScrollArea::vertical().show(ui, |ui| {
-        // One block per setting: name, peak and button on a line, the outcome (often a long
-        // sentence) wrapped beneath at the panel's width, so the panel never grows with it.
+        // One block per setting: name and button on a line, the peak and the outcome (often a
+        // long sentence) wrapped beneath at the panel's width, so the panel never grows with it.
         for outcome in std::iter::once(&report.recorded).chain(&report.results) {
             ui.separator();
             ui.horizontal(|ui| {
@@ -426,10 +426,6 @@ fn report_ui<'a>(ui: &mut Ui, report: &'a WhatIfReport) -> Option<&'a SettingOut
                     outcome.conf.clone()
                 };
                 ui.strong(name);
-                let peak = ui.label(format!("peak {} reserved", peak_text(outcome)));
-                if let Some(why) = range_explanation(outcome) {
-                    peak.on_hover_text(why);
-                }
                 let what = if outcome.oom.is_some() {
                     "Show failure"
                 } else {
@@ -448,6 +444,12 @@ fn report_ui<'a>(ui: &mut Ui, report: &'a WhatIfReport) -> Option<&'a SettingOut
                     }
                 });
             });
+            // The peak on a line of its own: with a range it is too long to share the name's.
+            let peak =
+                ui.add(egui::Label::new(format!("peak {} reserved", peak_text(outcome))).wrap());
+            if let Some(why) = range_explanation(outcome) {
+                peak.on_hover_text(why);
+            }
             ui.add(egui::Label::new(outcome_words(outcome, report)).wrap());
         }
         ui.separator();
