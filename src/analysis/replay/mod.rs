@@ -565,8 +565,17 @@ pub fn what_if(
                 ..run_limits
             };
             let stop_at = contradiction.as_ref().map(|c| c.event_index);
-            let (run, mut outcome) =
-                input.outcome(conf, recorded_row, run_limits, stop_at, &run_progress)?;
+            // The recorded settings under the recorded run's own limits are what happened (the
+            // trace is the answer): other placements of segments are asked about other runs.
+            let draw_placements = !(recorded_row && run_limits == check_limits);
+            let (run, mut outcome) = input.outcome(
+                conf,
+                recorded_row,
+                run_limits,
+                stop_at,
+                draw_placements,
+                &run_progress,
+            )?;
             if let Some(contradiction) = &contradiction
                 && outcome.incomplete.is_none()
                 && outcome.events_replayed >= contradiction.event_index
@@ -668,7 +677,7 @@ pub fn replay_setting(
         expandable_va_bytes: input.expandable_va_bytes,
     };
     let events = input.trace.len().max(1);
-    let (_, outcome) = input.outcome(conf, false, run_limits, None, &|position| {
+    let (_, outcome) = input.outcome(conf, false, run_limits, None, true, &|position| {
         progress(position as f32 / events as f32)
     })?;
     Ok(outcome)
@@ -1233,6 +1242,7 @@ impl<'a> ReplayInput<'a> {
         recorded_row: bool,
         limits: Limits,
         stop_at: Option<usize>,
+        draw_placements: bool,
         progress: &dyn Fn(usize) -> bool,
     ) -> Result<(RunResult, SettingOutcome), ReplayError> {
         let run = self.run(
@@ -1266,7 +1276,10 @@ impl<'a> ReplayInput<'a> {
                 && early.incomplete.is_none()
                 && run.oom.is_some() != early.oom.is_some();
         }
-        if run.incomplete.is_none() && Self::placement_can_matter(&run, &outcome, &limits) {
+        if draw_placements
+            && run.incomplete.is_none()
+            && Self::placement_can_matter(&run, &outcome, &limits)
+        {
             let mut spread = PlacementSpread {
                 drawn: DRAWN_PLACEMENTS,
                 ran_out: 0,
@@ -2088,5 +2101,22 @@ mod tests {
         assert_eq!(spread.ran_out, spread.drawn);
         assert!(!outcome.placement_uncertain());
         assert!(!outcome.verdict_uncertain());
+    }
+
+    #[test]
+    fn the_recorded_run_itself_is_not_asked_about_other_placements() {
+        // frag_oom ran out for real under its (inferred) cap: that row is what happened. The
+        // same settings asked as a candidate are a question about another run.
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pytorch/frag_oom.pickle");
+        let snapshot = read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
+        let report = what_if(&travel, &request("default", None), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.recorded.oom.is_some());
+        assert_eq!(report.recorded.placement, None);
+        assert!(!report.recorded.verdict_uncertain());
+        let asked = &report.results[0];
+        assert!(asked.placement.is_some(), "{asked:?}");
     }
 }
