@@ -10,8 +10,9 @@ use std::sync::Arc;
 use super::finding::NamedWhatIf;
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
 use super::{proof, trajectory};
+use crate::analysis::deadline::Step;
 use crate::analysis::fragmentation;
-use crate::analysis::replay::{WhatIfRequest, what_if};
+use crate::analysis::replay::{WhatIfReport, WhatIfRequest, WhatIfSteps, what_if};
 use crate::analysis::snapshot_analysis::{self, DeviceAnalysis};
 use crate::analysis::timetravel::TimeTravel;
 use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState, StackId};
@@ -27,28 +28,36 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
 /// [`facts`] from the analyses already made of `snapshot` (the allocator view's, so that opening
 /// a snapshot analyses its trace once).
 pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> Vec<SnapshotFacts> {
-    let mut build = FactsBuild::default();
+    let mut build = FactsBuild {
+        sweep_in_one_step: true,
+        ..FactsBuild::default()
+    };
     while !build.step(snapshot, analyses) {}
     build.into_facts()
 }
 
 /// [`facts_from`] one piece of work at a time, for the web page's single thread: each
-/// [`FactsBuild::step`] does one part of one device's facts (its final state, its history, the
-/// replay, its call sites, its identity), so the page can draw and answer Cancel in between.
-/// Running it to the end is [`facts_from`] (the desktop's way), so both give the same facts.
+/// [`FactsBuild::step`] does one part of one device's facts (its final state, its history, one
+/// replay of the what-if sweep, its call sites, its identity), so the page can draw and answer
+/// Cancel in between. [`facts_from`] (the desktop's way, on its own thread) runs the same build
+/// to the end with the sweep's settings replayed side by side in one step; both give the same
+/// facts (tested).
 #[derive(Default)]
 pub struct FactsBuild {
     /// Devices of the snapshot started so far (`snapshot.devices[..next_device]`).
     next_device: usize,
     current: Option<(DeviceFacts, FactsPart)>,
     done: Vec<SnapshotFacts>,
+    /// The what-if sweep in one step ([`what_if`], its settings on all cores) instead of one
+    /// replay per step ([`WhatIfSteps`]).
+    sweep_in_one_step: bool,
 }
 
 /// The part of a device's facts that the next step makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FactsPart {
     History,
-    Replay,
+    /// The what-if sweep; `Some` once started one replay at a time.
+    Replay(Option<Box<WhatIfSteps>>),
     CallSites,
     Identity,
 }
@@ -96,19 +105,32 @@ impl FactsBuild {
                 // trace.
                 facts.trajectory =
                     trajectory::of_trace(travel, facts.oom.as_ref().map(|o| o.event_index));
-                Some(FactsPart::Replay)
+                Some(FactsPart::Replay(None))
             }
-            FactsPart::Replay => {
+            FactsPart::Replay(sweep) => {
                 // One replay of the history under the sweep of candidate settings serves both
                 // the reports' what-if table and, for a recorded failure, the proof every
                 // allocator-setting recommendation must stand on (a replay error or a trace too
                 // long to replay here leaves the settings unproven, and says why).
-                facts.what_if = what_if_sweep(travel);
-                facts.replay = facts.oom.as_ref().and_then(|_| match &facts.what_if {
-                    Some(named) => Some(proof::from_what_if(&named.report)),
-                    None => proof::replay_trace(travel, facts.device_index).ok(),
-                });
-                Some(FactsPart::CallSites)
+                let swept = match sweep {
+                    _ if self.sweep_in_one_step => Step::Done(what_if_sweep(travel)),
+                    Some(steps) => sweep_step(travel, steps),
+                    None => match sweep_request(travel) {
+                        Some(request) => sweep_step(travel, Box::new(WhatIfSteps::new(request))),
+                        None => Step::Done(None),
+                    },
+                };
+                match swept {
+                    Step::Done(what_if) => {
+                        facts.what_if = what_if;
+                        facts.replay = facts.oom.as_ref().and_then(|_| match &facts.what_if {
+                            Some(named) => Some(proof::from_what_if(&named.report)),
+                            None => proof::replay_trace(travel, facts.device_index).ok(),
+                        });
+                        Some(FactsPart::CallSites)
+                    }
+                    Step::Pending(steps) => Some(FactsPart::Replay(Some(steps))),
+                }
             }
             FactsPart::CallSites => {
                 facts.allocated_by_call_site = allocated_by_call_site(snapshot, state);
@@ -200,22 +222,44 @@ fn allocated_by_call_site(
 /// for a trace longer than a diagnosis replays ([`proof::too_long_to_replay`]), or when the
 /// replay could not be made: reports then simply have no table, and `vramscope whatif` says why.
 fn what_if_sweep(travel: &TimeTravel) -> Option<NamedWhatIf> {
+    let report = what_if(travel, &sweep_request(travel)?, &|_| true).ok()?;
+    Some(named_what_if(travel, report))
+}
+
+/// The next replay of [`what_if_sweep`] made one replay at a time: the sweep once it is done
+/// (`None` where [`what_if_sweep`] gives none), else the steps to go on with.
+fn sweep_step(
+    travel: &TimeTravel,
+    mut steps: Box<WhatIfSteps>,
+) -> Step<Option<NamedWhatIf>, Box<WhatIfSteps>> {
+    match steps.step(travel) {
+        Ok(Some(report)) => Step::Done(Some(named_what_if(travel, report))),
+        Ok(None) => Step::Pending(steps),
+        Err(_) => Step::Done(None),
+    }
+}
+
+/// The sweep's request for `travel`'s device; `None` without an allocation history or for a
+/// trace longer than a diagnosis replays.
+fn sweep_request(travel: &TimeTravel) -> Option<WhatIfRequest> {
     if travel.is_empty() || proof::too_long_to_replay(travel).is_some() {
         return None;
     }
-    let request = WhatIfRequest {
+    Some(WhatIfRequest {
         device: travel.device(),
         candidates: Vec::new(),
         cap_bytes: None,
         device_memory_bytes: None,
-    };
-    let report = what_if(travel, &request, &|_| true).ok()?;
+    })
+}
+
+fn named_what_if(travel: &TimeTravel, report: WhatIfReport) -> NamedWhatIf {
     let snapshot = travel.snapshot();
-    Some(NamedWhatIf {
+    NamedWhatIf {
         name: snapshot.name.clone(),
         snapshot: Arc::clone(snapshot),
         report: Arc::new(report),
-    })
+    }
 }
 
 /// The device's trace times and addresses, segments and allocator settings (the file time is
@@ -305,9 +349,9 @@ fn call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
 mod tests {
     use super::*;
 
-    /// Each step of [`FactsBuild`] makes one part of one device's facts (at most one replay of
-    /// the trace), so the web page gets its turn between parts; run to the end they are the
-    /// facts [`facts`] gives.
+    /// Each step of [`FactsBuild`] makes one part of one device's facts (at most one setting
+    /// of the what-if sweep replayed), so the web page gets its turn between parts; run to the
+    /// end they are the facts [`facts`] gives (the desktop's, with the sweep in one step).
     #[test]
     fn facts_are_made_a_part_of_a_device_at_a_time() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -318,24 +362,31 @@ mod tests {
         };
         let analyses = snapshot_analysis::analyze(&snapshot);
         assert!(!analyses.is_empty());
-        let calls = || crate::analysis::replay::WHAT_IF_CALLS.with(std::cell::Cell::get);
+        let sweeps = || crate::analysis::replay::WHAT_IF_CALLS.with(std::cell::Cell::get);
+        let replayed = || crate::analysis::replay::SETTINGS_REPLAYED.with(std::cell::Cell::get);
+        let (sweeps_before, replayed_before) = (sweeps(), replayed());
         let mut build = FactsBuild::default();
-        let (mut steps, mut most_replays_in_a_step) = (0, 0);
+        let (mut steps, mut most_replayed_in_a_step) = (0, 0);
         loop {
-            let before = calls();
+            let before = replayed();
             let done = build.step(&snapshot, &analyses);
-            most_replays_in_a_step = most_replays_in_a_step.max(calls() - before);
+            most_replayed_in_a_step = most_replayed_in_a_step.max(replayed() - before);
             steps += 1;
             if done {
                 break;
             }
             assert!(steps < 1000, "never done");
         }
-        // Per device: its final state, then history, replay, call sites and identity; then
-        // one step that finds nothing left.
-        assert_eq!(steps, 5 * analyses.len() + 1);
-        assert_eq!(most_replays_in_a_step, 1);
         let in_steps = build.into_facts();
+        // One sweep per device, one setting per step.
+        assert_eq!(sweeps() - sweeps_before, analyses.len());
+        assert_eq!(most_replayed_in_a_step, 1);
+        let settings_replayed = replayed() - replayed_before;
+        // Per device: its final state, history, the sweep's plan, one step per replayed
+        // setting (self-check and recorded included), call sites and identity; then one step
+        // that finds nothing left.
+        assert_eq!(steps, 5 * analyses.len() + settings_replayed + 1);
+        assert!(settings_replayed >= 3 * analyses.len());
         assert!(in_steps.iter().any(|f| f.replay.is_some()));
         assert_eq!(format!("{in_steps:?}"), format!("{:?}", facts(&snapshot)));
     }
