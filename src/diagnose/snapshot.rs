@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use super::finding::NamedWhatIf;
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
-use super::{proof, trajectory};
+use super::proof;
+use super::trajectory::{self, TrajectoryBuild};
 use crate::analysis::deadline::Step;
 use crate::analysis::fragmentation;
 use crate::analysis::replay::{WhatIfReport, WhatIfRequest, WhatIfSteps, what_if};
@@ -29,7 +30,7 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
 /// a snapshot analyses its trace once).
 pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> Vec<SnapshotFacts> {
     let mut build = FactsBuild {
-        sweep_in_one_step: true,
+        parts_in_one_step: true,
         ..FactsBuild::default()
     };
     while !build.step(snapshot, analyses) {}
@@ -48,14 +49,15 @@ pub struct FactsBuild {
     next_device: usize,
     current: Option<(DeviceFacts, FactsPart)>,
     done: Vec<SnapshotFacts>,
-    /// The what-if sweep in one step ([`what_if`], its settings on all cores) instead of one
-    /// replay per step ([`WhatIfSteps`]).
-    sweep_in_one_step: bool,
+    /// Each part in one step, the what-if sweep with its settings on all cores ([`what_if`]),
+    /// instead of ranges of events of the history and one replay per step ([`WhatIfSteps`]).
+    parts_in_one_step: bool,
 }
 
 /// The part of a device's facts that the next step makes.
 enum FactsPart {
-    History,
+    /// The history; `Some` once started a range of events at a time.
+    History(Option<Box<TrajectoryBuild>>),
     /// The what-if sweep; `Some` once started one replay at a time.
     Replay(Option<Box<WhatIfSteps>>),
     CallSites,
@@ -84,7 +86,7 @@ impl FactsBuild {
                         device: self.next_device - 1,
                         ..started
                     };
-                    self.current = Some((started, FactsPart::History));
+                    self.current = Some((started, FactsPart::History(None)));
                     return false;
                 }
             }
@@ -100,12 +102,28 @@ impl FactsBuild {
         let travel = &analysis.travel;
         let facts = &mut device.facts;
         let next = match part {
-            FactsPart::History => {
+            FactsPart::History(history) => {
                 // The history up to the failure the rules judge (the last OOM), else the whole
                 // trace.
-                facts.trajectory =
-                    trajectory::of_trace(travel, facts.oom.as_ref().map(|o| o.event_index));
-                Some(FactsPart::Replay(None))
+                let history = history.map_or_else(
+                    || {
+                        let events_per_step = if self.parts_in_one_step {
+                            usize::MAX
+                        } else {
+                            trajectory::HISTORY_EVENTS_PER_STEP
+                        };
+                        let failure = facts.oom.as_ref().map(|o| o.event_index);
+                        TrajectoryBuild::new(failure, events_per_step)
+                    },
+                    |history| *history,
+                );
+                match history.step(travel) {
+                    Step::Done(trajectory) => {
+                        facts.trajectory = trajectory;
+                        Some(FactsPart::Replay(None))
+                    }
+                    Step::Pending(history) => Some(FactsPart::History(Some(Box::new(history)))),
+                }
             }
             FactsPart::Replay(sweep) => {
                 // One replay of the history under the sweep of candidate settings serves both
@@ -113,7 +131,7 @@ impl FactsBuild {
                 // allocator-setting recommendation must stand on (a replay error or a trace too
                 // long to replay here leaves the settings unproven, and says why).
                 let swept = match sweep {
-                    _ if self.sweep_in_one_step => Step::Done(what_if_sweep(travel)),
+                    _ if self.parts_in_one_step => Step::Done(what_if_sweep(travel)),
                     Some(steps) => sweep_step(travel, steps),
                     None => match sweep_request(travel) {
                         Some(request) => sweep_step(travel, Box::new(WhatIfSteps::new(request))),
