@@ -264,7 +264,8 @@ impl TrajectoryBuild {
     }
 
     /// Events scanned so far (tests check the size of a step with it).
-    pub fn events_scanned(&self) -> usize {
+    #[cfg(test)]
+    fn events_scanned(&self) -> usize {
         self.scan.as_ref().map_or(0, |scan| scan.history.scanned())
     }
 

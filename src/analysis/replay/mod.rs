@@ -532,17 +532,6 @@ impl WhatIfSteps {
             std::mem::take(&mut self.results),
         )))
     }
-
-    /// The fraction of the replays done (0..1), for a progress bar.
-    pub fn fraction_done(&self) -> f32 {
-        let Some(plan) = &self.plan else {
-            return 0.0;
-        };
-        let done = usize::from(self.self_check.is_some())
-            + usize::from(self.recorded.is_some())
-            + self.results.len();
-        done as f32 / plan.total_runs() as f32
-    }
 }
 
 /// What every replay of one [`what_if`] request shares: the limits the trace's evidence gives,
@@ -2118,7 +2107,6 @@ mod tests {
                     break report;
                 }
                 assert!(counted < 100, "{name}: never done");
-                assert!(steps.fraction_done() < 1.0, "{name}");
             };
             assert_eq!(most_in_a_step, 1, "{name}");
             // The plan, the self-check, the recorded settings, then one step per setting.
