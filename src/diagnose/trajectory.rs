@@ -692,8 +692,8 @@ impl TurningPoints {
     fn feed(&mut self, series: &[u64], to: usize) {
         let wiggle = self.wiggle;
         let to = to.min(series.len());
-        for index in self.next..to {
-            let level = series[index];
+        let from = self.next.min(to);
+        for (index, &level) in series.iter().enumerate().take(to).skip(from) {
             match self.direction {
                 0 => {
                     if level < self.low.1 {
