@@ -9,9 +9,11 @@ use std::sync::Arc;
 
 use super::finding::NamedWhatIf;
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
-use super::{proof, trajectory};
+use super::proof;
+use super::trajectory::{self, TrajectoryBuild};
+use crate::analysis::deadline::Step;
 use crate::analysis::fragmentation;
-use crate::analysis::replay::{WhatIfRequest, what_if};
+use crate::analysis::replay::{WhatIfReport, WhatIfRequest, WhatIfSteps, what_if};
 use crate::analysis::snapshot_analysis::{self, DeviceAnalysis};
 use crate::analysis::timetravel::TimeTravel;
 use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState, StackId};
@@ -27,30 +29,40 @@ pub fn facts(snapshot: &Arc<AllocatorSnapshot>) -> Vec<SnapshotFacts> {
 /// [`facts`] from the analyses already made of `snapshot` (the allocator view's, so that opening
 /// a snapshot analyses its trace once).
 pub fn facts_from(snapshot: &AllocatorSnapshot, analyses: &[DeviceAnalysis]) -> Vec<SnapshotFacts> {
-    let mut build = FactsBuild::default();
+    let mut build = FactsBuild {
+        parts_in_one_step: true,
+        ..FactsBuild::default()
+    };
     while !build.step(snapshot, analyses) {}
     build.into_facts()
 }
 
 /// [`facts_from`] one piece of work at a time, for the web page's single thread: each
-/// [`FactsBuild::step`] does one part of one device's facts (its final state, its history, the
-/// replay, its call sites, its identity), so the page can draw and answer Cancel in between.
-/// Running it to the end is [`facts_from`] (the desktop's way), so both give the same facts.
+/// [`FactsBuild::step`] does one part of one device's facts (its final state, its history, one
+/// replay of the what-if sweep, its call sites, its identity), so the page can draw and answer
+/// Cancel in between. [`facts_from`] (the desktop's way, on its own thread) runs the same build
+/// to the end with the sweep's settings replayed side by side in one step; both give the same
+/// facts (tested).
 #[derive(Default)]
 pub struct FactsBuild {
     /// Devices of the snapshot started so far (`snapshot.devices[..next_device]`).
     next_device: usize,
     current: Option<(DeviceFacts, FactsPart)>,
     done: Vec<SnapshotFacts>,
+    /// Each part in one step, the what-if sweep with its settings on all cores ([`what_if`]),
+    /// instead of ranges of events of the history and one replay per step ([`WhatIfSteps`]).
+    parts_in_one_step: bool,
 }
 
 /// The part of a device's facts that the next step makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FactsPart {
-    History,
-    Replay,
+    /// The history; `Some` once started a range of events at a time.
+    History(Option<Box<TrajectoryBuild>>),
+    /// The what-if sweep; `Some` once started one replay at a time.
+    Replay(Option<Box<WhatIfSteps>>),
     CallSites,
-    Identity,
+    /// The identity; `Some` once its trace events are collected a range at a time.
+    Identity(Option<Box<IdentityScan>>),
 }
 
 /// One device's facts while they are made: [`SnapshotFacts`] with the parts still missing.
@@ -75,7 +87,7 @@ impl FactsBuild {
                         device: self.next_device - 1,
                         ..started
                     };
-                    self.current = Some((started, FactsPart::History));
+                    self.current = Some((started, FactsPart::History(None)));
                     return false;
                 }
             }
@@ -91,32 +103,71 @@ impl FactsBuild {
         let travel = &analysis.travel;
         let facts = &mut device.facts;
         let next = match part {
-            FactsPart::History => {
+            FactsPart::History(history) => {
                 // The history up to the failure the rules judge (the last OOM), else the whole
                 // trace.
-                facts.trajectory =
-                    trajectory::of_trace(travel, facts.oom.as_ref().map(|o| o.event_index));
-                Some(FactsPart::Replay)
+                let history = history.map_or_else(
+                    || {
+                        let events_per_step = if self.parts_in_one_step {
+                            usize::MAX
+                        } else {
+                            trajectory::HISTORY_EVENTS_PER_STEP
+                        };
+                        let failure = facts.oom.as_ref().map(|o| o.event_index);
+                        TrajectoryBuild::new(failure, events_per_step)
+                    },
+                    |history| *history,
+                );
+                match history.step(travel) {
+                    Step::Done(trajectory) => {
+                        facts.trajectory = trajectory;
+                        Some(FactsPart::Replay(None))
+                    }
+                    Step::Pending(history) => Some(FactsPart::History(Some(Box::new(history)))),
+                }
             }
-            FactsPart::Replay => {
+            FactsPart::Replay(sweep) => {
                 // One replay of the history under the sweep of candidate settings serves both
                 // the reports' what-if table and, for a recorded failure, the proof every
                 // allocator-setting recommendation must stand on (a replay error or a trace too
                 // long to replay here leaves the settings unproven, and says why).
-                facts.what_if = what_if_sweep(travel);
-                facts.replay = facts.oom.as_ref().and_then(|_| match &facts.what_if {
-                    Some(named) => Some(proof::from_what_if(&named.report)),
-                    None => proof::replay_trace(travel, facts.device_index).ok(),
-                });
-                Some(FactsPart::CallSites)
+                let swept = match sweep {
+                    _ if self.parts_in_one_step => Step::Done(what_if_sweep(travel)),
+                    Some(steps) => sweep_step(travel, steps),
+                    None => match sweep_request(travel) {
+                        Some(request) => sweep_step(travel, Box::new(WhatIfSteps::new(request))),
+                        None => Step::Done(None),
+                    },
+                };
+                match swept {
+                    Step::Done(what_if) => {
+                        facts.what_if = what_if;
+                        facts.replay = facts.oom.as_ref().and_then(|_| match &facts.what_if {
+                            Some(named) => Some(proof::from_what_if(&named.report)),
+                            None => proof::replay_trace(travel, facts.device_index).ok(),
+                        });
+                        Some(FactsPart::CallSites)
+                    }
+                    Step::Pending(steps) => Some(FactsPart::Replay(Some(steps))),
+                }
             }
             FactsPart::CallSites => {
                 facts.allocated_by_call_site = allocated_by_call_site(snapshot, state);
-                Some(FactsPart::Identity)
+                Some(FactsPart::Identity(None))
             }
-            FactsPart::Identity => {
-                facts.identity = identity(snapshot, state);
-                None
+            FactsPart::Identity(scan) => {
+                let events_per_step = if self.parts_in_one_step {
+                    usize::MAX
+                } else {
+                    IDENTITY_EVENTS_PER_STEP
+                };
+                match identity_step(snapshot, state, scan, events_per_step) {
+                    Step::Done(identity) => {
+                        facts.identity = identity;
+                        None
+                    }
+                    Step::Pending(scan) => Some(FactsPart::Identity(Some(scan))),
+                }
             }
         };
         match next {
@@ -200,34 +251,86 @@ fn allocated_by_call_site(
 /// for a trace longer than a diagnosis replays ([`proof::too_long_to_replay`]), or when the
 /// replay could not be made: reports then simply have no table, and `vramscope whatif` says why.
 fn what_if_sweep(travel: &TimeTravel) -> Option<NamedWhatIf> {
+    let report = what_if(travel, &sweep_request(travel)?, &|_| true).ok()?;
+    Some(named_what_if(travel, report))
+}
+
+/// The next replay of [`what_if_sweep`] made one replay at a time: the sweep once it is done
+/// (`None` where [`what_if_sweep`] gives none), else the steps to go on with.
+fn sweep_step(
+    travel: &TimeTravel,
+    mut steps: Box<WhatIfSteps>,
+) -> Step<Option<NamedWhatIf>, Box<WhatIfSteps>> {
+    match steps.step(travel) {
+        Ok(Some(report)) => Step::Done(Some(named_what_if(travel, report))),
+        Ok(None) => Step::Pending(steps),
+        Err(_) => Step::Done(None),
+    }
+}
+
+/// The sweep's request for `travel`'s device; `None` without an allocation history or for a
+/// trace longer than a diagnosis replays.
+fn sweep_request(travel: &TimeTravel) -> Option<WhatIfRequest> {
     if travel.is_empty() || proof::too_long_to_replay(travel).is_some() {
         return None;
     }
-    let request = WhatIfRequest {
+    Some(WhatIfRequest {
         device: travel.device(),
         candidates: Vec::new(),
         cap_bytes: None,
         device_memory_bytes: None,
-    };
-    let report = what_if(travel, &request, &|_| true).ok()?;
-    let snapshot = travel.snapshot();
-    Some(NamedWhatIf {
-        name: snapshot.name.clone(),
-        snapshot: Arc::clone(snapshot),
-        report: Arc::new(report),
     })
 }
 
-/// The device's trace times and addresses, segments and allocator settings (the file time is
-/// left to whoever read the file).
-fn identity(snapshot: &AllocatorSnapshot, device: &DeviceAllocState) -> SnapshotIdentity {
-    let trace = device.trace.and_then(|i| snapshot.traces.get(i));
-    let mut trace_events: Vec<(i64, u64)> = Vec::new();
-    if let Some(t) = trace {
-        trace_events.reserve_exact(t.len());
-        trace_events
-            .extend((0..t.len()).filter_map(|i| Some((t.time_us(i)?, *t.addresses.get(i)?))));
+fn named_what_if(travel: &TimeTravel, report: WhatIfReport) -> NamedWhatIf {
+    let snapshot = travel.snapshot();
+    NamedWhatIf {
+        name: snapshot.name.clone(),
+        snapshot: Arc::clone(snapshot),
+        report: Arc::new(report),
     }
+}
+
+/// Trace events whose (time, address) pairs an identity step of the web page collects: a 1 GB
+/// snapshot's 13.3 M in one step took ~350 ms of the page's thread.
+const IDENTITY_EVENTS_PER_STEP: usize = 1 << 20;
+
+/// The (time, address) pairs of a device's trace collected so far for its identity.
+struct IdentityScan {
+    trace_events: Vec<(i64, u64)>,
+    /// Events looked at so far.
+    next: usize,
+}
+
+/// The device's trace times and addresses, segments and allocator settings (the file time is
+/// left to whoever read the file), collected `events_per_step` trace events at a time: the
+/// identity once every event is looked at, else the scan to go on with.
+fn identity_step(
+    snapshot: &AllocatorSnapshot,
+    device: &DeviceAllocState,
+    scan: Option<Box<IdentityScan>>,
+    events_per_step: usize,
+) -> Step<SnapshotIdentity, Box<IdentityScan>> {
+    let trace = device.trace.and_then(|i| snapshot.traces.get(i));
+    let mut scan = scan.unwrap_or_else(|| {
+        Box::new(IdentityScan {
+            trace_events: Vec::with_capacity(trace.map_or(0, |t| t.len())),
+            next: 0,
+        })
+    });
+    if let Some(t) = trace {
+        let to = scan.next.saturating_add(events_per_step).min(t.len());
+        for i in scan.next..to {
+            if let (Some(time), Some(&address)) = (t.time_us(i), t.addresses.get(i)) {
+                scan.trace_events.push((time, address));
+            }
+        }
+        scan.next = to;
+        if to < t.len() {
+            return Step::Pending(scan);
+        }
+    }
+    let mut trace_events = scan.trace_events;
     sort_trace_events(&mut trace_events);
     trace_events.dedup();
     let settings = snapshot.settings.clone();
@@ -249,14 +352,14 @@ fn identity(snapshot: &AllocatorSnapshot, device: &DeviceAllocState) -> Snapshot
         .map(|s| (s.address, s.total_bytes))
         .collect();
     segments.sort_unstable();
-    SnapshotIdentity {
+    Step::Done(SnapshotIdentity {
         last_trace_time_us: trace_events.iter().map(|e| e.0).max(),
         file_modified_ms: None,
         trace_events,
         trace_wrapped,
         segments,
         settings,
-    }
+    })
 }
 
 /// Sorts `(time, address)` pairs taken from a trace in its order. Traces record events in time
@@ -305,9 +408,9 @@ fn call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
 mod tests {
     use super::*;
 
-    /// Each step of [`FactsBuild`] makes one part of one device's facts (at most one replay of
-    /// the trace), so the web page gets its turn between parts; run to the end they are the
-    /// facts [`facts`] gives.
+    /// Each step of [`FactsBuild`] makes one part of one device's facts (at most one setting
+    /// of the what-if sweep replayed), so the web page gets its turn between parts; run to the
+    /// end they are the facts [`facts`] gives (the desktop's, with the sweep in one step).
     #[test]
     fn facts_are_made_a_part_of_a_device_at_a_time() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -318,26 +421,66 @@ mod tests {
         };
         let analyses = snapshot_analysis::analyze(&snapshot);
         assert!(!analyses.is_empty());
-        let calls = || crate::analysis::replay::WHAT_IF_CALLS.with(std::cell::Cell::get);
+        let sweeps = || crate::analysis::replay::WHAT_IF_CALLS.with(std::cell::Cell::get);
+        let replayed = || crate::analysis::replay::SETTINGS_REPLAYED.with(std::cell::Cell::get);
+        let (sweeps_before, replayed_before) = (sweeps(), replayed());
         let mut build = FactsBuild::default();
-        let (mut steps, mut most_replays_in_a_step) = (0, 0);
+        let (mut steps, mut most_replayed_in_a_step) = (0, 0);
         loop {
-            let before = calls();
+            let before = replayed();
             let done = build.step(&snapshot, &analyses);
-            most_replays_in_a_step = most_replays_in_a_step.max(calls() - before);
+            most_replayed_in_a_step = most_replayed_in_a_step.max(replayed() - before);
             steps += 1;
             if done {
                 break;
             }
             assert!(steps < 1000, "never done");
         }
-        // Per device: its final state, then history, replay, call sites and identity; then
-        // one step that finds nothing left.
-        assert_eq!(steps, 5 * analyses.len() + 1);
-        assert_eq!(most_replays_in_a_step, 1);
         let in_steps = build.into_facts();
+        // One sweep per device, one setting per step.
+        assert_eq!(sweeps() - sweeps_before, analyses.len());
+        assert_eq!(most_replayed_in_a_step, 1);
+        let settings_replayed = replayed() - replayed_before;
+        // Per device: its final state, history, the sweep's plan, one step per replayed
+        // setting (self-check and recorded included), call sites and identity; then one step
+        // that finds nothing left.
+        assert_eq!(steps, 5 * analyses.len() + settings_replayed + 1);
+        assert!(settings_replayed >= 3 * analyses.len());
         assert!(in_steps.iter().any(|f| f.replay.is_some()));
         assert_eq!(format!("{in_steps:?}"), format!("{:?}", facts(&snapshot)));
+    }
+
+    /// The identity collected a range of events per step (the web page's way) is the one made
+    /// in one step, and no step looks at more events than asked.
+    #[test]
+    fn an_identity_made_in_ranges_of_events_is_the_one_made_in_one_go() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pytorch/frag_oom.pickle");
+        let snapshot = match crate::formats::pytorch::read_file(&path, &|_| true) {
+            Ok(snapshot) => snapshot,
+            Err(err) => panic!("{}: {err}", path.display()),
+        };
+        let device = &snapshot.devices[0];
+        let Step::Done(in_one_go) = identity_step(&snapshot, device, None, usize::MAX) else {
+            panic!("one step looks at every event");
+        };
+        assert!(!in_one_go.trace_events.is_empty());
+        for events_per_step in [1, 7, 1000] {
+            let mut scan = None;
+            let mut steps = 0;
+            let in_ranges = loop {
+                match identity_step(&snapshot, device, scan, events_per_step) {
+                    Step::Done(identity) => break identity,
+                    Step::Pending(more) => {
+                        assert_eq!(more.next, (steps + 1) * events_per_step);
+                        scan = Some(more);
+                    }
+                }
+                steps += 1;
+            };
+            assert!(steps >= in_one_go.trace_events.len() / events_per_step);
+            assert_eq!(format!("{in_ranges:?}"), format!("{in_one_go:?}"));
+        }
     }
 
     #[test]

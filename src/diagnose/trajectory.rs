@@ -19,6 +19,7 @@
 
 use super::growth::{self, Confidence, Shape};
 use super::log::StepSeries;
+use crate::analysis::deadline::Step;
 use crate::analysis::timetravel::TimeTravel;
 use crate::model::allocator::TraceAction;
 use crate::model::{MIB, format_bytes};
@@ -221,21 +222,129 @@ impl Trajectory {
 /// The trajectory of `travel`'s live set up to event `failure_event` (the whole trace when
 /// `None`); `None` when the trace has no events or no reconstructed series.
 pub fn of_trace(travel: &TimeTravel, failure_event: Option<usize>) -> Option<Trajectory> {
-    let trace = travel.trace();
-    let end = failure_event.unwrap_or(trace.len()).min(trace.len());
-    let series = travel.allocated_series().get(..=end)?;
-    if end == 0 {
-        return None;
+    let mut build = TrajectoryBuild::new(failure_event, usize::MAX);
+    loop {
+        match build.step(travel) {
+            Step::Done(trajectory) => return trajectory,
+            Step::Pending(more) => build = more,
+        }
     }
+}
+
+/// Trace events a [`TrajectoryBuild::step`] of the web page scans: about 40 ms in the browser
+/// on a loaded core (the one-step history took 134 ms for the 0.9 M events of a 66 MB file).
+pub const HISTORY_EVENTS_PER_STEP: usize = 1 << 18;
+
+/// [`of_trace`] over ranges of events, for the web page's single thread: each
+/// [`TrajectoryBuild::step`] scans at most `events_per_step` events of the live set's turning
+/// points and of which allocation each free undoes; the last step finds the iterations. Any
+/// range size gives the trajectory [`of_trace`] gives (it runs this build in one range).
+pub struct TrajectoryBuild {
+    failure_event: Option<usize>,
+    events_per_step: usize,
+    /// The scan of the live set's falls, once started (`None` before the first step).
+    scan: Option<FallsScan>,
+}
+
+/// The live set's turning points and allocation history, scanned so far.
+struct FallsScan {
+    turns: TurningPoints,
+    history: AllocationHistory,
+}
+
+impl TrajectoryBuild {
+    /// The history up to `failure_event` (see [`of_trace`]), at most `events_per_step` events
+    /// scanned per step (at least one).
+    pub fn new(failure_event: Option<usize>, events_per_step: usize) -> Self {
+        TrajectoryBuild {
+            failure_event,
+            events_per_step: events_per_step.max(1),
+            scan: None,
+        }
+    }
+
+    /// Events scanned so far (tests check the size of a step with it).
+    #[cfg(test)]
+    fn events_scanned(&self) -> usize {
+        self.scan.as_ref().map_or(0, |scan| scan.history.scanned())
+    }
+
+    /// The next range of events of `travel` (always the same one); the trajectory once all
+    /// are scanned.
+    pub fn step(mut self, travel: &TimeTravel) -> Step<Option<Trajectory>, Self> {
+        let trace = travel.trace();
+        let end = self.failure_event.unwrap_or(trace.len()).min(trace.len());
+        let Some(series) = travel.allocated_series().get(..=end) else {
+            return Step::Done(None);
+        };
+        if end == 0 {
+            return Step::Done(None);
+        }
+        if self.scan.is_none() {
+            // Iterations from the profiler's step markers need no scan.
+            if let Some(boundaries) = profiler_step_boundaries(travel, end) {
+                return Step::Done(Some(trajectory(
+                    travel,
+                    series,
+                    IterationSource::ProfilerSteps,
+                    boundaries,
+                )));
+            }
+            let lowest = series.iter().copied().min().unwrap_or(0);
+            let range = series.iter().copied().max().unwrap_or(0) - lowest;
+            if range == 0 {
+                return Step::Done(Some(trajectory(
+                    travel,
+                    series,
+                    IterationSource::LiveSetFalls,
+                    Vec::new(),
+                )));
+            }
+            let wiggle = ((range as f64 * WIGGLE_SHARE) as u64).max(MIN_WIGGLE_BYTES);
+            self.scan = Some(FallsScan {
+                turns: TurningPoints::new(series, wiggle),
+                history: AllocationHistory::start(end),
+            });
+        }
+        let Some(scan) = &mut self.scan else {
+            return Step::Done(None);
+        };
+        let to = scan
+            .history
+            .scanned()
+            .saturating_add(self.events_per_step)
+            .min(end);
+        scan.history.extend(travel, to);
+        // The series has one more entry than events: the state after the last one.
+        scan.turns
+            .feed(series, if to == end { end + 1 } else { to });
+        if to < end {
+            return Step::Pending(self);
+        }
+        let Some(scan) = self.scan.take() else {
+            return Step::Done(None);
+        };
+        let boundaries = falls(series, scan.turns.finish(), &scan.history.finish());
+        Step::Done(Some(trajectory(
+            travel,
+            series,
+            IterationSource::LiveSetFalls,
+            boundaries,
+        )))
+    }
+}
+
+/// The trajectory of the live set `series` (up to the failure) with its iteration `boundaries`.
+fn trajectory(
+    travel: &TimeTravel,
+    series: &[u64],
+    source: IterationSource,
+    boundaries: Vec<usize>,
+) -> Trajectory {
+    let trace = travel.trace();
+    let end = series.len() - 1;
     // Nothing was alive when recording began: no wrapped ring buffer, no earlier tensors.
     let starts_empty = series.first() == Some(&0);
-    let (source, boundaries) = match profiler_step_boundaries(travel, end) {
-        Some(b) => (IterationSource::ProfilerSteps, b),
-        None => (
-            IterationSource::LiveSetFalls,
-            live_set_falls(travel, series),
-        ),
-    };
     let iterations: Vec<Iteration> = boundaries
         .windows(2)
         .map(|w| {
@@ -257,7 +366,7 @@ pub fn of_trace(travel: &TimeTravel, failure_event: Option<usize>) -> Option<Tra
         .filter(|s| *s > 0.0);
     let growth = live_growth(&iterations, series, span_seconds);
     let blocks_added_per_iteration = blocks_added_per_iteration(travel, &iterations);
-    Some(Trajectory {
+    Trajectory {
         blocks_added_per_iteration,
         events: end,
         starts_empty,
@@ -267,7 +376,7 @@ pub fn of_trace(travel: &TimeTravel, failure_event: Option<usize>) -> Option<Tra
         peak_live_bytes,
         span_seconds,
         growth,
-    })
+    }
 }
 
 /// Live blocks added per iteration: allocations minus frees between the end of the first
@@ -386,19 +495,9 @@ fn profiler_step_boundaries(travel: &TimeTravel, end: usize) -> Option<Vec<usize
 }
 
 /// Iteration boundaries (event positions, the first being where the first iteration began) from
-/// the live set's falls, by the rule in the module comment.
-fn live_set_falls(travel: &TimeTravel, series: &[u64]) -> Vec<usize> {
-    let (Some(&lowest), Some(&highest)) = (series.iter().min(), series.iter().max()) else {
-        return Vec::new();
-    };
-    let range = highest - lowest;
-    if range == 0 {
-        return Vec::new();
-    }
-    let wiggle = ((range as f64 * WIGGLE_SHARE) as u64).max(MIN_WIGGLE_BYTES);
-    let turns = turning_points(series, wiggle);
-    let history = AllocationHistory::new(travel, series.len() - 1);
-
+/// the live set's falls, by the rule in the module comment: `turns` are the series' turning
+/// points, `history` which allocation each free undid.
+fn falls(series: &[u64], turns: Vec<(usize, u64)>, history: &AllocationHistory) -> Vec<usize> {
     let mut boundaries: Vec<usize> = Vec::new();
     // The floor the current rise started from (the last boundary), and the highest point since.
     let mut base = turns.first().copied().unwrap_or((0, series[0]));
@@ -478,40 +577,60 @@ struct AllocationHistory {
     /// Per event position: for a free, the position of the alloc it undoes (0 for blocks
     /// allocated before the trace); `usize::MAX` for other events.
     alloc_of: Vec<usize>,
-    /// Bytes handed out by `alloc` events before each position (`len + 1` entries).
+    /// Bytes handed out by `alloc` events before each position (`len + 1` entries once
+    /// finished).
     allocated_before: Vec<u64>,
+    /// While scanning: the position of the alloc of each live address.
+    allocated_at: foldhash::HashMap<u64, usize>,
+    /// While scanning: bytes handed out so far.
+    total_bytes: u64,
 }
 
 impl AllocationHistory {
-    fn new(travel: &TimeTravel, end: usize) -> Self {
+    /// An empty history of the first `end` events, to [`AllocationHistory::extend`].
+    fn start(end: usize) -> Self {
+        AllocationHistory {
+            alloc_of: Vec::with_capacity(end),
+            allocated_before: Vec::with_capacity(end + 1),
+            allocated_at: foldhash::HashMap::default(),
+            total_bytes: 0,
+        }
+    }
+
+    /// Events scanned so far.
+    fn scanned(&self) -> usize {
+        self.alloc_of.len()
+    }
+
+    /// Scans the events of `travel`'s trace up to position `to`.
+    fn extend(&mut self, travel: &TimeTravel, to: usize) {
         let trace = travel.trace();
-        let mut allocated_at: foldhash::HashMap<u64, usize> = foldhash::HashMap::default();
-        let mut alloc_of = vec![usize::MAX; end];
-        let mut allocated_before = Vec::with_capacity(end + 1);
-        let mut total = 0u64;
-        for (position, slot) in alloc_of.iter_mut().enumerate() {
-            allocated_before.push(total);
+        for position in self.alloc_of.len()..to {
+            self.allocated_before.push(self.total_bytes);
             let address = trace.addresses.get(position).copied().unwrap_or(0);
-            match trace.actions.get(position) {
+            let undoes = match trace.actions.get(position) {
                 Some(TraceAction::Alloc) => {
-                    allocated_at.insert(address, position);
-                    total =
-                        total.saturating_add(trace.sizes_bytes.get(position).copied().unwrap_or(0));
+                    self.allocated_at.insert(address, position);
+                    self.total_bytes = self
+                        .total_bytes
+                        .saturating_add(trace.sizes_bytes.get(position).copied().unwrap_or(0));
+                    usize::MAX
                 }
                 Some(TraceAction::FreeRequested) => {
-                    *slot = allocated_at.get(&address).copied().unwrap_or(0);
+                    self.allocated_at.get(&address).copied().unwrap_or(0)
                 }
-                Some(TraceAction::FreeCompleted) => {
-                    *slot = allocated_at.remove(&address).unwrap_or(0);
-                }
-                _ => {}
-            }
+                Some(TraceAction::FreeCompleted) => self.allocated_at.remove(&address).unwrap_or(0),
+                _ => usize::MAX,
+            };
+            self.alloc_of.push(undoes);
         }
-        allocated_before.push(total);
-        AllocationHistory {
-            alloc_of,
-            allocated_before,
-        }
+    }
+
+    /// The history once every event is scanned.
+    fn finish(mut self) -> Self {
+        self.allocated_before.push(self.total_bytes);
+        self.allocated_at = foldhash::HashMap::default();
+        self
     }
 
     /// Whether the events from the peak (`peak` events applied) to the trough free a block after
@@ -533,62 +652,100 @@ impl AllocationHistory {
 
 /// The series' alternating peaks and troughs, ignoring moves smaller than `wiggle`: `(position,
 /// level)`, the first point included.
+#[cfg(test)]
 fn turning_points(series: &[u64], wiggle: u64) -> Vec<(usize, u64)> {
-    let Some(&first) = series.first() else {
-        return Vec::new();
-    };
-    let mut turns = vec![(0, first)];
-    // +1 rising, -1 falling, 0 not yet known; `candidate` is the extreme of the current move.
-    let mut direction = 0i8;
-    let mut low = (0, first);
-    let mut high = (0, first);
-    let mut candidate = (0, first);
-    for (index, &level) in series.iter().enumerate().skip(1) {
-        match direction {
-            0 => {
-                if level < low.1 {
-                    low = (index, level);
-                }
-                if level > high.1 {
-                    high = (index, level);
-                }
-                if high.1 - low.1 >= wiggle {
-                    direction = if high.0 > low.0 { 1 } else { -1 };
-                    let (start, extreme) = if direction > 0 {
-                        (low, high)
-                    } else {
-                        (high, low)
-                    };
-                    if start.0 > 0 {
-                        turns.push(start);
+    let mut turns = TurningPoints::new(series, wiggle);
+    turns.feed(series, series.len());
+    turns.finish()
+}
+
+/// [`turning_points`] over ranges of the series.
+struct TurningPoints {
+    turns: Vec<(usize, u64)>,
+    wiggle: u64,
+    /// The next position to look at.
+    next: usize,
+    /// +1 rising, -1 falling, 0 not yet known.
+    direction: i8,
+    low: (usize, u64),
+    high: (usize, u64),
+    /// The extreme of the current move.
+    candidate: (usize, u64),
+}
+
+impl TurningPoints {
+    fn new(series: &[u64], wiggle: u64) -> Self {
+        let first = series.first().copied();
+        let start = (0, first.unwrap_or(0));
+        TurningPoints {
+            turns: first.map(|level| (0, level)).into_iter().collect(),
+            wiggle,
+            next: 1,
+            direction: 0,
+            low: start,
+            high: start,
+            candidate: start,
+        }
+    }
+
+    /// Looks at the series' points up to position `to`.
+    fn feed(&mut self, series: &[u64], to: usize) {
+        let wiggle = self.wiggle;
+        let to = to.min(series.len());
+        let from = self.next.min(to);
+        for (index, &level) in series.iter().enumerate().take(to).skip(from) {
+            match self.direction {
+                0 => {
+                    if level < self.low.1 {
+                        self.low = (index, level);
                     }
-                    candidate = extreme;
+                    if level > self.high.1 {
+                        self.high = (index, level);
+                    }
+                    if self.high.1 - self.low.1 >= wiggle {
+                        self.direction = if self.high.0 > self.low.0 { 1 } else { -1 };
+                        let (start, extreme) = if self.direction > 0 {
+                            (self.low, self.high)
+                        } else {
+                            (self.high, self.low)
+                        };
+                        if start.0 > 0 {
+                            self.turns.push(start);
+                        }
+                        self.candidate = extreme;
+                    }
                 }
-            }
-            1 => {
-                if level >= candidate.1 {
-                    candidate = (index, level);
-                } else if candidate.1 - level >= wiggle {
-                    turns.push(candidate);
-                    direction = -1;
-                    candidate = (index, level);
+                1 => {
+                    if level >= self.candidate.1 {
+                        self.candidate = (index, level);
+                    } else if self.candidate.1 - level >= wiggle {
+                        self.turns.push(self.candidate);
+                        self.direction = -1;
+                        self.candidate = (index, level);
+                    }
                 }
-            }
-            _ => {
-                if level <= candidate.1 {
-                    candidate = (index, level);
-                } else if level - candidate.1 >= wiggle {
-                    turns.push(candidate);
-                    direction = 1;
-                    candidate = (index, level);
+                _ => {
+                    if level <= self.candidate.1 {
+                        self.candidate = (index, level);
+                    } else if level - self.candidate.1 >= wiggle {
+                        self.turns.push(self.candidate);
+                        self.direction = 1;
+                        self.candidate = (index, level);
+                    }
                 }
             }
         }
+        self.next = self.next.max(to);
     }
-    if candidate.0 > 0 && turns.last().map(|t| t.0) != Some(candidate.0) {
-        turns.push(candidate);
+
+    /// The turning points, once the whole series was fed.
+    fn finish(mut self) -> Vec<(usize, u64)> {
+        let candidate = self.candidate;
+        if candidate.0 > 0 && self.turns.last().map(|t| t.0) != Some(candidate.0) {
+            self.turns.push(candidate);
+        }
+        self.turns
     }
-    turns
 }
 
 #[cfg(test)]
@@ -778,6 +935,60 @@ pub(crate) mod tests {
         }
         assert!(t.still_growing());
         assert_eq!(t.observed_growth_bytes(), Some(12 * 300 * M));
+    }
+
+    /// The web page's history, a range of events per step: no step scans more events than
+    /// asked, and whatever the range, the trajectory is the one made in one go — for a steady
+    /// job, a growing one that fails, and real snapshots (one with the profiler's step markers).
+    #[test]
+    fn a_history_made_in_ranges_of_events_is_the_one_made_in_one_go() {
+        let mut travels = vec![
+            (
+                TimeTravel::new(
+                    trace_snapshot(&training(8, 6, 256 * M, 512 * M, 0), None),
+                    0,
+                ),
+                false,
+            ),
+            (
+                TimeTravel::new(
+                    trace_snapshot(&training(12, 4, 512 * M, 256 * M, 300 * M), Some(GIB_TEST)),
+                    0,
+                ),
+                true,
+            ),
+        ];
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch");
+        for name in ["frag_oom.pickle", "train.pickle", "leak.pickle"] {
+            let path = fixtures.join(name);
+            let snapshot = crate::formats::pytorch::read_file(&path, &|_| true)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            travels.push((TimeTravel::new(Arc::new(snapshot), 0), false));
+        }
+        let mut stepped_somewhere = false;
+        for (travel, fails) in &travels {
+            let failure = fails.then(|| travel.len() - 1);
+            let in_one_go = of_trace(travel, failure);
+            assert!(in_one_go.is_some());
+            for events_per_step in [1, 7, 100, 4096] {
+                let mut build = TrajectoryBuild::new(failure, events_per_step);
+                let mut steps = 0;
+                let in_ranges = loop {
+                    let before = build.events_scanned();
+                    match build.step(travel) {
+                        Step::Done(trajectory) => break trajectory,
+                        Step::Pending(more) => build = more,
+                    }
+                    assert!(build.events_scanned() - before <= events_per_step);
+                    steps += 1;
+                    assert!(steps <= travel.len() + 1, "never done");
+                };
+                stepped_somewhere |= steps > 1;
+                assert_eq!(in_ranges, in_one_go, "{events_per_step} events per step");
+            }
+        }
+        assert!(stepped_somewhere);
     }
 
     const GIB_TEST: u64 = 1 << 30;

@@ -48,6 +48,9 @@ const PROGRESS_EVENTS: usize = 1 << 16;
 thread_local! {
     /// [`what_if`] calls on this thread: tests count how often opening a snapshot replays it.
     pub(crate) static WHAT_IF_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Settings replayed on this thread (the self-check counts as one): tests count how many
+    /// a step of [`WhatIfSteps`] replays.
+    pub(crate) static SETTINGS_REPLAYED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// What to replay.
@@ -417,6 +420,8 @@ fn check_device(snapshot: &AllocatorSnapshot, device: u32) -> Result<(), ReplayE
 
 /// Replays the trace of `travel` under the recorded settings (the self-check) and under every
 /// requested setting. `progress` gets the fraction done (0..1) and returns false to cancel.
+/// The settings are replayed side by side on the machine's cores; [`WhatIfSteps`] makes the
+/// same report one replay at a time, for the web page's single thread.
 pub fn what_if(
     travel: &TimeTravel,
     request: &WhatIfRequest,
@@ -424,6 +429,40 @@ pub fn what_if(
 ) -> Result<WhatIfReport, ReplayError> {
     #[cfg(test)]
     WHAT_IF_CALLS.with(|calls| calls.set(calls.get() + 1));
+    let input = replay_input(travel, request)?;
+    let plan = SweepPlan::new(travel, request, &input);
+    let total_runs = plan.total_runs();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let events = input.trace.len().max(1);
+    let run_progress = |position: usize| {
+        let finished = done.load(std::sync::atomic::Ordering::Relaxed);
+        progress((finished as f32 + position as f32 / events as f32) / total_runs as f32)
+    };
+    let finished_run = || done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let self_check = plan.self_check(&input, &run_progress)?;
+    finished_run();
+    let recorded_outcome = plan.outcome_of(&input, &plan.recorded, true, &run_progress)?;
+    finished_run();
+    let results = parallel_map(&plan.candidates, |conf| {
+        let outcome = plan.outcome_of(&input, conf, false, &run_progress);
+        finished_run();
+        outcome
+    })?;
+    progress(1.0);
+    Ok(plan.into_report(
+        &input,
+        request.device,
+        self_check,
+        recorded_outcome,
+        results,
+    ))
+}
+
+/// Checks the request against `travel` and prepares the replays' shared input.
+fn replay_input<'a>(
+    travel: &'a TimeTravel,
+    request: &WhatIfRequest,
+) -> Result<ReplayInput<'a>, ReplayError> {
     let snapshot = travel.snapshot();
     check_device(snapshot, request.device)?;
     if travel.is_empty() {
@@ -432,189 +471,317 @@ pub fn what_if(
             device: request.device,
         });
     }
-    let input = ReplayInput::new(travel, request.device_memory_bytes);
-    let recorded = AllocConf::recorded(snapshot.settings.as_ref());
-    let mut notes = Vec::new();
-    // Runs: the self-check, the recorded settings and each candidate (the sweep has about ten).
-    let total_runs = 2 + request.candidates.len().max(10);
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let events = input.trace.len().max(1);
-    let run_progress = |position: usize| {
-        let finished = done.load(std::sync::atomic::Ordering::Relaxed);
-        progress((finished as f32 + position as f32 / events as f32) / total_runs as f32)
-    };
+    Ok(ReplayInput::new(travel, request.device_memory_bytes))
+}
 
-    // A cap given by the caller wins; a setting's per_process_memory_fraction gives one when the
-    // device's memory is known.
-    let cap_for = |conf: &AllocConf| {
-        request.cap_bytes.or_else(|| {
-            let fraction = conf.memory_fraction?;
-            let total = request.device_memory_bytes?;
-            Some((fraction * total as f64) as u64)
-        })
-    };
-    for conf in std::iter::once(&recorded).chain(&request.candidates) {
-        if conf.memory_fraction.is_some()
-            && request.cap_bytes.is_none()
-            && request.device_memory_bytes.is_none()
-        {
-            notes.push(format!(
-                "per_process_memory_fraction in '{}' was not applied: the device's memory is \
-                 not known (give --device-memory)",
-                conf.text
-            ));
+/// [`what_if`] one replay per [`WhatIfSteps::step`]: the plan (limits from the trace's
+/// evidence, the settings to try), the self-check, the recorded settings, then each setting, so
+/// that the web page can draw and answer Cancel between them. It runs the same code as
+/// [`what_if`] (one setting after another instead of side by side), so the report is the same.
+#[derive(Debug)]
+pub struct WhatIfSteps {
+    request: WhatIfRequest,
+    plan: Option<SweepPlan>,
+    self_check: Option<SelfCheck>,
+    recorded: Option<SettingOutcome>,
+    results: Vec<SettingOutcome>,
+}
+
+impl WhatIfSteps {
+    /// The steps of [`what_if`] for `request`; nothing is replayed yet.
+    pub fn new(request: WhatIfRequest) -> Self {
+        WhatIfSteps {
+            request,
+            plan: None,
+            self_check: None,
+            recorded: None,
+            results: Vec::new(),
         }
     }
-    // The limits the real run ran against, from the trace's own evidence (see
-    // `ReplayInput::limit_evidence`); a cap given by the caller wins, as long as the trace fits
-    // under it. A given cap below what the trace itself needed (see
-    // `LimitEvidence::most_reserved_bytes`) cannot be the cap the recorded run ran under: the self-check then replays under the trace's own limits and
-    // only the settings' replays run under the given cap.
-    let evidence = input.limit_evidence(&recorded.rules);
-    let given_cap = cap_for(&recorded);
-    let cap_is_recorded_runs = given_cap.is_none_or(|cap| cap >= evidence.most_reserved_bytes);
-    let (cap_bytes, cap_source, device_limit_bytes) = limits_from_evidence(&evidence, given_cap);
-    if let (Some(cap), false) = (given_cap, cap_is_recorded_runs) {
-        notes.push(format!(
-            "the recorded run needed up to {} reserved itself, more than the given cap of {}, so \
-             it did not run under that cap: the self-check replays the recorded settings under the \
-             trace's own limits, and only the settings' replays run under the given cap",
-            format_bytes(evidence.most_reserved_bytes),
-            format_bytes(cap)
-        ));
-    } else if let CapSource::Inferred {
-        low_bytes,
-        high_bytes,
-    } = cap_source
-    {
-        notes.push(format!(
-            "the real run was refused with {} still free on the device, so a per-process \
-             cap refused it; the trace fits any cap from {} to {}, and the replays use {} \
-             (give --cap for the exact value)",
-            format_bytes(evidence.free_at_cap_refusal_bytes),
-            format_bytes(low_bytes),
-            format_bytes(high_bytes),
-            format_bytes(high_bytes)
-        ));
+
+    /// Does the next piece of work on `travel` (always the same one): at most one replay of
+    /// one setting. `Ok(Some(report))` once the last setting is replayed.
+    pub fn step(&mut self, travel: &TimeTravel) -> Result<Option<WhatIfReport>, ReplayError> {
+        let input = replay_input(travel, &self.request)?;
+        let Some(plan) = &self.plan else {
+            #[cfg(test)]
+            WHAT_IF_CALLS.with(|calls| calls.set(calls.get() + 1));
+            self.plan = Some(SweepPlan::new(travel, &self.request, &input));
+            return Ok(None);
+        };
+        let Some(self_check) = &self.self_check else {
+            self.self_check = Some(plan.self_check(&input, &|_| true)?);
+            return Ok(None);
+        };
+        let Some(recorded) = &self.recorded else {
+            self.recorded = Some(plan.outcome_of(&input, &plan.recorded, true, &|_| true)?);
+            return Ok(None);
+        };
+        if let Some(conf) = plan.candidates.get(self.results.len()) {
+            let outcome = plan.outcome_of(&input, conf, false, &|_| true)?;
+            self.results.push(outcome);
+            if self.results.len() < plan.candidates.len() {
+                return Ok(None);
+            }
+        }
+        Ok(Some(plan.clone().into_report(
+            &input,
+            self.request.device,
+            self_check.clone(),
+            recorded.clone(),
+            std::mem::take(&mut self.results),
+        )))
     }
-    let (check_cap_bytes, _, check_device_limit_bytes) = if cap_is_recorded_runs {
-        (cap_bytes, cap_source, device_limit_bytes)
-    } else {
-        limits_from_evidence(&evidence, None)
-    };
-    let check_limits = Limits {
-        cap_bytes: check_cap_bytes,
-        device_limit_bytes: check_device_limit_bytes,
-        expandable_va_bytes: input.expandable_va_bytes,
-    };
-    let check = input.run(
-        &recorded.rules,
-        check_limits,
-        Mode::Check,
-        Assumed::RECORDED,
-        None,
-        &run_progress,
-    )?;
-    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut self_check = input.self_check(&recorded, &check);
-    self_check.cap_bytes = check_cap_bytes;
-    let (candidates, sweep_notes) = if request.candidates.is_empty() {
-        sweep_candidates(travel, cap_bytes.is_some())
-    } else {
-        (request.candidates.clone(), Vec::new())
-    };
-    notes.extend(sweep_notes);
-    let limits = LimitsUsed {
-        cap_bytes,
-        cap_source,
-        device_limit_bytes,
-    };
-    if let Some(limit) = limits.device_limit_bytes {
-        notes.push(if evidence.device_limit_bytes.is_some() {
-            format!(
-                "the device could give this process about {} (free memory at the recorded OOM \
-                 plus what the allocator held then); every replay runs against that",
-                format_bytes(limit)
-            )
+}
+
+/// What every replay of one [`what_if`] request shares: the limits the trace's evidence gives,
+/// the settings to try, the notes for the reader.
+#[derive(Clone, Debug)]
+struct SweepPlan {
+    recorded: AllocConf,
+    candidates: Vec<AllocConf>,
+    notes: Vec<String>,
+    /// The limits of the self-check (the trace's own when a given cap is below what the trace
+    /// needed) and the cap it reports.
+    check_limits: Limits,
+    limits: LimitsUsed,
+    run_limits: Limits,
+    /// The given cap or that of a setting's `per_process_memory_fraction`.
+    cap_given: Option<u64>,
+    device_memory_bytes: Option<u64>,
+    inferred_low: Option<u64>,
+    /// Where the trace contradicts the snapshot's own state (time travel could not make the
+    /// two agree): every replay stops there, since what follows rests on a state that did not
+    /// exist.
+    contradiction: Option<Incomplete>,
+}
+
+impl SweepPlan {
+    fn new(travel: &TimeTravel, request: &WhatIfRequest, input: &ReplayInput) -> Self {
+        let recorded = AllocConf::recorded(travel.snapshot().settings.as_ref());
+        let mut notes = Vec::new();
+        for conf in std::iter::once(&recorded).chain(&request.candidates) {
+            if conf.memory_fraction.is_some()
+                && request.cap_bytes.is_none()
+                && request.device_memory_bytes.is_none()
+            {
+                notes.push(format!(
+                    "per_process_memory_fraction in '{}' was not applied: the device's memory is \
+                     not known (give --device-memory)",
+                    conf.text
+                ));
+            }
+        }
+        // The limits the real run ran against, from the trace's own evidence (see
+        // `ReplayInput::limit_evidence`); a cap given by the caller wins, as long as the trace
+        // fits under it. A given cap below what the trace itself needed (see
+        // `LimitEvidence::most_reserved_bytes`) cannot be the cap the recorded run ran under:
+        // the self-check then replays under the trace's own limits and only the settings'
+        // replays run under the given cap.
+        let evidence = input.limit_evidence(&recorded.rules);
+        let given_cap = cap_for(request.cap_bytes, request.device_memory_bytes, &recorded);
+        let cap_is_recorded_runs = given_cap.is_none_or(|cap| cap >= evidence.most_reserved_bytes);
+        let (cap_bytes, cap_source, device_limit_bytes) =
+            limits_from_evidence(&evidence, given_cap);
+        if let (Some(cap), false) = (given_cap, cap_is_recorded_runs) {
+            notes.push(format!(
+                "the recorded run needed up to {} reserved itself, more than the given cap of {}, \
+                 so it did not run under that cap: the self-check replays the recorded settings \
+                 under the trace's own limits, and only the settings' replays run under the given \
+                 cap",
+                format_bytes(evidence.most_reserved_bytes),
+                format_bytes(cap)
+            ));
+        } else if let CapSource::Inferred {
+            low_bytes,
+            high_bytes,
+        } = cap_source
+        {
+            notes.push(format!(
+                "the real run was refused with {} still free on the device, so a per-process \
+                 cap refused it; the trace fits any cap from {} to {}, and the replays use {} \
+                 (give --cap for the exact value)",
+                format_bytes(evidence.free_at_cap_refusal_bytes),
+                format_bytes(low_bytes),
+                format_bytes(high_bytes),
+                format_bytes(high_bytes)
+            ));
+        }
+        let (check_cap_bytes, _, check_device_limit_bytes) = if cap_is_recorded_runs {
+            (cap_bytes, cap_source, device_limit_bytes)
         } else {
-            format!(
-                "the allocator released cached memory to make room during the run, so memory \
-                 was short: every replay runs against a limit of {} (the most the trace allows)",
-                format_bytes(limit)
-            )
-        });
+            limits_from_evidence(&evidence, None)
+        };
+        let check_limits = Limits {
+            cap_bytes: check_cap_bytes,
+            device_limit_bytes: check_device_limit_bytes,
+            expandable_va_bytes: input.expandable_va_bytes,
+        };
+        let (candidates, sweep_notes) = if request.candidates.is_empty() {
+            sweep_candidates(travel, cap_bytes.is_some())
+        } else {
+            (request.candidates.clone(), Vec::new())
+        };
+        notes.extend(sweep_notes);
+        let limits = LimitsUsed {
+            cap_bytes,
+            cap_source,
+            device_limit_bytes,
+        };
+        if let Some(limit) = limits.device_limit_bytes {
+            notes.push(if evidence.device_limit_bytes.is_some() {
+                format!(
+                    "the device could give this process about {} (free memory at the recorded \
+                     OOM plus what the allocator held then); every replay runs against that",
+                    format_bytes(limit)
+                )
+            } else {
+                format!(
+                    "the allocator released cached memory to make room during the run, so memory \
+                     was short: every replay runs against a limit of {} (the most the trace \
+                     allows)",
+                    format_bytes(limit)
+                )
+            });
+        }
+        let run_limits = Limits {
+            cap_bytes,
+            device_limit_bytes: limits.device_limit_bytes,
+            expandable_va_bytes: input.expandable_va_bytes,
+        };
+        let inferred_low = match cap_source {
+            CapSource::Inferred { low_bytes, .. } => Some(low_bytes),
+            _ => None,
+        };
+        SweepPlan {
+            recorded,
+            candidates,
+            notes,
+            check_limits,
+            limits,
+            run_limits,
+            cap_given: request.cap_bytes,
+            device_memory_bytes: request.device_memory_bytes,
+            inferred_low,
+            contradiction: contradiction(travel),
+        }
     }
 
-    let run_limits = Limits {
-        cap_bytes,
-        device_limit_bytes: limits.device_limit_bytes,
-        expandable_va_bytes: input.expandable_va_bytes,
-    };
-    let inferred_low = match cap_source {
-        CapSource::Inferred { low_bytes, .. } => Some(low_bytes),
-        _ => None,
-    };
-    // Where the trace contradicts the snapshot's own state (time travel could not make the
-    // two agree): every replay stops there, since what follows rests on a state that did not
-    // exist.
-    let contradiction = contradiction(travel);
-    let outcome_of =
-        |conf: &AllocConf, recorded_row: bool| -> Result<SettingOutcome, ReplayError> {
-            let run_limits = Limits {
-                cap_bytes: cap_for(conf).or(run_limits.cap_bytes),
+    /// Replays: the self-check, the recorded settings and each candidate (for progress, at
+    /// least ten candidates are counted, the sweep's usual number).
+    fn total_runs(&self) -> usize {
+        2 + self.candidates.len().max(10)
+    }
+
+    /// The recorded settings replayed under the check's limits and compared with the trace.
+    fn self_check(
+        &self,
+        input: &ReplayInput,
+        progress: &dyn Fn(usize) -> bool,
+    ) -> Result<SelfCheck, ReplayError> {
+        #[cfg(test)]
+        SETTINGS_REPLAYED.with(|count| count.set(count.get() + 1));
+        let check = input.run(
+            &self.recorded.rules,
+            self.check_limits,
+            Mode::Check,
+            Assumed::RECORDED,
+            None,
+            progress,
+        )?;
+        let mut self_check = input.self_check(&self.recorded, &check);
+        self_check.cap_bytes = self.check_limits.cap_bytes;
+        Ok(self_check)
+    }
+
+    /// What `conf` does: its replay (more near a limit or under unknown GPU timing), stopped at a contradiction
+    /// of the trace, and checked against the lowest inferred cap.
+    fn outcome_of(
+        &self,
+        input: &ReplayInput,
+        conf: &AllocConf,
+        recorded_row: bool,
+        progress: &dyn Fn(usize) -> bool,
+    ) -> Result<SettingOutcome, ReplayError> {
+        #[cfg(test)]
+        SETTINGS_REPLAYED.with(|count| count.set(count.get() + 1));
+        let run_limits = Limits {
+            cap_bytes: cap_for(self.cap_given, self.device_memory_bytes, conf)
+                .or(self.run_limits.cap_bytes),
+            ..self.run_limits
+        };
+        let stop_at = self.contradiction.as_ref().map(|c| c.event_index);
+        // The recorded settings under the recorded run's own limits are what happened (the
+        // trace is the answer): other placements of segments are asked about other runs.
+        let draw_placements = !(recorded_row && run_limits == self.check_limits);
+        let (run, mut outcome) = input.outcome(
+            conf,
+            recorded_row,
+            run_limits,
+            stop_at,
+            draw_placements,
+            progress,
+        )?;
+        if let Some(contradiction) = &self.contradiction
+            && outcome.incomplete.is_none()
+            && outcome.events_replayed >= contradiction.event_index
+        {
+            outcome.incomplete = Some(contradiction.clone());
+        }
+        if let Some(low) = self.inferred_low {
+            let strict = Limits {
+                cap_bytes: Some(low),
                 ..run_limits
             };
-            let stop_at = contradiction.as_ref().map(|c| c.event_index);
-            // The recorded settings under the recorded run's own limits are what happened (the
-            // trace is the answer): other placements of segments are asked about other runs.
-            let draw_placements = !(recorded_row && run_limits == check_limits);
-            let (run, mut outcome) = input.outcome(
-                conf,
-                recorded_row,
-                run_limits,
-                stop_at,
-                draw_placements,
-                &run_progress,
+            let strict_run = input.run(
+                &conf.rules,
+                strict,
+                Mode::WhatIf,
+                Assumed::RECORDED,
+                None,
+                &|_| true,
             )?;
-            if let Some(contradiction) = &contradiction
-                && outcome.incomplete.is_none()
-                && outcome.events_replayed >= contradiction.event_index
-            {
-                outcome.incomplete = Some(contradiction.clone());
-            }
-            if let Some(low) = inferred_low {
-                let strict = Limits {
-                    cap_bytes: Some(low),
-                    ..run_limits
-                };
-                let strict_run = input.run(
-                    &conf.rules,
-                    strict,
-                    Mode::WhatIf,
-                    Assumed::RECORDED,
-                    None,
-                    &|_| true,
-                )?;
-                outcome.uncertain = strict_run.oom.is_some() != run.oom.is_some();
-            }
-            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Ok(outcome)
-        };
-    let recorded_outcome = outcome_of(&recorded, true)?;
-    let mut results = parallel_map(&candidates, |conf| outcome_of(conf, false))?;
-    results.sort_by(|a, b| {
-        (!a.runs(), a.peak_reserved_bytes).cmp(&(!b.runs(), b.peak_reserved_bytes))
-    });
-    progress(1.0);
-    Ok(WhatIfReport {
-        snapshot: snapshot.name.clone(),
-        device: request.device,
-        events: input.trace.len(),
-        self_check,
-        limits,
-        recorded: recorded_outcome,
-        results,
-        notes,
+            outcome.uncertain = strict_run.oom.is_some() != run.oom.is_some();
+        }
+        Ok(outcome)
+    }
+
+    /// The report, with the settings ranked: those that run first, then by peak reserved.
+    fn into_report(
+        self,
+        input: &ReplayInput,
+        device: u32,
+        self_check: SelfCheck,
+        recorded: SettingOutcome,
+        mut results: Vec<SettingOutcome>,
+    ) -> WhatIfReport {
+        results.sort_by(|a, b| {
+            (!a.runs(), a.peak_reserved_bytes).cmp(&(!b.runs(), b.peak_reserved_bytes))
+        });
+        WhatIfReport {
+            snapshot: input.snapshot.name.clone(),
+            device,
+            events: input.trace.len(),
+            self_check,
+            limits: self.limits,
+            recorded,
+            results,
+            notes: self.notes,
+        }
+    }
+}
+
+/// The cap a replay of `conf` runs under: the one given by the caller, else that of the
+/// setting's `per_process_memory_fraction` when the device's memory is known.
+fn cap_for(
+    cap_bytes: Option<u64>,
+    device_memory_bytes: Option<u64>,
+    conf: &AllocConf,
+) -> Option<u64> {
+    cap_bytes.or_else(|| {
+        let fraction = conf.memory_fraction?;
+        let total = device_memory_bytes?;
+        Some((fraction * total as f64) as u64)
     })
 }
 
@@ -1896,6 +2063,55 @@ mod tests {
             candidates: vec![AllocConf::parse(conf).unwrap_or_else(|e| panic!("{conf}: {e}"))],
             cap_bytes,
             device_memory_bytes: None,
+        }
+    }
+
+    /// The web page's sweep, one replay per step: no step replays more than one setting (the
+    /// self-check counts as one), there is a step per setting, and the report is exactly what
+    /// [`what_if`] gives with its settings side by side — for the sweep, for a given setting
+    /// under a cap the trace itself could not have run under, and for a trace whose frees
+    /// waited for other streams (two replays per setting).
+    #[test]
+    fn what_if_in_steps_replays_one_setting_a_step_and_reports_the_same() {
+        let sweep = |cap_bytes| WhatIfRequest {
+            device: 0,
+            candidates: Vec::new(),
+            cap_bytes,
+            device_memory_bytes: None,
+        };
+        let cases = [
+            ("kv_cache.pickle", sweep(None)),
+            ("two_streams.pickle", sweep(None)),
+            (
+                "two_streams.pickle",
+                request("garbage_collection_threshold:0.6", Some(296 * MIB)),
+            ),
+            ("frag_longlived.pickle", sweep(Some(400 * MIB))),
+        ];
+        let replayed = || SETTINGS_REPLAYED.with(std::cell::Cell::get);
+        for (name, request) in cases {
+            let travel = travel(name);
+            let in_one_go =
+                what_if(&travel, &request, &|_| true).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let mut steps = WhatIfSteps::new(request.clone());
+            let mut counted = 0;
+            let mut most_in_a_step = 0;
+            let in_steps = loop {
+                let before = replayed();
+                let stepped = steps
+                    .step(&travel)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                most_in_a_step = most_in_a_step.max(replayed() - before);
+                counted += 1;
+                if let Some(report) = stepped {
+                    break report;
+                }
+                assert!(counted < 100, "{name}: never done");
+            };
+            assert_eq!(most_in_a_step, 1, "{name}");
+            // The plan, the self-check, the recorded settings, then one step per setting.
+            assert_eq!(counted, 3 + in_one_go.results.len(), "{name}");
+            assert_eq!(in_steps, in_one_go, "{name}");
         }
     }
 

@@ -140,6 +140,80 @@ fn time_columns_are_informative(ends: &[usize]) -> bool {
     occupied * 2 >= ends.len() || occupied == start
 }
 
+/// The height in `rect` of `bytes` on the plot's scale (the peak near the top).
+fn y_of(data: &TimelineColumns, rect: Rect, bytes: u64) -> f32 {
+    let peak = data.peak_bytes.max(1) as f32;
+    rect.bottom() - 4.0 - (rect.height() - 8.0) * bytes as f32 / peak
+}
+
+/// The allocated bytes of every column, as one mesh of plain quads: a pale bar from the bottom
+/// up to the column's least, a solid one from its least to its most. Neighbouring columns of
+/// the same heights share their quads. With software WebGL each triangle costs (a thousand
+/// columns drawn as two feathered line segments each were ~15,000 triangles of the Allocator
+/// view's first frame); a column is one point wide, so the picture is the same.
+fn columns_mesh(data: &TimelineColumns, rect: Rect) -> egui::Mesh {
+    let mut mesh = egui::Mesh::default();
+    let bottom = rect.bottom() - 4.0;
+    let mut run: Option<(usize, usize, f32, f32)> = None;
+    let add_run = |mesh: &mut egui::Mesh, (first, end, y_min, y_max): (usize, usize, f32, f32)| {
+        let (x0, x1) = (rect.left() + first as f32, rect.left() + end as f32);
+        if y_min < bottom {
+            mesh.add_colored_rect(
+                Rect::from_x_y_ranges(x0..=x1, y_min..=bottom),
+                ALLOCATED_COLOR.gamma_multiply(0.55),
+            );
+        }
+        if y_max < y_min {
+            mesh.add_colored_rect(
+                Rect::from_x_y_ranges(x0..=x1, y_max..=y_min),
+                ALLOCATED_COLOR,
+            );
+        }
+    };
+    for (i, column) in data.columns.iter().enumerate() {
+        let y_min = y_of(data, rect, column.allocated_min_bytes);
+        let y_max = y_of(data, rect, column.allocated_max_bytes);
+        run = match run {
+            Some((first, _, a, b)) if a == y_min && b == y_max => Some((first, i + 1, a, b)),
+            Some(done) => {
+                add_run(&mut mesh, done);
+                Some((i, i + 1, y_min, y_max))
+            }
+            None => Some((i, i + 1, y_min, y_max)),
+        };
+    }
+    if let Some(done) = run {
+        add_run(&mut mesh, done);
+    }
+    mesh
+}
+
+/// The reserved bytes' line through the columns' middles, without the points inside a level
+/// stretch (reserved memory moves in steps, so most points lie on a flat line): the same line
+/// with a fraction of the points to tessellate.
+fn reserved_line(data: &TimelineColumns, rect: Rect) -> Vec<Pos2> {
+    let points: Vec<Pos2> = data
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, column)| {
+            pos2(
+                rect.left() + i as f32 + 0.5,
+                y_of(data, rect, column.reserved_max_bytes),
+            )
+        })
+        .collect();
+    let mut line: Vec<Pos2> = Vec::with_capacity(points.len());
+    for (i, &point) in points.iter().enumerate() {
+        let level_before = i > 0 && points[i - 1].y == point.y;
+        let level_after = points.get(i + 1).is_some_and(|next| next.y == point.y);
+        if !(level_before && level_after) {
+            line.push(point);
+        }
+    }
+    line
+}
+
 /// Draws the timeline and returns the position the user clicked or dragged to, if any.
 ///
 /// `cache` holds the columns for the last width; `oom_positions` are drawn as red ticks.
@@ -177,29 +251,9 @@ pub fn timeline_ui(
     });
     let rect = response.rect;
     painter.rect_filled(rect, 2.0, ui.visuals().extreme_bg_color);
-    let peak = data.peak_bytes.max(1) as f32;
-    let y_of = |bytes: u64| rect.bottom() - 4.0 - (rect.height() - 8.0) * bytes as f32 / peak;
-    let mut reserved_line: Vec<Pos2> = Vec::with_capacity(data.columns.len());
-    for (i, column) in data.columns.iter().enumerate() {
-        let x = rect.left() + i as f32 + 0.5;
-        painter.line_segment(
-            [
-                pos2(x, rect.bottom() - 4.0),
-                pos2(x, y_of(column.allocated_max_bytes)),
-            ],
-            Stroke::new(1.0, ALLOCATED_COLOR.gamma_multiply(0.55)),
-        );
-        painter.line_segment(
-            [
-                pos2(x, y_of(column.allocated_min_bytes)),
-                pos2(x, y_of(column.allocated_max_bytes)),
-            ],
-            Stroke::new(1.0, ALLOCATED_COLOR),
-        );
-        reserved_line.push(pos2(x, y_of(column.reserved_max_bytes)));
-    }
+    painter.add(columns_mesh(data, rect));
     painter.add(egui::Shape::line(
-        reserved_line,
+        reserved_line(data, rect),
         Stroke::new(1.5, RESERVED_COLOR),
     ));
     for &oom in oom_positions {
