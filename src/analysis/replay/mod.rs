@@ -499,6 +499,19 @@ impl WhatIfSteps {
         }
     }
 
+    /// How much of the work is done, from 0 to 1 (the number of settings is known once the
+    /// plan is made, after the first step).
+    pub fn fraction_done(&self) -> f32 {
+        let Some(plan) = &self.plan else {
+            return 0.0;
+        };
+        let done = 1
+            + usize::from(self.self_check.is_some())
+            + usize::from(self.recorded.is_some())
+            + self.results.len();
+        done as f32 / (3 + plan.candidates.len()) as f32
+    }
+
     /// Does the next piece of work on `travel` (always the same one): at most one replay of
     /// one setting. `Ok(Some(report))` once the last setting is replayed.
     pub fn step(&mut self, travel: &TimeTravel) -> Result<Option<WhatIfReport>, ReplayError> {

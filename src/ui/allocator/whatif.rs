@@ -14,8 +14,10 @@ use egui::{RichText, Ui};
 
 use super::block_map::{BlockMapLayout, MapView, PaintedRect};
 use super::{MapContent, paint_block_map};
+#[cfg(any(not(target_arch = "wasm32"), test))]
+use crate::analysis::replay::what_if;
 use crate::analysis::replay::{
-    AllocConf, LimitsUsed, SettingOutcome, WhatIfReport, WhatIfRequest, replay_state_at, what_if,
+    AllocConf, LimitsUsed, SettingOutcome, WhatIfReport, WhatIfRequest, replay_state_at,
 };
 use crate::analysis::timetravel::{AllocatorState, TimeTravel};
 use crate::diagnose::size::parse_size;
@@ -23,6 +25,11 @@ use crate::model::allocator::AllocatorSnapshot;
 use crate::model::format_bytes;
 use crate::report::whatif::{outcome_words, self_check_line};
 use crate::ui::runner::{Job, Poll, Runner, job_progress_ui};
+#[cfg(any(target_arch = "wasm32", test))]
+use crate::{
+    analysis::replay::{ReplayError, WhatIfSteps},
+    ui::runner::{Progress, Step},
+};
 
 /// The moment of a replay that the compared block map shows.
 #[derive(Clone, Debug, PartialEq)]
@@ -230,12 +237,22 @@ impl WhatIfPanel {
         };
         let runner = Runner::new(ui.ctx().clone());
         let travel = Arc::clone(travel);
+        // The desktop replays the settings side by side on a thread; the web page has one
+        // thread, so it replays one setting per step and draws (and answers Cancel) between.
+        #[cfg(not(target_arch = "wasm32"))]
         let job = runner.spawn("what-if replay", move |progress| {
             what_if(&travel, &request, &|fraction| {
                 progress.set_fraction(fraction)
             })
             .map_err(|e| e.to_string())
         });
+        #[cfg(target_arch = "wasm32")]
+        let job = {
+            let mut steps = WhatIfSteps::new(request);
+            runner.spawn_stepped("what-if replay", move |progress| {
+                replay_step(&mut steps, &travel, progress)
+            })
+        };
         self.replay = Replay::Running(job);
         self.compared = Compared::None;
     }
@@ -345,6 +362,26 @@ impl WhatIfPanel {
             Poll::Done(Err(message)) => Replay::Failed(message),
             Poll::Lost(message) => Replay::Failed(message),
         };
+    }
+}
+
+/// One step of the panel's replay on the web page: at most one setting (see [`WhatIfSteps`]).
+#[cfg(any(target_arch = "wasm32", test))]
+fn replay_step(
+    steps: &mut WhatIfSteps,
+    travel: &TimeTravel,
+    progress: &Progress,
+) -> Step<Result<WhatIfReport, String>> {
+    if progress.is_cancelled() {
+        return Step::Done(Err(ReplayError::Cancelled.to_string()));
+    }
+    match steps.step(travel) {
+        Ok(Some(report)) => Step::Done(Ok(report)),
+        Ok(None) => {
+            progress.set_fraction(steps.fraction_done());
+            Step::Pending
+        }
+        Err(error) => Step::Done(Err(error.to_string())),
     }
 }
 
@@ -513,6 +550,47 @@ mod tests {
             peak_text(&single),
             format_bytes(outcome.peak_reserved_bytes)
         );
+    }
+
+    #[test]
+    fn the_web_pages_replay_goes_a_setting_per_step_to_the_same_report() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pytorch/frag_oom.pickle");
+        let snapshot =
+            crate::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
+        let request =
+            request_from("expandable_segments:True\nmax_split_size_mb:32", "", 0).expect("valid");
+        let expected = what_if(&travel, &request, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let progress = Progress::new(egui::Context::default());
+        let mut steps = WhatIfSteps::new(request.clone());
+        let mut pending = 0;
+        let report = loop {
+            match replay_step(&mut steps, &travel, &progress) {
+                Step::Pending => pending += 1,
+                Step::Done(result) => break result.unwrap_or_else(|e| panic!("{e}")),
+            }
+            assert!(
+                pending < 10,
+                "more steps than the plan, check, recorded and 2 settings"
+            );
+        };
+        // The plan, the self-check, the recorded settings, the first setting; the second ends it.
+        assert_eq!(pending, 4);
+        assert_eq!(report, expected);
+        assert!(progress.fraction().is_some_and(|f| f > 0.5 && f < 1.0));
+        // Cancel between steps ends the replay with the replay's own message.
+        let cancelled = Progress::new(egui::Context::default());
+        let mut steps = WhatIfSteps::new(request);
+        assert!(matches!(
+            replay_step(&mut steps, &travel, &cancelled),
+            Step::Pending
+        ));
+        cancelled.cancel();
+        match replay_step(&mut steps, &travel, &cancelled) {
+            Step::Done(Err(message)) => assert_eq!(message, ReplayError::Cancelled.to_string()),
+            _ => panic!("a cancelled replay goes on"),
+        }
     }
 
     #[test]
