@@ -518,7 +518,8 @@ fn table(rows: &[Row], checks: &[String], repeat_lines: &[String], heldout: &[Ro
          setting ran out only on a scratch buffer the program may survive, or when the \
          placement of segments decides it: near a limit (the replay ran out, released cached \
          memory for a request, or peaked within a tenth of the limit) each setting is replayed \
-         again under 8 drawn placements, every new segment at a random address, and a verdict \
+         again under 8 drawn placements, each new segment with probability 1/4 at a random \
+         address instead of the recorded run's, and a verdict \
          some of them do not share is uncertain, its range widened by their peaks (see the \
          causes below). An uncertain verdict is counted apart: not wrong when the real runs' verdicts \
          differed from each other or every real peak lies within 5 % of \
@@ -563,23 +564,27 @@ fn table(rows: &[Row], checks: &[String], repeat_lines: &[String], heldout: &[Ro
          request, the real run found a cached block and the replay released two 32 MiB \
          segments for a new one; the real run later ran out within 1 % of the cap. No rule of \
          the allocator decides this, so the replay now asks whether the placement can decide \
-         the verdict (see \"How it counts\"): with every new segment at a random address, 6 of \
-         8 drawn placements run out under both caps, the verdict is uncertain, and the peak \
-         range (3250-3346 MiB) holds the real 3318 MiB. The price: 5 ground-truth verdicts the \
+         the verdict (see \"How it counts\"): 3 of 8 drawn placements run out under both \
+         caps, the verdict is uncertain, and the peak range (3318-3346 MiB) holds the real \
+         3318 MiB. The price: 5 ground-truth verdicts the \
          recorded order got right are uncertain too (`transformer_step` under \
          `garbage_collection_threshold:0.6` and `roundup_power2_divisions:4` at both caps, \
-         `small_churn` under `roundup_power2_divisions:4` at 233 MiB, where 2 to 3 of 8 \
+         `small_churn` under `roundup_power2_divisions:4` at 233 MiB, where 2 to 4 of 8 \
          placements disagree), and one held-out (`random_lifetimes`, \
          `roundup_power2_divisions:4`, 1881 MiB cap). Those 6 were run again on the H200, 6 \
          times each (5 twelve at a time, 1 alone; `docs/gpu-verification/whatif-placement/`): \
          `transformer_step` under `garbage_collection_threshold:0.6` with the 3355 MiB cap ran \
          out in 5 and fit in 1 (peaks 3254, 3326 and 3354 MiB), and with the 3353 MiB cap ran \
          out in all 6 with peaks of 3254 or 3326 MiB: there the real outcome does vary with \
-         the run, as the drawn placements said (their peaks: 3234-3350 MiB). The other four \
+         the run, as the drawn placements said (their peaks: 3254-3354 MiB). The other four \
          gave the ground truth's verdict and peak in all 6 runs: there the drawn placements \
-         vary more than this driver did. They are not the driver's own distribution (it put \
-         large segments below each other in every run seen), so the counts say that the order \
-         can decide, not how likely each outcome is.\n\
+         vary more than this driver did. A survey of the driver (6 runs of each of 11 \
+         workloads, `placement_survey.py`) found it keeps the order of every pair of segments \
+         in most workloads and of 83 % of the small ones' pairs in the most variable, so the \
+         draws move each segment with probability 1/4 (about 78 % of pairs kept); moving every \
+         segment, or each with probability 1/2, made the same 11 + 4 verdicts uncertain with \
+         wider ranges. The counts say that the order can decide, not how likely each outcome \
+         is.\n\
          - Scratch buffers. A program can catch an out-of-memory error and go on, and PyTorch \
          itself does so for cuDNN's convolution workspace: it tries the next algorithm, down to \
          one needing none. The held-out `cnn_train` under `roundup_power2_divisions` and a cap \
