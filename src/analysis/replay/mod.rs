@@ -51,6 +51,8 @@ thread_local! {
     /// Settings replayed on this thread (the self-check counts as one): tests count how many
     /// a step of [`WhatIfSteps`] replays.
     pub(crate) static SETTINGS_REPLAYED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// [`TraceFacts`] learnt on this thread: a stepped sweep learns them once.
+    static TRACE_FACTS_BUILT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// What to replay.
@@ -434,7 +436,8 @@ pub fn what_if(
 ) -> Result<WhatIfReport, ReplayError> {
     #[cfg(test)]
     WHAT_IF_CALLS.with(|calls| calls.set(calls.get() + 1));
-    let input = replay_input(travel, request)?;
+    let facts = replay_facts(travel, request)?;
+    let input = ReplayInput::new(travel, &facts);
     let plan = SweepPlan::new(travel, request, &input);
     let total_runs = plan.total_runs();
     let done = std::sync::atomic::AtomicUsize::new(0);
@@ -463,11 +466,8 @@ pub fn what_if(
     ))
 }
 
-/// Checks the request against `travel` and prepares the replays' shared input.
-fn replay_input<'a>(
-    travel: &'a TimeTravel,
-    request: &WhatIfRequest,
-) -> Result<ReplayInput<'a>, ReplayError> {
+/// Checks the request against `travel` and learns what the replays need from the trace.
+fn replay_facts(travel: &TimeTravel, request: &WhatIfRequest) -> Result<TraceFacts, ReplayError> {
     let snapshot = travel.snapshot();
     check_device(snapshot, request.device)?;
     if travel.is_empty() {
@@ -476,7 +476,7 @@ fn replay_input<'a>(
             device: request.device,
         });
     }
-    Ok(ReplayInput::new(travel, request.device_memory_bytes))
+    Ok(TraceFacts::new(travel, request.device_memory_bytes))
 }
 
 /// [`what_if`] one replay per [`WhatIfSteps::step`]: the plan (limits from the trace's
@@ -486,6 +486,8 @@ fn replay_input<'a>(
 #[derive(Debug)]
 pub struct WhatIfSteps {
     request: WhatIfRequest,
+    /// Learnt from the trace in the first step, used by every later one.
+    facts: Option<TraceFacts>,
     plan: Option<SweepPlan>,
     self_check: Option<SelfCheck>,
     recorded: Option<SettingOutcome>,
@@ -497,6 +499,7 @@ impl WhatIfSteps {
     pub fn new(request: WhatIfRequest) -> Self {
         WhatIfSteps {
             request,
+            facts: None,
             plan: None,
             self_check: None,
             recorded: None,
@@ -520,7 +523,12 @@ impl WhatIfSteps {
     /// Does the next piece of work on `travel` (always the same one): at most one replay of
     /// one setting. `Ok(Some(report))` once the last setting is replayed.
     pub fn step(&mut self, travel: &TimeTravel) -> Result<Option<WhatIfReport>, ReplayError> {
-        let input = replay_input(travel, &self.request)?;
+        let facts = match self.facts.take() {
+            Some(facts) => facts,
+            None => replay_facts(travel, &self.request)?,
+        };
+        let facts = self.facts.insert(facts);
+        let input = ReplayInput::new(travel, facts);
         let Some(plan) = &self.plan else {
             #[cfg(test)]
             WHAT_IF_CALLS.with(|calls| calls.set(calls.get() + 1));
@@ -633,7 +641,7 @@ impl SweepPlan {
         let check_limits = Limits {
             cap_bytes: check_cap_bytes,
             device_limit_bytes: check_device_limit_bytes,
-            expandable_va_bytes: input.expandable_va_bytes,
+            expandable_va_bytes: input.facts.expandable_va_bytes,
         };
         let (candidates, sweep_notes) = if request.candidates.is_empty() {
             sweep_candidates(travel, cap_bytes.is_some())
@@ -665,7 +673,7 @@ impl SweepPlan {
         let run_limits = Limits {
             cap_bytes,
             device_limit_bytes: limits.device_limit_bytes,
-            expandable_va_bytes: input.expandable_va_bytes,
+            expandable_va_bytes: input.facts.expandable_va_bytes,
         };
         let inferred_low = match cap_source {
             CapSource::Inferred { low_bytes, .. } => Some(low_bytes),
@@ -855,11 +863,12 @@ pub fn replay_setting(
     limits: &LimitsUsed,
     progress: &dyn Fn(f32) -> bool,
 ) -> Result<SettingOutcome, ReplayError> {
-    let input = ReplayInput::new(travel, None);
+    let facts = TraceFacts::new(travel, None);
+    let input = ReplayInput::new(travel, &facts);
     let run_limits = Limits {
         cap_bytes: limits.cap_bytes,
         device_limit_bytes: limits.device_limit_bytes,
-        expandable_va_bytes: input.expandable_va_bytes,
+        expandable_va_bytes: input.facts.expandable_va_bytes,
     };
     let events = input.trace.len().max(1);
     let (_, outcome) = input.outcome(conf, false, run_limits, None, true, &|position| {
@@ -876,11 +885,12 @@ pub fn replay_state_at(
     limits: &LimitsUsed,
     stop_at: usize,
 ) -> Result<AllocatorState, ReplayError> {
-    let input = ReplayInput::new(travel, None);
+    let facts = TraceFacts::new(travel, None);
+    let input = ReplayInput::new(travel, &facts);
     let run_limits = Limits {
         cap_bytes: limits.cap_bytes,
         device_limit_bytes: limits.device_limit_bytes,
-        expandable_va_bytes: input.expandable_va_bytes,
+        expandable_va_bytes: input.facts.expandable_va_bytes,
     };
     let run = input.run(
         &conf.rules,
@@ -890,7 +900,7 @@ pub fn replay_state_at(
         Some(stop_at),
         &|_| true,
     )?;
-    Ok(run.model.state(travel.device(), &input.streams))
+    Ok(run.model.state(travel.device(), &input.facts.streams))
 }
 
 /// Maps `items` with `f` on up to as many threads as the machine has cores (in order).
@@ -996,6 +1006,14 @@ struct ReplayInput<'a> {
     travel: &'a TimeTravel,
     trace: &'a DeviceTrace,
     snapshot: &'a AllocatorSnapshot,
+    facts: &'a TraceFacts,
+}
+
+/// What every replay of a trace needs that takes scans of the whole trace to learn, learnt
+/// once: [`WhatIfSteps`] keeps it between its steps, so that a stepped sweep does not rebuild
+/// the starting state and rescan the trace for every setting.
+#[derive(Debug)]
+struct TraceFacts {
     /// Distinct raw stream values, sorted: a stream's rank keeps PyTorch's ordering.
     streams: Vec<u64>,
     start: AllocatorState,
@@ -1157,8 +1175,10 @@ impl AddressHints for TraceHints<'_> {
     }
 }
 
-impl<'a> ReplayInput<'a> {
-    fn new(travel: &'a TimeTravel, device_memory_bytes: Option<u64>) -> Self {
+impl TraceFacts {
+    fn new(travel: &TimeTravel, device_memory_bytes: Option<u64>) -> Self {
+        #[cfg(test)]
+        TRACE_FACTS_BUILT.with(|built| built.set(built.get() + 1));
         let trace = travel.trace();
         let start = travel.state_at(0);
         let mut streams: Vec<u64> = trace.streams.clone();
@@ -1177,10 +1197,7 @@ impl<'a> ReplayInput<'a> {
         let expandable_va_bytes = device_memory_bytes
             .map(|total| total.saturating_add(total / 8))
             .unwrap_or(DEFAULT_EXPANDABLE_VA_BYTES);
-        ReplayInput {
-            travel,
-            trace,
-            snapshot: travel.snapshot(),
+        TraceFacts {
             streams,
             start,
             expandable_va_bytes,
@@ -1190,9 +1207,21 @@ impl<'a> ReplayInput<'a> {
             stacks_recorded: trace.stacks.iter().any(|&stack| stack != StackId::EMPTY),
         }
     }
+}
+
+impl<'a> ReplayInput<'a> {
+    fn new(travel: &'a TimeTravel, facts: &'a TraceFacts) -> Self {
+        ReplayInput {
+            travel,
+            trace: travel.trace(),
+            snapshot: travel.snapshot(),
+            facts,
+        }
+    }
 
     fn stream_rank(&self, stream: u64) -> u16 {
-        self.streams
+        self.facts
+            .streams
             .binary_search(&stream)
             .map_or(0, |rank| rank.min(u16::MAX as usize) as u16)
     }
@@ -1219,7 +1248,7 @@ impl<'a> ReplayInput<'a> {
             .find(|file| file.ends_with(".py"));
         match innermost_python {
             Some(file) => file.contains("/torch/"),
-            None => !frames.is_empty() || self.stacks_recorded,
+            None => !frames.is_empty() || self.facts.stacks_recorded,
         }
     }
 
@@ -1245,7 +1274,7 @@ impl<'a> ReplayInput<'a> {
     fn limit_evidence(&self, rules: &AllocatorRules) -> LimitEvidence {
         let trace = self.trace;
         let size_at = |i: usize| trace.sizes_bytes.get(i).copied().unwrap_or(0);
-        let mut reserved = self.start.reserved_bytes;
+        let mut reserved = self.facts.start.reserved_bytes;
         let mut lowest = 0u64;
         let mut pressure_high = u64::MAX;
         let mut cap_high: Option<u64> = None;
@@ -1371,7 +1400,7 @@ impl<'a> ReplayInput<'a> {
                 let first_release_of_request = !actions[window_start..index]
                     .iter()
                     .any(|a| matches!(a, TraceAction::SegmentFree | TraceAction::SegmentUnmap));
-                let rules = &self.recorded_rules;
+                let rules = &self.facts.recorded_rules;
                 let collector_first = match limits.cap_bytes {
                     Some(cap) if rules.garbage_collection_threshold > 0.0 => {
                         let request = (end..self.trace.len())
@@ -1442,7 +1471,7 @@ impl<'a> ReplayInput<'a> {
             progress,
         )?;
         let mut outcome = run.outcome(conf, recorded_row, &limits);
-        if self.has_deferred_frees {
+        if self.facts.has_deferred_frees {
             let end = self.trace.len();
             let early = self.run(
                 &conf.rules,
@@ -1519,7 +1548,7 @@ impl<'a> ReplayInput<'a> {
         let mut expandable: Vec<((u16, u8), u32)> = Vec::new();
         // Expandable reservations start at their lowest mapped range.
         let mut bases: Vec<((u16, u8), u64)> = Vec::new();
-        for segment in self.start.segments.iter().filter(|s| s.expandable) {
+        for segment in self.facts.start.segments.iter().filter(|s| s.expandable) {
             let key = (
                 self.stream_rank(segment.stream),
                 u8::from(segment.pool != PoolKind::Small),
@@ -1533,7 +1562,7 @@ impl<'a> ReplayInput<'a> {
             let es = model.seed_expandable_va(base, key.0, key.1);
             expandable.push((key, es));
         }
-        for segment in &self.start.segments {
+        for segment in &self.facts.start.segments {
             let stream = self.stream_rank(segment.stream);
             let mut lookup = |s: u16, p: u8| {
                 expandable
@@ -1600,7 +1629,7 @@ impl<'a> ReplayInput<'a> {
         // of the next request (`process_events`).
         let mut early_completions: Vec<BlockHandle> = Vec::new();
         // Reserved bytes as the trace's segment events say (the self-check compares).
-        let mut real_reserved = self.start.reserved_bytes;
+        let mut real_reserved = self.facts.start.reserved_bytes;
         // New segments the model made so far, by size (see `TraceHints`).
         let mut segments_made: HashMap<u64, usize> = HashMap::new();
         let mut drawn_state = match placement {
@@ -1645,7 +1674,7 @@ impl<'a> ReplayInput<'a> {
                         trace,
                         from: window_start,
                         to: index,
-                        recorded_by_size: &self.segments_by_size,
+                        recorded_by_size: &self.facts.segments_by_size,
                         made_by_size: &mut segments_made,
                         drawn: drawn_state.as_mut(),
                     };
@@ -1809,7 +1838,7 @@ impl<'a> ReplayInput<'a> {
                         trace,
                         from: window_start,
                         to: index,
-                        recorded_by_size: &self.segments_by_size,
+                        recorded_by_size: &self.facts.segments_by_size,
                         made_by_size: &mut segments_made,
                         drawn: drawn_state.as_mut(),
                     };
@@ -1922,11 +1951,11 @@ impl<'a> ReplayInput<'a> {
 
     /// Turns the check run into the self-check.
     fn self_check(&self, recorded: &AllocConf, run: &RunResult) -> SelfCheck {
-        let start = if self.start.segments.is_empty() {
+        let start = if self.facts.start.segments.is_empty() {
             ReplayStart::Empty
         } else {
             ReplayStart::Seeded {
-                segments: self.start.segments.len(),
+                segments: self.facts.start.segments.len(),
                 exact: self.travel.check().matches_final_state,
             }
         };
@@ -1961,7 +1990,7 @@ impl<'a> ReplayInput<'a> {
             ));
             return check;
         }
-        let replayed = run.model.state(self.travel.device(), &self.streams);
+        let replayed = run.model.state(self.travel.device(), &self.facts.streams);
         let real = self.travel.state_at(self.trace.len());
         check.segments_compared = real.segments.len();
         check.blocks_compared = real.block_count();
@@ -2110,10 +2139,12 @@ mod tests {
             ("frag_longlived.pickle", sweep(Some(400 * MIB))),
         ];
         let replayed = || SETTINGS_REPLAYED.with(std::cell::Cell::get);
+        let facts_built = || TRACE_FACTS_BUILT.with(std::cell::Cell::get);
         for (name, request) in cases {
             let travel = travel(name);
             let in_one_go =
                 what_if(&travel, &request, &|_| true).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let facts_before = facts_built();
             let mut steps = WhatIfSteps::new(request.clone());
             let mut counted = 0;
             let mut most_in_a_step = 0;
@@ -2130,6 +2161,8 @@ mod tests {
                 assert!(counted < 100, "{name}: never done");
             };
             assert_eq!(most_in_a_step, 1, "{name}");
+            // The trace is scanned and the start state built in the first step only.
+            assert_eq!(facts_built() - facts_before, 1, "{name}");
             // The plan, the self-check, the recorded settings, then one step per setting.
             assert_eq!(counted, 3 + in_one_go.results.len(), "{name}");
             assert_eq!(in_steps, in_one_go, "{name}");
@@ -2140,8 +2173,9 @@ mod tests {
     fn a_given_cap_below_what_the_trace_reserved_is_not_the_recorded_runs() {
         // The uncapped two-stream run reserved up to 380 MiB itself.
         let travel = travel("two_streams.pickle");
-        let input = ReplayInput::new(&travel, None);
-        let evidence = input.limit_evidence(&input.recorded_rules);
+        let facts = TraceFacts::new(&travel, None);
+        let input = ReplayInput::new(&travel, &facts);
+        let evidence = input.limit_evidence(&input.facts.recorded_rules);
         assert_eq!(evidence.most_reserved_bytes, 380 * MIB);
         // Under 296 MiB the recorded run could not have run: the self-check keeps the trace's
         // own limits (none) and passes; the setting still runs under the given cap.
@@ -2245,7 +2279,8 @@ mod tests {
             .scratch_oom
             .unwrap_or_else(|| panic!("the workspace does not fit: {outcome:?}"));
         assert_eq!(scratch.request_bytes, 640 * MIB);
-        let input = ReplayInput::new(&travel, None);
+        let facts = TraceFacts::new(&travel, None);
+        let input = ReplayInput::new(&travel, &facts);
         assert!(input.is_scratch(scratch.event_index));
         assert!(outcome.oom.is_none(), "{:?}", outcome.oom);
         assert_eq!(outcome.events_replayed, travel.len());
