@@ -7,7 +7,7 @@ settings fail and some survive).
 Usage: python3 make_ground_truth.py OUTDIR [--smoke] [--jobs N] [--module MODULE]
 
 --module runs the workloads of another module of this folder (e.g. `workloads_heldout`, the
-held-out set) instead of workloads.py.
+held-out set) instead of workloads.py; --workloads A,B runs only those of the module.
 
 OUTDIR gets runs/*.json (what PyTorch reported per run), runs/*.pickle (the snapshots),
 summary.json, and archives for the trip home: gt_json.tar.xz (every record) and one
@@ -89,6 +89,8 @@ def main():
     os.environ["VRAMSCOPE_WORKLOADS"] = module
     sys.path.insert(0, HERE)
     WORKLOADS = list(importlib.import_module(module).WORKLOADS)
+    if "--workloads" in sys.argv:
+        WORKLOADS = sys.argv[sys.argv.index("--workloads") + 1].split(",")
     scale = 0.15 if smoke else 1.0
     workloads = WORKLOADS[:] if not smoke else WORKLOADS
     settings = SETTINGS if not smoke else SETTINGS[:3]
