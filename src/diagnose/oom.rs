@@ -379,10 +379,18 @@ fn apply_replay(case: &OomCase, verdict: &mut Verdict) {
             } else {
                 OomCause::Cap
             };
-            verdict.replay_note = Some(format!(
-                "The replay of the allocation history under {} other allocator setting(s) ran out of memory every time: better packing would not have saved this run.",
-                proof.useless.len()
-            ));
+            verdict.replay_note = Some(if proof.layout_only.is_empty() {
+                format!(
+                    "The replay of the allocation history under {} other allocator setting(s) ran out of memory every time: better packing would not have saved this run.",
+                    proof.useless.len()
+                )
+            } else {
+                format!(
+                    "The replay of the allocation history under {} other allocator setting(s) ran out of memory every time, and {} got past the failure only through another order of segments (garbage collection thresholds, not counted as proof): better packing would not have saved this run.",
+                    proof.useless.len(),
+                    proof.layout_only.len()
+                )
+            });
         }
         OomCause::Capacity | OomCause::Cap
             if !verdict.first_step
@@ -581,6 +589,17 @@ fn evidence(case: &OomCase, verdict: &Verdict) -> Vec<Evidence> {
                 ev.push(Evidence::text(
                     format!("tried by replay: does not help: {}", useless.conf),
                     proof::useless_text(useless),
+                    EvidenceSource::Derived,
+                ));
+            }
+            for layout in &proof.layout_only {
+                ev.push(Evidence::text(
+                    format!("tried by replay: not counted as proof: {}", layout.conf),
+                    format!(
+                        "{}; {}",
+                        proof::proven_text(layout, proof.limit_bytes),
+                        proof::LAYOUT_ONLY_WHY
+                    ),
                     EvidenceSource::Derived,
                 ));
             }

@@ -87,6 +87,9 @@ pub struct SettingsProof<'a> {
     /// Settings that still ran out. (Replays that stopped early or whose outcome depends on an
     /// inferred cap are in neither list.)
     pub useless: Vec<&'a ReplayedSetting>,
+    /// Settings that got past a recorded failure only by adding a garbage collection
+    /// threshold: not proof (see [`LAYOUT_ONLY_WHY`]), so neither recommended nor useless.
+    pub layout_only: Vec<&'a ReplayedSetting>,
     pub limit_bytes: Option<u64>,
     /// Where the recorded run ran out in the replay of its own settings, if it did.
     pub recorded_oom_event: Option<usize>,
@@ -200,9 +203,18 @@ pub fn judge(evidence: &ReplayEvidence) -> Option<SettingsProof<'_>> {
         .settings
         .iter()
         .filter(|s| !same_conf(&s.conf, &evidence.recorded_conf));
-    let (mut helps, useless): (Vec<_>, Vec<_>) = others
+    let (helps, useless): (Vec<_>, Vec<_>) = others
         .filter(|s| s.conclusive())
         .partition(|s| s.oom.is_none());
+    let recorded_oom_event = evidence
+        .settings
+        .iter()
+        .find(|s| same_conf(&s.conf, &evidence.recorded_conf))
+        .and_then(|s| s.oom.map(|oom| oom.event_index));
+    let (layout_only, mut helps): (Vec<_>, Vec<_>) = helps.into_iter().partition(|s| {
+        recorded_oom_event.is_some()
+            && generality(&s.conf, &evidence.recorded_conf) == GARBAGE_COLLECTION_ONLY
+    });
     helps.sort_by_key(|s| {
         (
             generality(&s.conf, &evidence.recorded_conf),
@@ -213,14 +225,28 @@ pub fn judge(evidence: &ReplayEvidence) -> Option<SettingsProof<'_>> {
     Some(SettingsProof {
         helps,
         useless,
+        layout_only,
         limit_bytes: evidence.limit_bytes,
-        recorded_oom_event: evidence
-            .settings
-            .iter()
-            .find(|s| same_conf(&s.conf, &evidence.recorded_conf))
-            .and_then(|s| s.oom.map(|oom| oom.event_index)),
+        recorded_oom_event,
     })
 }
+
+/// Why a garbage collection threshold that got past a recorded failure in the replay is not
+/// counted as proof. PyTorch's failure path (`release_cached_blocks` before the error) already
+/// returns every wholly free cached segment, so the threshold, which returns them sooner, adds
+/// no memory at the failure; what the replay gains from it is another order in which segments
+/// are made and split, which the job's next steps need not repeat. Measured on the H200
+/// (`docs/gpu-verification/whatif-heldout2/`): of 8 such settings in held-out workloads, 6
+/// failed later in the real run; every other setting the diagnosis proved from a failed run's
+/// trace (43 of 43) ran.
+pub const LAYOUT_ONLY_WHY: &str = "a garbage collection threshold only returns cached segments \
+     sooner than PyTorch does itself before it reports out of memory, so it adds no memory at \
+     the failure; the replay got past it through another order of segments, which the next \
+     steps need not repeat (on the H200, 6 of 8 such settings failed later in the real run)";
+
+/// [`generality`] of a setting that adds a garbage collection threshold and neither expandable
+/// segments nor a `max_split_size_mb`.
+const GARBAGE_COLLECTION_ONLY: u8 = 2;
 
 /// How far beyond the replayed run a setting's proof is likely to carry, lower first. The replay
 /// proves the recorded run up to where it ended; the next iterations allocate differently.
@@ -240,7 +266,7 @@ fn generality(conf: &str, recorded_conf: &str) -> u8 {
     } else if adds("max_split_size_mb:") {
         1
     } else if adds("garbage_collection_threshold:") {
-        2
+        GARBAGE_COLLECTION_ONLY
     } else {
         3
     }
@@ -417,13 +443,11 @@ mod tests {
         let e = evidence(true);
         let proof = judge(&e).unwrap_or_else(|| panic!("reliable"));
         let helps: Vec<&str> = proof.helps.iter().map(|s| s.conf.as_str()).collect();
-        assert_eq!(
-            helps,
-            [
-                "expandable_segments:True",
-                "garbage_collection_threshold:0.6"
-            ]
-        );
+        assert_eq!(helps, ["expandable_segments:True"]);
+        // The recorded run ran out: a garbage collection threshold that got past the failure is
+        // kept apart, not proof.
+        let layout: Vec<&str> = proof.layout_only.iter().map(|s| s.conf.as_str()).collect();
+        assert_eq!(layout, ["garbage_collection_threshold:0.6"]);
         // Of two proven settings, the one whose proof carries further comes first even with a
         // higher peak.
         let mut e = evidence(true);
@@ -438,9 +462,33 @@ mod tests {
             [
                 "expandable_segments:True",
                 "max_split_size_mb:512",
-                "garbage_collection_threshold:0.6",
                 "roundup_power2_divisions:2"
             ]
+        );
+        // Added to a max_split_size_mb, the threshold is proof of that setting.
+        let mut e = evidence(true);
+        e.settings.push(setting(
+            "garbage_collection_threshold:0.6,max_split_size_mb:512",
+            63.0,
+            None,
+        ));
+        let proof = judge(&e).unwrap_or_else(|| panic!("reliable"));
+        assert!(
+            proof
+                .helps
+                .iter()
+                .any(|s| s.conf == "garbage_collection_threshold:0.6,max_split_size_mb:512")
+        );
+        // A recorded run that did not run out: the threshold's lower peak is proof.
+        let mut fine = evidence(true);
+        fine.settings[0].oom = None;
+        let proof = judge(&fine).unwrap_or_else(|| panic!("reliable"));
+        assert!(proof.layout_only.is_empty());
+        assert!(
+            proof
+                .helps
+                .iter()
+                .any(|s| s.conf == "garbage_collection_threshold:0.6")
         );
         let useless: Vec<&str> = proof.useless.iter().map(|s| s.conf.as_str()).collect();
         assert_eq!(

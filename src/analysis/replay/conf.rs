@@ -277,12 +277,49 @@ impl AllocConf {
             cursor.skip_value();
         }
         Ok(AllocConf {
-            text: format!("{},{}", describe_rules(&self.rules), change.trim()),
+            text: joined_text(&self.text, change),
             rules,
             memory_fraction: changed.memory_fraction.or(self.memory_fraction),
             without_effect: changed.without_effect,
         })
     }
+}
+
+/// `base` without the keys `change` sets, then `change`: the string to give PyTorch, in the
+/// user's own syntax (a recorded `roundup_power2_divisions:[256:1,>:8]` stays as written, and a
+/// recorded `max_split_size_mb:512` changed to 64 appears once, as 64).
+fn joined_text(base: &str, change: &str) -> String {
+    let key = |item: &str| item.split(':').next().unwrap_or_default().trim().to_owned();
+    let changed: Vec<String> = top_level_items(change).map(key).collect();
+    let mut parts: Vec<&str> = top_level_items(base)
+        .filter(|item| !item.eq_ignore_ascii_case("default") && !changed.contains(&key(item)))
+        .collect();
+    parts.extend(top_level_items(change));
+    parts.join(",")
+}
+
+/// The comma-separated `key:value` items of a configuration string, a bracketed list kept
+/// whole; empty items left out.
+fn top_level_items(text: &str) -> impl Iterator<Item = &str> {
+    let mut depth = 0usize;
+    let mut start = 0;
+    let mut items = Vec::new();
+    for (at, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&text[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&text[start..]);
+    items
+        .into_iter()
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
 }
 
 /// A configuration string that sets `rules` (keys at their defaults are left out).
@@ -607,8 +644,26 @@ mod tests {
             changed.rules.roundup_power2_divisions,
             [4; ROUNDUP_INTERVALS]
         );
+        assert_eq!(
+            changed.text,
+            "max_split_size_mb:128,roundup_power2_divisions:4,expandable_segments:True"
+        );
         let again = recorded.with_change("max_split_size_mb:256").unwrap();
         assert_eq!(again.rules.max_split_size_bytes, Some(256 * MIB));
+        // The changed key appears once, with its new value; a list stays as the user wrote it.
+        assert_eq!(
+            again.text,
+            "roundup_power2_divisions:4,max_split_size_mb:256"
+        );
+        let listed = AllocConf::parse("roundup_power2_divisions:[256:1,512:2,>:8]")
+            .unwrap()
+            .with_change("max_split_size_mb:64")
+            .unwrap();
+        assert_eq!(
+            listed.text,
+            "roundup_power2_divisions:[256:1,512:2,>:8],max_split_size_mb:64"
+        );
+        assert_eq!(AllocConf::parse(&listed.text).unwrap().rules, listed.rules);
         let from_default = AllocConf::default_conf()
             .with_change("expandable_segments:True")
             .unwrap();
