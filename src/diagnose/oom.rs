@@ -628,9 +628,25 @@ fn shortfall(n: &OomNumbers) -> Option<u64> {
     Some(n.requested_bytes?.saturating_sub(n.free_bytes?)).filter(|&s| s > 0)
 }
 
-fn hint_not_echoed(n: &OomNumbers) -> String {
+/// Why PyTorch's standing advice (expandable segments) does not apply, when the cache is
+/// smaller than the request; nothing when a reliable replay proved expandable segments get the
+/// job past the failure (the segments it grows in place can save more than the cache held).
+fn hint_not_echoed(case: &OomCase) -> String {
+    let n = &case.numbers;
+    let replay_proves_expandable =
+        case.replay
+            .as_ref()
+            .and_then(proof::judge)
+            .is_some_and(|proof| {
+                proof.helps.iter().any(|setting| {
+                    setting
+                        .conf
+                        .to_ascii_lowercase()
+                        .contains("expandable_segments:true")
+                })
+            });
     match (n.reserved_unallocated_bytes, n.requested_bytes) {
-        (Some(u), Some(r)) if u < r => format!(
+        (Some(u), Some(r)) if u < r && !replay_proves_expandable => format!(
             " PyTorch's message suggests expandable_segments on every OOM; here only {} is cached but unallocated, less than the {} requested, so fragmentation is not the cause and that setting would not help.",
             format_bytes(u),
             format_bytes(r)
@@ -1052,7 +1068,7 @@ fn cap_finding(
                 n.reserved_bytes
                     .map(format_bytes)
                     .unwrap_or_else(|| "its share".into()),
-                hint_not_echoed(n)
+                hint_not_echoed(case)
             ),
         ),
         None => (
@@ -1061,7 +1077,7 @@ fn cap_finding(
             ),
             format!(
                 "CUDA reported {free_text} free at the failure, more than the {req} requested, and the cached memory could not explain it: a per-process limit stopped the allocation (torch.cuda.set_per_process_memory_fraction, an MPS memory limit or a container limit).{}{history}",
-                hint_not_echoed(n)
+                hint_not_echoed(case)
             ),
         ),
     };
@@ -1189,7 +1205,7 @@ fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence
             .map(|t| format!(" of {}", format_bytes(t)))
             .unwrap_or_default(),
         format_bytes(sum),
-        hint_not_echoed(n)
+        hint_not_echoed(case)
     ))
     .recommend([
         recommend::free_other_process(&others, shortfall(n)),
@@ -1232,7 +1248,7 @@ fn growth_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) -> F
     .with_evidence(evidence)
     .explained(format!(
         "Every iteration left more memory allocated than the one before, and the failure came when the growth reached the card's limit. A smaller batch or an allocator setting only buys a few iterations.{history}{}",
-        hint_not_echoed(n)
+        hint_not_echoed(case)
     ))
     .recommend([
         recommend::find_leak(None),
@@ -1294,7 +1310,10 @@ fn capacity_finding(
     let combine = combine_note(&recommendations, shortfall(n));
     Finding::new(Category::Capacity, severity, title)
         .with_evidence(evidence)
-        .explained(format!("{detail}{}{history}{combine}", hint_not_echoed(n)))
+        .explained(format!(
+            "{detail}{}{history}{combine}",
+            hint_not_echoed(case)
+        ))
         .recommend(recommendations)
         .in_wizard(Wizard::OutOfMemory)
 }

@@ -143,3 +143,50 @@ fn leak_snapshots_name_the_growing_call_site() {
     assert_eq!(f.category, Category::Leak);
     assert!(f.title.contains("_leak.py:"), "{}", f.title);
 }
+
+/// A real H200 run that ran out under a cap (`ckpt_transformer` of the second held-out set,
+/// `docs/gpu-verification/whatif-heldout2/`): its replay gets past the failure under expandable
+/// segments (which ran for real) and under `garbage_collection_threshold:0.6` (which failed later
+/// for real). The threshold must not be recommended as proven, and no finding may say that
+/// expandable segments would not help while the replay proved they do.
+#[test]
+fn a_garbage_collection_threshold_that_only_gets_past_the_failure_is_not_proof() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/whatif/heldout2/oom/ckpt_transformer__default__cap814743552.pickle");
+    let input = DiagnosisInput {
+        snapshots: snapshot_facts(&path),
+        ..Default::default()
+    };
+    let diagnosis = diagnose(&input);
+    let findings = &diagnosis.findings;
+    assert!(!findings.is_empty());
+    let actions: Vec<&str> = findings
+        .iter()
+        .flat_map(|f| &f.recommendations)
+        .map(|r| r.action.as_str())
+        .collect();
+    assert!(
+        actions
+            .iter()
+            .any(|a| a.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")),
+        "{actions:?}"
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| a.contains("garbage_collection_threshold")),
+        "{actions:?}"
+    );
+    assert!(
+        findings.iter().flat_map(|f| &f.evidence).any(|e| e.label
+            == "tried by replay: not counted as proof: garbage_collection_threshold:0.6"),
+        "the threshold is shown as tried, and why it is not proof"
+    );
+    for finding in findings {
+        assert!(
+            !finding.explanation.contains("that setting would not help"),
+            "{}",
+            finding.explanation
+        );
+    }
+}
