@@ -629,24 +629,18 @@ fn shortfall(n: &OomNumbers) -> Option<u64> {
 }
 
 /// Why PyTorch's standing advice (expandable segments) does not apply, when the cache is
-/// smaller than the request; nothing when a reliable replay proved expandable segments get the
-/// job past the failure (the segments it grows in place can save more than the cache held).
+/// smaller than the request; nothing when a reliable replay proved some allocator setting gets
+/// the job past the failure: the replay then shows the packing was at fault, whatever the cache
+/// held at the end (another finding of the same diagnosis says so).
 fn hint_not_echoed(case: &OomCase) -> String {
     let n = &case.numbers;
-    let replay_proves_expandable =
-        case.replay
-            .as_ref()
-            .and_then(proof::judge)
-            .is_some_and(|proof| {
-                proof.helps.iter().any(|setting| {
-                    setting
-                        .conf
-                        .to_ascii_lowercase()
-                        .contains("expandable_segments:true")
-                })
-            });
+    let replay_proves_a_setting = case
+        .replay
+        .as_ref()
+        .and_then(proof::judge)
+        .is_some_and(|proof| !proof.helps.is_empty());
     match (n.reserved_unallocated_bytes, n.requested_bytes) {
-        (Some(u), Some(r)) if u < r && !replay_proves_expandable => format!(
+        (Some(u), Some(r)) if u < r && !replay_proves_a_setting => format!(
             " PyTorch's message suggests expandable_segments on every OOM; here only {} is cached but unallocated, less than the {} requested, so fragmentation is not the cause and that setting would not help.",
             format_bytes(u),
             format_bytes(r)

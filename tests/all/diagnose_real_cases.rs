@@ -148,7 +148,7 @@ fn leak_snapshots_name_the_growing_call_site() {
 /// `docs/gpu-verification/whatif-heldout2/`): its replay gets past the failure under expandable
 /// segments (which ran for real) and under `garbage_collection_threshold:0.6` (which failed later
 /// for real). The threshold must not be recommended as proven, and no finding may say that
-/// expandable segments would not help while the replay proved they do.
+/// fragmentation is not the cause while the replay proved a setting that packs better helps.
 #[test]
 fn a_garbage_collection_threshold_that_only_gets_past_the_failure_is_not_proof() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
