@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 
-use super::build::{Builder, Value, grow_with_input};
+use super::build::{Builder, LastGrowth, Value, grow_with_input};
 
 /// Why decoding stopped.
 #[derive(Debug)]
@@ -267,6 +267,8 @@ struct Machine {
     offset: u64,
     /// Fraction of the input decoded so far (see [`grow_with_input`]).
     input_fraction: f32,
+    /// Where `memo` last grew (see [`grow_with_input`]).
+    memo_growth: LastGrowth,
 }
 
 impl Machine {
@@ -337,7 +339,7 @@ impl Machine {
             self.memo[index as usize] = value;
         } else if index == self.memo.len() as u64 {
             if self.memo.len() == self.memo.capacity() {
-                grow_with_input(&mut self.memo, self.input_fraction);
+                grow_with_input(&mut self.memo, self.input_fraction, &mut self.memo_growth);
             }
             self.memo.push(value);
             self.memo_count += 1;
@@ -421,6 +423,7 @@ impl Decoder {
                     .max(1 << 20),
                 offset: 0,
                 input_fraction: 0.0,
+                memo_growth: LastGrowth::default(),
             },
             protocol: 0,
             next_progress: PROGRESS_STEP_BYTES as u64,
