@@ -20,6 +20,7 @@ use super::growth::{self, Growth, Shape, duration_text};
 use super::log::{LogAnalysis, StepSeries};
 use super::proof::ReplayEvidence;
 use super::recommend::{self, MIN_LEAK_GROWTH_BYTES};
+use super::trace_events::TraceEventSet;
 use super::trajectory::Trajectory;
 use std::sync::Arc;
 
@@ -593,9 +594,9 @@ pub struct SnapshotIdentity {
     pub last_trace_time_us: Option<i64>,
     /// The file's modification time (Unix ms), the order of last resort.
     pub file_modified_ms: Option<i64>,
-    /// `(time µs, address)` of the device's trace events with a time, sorted: one event in two
+    /// `(time µs, address)` of the device's trace events with a time: one event in two
     /// snapshots proves one process recorded both.
-    pub trace_events: Vec<(i64, u64)>,
+    pub trace_events: TraceEventSet,
     /// Whether the trace ring buffer was full or wrapped, so that older events are lost.
     pub trace_wrapped: bool,
     /// `(address, bytes)` of the device's segments, sorted.
@@ -618,7 +619,7 @@ pub enum SameProcess {
 /// comment; `None` when nothing shows it.
 pub fn same_process(earlier: &SnapshotFacts, later: &SnapshotFacts) -> Option<SameProcess> {
     let (a, b) = (&earlier.identity, &later.identity);
-    let shared_events = count_shared(&a.trace_events, &b.trace_events);
+    let shared_events = count_shared(a.trace_events.iter(), b.trace_events.iter());
     if shared_events > 0 {
         return Some(SameProcess::SharedTraceEvents(shared_events));
     }
@@ -627,21 +628,26 @@ pub fn same_process(earlier: &SnapshotFacts, later: &SnapshotFacts) -> Option<Sa
     if trace_can_tell || a.settings != b.settings {
         return None;
     }
-    let shared_segments = count_shared(&a.segments, &b.segments);
+    let shared_segments = count_shared(a.segments.iter(), b.segments.iter());
     (shared_segments > 0).then_some(SameProcess::SharedSegments(shared_segments))
 }
 
 /// Number of items in both sorted lists.
-fn count_shared<T: Ord>(a: &[T], b: &[T]) -> usize {
-    let (mut i, mut j, mut shared) = (0, 0, 0);
-    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+fn count_shared<T: Ord>(a: impl Iterator<Item = T>, b: impl Iterator<Item = T>) -> usize {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    let mut shared = 0;
+    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
         match x.cmp(y) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Less => {
+                a.next();
+            }
+            std::cmp::Ordering::Greater => {
+                b.next();
+            }
             std::cmp::Ordering::Equal => {
                 shared += 1;
-                i += 1;
-                j += 1;
+                a.next();
+                b.next();
             }
         }
     }
@@ -895,7 +901,7 @@ mod tests {
     fn traced(events: &[(i64, u64)]) -> SnapshotIdentity {
         SnapshotIdentity {
             last_trace_time_us: events.iter().map(|e| e.0).max(),
-            trace_events: events.to_vec(),
+            trace_events: TraceEventSet::from_events(events),
             ..Default::default()
         }
     }
@@ -931,9 +937,9 @@ mod tests {
         assert_eq!(same_process(&a, &other_settings), None);
         // Both traced, no shared event, no wrap: the traces say they are different processes.
         let mut traced_a = a.clone();
-        traced_a.identity.trace_events = vec![(1, 0x100)];
+        traced_a.identity.trace_events = TraceEventSet::from_events(&[(1, 0x100)]);
         let mut traced_b = b.clone();
-        traced_b.identity.trace_events = vec![(9, 0x100)];
+        traced_b.identity.trace_events = TraceEventSet::from_events(&[(9, 0x100)]);
         assert_eq!(same_process(&traced_a, &traced_b), None);
         traced_b.identity.trace_wrapped = true;
         assert_eq!(

@@ -24,6 +24,7 @@ pub mod recommend;
 pub mod size;
 pub mod snapshot;
 pub mod thresholds;
+pub mod trace_events;
 pub mod trajectory;
 pub mod xid;
 

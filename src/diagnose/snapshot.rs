@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::finding::NamedWhatIf;
 use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
 use super::proof;
+use super::trace_events::TraceEventCollector;
 use super::trajectory::{self, TrajectoryBuild};
 use crate::analysis::deadline::Step;
 use crate::analysis::fragmentation;
@@ -297,7 +298,7 @@ const IDENTITY_EVENTS_PER_STEP: usize = 1 << 20;
 
 /// The (time, address) pairs of a device's trace collected so far for its identity.
 struct IdentityScan {
-    trace_events: Vec<(i64, u64)>,
+    trace_events: TraceEventCollector,
     /// Events looked at so far.
     next: usize,
 }
@@ -314,7 +315,7 @@ fn identity_step(
     let trace = device.trace.and_then(|i| snapshot.traces.get(i));
     let mut scan = scan.unwrap_or_else(|| {
         Box::new(IdentityScan {
-            trace_events: Vec::with_capacity(trace.map_or(0, |t| t.len())),
+            trace_events: TraceEventCollector::default(),
             next: 0,
         })
     });
@@ -322,7 +323,7 @@ fn identity_step(
         let to = scan.next.saturating_add(events_per_step).min(t.len());
         for i in scan.next..to {
             if let (Some(time), Some(&address)) = (t.time_us(i), t.addresses.get(i)) {
-                scan.trace_events.push((time, address));
+                scan.trace_events.add((time, address));
             }
         }
         scan.next = to;
@@ -330,9 +331,7 @@ fn identity_step(
             return Step::Pending(scan);
         }
     }
-    let mut trace_events = scan.trace_events;
-    sort_trace_events(&mut trace_events);
-    trace_events.dedup();
+    let trace_events = scan.trace_events.finish();
     let settings = snapshot.settings.clone();
     let ring_full = match (
         trace,
@@ -353,26 +352,13 @@ fn identity_step(
         .collect();
     segments.sort_unstable();
     Step::Done(SnapshotIdentity {
-        last_trace_time_us: trace_events.iter().map(|e| e.0).max(),
+        last_trace_time_us: trace_events.last().map(|e| e.0),
         file_modified_ms: None,
         trace_events,
         trace_wrapped,
         segments,
         settings,
     })
-}
-
-/// Sorts `(time, address)` pairs taken from a trace in its order. Traces record events in time
-/// order, so then only events with the same time need sorting (by address): linear time on
-/// millions of events instead of a full sort.
-fn sort_trace_events(events: &mut [(i64, u64)]) {
-    if events.windows(2).all(|w| w[0].0 <= w[1].0) {
-        for same_time in events.chunk_by_mut(|a, b| a.0 == b.0) {
-            same_time.sort_unstable();
-        }
-    } else {
-        events.sort_unstable();
-    }
 }
 
 /// The innermost frame of user code (a `.py` file outside torch and site-packages), as
@@ -480,19 +466,6 @@ mod tests {
             };
             assert!(steps >= in_one_go.trace_events.len() / events_per_step);
             assert_eq!(format!("{in_ranges:?}"), format!("{in_one_go:?}"));
-        }
-    }
-
-    #[test]
-    fn trace_events_sort_like_a_full_sort_in_time_order_or_not() {
-        let in_time_order = vec![(1, 0x300), (1, 0x100), (2, 0x200), (2, 0x200), (5, 0x50)];
-        let shuffled = vec![(5, 0x50), (1, 0x300), (2, 0x200), (1, 0x100), (2, 0x200)];
-        for events in [in_time_order, shuffled] {
-            let mut expected = events.clone();
-            expected.sort_unstable();
-            let mut sorted = events;
-            sort_trace_events(&mut sorted);
-            assert_eq!(sorted, expected);
         }
     }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use vramscope::diagnose::leak::{SnapshotFacts, SnapshotIdentity};
 use vramscope::diagnose::log::{analyze_file, analyze_text};
+use vramscope::diagnose::trace_events::TraceEventSet;
 use vramscope::diagnose::{Category, Diagnosis, DiagnosisInput, NamedCapture, Severity, diagnose};
 use vramscope::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, GIB, HealthSample, MIB,
@@ -410,7 +411,7 @@ fn a_short_steep_start_up_in_a_capture_is_not_a_leak() {
 fn traced(events: &[(i64, u64)]) -> SnapshotIdentity {
     SnapshotIdentity {
         last_trace_time_us: events.iter().map(|e| e.0).max(),
-        trace_events: events.to_vec(),
+        trace_events: TraceEventSet::from_events(events),
         ..Default::default()
     }
 }
