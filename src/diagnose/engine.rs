@@ -209,7 +209,7 @@ fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
             kind: "snapshot".into(),
             name: s.name.clone(),
             summary: format!(
-                "GPU {}: {} reserved, {} allocated, largest free block {}",
+                "GPU {} when the snapshot was taken: {} reserved, {} allocated, largest free block {}",
                 s.device_index,
                 format_bytes(s.reserved_bytes),
                 format_bytes(s.allocated_bytes),
