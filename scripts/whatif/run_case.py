@@ -4,7 +4,9 @@ environment and an optional per-process cap, with the full allocation history re
 Usage: PYTORCH_CUDA_ALLOC_CONF=... python3 run_case.py WORKLOAD CAP_BYTES SCALE OUT_PREFIX
 
 WORKLOAD comes from workloads.py, or from the module named by VRAMSCOPE_WORKLOADS (e.g.
-`workloads_heldout`).
+`workloads_heldout`). VRAMSCOPE_STACKS picks the stacks recorded with each event: `python`
+(default, the ground truth's) or `all` (Python and C++ frames, what a bare
+`torch.cuda.memory._record_memory_history()` records).
 
 Writes OUT_PREFIX.json (what PyTorch reported) and OUT_PREFIX.pickle (the snapshot, at the OOM
 or at the end).
@@ -30,7 +32,9 @@ if cap_bytes > 0:
     torch.cuda.set_per_process_memory_fraction(fraction, 0)
     # What the allocator computes: static_cast<size_t>(fraction * totalGlobalMem).
     allowed = int(fraction * float(total))
-torch.cuda.memory._record_memory_history(max_entries=2_000_000, context="all", stacks="python")
+torch.cuda.memory._record_memory_history(
+    max_entries=2_000_000, context="all", stacks=os.environ.get("VRAMSCOPE_STACKS", "python")
+)
 
 started = time.time()
 oom = False

@@ -75,6 +75,7 @@ struct JsonOutcome {
     placement: Option<JsonPlacement>,
     placement_uncertain: bool,
     scratch_oom: Option<JsonOom>,
+    scratch_oom_caught: bool,
     headroom_bytes: Option<u64>,
     num_alloc_retries: u64,
     num_device_alloc: u64,
@@ -126,12 +127,34 @@ pub fn stack_lines(snapshot: &AllocatorSnapshot, stack: StackId) -> Vec<String> 
         .collect()
 }
 
-/// The most telling frame of a stack: the innermost Python frame outside torch's own files.
+/// Parts of the names of C++ frames that record the stack, hand out the memory or make an
+/// empty tensor: a request recorded with `stacks="all"` starts with them, so they tell nothing
+/// of which operation asked.
+const MACHINERY_FRAMES: [&str; 8] = [
+    "unwind::unwind",
+    "CapturedTraceback",
+    "gather_with_cpp",
+    "CachingAllocator",
+    "c10::cuda::",
+    "at::detail::empty",
+    "at::native::empty",
+    "at::empty",
+];
+
+/// The most telling frame of a stack: the innermost Python frame outside torch's own files,
+/// else the innermost frame that is not the machinery's ([`MACHINERY_FRAMES`]).
 pub fn telling_frame(snapshot: &AllocatorSnapshot, stack: StackId) -> Option<String> {
     let lines = stack_lines(snapshot, stack);
     lines
         .iter()
         .find(|line| line.contains(".py:") && !line.contains("/torch/"))
+        .or_else(|| {
+            lines.iter().find(|line| {
+                !MACHINERY_FRAMES
+                    .iter()
+                    .any(|machinery| line.contains(machinery))
+            })
+        })
         .or_else(|| lines.first())
         .cloned()
 }
@@ -168,6 +191,7 @@ fn json_outcome(
         }),
         placement_uncertain: outcome.placement_uncertain(),
         scratch_oom: outcome.scratch_oom.map(|o| json_oom(&o, snapshot)),
+        scratch_oom_caught: outcome.scratch_oom_caught,
         headroom_bytes: outcome.headroom_bytes(&report.limits),
         num_alloc_retries: outcome.num_alloc_retries,
         num_device_alloc: outcome.num_device_alloc,
@@ -325,6 +349,7 @@ pub fn outcome_words(outcome: &SettingOutcome, report: &WhatIfReport) -> String 
         format!(" (uncertain: depends on {})", depends_on.join(" and on "))
     };
     if outcome.oom.is_none()
+        && !outcome.scratch_oom_caught
         && let Some(scratch) = outcome.scratch_oom
     {
         return format!(
@@ -355,6 +380,15 @@ pub fn outcome_words(outcome: &SettingOutcome, report: &WhatIfReport) -> String 
             ),
             None => format!("runs{uncertain}"),
         },
+    };
+    let words = match outcome.scratch_oom {
+        Some(scratch) if outcome.oom.is_none() && outcome.scratch_oom_caught => format!(
+            "{words}; a {} cuDNN convolution workspace at event {} does not fit, and PyTorch \
+             catches that to use an algorithm that needs less",
+            format_table_bytes(scratch.request_bytes),
+            scratch.event_index
+        ),
+        _ => words,
     };
     match outcome.peak_range_bytes() {
         Some((low, high)) if low != high => {

@@ -288,3 +288,40 @@ fn a_new_segment_gets_the_address_the_real_run_gave_its_nth_segment_of_that_size
     assert_eq!(end[1], (0x7E00_0400_0000, 30 << 20));
     assert!(end[2].0 > 0x7F00_0000_0000, "{end:x?}");
 }
+
+/// A trace recorded with C++ frames (`stacks="all"`, the default of
+/// `torch.cuda.memory._record_memory_history()`): a cuDNN workspace that does not fit is one
+/// PyTorch retries with less, so the setting runs and says why; and a failure's stack is told by
+/// the code that asked, not by the recorder's or the allocator's own frames, which every C++
+/// stack starts with.
+#[test]
+fn a_trace_with_cpp_frames_tells_caught_workspaces_and_who_asked() {
+    let snapshot = open("whatif/heldout2/unet_segment.pickle");
+    let request = |conf: &str| WhatIfRequest {
+        device: 0,
+        candidates: vec![AllocConf::parse(conf).expect("setting")],
+        cap_bytes: Some(1_483_735_040),
+        device_memory_bytes: None,
+    };
+    let report =
+        what_if_snapshot(Arc::clone(&snapshot), &request("default"), &|_| true).expect("report");
+    let outcome = &report.recorded;
+    assert!(outcome.scratch_oom_caught && outcome.runs(), "{outcome:?}");
+    let words = vramscope::report::whatif::outcome_words(outcome, &report);
+    assert!(
+        words.starts_with("runs") && words.contains("cuDNN convolution workspace"),
+        "{words}"
+    );
+    let report = what_if_snapshot(
+        Arc::clone(&snapshot),
+        &request("roundup_power2_divisions:4"),
+        &|_| true,
+    )
+    .expect("report");
+    let oom = report.results[0].oom.expect("runs out under the cap");
+    let frame = vramscope::report::whatif::telling_frame(&snapshot, oom.stack).expect("a frame");
+    assert!(
+        frame.contains("at::native::") && !frame.contains("unwind"),
+        "{frame}"
+    );
+}

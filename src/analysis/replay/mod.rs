@@ -44,6 +44,20 @@ const DEFAULT_EXPANDABLE_VA_BYTES: u64 = 1 << 40;
 /// How often (in events) a replay reports progress and checks for cancellation.
 const PROGRESS_EVENTS: usize = 1 << 16;
 
+/// C++ frames of PyTorch's code that catches an out-of-memory error on a scratch buffer and
+/// tries again with one that needs less (each entry: parts the frame's name contains). A cuDNN
+/// convolution's workspace requested under `at::native::run_single_conv` (cuDNN v8 API,
+/// `aten/src/ATen/native/cudnn/Conv_v8.cpp`: a cached plan, the heuristics' `try_configs`, the
+/// benchmark's `generate_and_filter_plans` and `try_plans`) or under v7's
+/// `AlgoIterator::try_all` (`Conv_v7.cpp`). Seen on an H200 with PyTorch 2.11, each run going on
+/// to the end (docs/gpu-verification/whatif-cpp-stacks/): 39 and 24 recorded failures under
+/// `try_configs`, 24 under `generate_and_filter_plans` and 2 of a cached plan with
+/// `cudnn.benchmark`, 3 under `try_all` with the v8 API off.
+const RETRYING_FRAMES: &[&[&str]] = &[
+    &["at::native::run_single_conv"],
+    &["AlgoIterator<", ">::try_all"],
+];
+
 #[cfg(test)]
 thread_local! {
     /// [`what_if`] calls on this thread: tests count how often opening a snapshot replays it.
@@ -234,6 +248,12 @@ pub struct SettingOutcome {
     /// algorithm that needs less, so such a failure need not end the job; the replay goes on
     /// without the buffer, and `oom` holds only a failure past that doubt.
     pub scratch_oom: Option<OomPoint>,
+    /// Every scratch buffer this setting could not serve was requested inside a loop of
+    /// PyTorch's that catches the failure and tries again with less (see
+    /// [`RETRYING_FRAMES`]), as the C++ frames of its stack show: the job goes on, so the
+    /// failure casts no doubt. `false` when there was none, or a stack did not show it (a trace
+    /// recorded with Python frames only).
+    pub scratch_oom_caught: bool,
     /// The setting replayed again with segments placed in other orders, when the placement
     /// can decide whether it fits (see [`PlacementSpread`]); `None` when it cannot.
     pub placement: Option<PlacementSpread>,
@@ -250,7 +270,9 @@ pub struct SettingOutcome {
 impl SettingOutcome {
     /// Ran the whole trace without running out (not even on a scratch buffer).
     pub fn runs(&self) -> bool {
-        self.oom.is_none() && self.scratch_oom.is_none() && self.incomplete.is_none()
+        self.oom.is_none()
+            && (self.scratch_oom.is_none() || self.scratch_oom_caught)
+            && self.incomplete.is_none()
     }
 
     /// Whether it runs out is not settled: it depends on the exact (inferred) cap, on when
@@ -260,7 +282,7 @@ impl SettingOutcome {
         self.uncertain
             || self.timing_uncertain
             || self.placement_uncertain()
-            || self.only_scratch_failed()
+            || (self.only_scratch_failed() && !self.scratch_oom_caught)
     }
 
     /// Whether it runs out differs between the recorded run's placement of segments and
@@ -1061,6 +1083,8 @@ struct RunResult {
     shared_caught_ooms: usize,
     /// See [`SettingOutcome::scratch_oom`].
     scratch_oom: Option<OomPoint>,
+    /// A scratch buffer failed whose stack does not show PyTorch catching it.
+    scratch_oom_uncaught: bool,
     events_replayed: usize,
 }
 
@@ -1085,6 +1109,7 @@ impl RunResult {
             peak_reserved_range_bytes: None,
             timing_uncertain: false,
             scratch_oom: self.scratch_oom,
+            scratch_oom_caught: self.scratch_oom.is_some() && !self.scratch_oom_uncaught,
             placement: None,
             num_alloc_retries: stats.num_alloc_retries,
             num_device_alloc: stats.num_device_alloc,
@@ -1606,6 +1631,7 @@ impl<'a> ReplayInput<'a> {
             survived_real_ooms: 0,
             shared_caught_ooms: 0,
             scratch_oom: None,
+            scratch_oom_uncaught: false,
             events_replayed: 0,
         };
         // Scratch buffers this setting could not serve and went on without: their frees are
@@ -1718,6 +1744,7 @@ impl<'a> ReplayInput<'a> {
                             if mode == Mode::WhatIf && self.is_scratch(index) {
                                 // Perhaps caught (a library's workspace): go on without it.
                                 result.scratch_oom.get_or_insert(point);
+                                result.scratch_oom_uncaught |= !self.retried_by_torch(index);
                                 skipped.insert(address);
                             } else {
                                 result.oom = Some(point);
@@ -1928,6 +1955,21 @@ impl<'a> ReplayInput<'a> {
             }
         }
         false
+    }
+
+    /// Whether the C++ frames of the stack of event `index` show it requested inside a loop
+    /// of PyTorch's that catches an out-of-memory error and tries again with less
+    /// ([`RETRYING_FRAMES`]).
+    fn retried_by_torch(&self, index: usize) -> bool {
+        let frames = self.snapshot.frames.stack(self.stack_of(index));
+        frames.iter().any(|&frame| {
+            self.snapshot.frames.frame(frame).is_some_and(|frame| {
+                let name = self.snapshot.string(frame.name);
+                RETRYING_FRAMES
+                    .iter()
+                    .any(|parts| parts.iter().all(|part| name.contains(part)))
+            })
+        })
     }
 
     fn oom_point(
@@ -2263,11 +2305,73 @@ mod tests {
     }
 
     #[test]
+    fn a_convolution_workspace_pytorch_retries_is_no_doubt() {
+        // The same CNN, traced with C++ frames (`stacks="all"`): the workspace is requested
+        // under at::native::run_single_conv, whose failure PyTorch catches (the real run
+        // recorded 24 caught failures there and finished at 1784 MiB).
+        let travel = travel("heldout/cnn_train.pickle");
+        let report = what_if(
+            &travel,
+            &request("roundup_power2_divisions:4", Some(2_134_900_736)),
+            &|_| true,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let outcome = &report.results[0];
+        let scratch = outcome
+            .scratch_oom
+            .unwrap_or_else(|| panic!("the workspace does not fit: {outcome:?}"));
+        assert_eq!(scratch.request_bytes, 640 * MIB);
+        assert!(outcome.scratch_oom_caught);
+        assert!(outcome.runs());
+        assert!(!outcome.verdict_uncertain());
+        // Its peak is the Python-stack trace's: the frames change the verdict's doubt only.
+        let python = travel_peak(
+            "python_stacks/cnn_train.pickle",
+            "roundup_power2_divisions:4",
+        );
+        assert_eq!(outcome.peak_reserved_bytes, python);
+        // A reduction's scratch buffer in the same trace is no convolution's: not retried.
+        let facts = TraceFacts::new(&travel, None);
+        let input = ReplayInput::new(&travel, &facts);
+        assert!(input.retried_by_torch(scratch.event_index));
+        let trace = travel.trace();
+        let reduction = (0..trace.len())
+            .find(|&i| {
+                trace.actions[i] == TraceAction::Alloc
+                    && input.is_scratch(i)
+                    && !input.retried_by_torch(i)
+            })
+            .unwrap_or_else(|| panic!("no other scratch buffer in the trace"));
+        let names: Vec<&str> = input
+            .snapshot
+            .frames
+            .stack(input.stack_of(reduction))
+            .iter()
+            .filter_map(|&frame| input.snapshot.frames.frame(frame))
+            .map(|frame| input.snapshot.string(frame.name))
+            .collect();
+        assert!(
+            names.iter().any(|name| name.contains("reduce_kernel")),
+            "{names:?}"
+        );
+    }
+
+    /// The peak reserved of `conf` replayed on fixture `name` under the CNN's 1.99 GiB cap.
+    fn travel_peak(name: &str, conf: &str) -> u64 {
+        let travel = travel(name);
+        let report = what_if(&travel, &request(conf, Some(2_134_900_736)), &|_| true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        report.results[0].peak_reserved_bytes
+    }
+
+    #[test]
     fn a_failed_scratch_buffer_is_uncertain_and_the_replay_goes_on() {
         // The held-out CNN (cuDNN convolutions) under roundup_power2_divisions:4 and a 1.99 GiB
         // cap: a 576 MiB convolution workspace, rounded to 640 MiB, does not fit. The real run
         // of that setting and cap recorded 24 failures of it, went on without it and finished.
-        let travel = travel("heldout/cnn_train.pickle");
+        // Recorded with Python frames only, the trace cannot tell a convolution's workspace
+        // from another kernel's scratch buffer, whose failure would end the job.
+        let travel = travel("python_stacks/cnn_train.pickle");
         let report = what_if(
             &travel,
             &request("roundup_power2_divisions:4", Some(2_134_900_736)),
