@@ -36,6 +36,7 @@ function parseArgs(argv) {
     else if (a === '--screenshot') o.screenshot = argv[++i];
     else if (a === '--idle-frames') o.idleFrames = Number(argv[++i]);
     else if (a === '--list-tasks') o.listTasks = true;
+    else if (a === '--cpu-profile') o.cpuProfile = argv[++i];
     else o.files.push(a);
   }
   if (o.files.length === 0) {
@@ -102,8 +103,21 @@ async function checkFile(context, url, file, opts) {
   });
   await page.setInputFiles('#__file', file);
   const name = path.basename(file);
+  let profiler = null;
+  if (opts.cpuProfile) {
+    // V8's sampling profiler over the opening; a 20 ms busy function named __mark_drop marks
+    // the drop in it, so the long tasks (times from the drop) can be found in the samples.
+    profiler = await page.context().newCDPSession(page);
+    await profiler.send('Profiler.enable');
+    await profiler.send('Profiler.setSamplingInterval', {interval: 250});
+    await profiler.send('Profiler.start');
+  }
   const t0 = Date.now();
-  const dropped = await page.evaluate(() => {
+  const dropped = await page.evaluate(profiling => {
+    if (profiling) {
+      const mark = function __mark_drop() { const end = performance.now() + 20; while (performance.now() < end) {} };
+      mark();
+    }
     const f = document.getElementById('__file').files[0];
     const dt = new DataTransfer();
     dt.items.add(f);
@@ -112,7 +126,7 @@ async function checkFile(context, url, file, opts) {
       canvas.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
     }
     return performance.now();
-  });
+  }, Boolean(opts.cpuProfile));
   const wanted = opts.expectError
     ? l => (l.type === 'error' || l.type === 'pageerror') && l.text.includes(opts.expectError)
     : l => l.type === 'info' && l.text.includes(`opened ${name}`);
@@ -134,6 +148,10 @@ async function checkFile(context, url, file, opts) {
     wasm_memory_bytes: window.__wasm && window.__wasm.memory ? window.__wasm.memory.buffer.byteLength : null,
   }));
   if (opts.screenshot) await page.screenshot({path: opts.screenshot});
+  if (profiler) {
+    const {profile} = await profiler.send('Profiler.stop');
+    fs.writeFileSync(opts.cpuProfile.replace('NAME', name), JSON.stringify(profile));
+  }
   const tasks = info.tasks.filter(([start, duration]) => start + duration >= dropped)
     .map(([start, duration]) => [+(start - dropped).toFixed(0), +duration.toFixed(0)]);
   const longest = tasks.reduce((m, [, d]) => Math.max(m, d), 0);

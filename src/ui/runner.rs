@@ -137,6 +137,10 @@ impl Progress {
 /// One step of a stepped job: not done yet, or done with its result.
 pub enum Step<T> {
     Pending,
+    /// Not done, and nothing to do until the browser delivers what the job asked for (a file
+    /// read): the web viewer gives the page its turn at once, since the read completes only
+    /// when the page's one thread is free. Natively the same as [`Step::Pending`].
+    Waiting,
     Done(T),
 }
 
@@ -288,7 +292,7 @@ impl Runner {
     /// a time with the page let in between, so long work never freezes the page and needs no
     /// repaints to go on (its progress repaints at most every [`PROGRESS_REPAINT_INTERVAL`]).
     /// A step should take at most some tens of milliseconds; one that waits for something (a
-    /// browser read) returns [`Step::Pending`] until it is there.
+    /// browser read) returns [`Step::Waiting`] until it is there.
     pub fn spawn_stepped<T: StepSend + 'static>(
         &self,
         name: &str,
@@ -360,11 +364,16 @@ fn steps_in_browser_tasks<T: 'static>(mut step: StepFn<T>, progress: &Arc<Progre
             next_tick().await;
             let started = Instant::now();
             loop {
-                if let Step::Done(result) = step(&progress) {
-                    // The job may have been dropped; then nobody wants the result.
-                    let _ = sender.send(result);
-                    progress.ctx.request_repaint();
-                    return;
+                match step(&progress) {
+                    Step::Done(result) => {
+                        // The job may have been dropped; then nobody wants the result.
+                        let _ = sender.send(result);
+                        progress.ctx.request_repaint();
+                        return;
+                    }
+                    // Stepping on would only spin: what it waits for needs this thread free.
+                    Step::Waiting => break,
+                    Step::Pending => {}
                 }
                 if started.elapsed() >= STEP_BUDGET_PER_TASK {
                     break;
@@ -474,6 +483,9 @@ mod tests {
             progress.set_fraction(count as f32 / 100.0);
             if count == 100 {
                 Step::Done(count)
+            } else if count % 2 == 0 {
+                // Natively a step that waits is stepped again like one that is not done.
+                Step::Waiting
             } else {
                 Step::Pending
             }
