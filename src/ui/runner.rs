@@ -483,7 +483,7 @@ mod tests {
             progress.set_fraction(count as f32 / 100.0);
             if count == 100 {
                 Step::Done(count)
-            } else if count % 2 == 0 {
+            } else if count.is_multiple_of(2) {
                 // Natively a step that waits is stepped again like one that is not done.
                 Step::Waiting
             } else {
