@@ -1277,17 +1277,19 @@ impl<'a> ReplayInput<'a> {
         }
     }
 
+    /// The function names of the stack of event `index`, innermost first.
+    fn frame_names(&self, index: usize) -> impl Iterator<Item = &str> + '_ {
+        self.snapshot
+            .frames
+            .stack(self.stack_of(index))
+            .iter()
+            .filter_map(|&frame| self.snapshot.frames.frame(frame))
+            .map(|frame| self.snapshot.string(frame.name))
+    }
+
     /// Does the stack of event `index` come from `torch.cuda.empty_cache()`?
     fn stack_is_empty_cache(&self, index: usize) -> bool {
-        let Some(&stack) = self.trace.stacks.get(index) else {
-            return false;
-        };
-        self.snapshot.frames.stack(stack).iter().any(|&frame| {
-            self.snapshot
-                .frames
-                .frame(frame)
-                .is_some_and(|f| self.snapshot.string(f.name) == "empty_cache")
-        })
+        self.frame_names(index).any(|name| name == "empty_cache")
     }
 
     /// What the trace itself says about the limits the real run ran against. A new segment
@@ -1961,14 +1963,10 @@ impl<'a> ReplayInput<'a> {
     /// of PyTorch's that catches an out-of-memory error and tries again with less
     /// ([`RETRYING_FRAMES`]).
     fn retried_by_torch(&self, index: usize) -> bool {
-        let frames = self.snapshot.frames.stack(self.stack_of(index));
-        frames.iter().any(|&frame| {
-            self.snapshot.frames.frame(frame).is_some_and(|frame| {
-                let name = self.snapshot.string(frame.name);
-                RETRYING_FRAMES
-                    .iter()
-                    .any(|parts| parts.iter().all(|part| name.contains(part)))
-            })
+        self.frame_names(index).any(|name| {
+            RETRYING_FRAMES
+                .iter()
+                .any(|parts| parts.iter().all(|part| name.contains(part)))
         })
     }
 
@@ -2342,14 +2340,7 @@ mod tests {
                     && !input.retried_by_torch(i)
             })
             .unwrap_or_else(|| panic!("no other scratch buffer in the trace"));
-        let names: Vec<&str> = input
-            .snapshot
-            .frames
-            .stack(input.stack_of(reduction))
-            .iter()
-            .filter_map(|&frame| input.snapshot.frames.frame(frame))
-            .map(|frame| input.snapshot.string(frame.name))
-            .collect();
+        let names: Vec<&str> = input.frame_names(reduction).collect();
         assert!(
             names.iter().any(|name| name.contains("reduce_kernel")),
             "{names:?}"
