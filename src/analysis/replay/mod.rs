@@ -2307,27 +2307,13 @@ mod tests {
         // The same CNN, traced with C++ frames (`stacks="all"`): the workspace is requested
         // under at::native::run_single_conv, whose failure PyTorch catches (the real run
         // recorded 24 caught failures there and finished at 1784 MiB).
-        let travel = travel("heldout/cnn_train.pickle");
-        let report = what_if(
-            &travel,
-            &request("roundup_power2_divisions:4", Some(2_134_900_736)),
-            &|_| true,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let outcome = &report.results[0];
-        let scratch = outcome
-            .scratch_oom
-            .unwrap_or_else(|| panic!("the workspace does not fit: {outcome:?}"));
-        assert_eq!(scratch.request_bytes, 640 * MIB);
+        let (travel, outcome, scratch) = cnn_workspace_failure("heldout/cnn_train.pickle");
         assert!(outcome.scratch_oom_caught);
         assert!(outcome.runs());
         assert!(!outcome.verdict_uncertain());
         // Its peak is the Python-stack trace's: the frames change the verdict's doubt only.
-        let python = travel_peak(
-            "python_stacks/cnn_train.pickle",
-            "roundup_power2_divisions:4",
-        );
-        assert_eq!(outcome.peak_reserved_bytes, python);
+        let (_, python, _) = cnn_workspace_failure("python_stacks/cnn_train.pickle");
+        assert_eq!(outcome.peak_reserved_bytes, python.peak_reserved_bytes);
         // A reduction's scratch buffer in the same trace is no convolution's: not retried.
         let facts = TraceFacts::new(&travel, None);
         let input = ReplayInput::new(&travel, &facts);
@@ -2347,12 +2333,23 @@ mod tests {
         );
     }
 
-    /// The peak reserved of `conf` replayed on fixture `name` under the CNN's 1.99 GiB cap.
-    fn travel_peak(name: &str, conf: &str) -> u64 {
+    /// The held-out CNN's trace `name` replayed under roundup_power2_divisions:4 and its
+    /// 1.99 GiB cap, where a 576 MiB convolution workspace, rounded to 640 MiB, does not fit:
+    /// the trace, the outcome and that failure.
+    fn cnn_workspace_failure(name: &str) -> (TimeTravel, SettingOutcome, OomPoint) {
         let travel = travel(name);
-        let report = what_if(&travel, &request(conf, Some(2_134_900_736)), &|_| true)
-            .unwrap_or_else(|e| panic!("{e}"));
-        report.results[0].peak_reserved_bytes
+        let report = what_if(
+            &travel,
+            &request("roundup_power2_divisions:4", Some(2_134_900_736)),
+            &|_| true,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let outcome = report.results[0].clone();
+        let scratch = outcome
+            .scratch_oom
+            .unwrap_or_else(|| panic!("the workspace does not fit: {outcome:?}"));
+        assert_eq!(scratch.request_bytes, 640 * MIB);
+        (travel, outcome, scratch)
     }
 
     #[test]
@@ -2362,18 +2359,7 @@ mod tests {
         // of that setting and cap recorded 24 failures of it, went on without it and finished.
         // Recorded with Python frames only, the trace cannot tell a convolution's workspace
         // from another kernel's scratch buffer, whose failure would end the job.
-        let travel = travel("python_stacks/cnn_train.pickle");
-        let report = what_if(
-            &travel,
-            &request("roundup_power2_divisions:4", Some(2_134_900_736)),
-            &|_| true,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let outcome = &report.results[0];
-        let scratch = outcome
-            .scratch_oom
-            .unwrap_or_else(|| panic!("the workspace does not fit: {outcome:?}"));
-        assert_eq!(scratch.request_bytes, 640 * MIB);
+        let (travel, outcome, scratch) = cnn_workspace_failure("python_stacks/cnn_train.pickle");
         let facts = TraceFacts::new(&travel, None);
         let input = ReplayInput::new(&travel, &facts);
         assert!(input.is_scratch(scratch.event_index));
