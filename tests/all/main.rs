@@ -57,6 +57,7 @@ mod ui_commands;
 mod ui_export;
 mod ui_fleet;
 mod ui_integration;
+mod ui_paint_cost;
 mod ui_whatif;
 mod ui_wizard;
 mod whatif_cli;

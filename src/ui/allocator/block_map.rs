@@ -410,6 +410,22 @@ pub fn segment_label(state: &AllocatorState, index: usize) -> String {
     format!("{:#x} {}{tag}", s.address, format_bytes(s.size_bytes))
 }
 
+/// The font sizes a segment label too long for its column is shrunk to, largest first.
+const SHRUNK_LABEL_SIZES: [f32; 4] = [10.0, 9.0, 8.0, 7.0];
+
+/// The font size, in points, at which a label `width` points wide at `size` fits `room`: the
+/// largest of a few fixed sizes that fits (the smallest where none does), since text width
+/// scales with the size. Fixed steps rather than the exact fraction: every distinct size is a
+/// font of its own whose glyphs are rasterised anew, and a frame of a big snapshot's map with a
+/// size per label length spent tens of milliseconds on that in a browser without a GPU.
+pub fn shrunk_label_size(size: f32, width: f32, room: f32) -> f32 {
+    let fitting = size * room / width;
+    SHRUNK_LABEL_SIZES
+        .into_iter()
+        .find(|&step| step <= fitting)
+        .unwrap_or(SHRUNK_LABEL_SIZES[SHRUNK_LABEL_SIZES.len() - 1])
+}
+
 /// Size of a legend swatch.
 pub const SWATCH: Vec2 = vec2(12.0, 12.0);
 
@@ -420,6 +436,25 @@ mod tests {
     use crate::model::allocator::PoolKind;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn long_segment_labels_shrink_to_a_few_fixed_sizes() {
+        // 15% too wide at 11 pt: 9.6 pt would fit, so 9.
+        assert_eq!(shrunk_label_size(11.0, 115.0, 100.0), 9.0);
+        // Just too wide: 10.
+        assert_eq!(shrunk_label_size(11.0, 101.0, 100.0), 10.0);
+        // Far too wide: the smallest size, however long.
+        assert_eq!(shrunk_label_size(11.0, 400.0, 100.0), 7.0);
+        // Every label length lands on one of the fixed sizes, and what fits stays within room.
+        for width in (101..400).map(|w| w as f32) {
+            let size = shrunk_label_size(11.0, width, 100.0);
+            assert!(SHRUNK_LABEL_SIZES.contains(&size), "{size}");
+            assert!(
+                size == 7.0 || width * size / 11.0 <= 100.0,
+                "{width} at {size}"
+            );
+        }
+    }
 
     fn state() -> AllocatorState {
         let block = |address, size_bytes, requested_bytes, status| StateBlock {

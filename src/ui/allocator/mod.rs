@@ -484,45 +484,52 @@ impl AllocatorView {
         // At most half the window, so a long line in a side tab (the What-if table) wraps
         // instead of pushing the panel over the block maps.
         let side_max_width = (ui.available_width() * 0.5).max(SIDE_PANEL_WIDTH);
+        // Both panels lie on the tab's central panel, which is filled already: painting their
+        // fill again costs a software rasteriser a screenful of pixels a frame and shows nothing.
+        let side_frame = egui::Frame::side_top_panel(ui.style()).fill(Color32::TRANSPARENT);
+        let central_frame = egui::Frame::central_panel(ui.style()).fill(Color32::TRANSPARENT);
         egui::Panel::right("allocator_side_panel")
+            .frame(side_frame)
             .resizable(true)
             .default_size(SIDE_PANEL_WIDTH)
             .max_size(side_max_width)
             .show(ui, |ui| side_panel_ui(ui, &snapshot, device, &mut self.tab));
-        egui::CentralPanel::default().show(ui, |ui| {
-            search_bar_ui(ui, device);
-            legend_ui(ui);
-            if !device.whatif.comparing() {
-                if block_map_ui(ui, &snapshot, device) {
-                    self.tab = SideTab::Block;
-                }
-                return;
-            }
-            // The replay's state beside the recorded one, each under its own label.
-            ui.columns(2, |columns| {
-                let [recorded, replayed] = columns else {
-                    return;
-                };
-                // Columns lay out justified, which stretches the words of a wrapped heading.
-                let layout = egui::Layout::top_down(egui::Align::Min);
-                recorded.with_layout(layout, |ui| {
-                    ui.label(
-                        RichText::new(format!(
-                            "Recorded run · after {} of {} events",
-                            device.position,
-                            device.travel.len()
-                        ))
-                        .strong(),
-                    );
+        egui::CentralPanel::default()
+            .frame(central_frame)
+            .show(ui, |ui| {
+                search_bar_ui(ui, device);
+                legend_ui(ui);
+                if !device.whatif.comparing() {
                     if block_map_ui(ui, &snapshot, device) {
                         self.tab = SideTab::Block;
                     }
-                });
-                replayed.with_layout(layout, |ui| {
-                    device.whatif.compared_map_ui(ui, &snapshot, &device.travel);
+                    return;
+                }
+                // The replay's state beside the recorded one, each under its own label.
+                ui.columns(2, |columns| {
+                    let [recorded, replayed] = columns else {
+                        return;
+                    };
+                    // Columns lay out justified, which stretches the words of a wrapped heading.
+                    let layout = egui::Layout::top_down(egui::Align::Min);
+                    recorded.with_layout(layout, |ui| {
+                        ui.label(
+                            RichText::new(format!(
+                                "Recorded run · after {} of {} events",
+                                device.position,
+                                device.travel.len()
+                            ))
+                            .strong(),
+                        );
+                        if block_map_ui(ui, &snapshot, device) {
+                            self.tab = SideTab::Block;
+                        }
+                    });
+                    replayed.with_layout(layout, |ui| {
+                        device.whatif.compared_map_ui(ui, &snapshot, &device.travel);
+                    });
                 });
             });
-        });
     }
 }
 
@@ -777,7 +784,7 @@ pub(crate) fn paint_block_map(
                 let room = block_map::LABEL_WIDTH - SEGMENT_LABEL_INDENT - 4.0;
                 let mut galley = painter.layout_no_wrap(label.clone(), font.clone(), label_color);
                 if galley.size().x > room {
-                    let size = (font.size * room / galley.size().x).max(7.0);
+                    let size = block_map::shrunk_label_size(font.size, galley.size().x, room);
                     galley =
                         painter.layout_no_wrap(label, egui::FontId::monospace(size), label_color);
                 }
