@@ -37,6 +37,7 @@ function parseArgs(argv) {
     else if (a === '--idle-frames') o.idleFrames = Number(argv[++i]);
     else if (a === '--list-tasks') o.listTasks = true;
     else if (a === '--cpu-profile') o.cpuProfile = argv[++i];
+    else if (a === '--gl-stats') o.glStats = true;
     else o.files.push(a);
   }
   if (o.files.length === 0) {
@@ -71,20 +72,45 @@ async function checkFile(context, url, file, opts) {
   const logs = [];
   page.on('console', m => logs.push({type: m.type(), text: m.text(), t: Date.now()}));
   page.on('pageerror', e => logs.push({type: 'pageerror', text: String(e.message || e), t: Date.now()}));
-  await page.addInitScript(() => {
+  await page.addInitScript(glStats => {
     window.addEventListener('TrunkApplicationStarted', e => { window.__wasm = e.detail && e.detail.wasm; });
     window.__tasks = [];
     new PerformanceObserver(list => {
       for (const e of list.getEntries()) window.__tasks.push([e.startTime, e.duration]);
     }).observe({type: 'longtask', buffered: true});
-    // Every animation-frame callback (eframe paints in them) timed: [start, duration].
+    // With --gl-stats, what each frame asks of WebGL: triangles drawn, vertex and index bytes
+    // uploaded, texture pixels uploaded (a software rasteriser's work grows with each).
+    window.__gl = {triangles: 0, buffer_bytes: 0, texture_pixels: 0, draws: 0};
+    if (glStats) {
+      for (const proto of [WebGL2RenderingContext.prototype, WebGLRenderingContext.prototype]) {
+        const wrap = (name, count) => {
+          const original = proto[name];
+          proto[name] = function (...args) { count(args); return original.apply(this, args); };
+        };
+        wrap('drawElements', a => { window.__gl.triangles += a[1] / 3; window.__gl.draws += 1; });
+        wrap('bufferData', a => { window.__gl.buffer_bytes += a[1] && a[1].byteLength || 0; });
+        wrap('texImage2D', a => { if (a.length >= 9) window.__gl.texture_pixels += a[3] * a[4]; });
+        wrap('texSubImage2D', a => { if (a.length >= 9) window.__gl.texture_pixels += a[4] * a[5]; });
+      }
+    }
+    // Every animation-frame callback (eframe paints in them) timed: [start, duration], and with
+    // --gl-stats what it drew.
     window.__frames = [];
     const raf = window.requestAnimationFrame.bind(window);
     window.requestAnimationFrame = cb => raf(t => {
       const start = performance.now();
-      try { cb(t); } finally { window.__frames.push([start, performance.now() - start]); }
+      const before = {...window.__gl};
+      try { cb(t); } finally {
+        const frame = [start, performance.now() - start];
+        if (glStats) {
+          const drew = {};
+          for (const k of Object.keys(before)) drew[k] = Math.round(window.__gl[k] - before[k]);
+          if (drew.draws > 0) frame.push(drew);
+        }
+        window.__frames.push(frame);
+      }
     });
-  });
+  }, Boolean(opts.glStats));
   await page.goto(url);
   await page.waitForFunction(() => !document.getElementById('loading_text'), null, {timeout: 120000});
   await page.waitForTimeout(1000);
@@ -180,7 +206,8 @@ async function checkFile(context, url, file, opts) {
     frames_after_opening: afterFrames,
     tasks_after_drop: opts.listTasks ? tasks : undefined,
     frames_after_drop: opts.listTasks ? info.frames.filter(([start]) => start >= dropped)
-      .map(([start, duration]) => [+(start - dropped).toFixed(0), +duration.toFixed(0)]) : undefined,
+      .map(([start, duration, drew]) => [+(start - dropped).toFixed(0), +duration.toFixed(0)]
+        .concat(drew ? [drew] : [])) : undefined,
     wasm_memory_MB: info.wasm_memory_bytes === null ? null : +(info.wasm_memory_bytes / 2 ** 20).toFixed(0),
     message: (done || logs.find(failed) || {}).text || null,
   };
