@@ -39,7 +39,7 @@ use super::runner::job_progress_ui;
 use super::session::{PreparedCapture, Session, SessionOrigin};
 use super::settings::{SAMPLING_INTERVAL_RANGE_MS, Settings};
 use super::timeline::{TimelineInput, TimelineState, timeline_ui};
-use super::views::{View, view_tabs_ui};
+use super::views::{View, central_panel, top_panel, view_tabs_ui};
 use super::wizard::{AllocatorTabRequest, WizardView};
 
 /// The paces View › Demo speed offers (scenario seconds per second).
@@ -1191,7 +1191,7 @@ impl VramscopeApp {
             let elsewhere = self.open_elsewhere();
             let commands = self.commands.sender();
             let opening = self.jobs.running() > 0;
-            egui::CentralPanel::default().show(ui, |ui| {
+            central_panel(ui).show(ui, |ui| {
                 if !elsewhere.is_empty() {
                     open_elsewhere_ui(ui, &elsewhere, &commands);
                     return;
@@ -1214,7 +1214,7 @@ impl VramscopeApp {
         if super::fleet::is_fleet(&session.capture) {
             let threshold = self.settings.threshold_fraction();
             let commands = self.commands.sender();
-            egui::CentralPanel::default().show(ui, |ui| {
+            central_panel(ui).show(ui, |ui| {
                 self.fleet.ui(ui, &session.capture, threshold, &commands);
             });
             return;
@@ -1236,7 +1236,7 @@ impl VramscopeApp {
                     &mut self.process_table,
                 );
             });
-        egui::CentralPanel::default().show(ui, |ui| {
+        central_panel(ui).show(ui, |ui| {
             let input = TimelineInput {
                 capture: &session.capture,
                 data: &session.timeline,
@@ -1276,7 +1276,7 @@ impl VramscopeApp {
 
     /// The Hardware checks view (desktop only).
     fn hardware_view_ui(&mut self, ui: &mut Ui) {
-        egui::CentralPanel::default().show(ui, |ui| {
+        central_panel(ui).show(ui, |ui| {
             #[cfg(feature = "native")]
             self.hardware
                 .get_or_insert_with(super::hardware::HardwarePanel::new)
@@ -1593,23 +1593,23 @@ impl eframe::App for VramscopeApp {
         self.apply_settings(&ctx);
         self.update_title(&ctx);
 
-        egui::Panel::top("top_bar").show(ui, |ui| self.top_bar_ui(ui));
+        top_panel(ui, "top_bar").show(ui, |ui| self.top_bar_ui(ui));
         let commands = self.commands.sender();
-        egui::Panel::top("view_tabs").show(ui, |ui| view_tabs_ui(ui, self.view, &commands));
+        top_panel(ui, "view_tabs").show(ui, |ui| view_tabs_ui(ui, self.view, &commands));
         // Shortcuts, menus and tabs act before the central area is drawn, so it shows their
         // effect in this frame.
         self.run_queued_commands();
         if self.has_status() {
-            egui::Panel::top("status").show(ui, |ui| self.status_ui(ui));
+            top_panel(ui, "status").show(ui, |ui| self.status_ui(ui));
         }
         if !self.notices.is_empty() {
-            egui::Panel::top("notices").show(ui, |ui| self.notices.ui(ui));
+            top_panel(ui, "notices").show(ui, |ui| self.notices.ui(ui));
         }
         match self.view {
             View::Timeline => self.timeline_view_ui(ui),
             View::Allocator => self.allocators.ui(ui),
             View::Diagnose => {
-                egui::CentralPanel::default().show(ui, |ui| self.wizard.ui(ui));
+                central_panel(ui).show(ui, |ui| self.wizard.ui(ui));
             }
             View::HardwareChecks => self.hardware_view_ui(ui),
         }
@@ -1625,6 +1625,12 @@ impl eframe::App for VramscopeApp {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
+    }
+
+    /// The panels' colour, so that a panel the web viewer leaves unfilled
+    /// ([`super::views::central_panel`]) looks like a filled one.
+    fn clear_color(&self, visuals: &egui::Visuals) -> [f32; 4] {
+        visuals.panel_fill.to_normalized_gamma_f32()
     }
 
     #[cfg(not(target_arch = "wasm32"))]

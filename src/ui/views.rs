@@ -4,6 +4,26 @@
 
 use super::command::{Command, CommandSender};
 
+/// `frame` without its fill in the web viewer, where the canvas is cleared to the panels'
+/// colour instead (`VramscopeApp::clear_color`): where WebGL runs on the CPU (SwiftShader) every
+/// filled screenful costs tens of milliseconds of each frame, a clear next to nothing
+/// (docs/benchmarks.md, issue 14). The desktop fills its panels as egui does.
+pub fn web_unfilled(frame: egui::Frame) -> egui::Frame {
+    #[cfg(target_arch = "wasm32")]
+    let frame = frame.fill(egui::Color32::TRANSPARENT);
+    frame
+}
+
+/// The central panel each view draws in, unfilled in the web viewer ([`web_unfilled`]).
+pub fn central_panel(ui: &egui::Ui) -> egui::CentralPanel {
+    egui::CentralPanel::default().frame(web_unfilled(egui::Frame::central_panel(ui.style())))
+}
+
+/// A panel along the top of the window, unfilled in the web viewer ([`web_unfilled`]).
+pub fn top_panel(ui: &egui::Ui, id: &str) -> egui::Panel {
+    egui::Panel::top(id).frame(web_unfilled(egui::Frame::side_top_panel(ui.style())))
+}
+
 /// One of the app's main views.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum View {
