@@ -6,11 +6,16 @@
 //! costs a screenful and shows nothing.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use egui::epaint::{ClippedPrimitive, Primitive};
-use egui::{Pos2, Rect};
+use egui::{Pos2, Rect, Shape, Vec2};
 use egui_kittest::Harness;
+use vramscope::formats::pytorch;
 use vramscope::ui::VramscopeApp;
+use vramscope::ui::allocator::AllocatorView;
+use vramscope::ui::allocator::tabs::AllocatorTabs;
 use vramscope::ui::dialogs::NoDialogs;
 use vramscope::ui::views::View;
 
@@ -132,4 +137,73 @@ fn the_allocator_view_paints_each_pixel_of_its_panels_once() {
     eprintln!("the Allocator view's frame fills {screens:.2} screens");
     assert!(screens > 1.0, "{screens:.2}: the frame covers the window");
     assert!(screens < 2.0, "{screens:.2} screens filled");
+}
+
+/// The texts `shape` draws, nested shapes included.
+fn texts_of(shape: &Shape, texts: &mut Vec<String>) {
+    match shape {
+        Shape::Text(text) => texts.push(text.galley.text().to_owned()),
+        Shape::Vec(shapes) => shapes.iter().for_each(|s| texts_of(s, texts)),
+        _ => {}
+    }
+}
+
+/// The texts the last frame of `harness` drew.
+fn drawn_texts<T>(harness: &Harness<'static, T>) -> Vec<String> {
+    let mut texts = Vec::new();
+    for clipped in &harness.output().shapes {
+        texts_of(&clipped.shape, &mut texts);
+    }
+    texts
+}
+
+/// frag_oom's view with its analysis done, ready to show.
+fn ready_frag_oom_view() -> AllocatorView {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/frag_oom.pickle");
+    let snapshot = Arc::new(pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}")));
+    let view = AllocatorView::new(snapshot, "frag_oom.pickle".to_owned());
+    let mut harness = Harness::builder()
+        .with_size(Vec2::new(1000.0, 700.0))
+        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !harness.state().is_ready() {
+        assert!(Instant::now() < deadline, "the analysis did not finish");
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+    let placeholder = AllocatorView::new(
+        Arc::clone(harness.state().snapshot()),
+        "placeholder".to_owned(),
+    );
+    std::mem::replace(harness.state_mut(), placeholder)
+}
+
+/// With an unseen first frame (the web viewer's default), a newly opened view is laid out but
+/// not painted in its first frame, which shows only "Drawing the view…", and painted in the
+/// next; without (the desktop's default), it is painted at once.
+#[test]
+fn a_new_view_can_be_drawn_unseen_for_its_first_frame() {
+    for unseen in [true, false] {
+        let mut tabs = AllocatorTabs::default();
+        // The desktop's default (these tests run natively) shows a view at once.
+        if unseen {
+            tabs.set_unseen_first_frame(true);
+        }
+        let mut harness = Harness::builder()
+            .with_size(Vec2::new(1000.0, 700.0))
+            .build_ui_state(|ui, tabs: &mut AllocatorTabs| tabs.ui(ui), tabs);
+        harness.run_steps(2);
+        harness.state_mut().open(ready_frag_oom_view());
+        harness.step();
+        let first = drawn_texts(&harness);
+        let shows_view = |texts: &[String]| texts.iter().any(|t| t == "frag_oom.pickle");
+        let drawing = |texts: &[String]| texts.iter().any(|t| t == "Drawing the view…");
+        assert_eq!(shows_view(&first), !unseen, "first frame: {first:?}");
+        assert_eq!(drawing(&first), unseen, "first frame: {first:?}");
+        harness.step();
+        let second = drawn_texts(&harness);
+        assert!(shows_view(&second), "second frame: {second:?}");
+        assert!(!drawing(&second), "second frame: {second:?}");
+    }
 }

@@ -10,14 +10,41 @@ use crate::ui::wizard::AllocatorTabRequest;
 pub const MAX_ALLOCATOR_VIEWS: usize = 8;
 
 /// The opened snapshots' views, oldest first, and the one shown.
-#[derive(Default)]
 pub struct AllocatorTabs {
     views: Vec<AllocatorView>,
     /// Index into `views` of the one shown.
     active: usize,
+    /// Whether a newly opened view is first drawn unseen for a frame (see
+    /// [`AllocatorTabs::set_unseen_first_frame`]).
+    unseen_first_frame: bool,
+    /// The shown view was just opened and has not been drawn yet.
+    never_drawn: bool,
+}
+
+impl Default for AllocatorTabs {
+    /// The web viewer draws a new view unseen first; the desktop shows it at once.
+    fn default() -> Self {
+        AllocatorTabs {
+            views: Vec::new(),
+            active: 0,
+            unseen_first_frame: cfg!(target_arch = "wasm32"),
+            never_drawn: false,
+        }
+    }
 }
 
 impl AllocatorTabs {
+    /// Whether a newly opened view's first frame lays it out without painting it (a "Drawing the
+    /// view…" line shows instead), and the next frame shows it. The first frame of a view does
+    /// most of its work once: laying out its text, rasterising new glyphs, and in a browser
+    /// compiling the code it runs for the first time. Where the browser draws WebGL on the CPU,
+    /// painting the view costs as much again, and both in one frame held the page's thread for
+    /// 120-200 ms; split, each frame is shorter (docs/benchmarks.md, issue 14). On by default in
+    /// the web viewer only: a desktop frame is cheap, and the blank frame would flicker.
+    pub fn set_unseen_first_frame(&mut self, unseen: bool) {
+        self.unseen_first_frame = unseen;
+    }
+
     /// The views, oldest first.
     pub fn views(&self) -> &[AllocatorView] {
         &self.views
@@ -36,6 +63,7 @@ impl AllocatorTabs {
             .then(|| self.views.remove(0).name().to_owned());
         self.views.push(view);
         self.active = self.views.len() - 1;
+        self.never_drawn = self.unseen_first_frame;
         closed
     }
 
@@ -58,7 +86,7 @@ impl AllocatorTabs {
     /// one.
     pub fn ui(&mut self, ui: &mut Ui) {
         if self.views.is_empty() {
-            egui::CentralPanel::default().show(ui, |ui| {
+            crate::ui::views::central_panel(ui).show(ui, |ui| {
                 ui.centered_and_justified(|ui| {
                     ui.label(
                         RichText::new(
@@ -89,7 +117,20 @@ impl AllocatorTabs {
                 });
             });
         }
-        egui::CentralPanel::default().show(ui, |ui| {
+        let unseen = std::mem::take(&mut self.never_drawn);
+        crate::ui::views::central_panel(ui).show(ui, |ui| {
+            if unseen {
+                ui.painter().text(
+                    ui.max_rect().center(),
+                    egui::Align2::CENTER_CENTER,
+                    "Drawing the view…",
+                    egui::FontId::proportional(18.0),
+                    ui.visuals().weak_text_color(),
+                );
+                // Laid out, its glyphs rasterised, nothing painted; shown in the next frame.
+                ui.set_invisible();
+                ui.ctx().request_repaint();
+            }
             if let Some(view) = self.views.get_mut(self.active) {
                 view.ui(ui);
             }
