@@ -27,6 +27,11 @@ use crate::formats::sniff::{Route, SNIFF_BYTES, route};
 /// enough for the page to stay responsive, long enough that the reads cost little.
 const SLICE_BYTES: u64 = 2 << 20;
 
+/// Bytes of a read slice decoded in one step: about 10 ms of decoding once the browser has
+/// optimised the decoder, 20-40 ms before (a whole 2 MiB slice in one step held the page's
+/// thread for 80-150 ms right after the drop, when the decoder's code had just been compiled).
+const DECODE_BYTES: usize = 512 << 10;
+
 /// How long one step of the analysis runs before the browser gets the thread back.
 const STEP_TIME: Duration = Duration::from_millis(40);
 
@@ -74,11 +79,14 @@ enum WebStage {
     Sniffing(BrowserRead),
     /// Reading a capture or a log whole.
     Whole(BrowserRead),
-    /// Decoding a snapshot slice by slice: `reading` ends at `next_start`.
+    /// Decoding a snapshot slice by slice, a part of a slice per step.
     Slices {
         opening: SnapshotOpening,
-        reading: BrowserRead,
-        next_start: u64,
+        /// The slice being decoded and how many of its bytes were decoded.
+        decoding: Option<(Vec<u8>, usize)>,
+        /// The next slice, which the browser reads meanwhile, and where it ends; `None` once
+        /// the last slice was read.
+        reading: Option<(BrowserRead, u64)>,
     },
     /// Every slice decoded: analysing.
     Analysing(SnapshotOpening),
@@ -90,14 +98,19 @@ impl WebStage {
     fn waits_for_the_browser(&self) -> bool {
         match self {
             WebStage::Sniffing(read) | WebStage::Whole(read) => !read.is_done(),
-            WebStage::Slices { reading, .. } => !reading.is_done(),
+            WebStage::Slices {
+                decoding: None,
+                reading: Some((read, _)),
+                ..
+            } => !read.is_done(),
+            WebStage::Slices { .. } => false,
             WebStage::Analysing(_) => false,
         }
     }
 }
 
 impl WebOpen {
-    /// One step: a slice decoded, a deadline's worth of analysis, or nothing while the browser
+    /// One step: a part of a slice decoded, a deadline's worth of analysis, or nothing while the browser
     /// has not read what is needed yet.
     fn step(&mut self, progress: &Progress) -> Step<OpenOutcome> {
         if self
@@ -156,11 +169,11 @@ impl WebOpen {
                         if size_bytes == 0 {
                             return Ok(WebStage::Analysing(opening));
                         }
-                        let next_start = size_bytes.min(SLICE_BYTES);
+                        let end = size_bytes.min(SLICE_BYTES);
                         Ok(WebStage::Slices {
                             opening,
-                            reading: BrowserRead::start(&self.file, 0, next_start),
-                            next_start,
+                            decoding: None,
+                            reading: Some((BrowserRead::start(&self.file, 0, end), end)),
                         })
                     }
                     _ if size_bytes > MAX_WHOLE_FILE_BYTES => Err(OpenOutcome::Failed(too_big(
@@ -180,30 +193,41 @@ impl WebOpen {
             },
             WebStage::Slices {
                 mut opening,
+                decoding,
                 reading,
-                next_start,
             } => {
-                let Some(slice) = reading.take() else {
-                    return Ok(WebStage::Slices {
-                        opening,
-                        reading,
-                        next_start,
-                    });
+                let (slice, decoded, reading) = match decoding {
+                    Some((slice, decoded)) => (slice, decoded, reading),
+                    None => {
+                        let Some((read, end)) = reading else {
+                            return Ok(WebStage::Analysing(opening));
+                        };
+                        let Some(slice) = read.take() else {
+                            return Ok(WebStage::Slices {
+                                opening,
+                                decoding: None,
+                                reading: Some((read, end)),
+                            });
+                        };
+                        let slice = slice.map_err(|err| cannot_read(file_name, &err))?;
+                        // Read the next slice while this one is decoded.
+                        let next = (end < size_bytes).then(|| {
+                            let next_end = (end + SLICE_BYTES).min(size_bytes);
+                            (BrowserRead::start(&self.file, end, next_end), next_end)
+                        });
+                        (slice, 0, next)
+                    }
                 };
-                let slice = slice.map_err(|err| cannot_read(file_name, &err))?;
-                // Read the next slice while this one is decoded.
-                let next = (next_start < size_bytes).then(|| {
-                    let end = (next_start + SLICE_BYTES).min(size_bytes);
-                    (BrowserRead::start(&self.file, next_start, end), end)
-                });
-                opening.push(&slice, progress)?;
-                Ok(match next {
-                    Some((reading, next_start)) => WebStage::Slices {
-                        opening,
-                        reading,
-                        next_start,
-                    },
-                    None => WebStage::Analysing(opening),
+                let until = (decoded + DECODE_BYTES).min(slice.len());
+                opening.push(&slice[decoded..until], progress)?;
+                let decoding = (until < slice.len()).then_some((slice, until));
+                if decoding.is_none() && reading.is_none() {
+                    return Ok(WebStage::Analysing(opening));
+                }
+                Ok(WebStage::Slices {
+                    opening,
+                    decoding,
+                    reading,
                 })
             }
             WebStage::Analysing(opening) => {
