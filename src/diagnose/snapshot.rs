@@ -427,10 +427,11 @@ mod tests {
         assert_eq!(sweeps() - sweeps_before, analyses.len());
         assert_eq!(most_replayed_in_a_step, 1);
         let settings_replayed = replayed() - replayed_before;
-        // Per device: its final state, history, the sweep's plan, one step per replayed
-        // setting (self-check and recorded included), call sites and identity; then one step
-        // that finds nothing left.
-        assert_eq!(steps, 5 * analyses.len() + settings_replayed + 1);
+        // Per device: its final state, history (three steps here: the range of events, the
+        // iterations found from the live set's falls, their extremes), the sweep's plan, one
+        // step per replayed setting (self-check and recorded included), call sites and
+        // identity; then one step that finds nothing left.
+        assert_eq!(steps, 7 * analyses.len() + settings_replayed + 1);
         assert!(settings_replayed >= 3 * analyses.len());
         assert!(in_steps.iter().any(|f| f.replay.is_some()));
         assert_eq!(format!("{in_steps:?}"), format!("{:?}", facts(&snapshot)));
