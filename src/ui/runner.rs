@@ -30,11 +30,6 @@ pub const PROGRESS_REPAINT_INTERVAL: Duration = Duration::from_millis(250);
 #[cfg(target_arch = "wasm32")]
 pub const PROGRESS_REPAINT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How long a stepped job runs steps in one browser task (the web viewer) before the page gets
-/// its turn: long enough to make progress, short enough to keep the page responsive.
-#[cfg(target_arch = "wasm32")]
-const STEP_BUDGET_PER_TASK: Duration = Duration::from_millis(12);
-
 /// What stepped work must be to run on the [`Runner`]: `Send` natively, where it runs on a thread
 /// of its own; anything in the web viewer, where it runs on the page's one thread and may hold
 /// browser objects (a dropped `File`, a read in flight), which are not `Send`.
@@ -134,13 +129,11 @@ impl Progress {
     }
 }
 
-/// One step of a stepped job: not done yet, or done with its result.
+/// One step of a stepped job: not done yet (also when it waits for something, such as a
+/// browser read: in the web viewer every step is followed by the page's turn), or done with
+/// its result.
 pub enum Step<T> {
     Pending,
-    /// Not done, and nothing to do until the browser delivers what the job asked for (a file
-    /// read): the web viewer gives the page its turn at once, since the read completes only
-    /// when the page's one thread is free. Natively the same as [`Step::Pending`].
-    Waiting,
     Done(T),
 }
 
@@ -292,7 +285,7 @@ impl Runner {
     /// a time with the page let in between, so long work never freezes the page and needs no
     /// repaints to go on (its progress repaints at most every [`PROGRESS_REPAINT_INTERVAL`]).
     /// A step should take at most some tens of milliseconds; one that waits for something (a
-    /// browser read) returns [`Step::Waiting`] until it is there.
+    /// browser read) returns [`Step::Pending`] until it is there.
     pub fn spawn_stepped<T: StepSend + 'static>(
         &self,
         name: &str,
@@ -352,9 +345,11 @@ fn steps_on_a_thread<T: Send + 'static>(
     }
 }
 
-/// Runs `step` until done in browser tasks: steps for [`STEP_BUDGET_PER_TASK`], then the page's
-/// turn (drawing, input, finished reads), then more steps. The UI is woken only by progress
-/// (at most every [`PROGRESS_REPAINT_INTERVAL`]) and by the result.
+/// Runs `step` until done in browser tasks: one step, then the page's turn (drawing, input,
+/// finished reads), then the next. One step per task, because steps are sized to take tens of
+/// milliseconds already, and two in one task added up: a short step and a what-if replay made
+/// one 90-110 ms task. The UI is woken only by progress (at most every
+/// [`PROGRESS_REPAINT_INTERVAL`]) and by the result.
 #[cfg(target_arch = "wasm32")]
 fn steps_in_browser_tasks<T: 'static>(mut step: StepFn<T>, progress: &Arc<Progress>) -> Source<T> {
     let (sender, receiver) = channel();
@@ -362,22 +357,11 @@ fn steps_in_browser_tasks<T: 'static>(mut step: StepFn<T>, progress: &Arc<Progre
     wasm_bindgen_futures::spawn_local(async move {
         loop {
             next_tick().await;
-            let started = Instant::now();
-            loop {
-                match step(&progress) {
-                    Step::Done(result) => {
-                        // The job may have been dropped; then nobody wants the result.
-                        let _ = sender.send(result);
-                        progress.ctx.request_repaint();
-                        return;
-                    }
-                    // Stepping on would only spin: what it waits for needs this thread free.
-                    Step::Waiting => break,
-                    Step::Pending => {}
-                }
-                if started.elapsed() >= STEP_BUDGET_PER_TASK {
-                    break;
-                }
+            if let Step::Done(result) = step(&progress) {
+                // The job may have been dropped; then nobody wants the result.
+                let _ = sender.send(result);
+                progress.ctx.request_repaint();
+                return;
             }
         }
     });
@@ -483,9 +467,6 @@ mod tests {
             progress.set_fraction(count as f32 / 100.0);
             if count == 100 {
                 Step::Done(count)
-            } else if count.is_multiple_of(2) {
-                // Natively a step that waits is stepped again like one that is not done.
-                Step::Waiting
             } else {
                 Step::Pending
             }

@@ -92,35 +92,10 @@ enum WebStage {
     Analysing(SnapshotOpening),
 }
 
-impl WebStage {
-    /// Whether the stage waits for a read the browser has not finished: a step could only
-    /// look and give back ([`Step::Waiting`]).
-    fn waits_for_the_browser(&self) -> bool {
-        match self {
-            WebStage::Sniffing(read) | WebStage::Whole(read) => !read.is_done(),
-            WebStage::Slices {
-                decoding: None,
-                reading: Some((read, _)),
-                ..
-            } => !read.is_done(),
-            WebStage::Slices { .. } => false,
-            WebStage::Analysing(_) => false,
-        }
-    }
-}
-
 impl WebOpen {
-    /// One step: a part of a slice decoded, a deadline's worth of analysis, or nothing while the browser
-    /// has not read what is needed yet.
+    /// One step: a part of a slice decoded, a deadline's worth of analysis, or nothing while the
+    /// browser has not read what is needed yet.
     fn step(&mut self, progress: &Progress) -> Step<OpenOutcome> {
-        if self
-            .stage
-            .as_ref()
-            .is_some_and(WebStage::waits_for_the_browser)
-            && !progress.is_cancelled()
-        {
-            return Step::Waiting;
-        }
         let Some(stage) = self.stage.take() else {
             return Step::Done(OpenOutcome::Cancelled);
         };
@@ -262,11 +237,6 @@ impl BrowserRead {
             *filled.borrow_mut() = Some(bytes);
         });
         BrowserRead(slot)
-    }
-
-    /// Whether the browser has finished the read (the bytes or its error are there).
-    fn is_done(&self) -> bool {
-        self.0.borrow().is_some()
     }
 
     /// The bytes (or the browser's error) once read; `None` while the read runs.

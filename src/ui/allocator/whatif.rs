@@ -567,7 +567,7 @@ mod tests {
         let mut pending = 0;
         let report = loop {
             match replay_step(&mut steps, &travel, &progress) {
-                Step::Pending | Step::Waiting => pending += 1,
+                Step::Pending => pending += 1,
                 Step::Done(result) => break result.unwrap_or_else(|e| panic!("{e}")),
             }
             assert!(
