@@ -281,8 +281,8 @@ impl Runner {
     }
 
     /// Runs work cut into steps: `step` is called until it returns [`Step::Done`]. Natively the
-    /// steps run on a thread; in the web viewer they run in browser tasks, a few milliseconds at
-    /// a time with the page let in between, so long work never freezes the page and needs no
+    /// steps run on a thread; in the web viewer they run in browser tasks, one step a task with
+    /// the page let in between, so long work never freezes the page and needs no
     /// repaints to go on (its progress repaints at most every [`PROGRESS_REPAINT_INTERVAL`]).
     /// A step should take at most some tens of milliseconds; one that waits for something (a
     /// browser read) returns [`Step::Pending`] until it is there.
