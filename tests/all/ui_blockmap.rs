@@ -5,43 +5,18 @@
 //! Data is the real `frag_oom` fixture. Snapshot images are generated with `UPDATE_SNAPSHOTS=1`
 //! on the CI machine class (Mesa lavapipe).
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
 use egui::{Key, Rect, Vec2};
 use egui_kittest::kittest::Queryable;
 use egui_kittest::{Harness, SnapshotOptions};
 
-use vramscope::formats::pytorch;
-use vramscope::model::allocator::{AllocatorSnapshot, BlockState};
+use vramscope::model::allocator::BlockState;
 use vramscope::ui::allocator::AllocatorView;
 
-fn frag_oom() -> Arc<AllocatorSnapshot> {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/frag_oom.pickle");
-    Arc::new(pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}")))
-}
+use crate::support::ui::frag_oom_view_harness;
 
 /// A 1280×800 harness showing `frag_oom`, stepped until the background analysis is done.
 fn harness() -> Harness<'static, AllocatorView> {
-    let view = AllocatorView::new(frag_oom(), "frag_oom.pickle".to_string());
-    let mut harness = Harness::builder()
-        .with_size(Vec2::new(1280.0, 800.0))
-        .wgpu()
-        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    harness.step();
-    while !harness.state().is_ready() {
-        assert!(
-            Instant::now() < deadline,
-            "allocator analysis did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-        harness.step();
-    }
-    harness.run_steps(3);
-    harness
+    frag_oom_view_harness(Vec2::new(1280.0, 800.0))
 }
 
 /// The widest allocated block that is fully visible in the block map.

@@ -7,19 +7,17 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use egui::epaint::{ClippedPrimitive, Primitive};
 use egui::{Pos2, Rect, Shape, Vec2};
 use egui_kittest::Harness;
-use vramscope::formats::pytorch;
 use vramscope::ui::VramscopeApp;
 use vramscope::ui::allocator::AllocatorView;
 use vramscope::ui::allocator::tabs::AllocatorTabs;
 use vramscope::ui::dialogs::NoDialogs;
 use vramscope::ui::views::View;
 
-use crate::support::ui::{app_harness, step_until};
+use crate::support::ui::{app_harness, frag_oom_view_harness, step_until};
 
 /// One edge of a clip rectangle: whether a point is on its inner side, and where the segment
 /// between two points crosses it.
@@ -159,19 +157,7 @@ fn drawn_texts<T>(harness: &Harness<'static, T>) -> Vec<String> {
 
 /// frag_oom's view with its analysis done, ready to show.
 fn ready_frag_oom_view() -> AllocatorView {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/frag_oom.pickle");
-    let snapshot = Arc::new(pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}")));
-    let view = AllocatorView::new(snapshot, "frag_oom.pickle".to_owned());
-    let mut harness = Harness::builder()
-        .with_size(Vec2::new(1000.0, 700.0))
-        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !harness.state().is_ready() {
-        assert!(Instant::now() < deadline, "the analysis did not finish");
-        std::thread::sleep(Duration::from_millis(10));
-        harness.step();
-    }
+    let mut harness = frag_oom_view_harness(Vec2::new(1000.0, 700.0));
     let placeholder = AllocatorView::new(
         Arc::clone(harness.state().snapshot()),
         "placeholder".to_owned(),

@@ -23,13 +23,9 @@ use vramscope::model::allocator::AllocatorSnapshot;
 use vramscope::model::format_bytes;
 use vramscope::ui::allocator::AllocatorView;
 
-const SETTING: &str = "expandable_segments:True";
+use crate::support::ui::frag_oom;
 
-fn frag_oom() -> Arc<AllocatorSnapshot> {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/frag_oom.pickle");
-    Arc::new(pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}")))
-}
+const SETTING: &str = "expandable_segments:True";
 
 /// Steps the harness until `done` holds (background jobs finish between frames).
 fn step_until(

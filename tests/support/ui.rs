@@ -2,14 +2,47 @@
 //! work, files dropped on it and snapshots slow enough to watch load.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use egui::Vec2;
 use egui_kittest::Harness;
+use vramscope::formats::pytorch;
 use vramscope::model::Capture;
+use vramscope::model::allocator::AllocatorSnapshot;
+use vramscope::ui::allocator::AllocatorView;
 use vramscope::ui::dialogs::FileDialogs;
 use vramscope::ui::notices::NoticeLevel;
 use vramscope::ui::{AppOptions, VramscopeApp};
+
+/// The real `frag_oom` snapshot (`tests/fixtures/pytorch/frag_oom.pickle`).
+pub fn frag_oom() -> Arc<AllocatorSnapshot> {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/frag_oom.pickle");
+    Arc::new(pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// A `size` harness drawing `frag_oom`'s Allocator view on its own, stepped until the
+/// background analysis is done.
+pub fn frag_oom_view_harness(size: Vec2) -> Harness<'static, AllocatorView> {
+    let view = AllocatorView::new(frag_oom(), "frag_oom.pickle".to_string());
+    let mut harness = Harness::builder()
+        .with_size(size)
+        .wgpu()
+        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    harness.step();
+    while !harness.state().is_ready() {
+        assert!(
+            Instant::now() < deadline,
+            "allocator analysis did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+    harness.run_steps(3);
+    harness
+}
 
 /// A 1000×700 harness (the size the UI snapshots are drawn at) of the app asking `dialogs` for
 /// paths, opening `files`, showing `capture` if given (as `demo-day.vramcap`), `step_dt` seconds
