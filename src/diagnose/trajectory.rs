@@ -238,8 +238,8 @@ pub const HISTORY_EVENTS_PER_STEP: usize = 1 << 18;
 /// [`of_trace`] over ranges of events, for the web page's single thread: each
 /// [`TrajectoryBuild::step`] scans at most `events_per_step` events of the live set's turning
 /// points and of which allocation each free undoes; then a step finds the iterations and a last
-/// one their extremes. Any
-/// range size gives the trajectory [`of_trace`] gives (it runs this build in one range).
+/// one their extremes. Any range size gives the trajectory [`of_trace`] gives (it runs this build
+/// in one range).
 pub struct TrajectoryBuild {
     failure_event: Option<usize>,
     events_per_step: usize,
