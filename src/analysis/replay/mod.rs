@@ -65,6 +65,9 @@ thread_local! {
     /// Settings replayed on this thread (the self-check counts as one): tests count how many
     /// a step of [`WhatIfSteps`] replays.
     pub(crate) static SETTINGS_REPLAYED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Trace events replayed on this thread, over every pass: tests count how many a step of
+    /// [`WhatIfSteps`] replays.
+    pub(crate) static EVENTS_REPLAYED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// [`TraceFacts`] learnt on this thread: a stepped sweep learns them once.
     static TRACE_FACTS_BUILT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
@@ -450,7 +453,7 @@ fn check_device(snapshot: &AllocatorSnapshot, device: u32) -> Result<(), ReplayE
 /// Replays the trace of `travel` under the recorded settings (the self-check) and under every
 /// requested setting. `progress` gets the fraction done (0..1) and returns false to cancel.
 /// The settings are replayed side by side on the machine's cores; [`WhatIfSteps`] makes the
-/// same report one replay at a time, for the web page's single thread.
+/// same report a range of events at a time, for the web page's single thread.
 pub fn what_if(
     travel: &TimeTravel,
     request: &WhatIfRequest,
@@ -501,11 +504,11 @@ fn replay_facts(travel: &TimeTravel, request: &WhatIfRequest) -> Result<TraceFac
     Ok(TraceFacts::new(travel, request.device_memory_bytes))
 }
 
-/// [`what_if`] one replay per [`WhatIfSteps::step`]: the plan (limits from the trace's
-/// evidence, the settings to try), the self-check, the recorded settings, then each setting, so
-/// that the web page can draw and answer Cancel between them. It runs the same code as
-/// [`what_if`] (one setting after another instead of side by side), so the report is the same.
-#[derive(Debug)]
+/// [`what_if`] a range of events per [`WhatIfSteps::step`]: the plan (limits from the trace's
+/// evidence, the settings to try), then the self-check, the recorded settings and each setting,
+/// each a few passes over the trace made [`EVENTS_PER_STEP`] events at a time, so that the web
+/// page can draw and answer Cancel in between. It runs the same code as [`what_if`] (one setting
+/// after another instead of side by side), so the report is the same.
 pub struct WhatIfSteps {
     request: WhatIfRequest,
     /// Learnt from the trace in the first step, used by every later one.
@@ -514,11 +517,36 @@ pub struct WhatIfSteps {
     self_check: Option<SelfCheck>,
     recorded: Option<SettingOutcome>,
     results: Vec<SettingOutcome>,
+    /// The replay under way.
+    current: Option<StepWork>,
+    events_per_step: usize,
+}
+
+/// The replay a [`WhatIfSteps`] has under way.
+enum StepWork {
+    SelfCheck(Box<Pass>),
+    Setting(Box<SettingReplay>),
+}
+
+impl std::fmt::Debug for WhatIfSteps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WhatIfSteps")
+            .field("request", &self.request)
+            .field("settings_done", &self.results.len())
+            .field("fraction_done", &self.fraction_done())
+            .finish_non_exhaustive()
+    }
 }
 
 impl WhatIfSteps {
     /// The steps of [`what_if`] for `request`; nothing is replayed yet.
     pub fn new(request: WhatIfRequest) -> Self {
+        Self::with_events_per_step(request, EVENTS_PER_STEP)
+    }
+
+    /// [`WhatIfSteps::new`] replaying about `events_per_step` events per step (tests use
+    /// small ranges to make many steps of a small trace).
+    pub fn with_events_per_step(request: WhatIfRequest, events_per_step: usize) -> Self {
         WhatIfSteps {
             request,
             facts: None,
@@ -526,6 +554,8 @@ impl WhatIfSteps {
             self_check: None,
             recorded: None,
             results: Vec::new(),
+            current: None,
+            events_per_step: events_per_step.max(1),
         }
     }
 
@@ -542,8 +572,9 @@ impl WhatIfSteps {
         done as f32 / (3 + plan.candidates.len()) as f32
     }
 
-    /// Does the next piece of work on `travel` (always the same one): at most one replay of
-    /// one setting. `Ok(Some(report))` once the last setting is replayed.
+    /// Does the next piece of work on `travel` (always the same one): the plan, or about
+    /// `events_per_step` events of the replay under way. `Ok(Some(report))` once the last
+    /// setting is replayed.
     pub fn step(&mut self, travel: &TimeTravel) -> Result<Option<WhatIfReport>, ReplayError> {
         let facts = match self.facts.take() {
             Some(facts) => facts,
@@ -557,20 +588,46 @@ impl WhatIfSteps {
             self.plan = Some(SweepPlan::new(travel, &self.request, &input));
             return Ok(None);
         };
+        let events = self.events_per_step;
         let Some(self_check) = &self.self_check else {
-            self.self_check = Some(plan.self_check(&input, &|_| true)?);
-            return Ok(None);
-        };
-        let Some(recorded) = &self.recorded else {
-            self.recorded = Some(plan.outcome_of(&input, &plan.recorded, true, &|_| true)?);
-            return Ok(None);
-        };
-        if let Some(conf) = plan.candidates.get(self.results.len()) {
-            let outcome = plan.outcome_of(&input, conf, false, &|_| true)?;
-            self.results.push(outcome);
-            if self.results.len() < plan.candidates.len() {
-                return Ok(None);
+            let mut check = match self.current.take() {
+                Some(StepWork::SelfCheck(check)) => check,
+                _ => Box::new(plan.check_pass(&input)),
+            };
+            if input.advance(&mut check, events, &|_| true)? {
+                self.self_check = Some(plan.self_check_of(&input, &check));
+            } else {
+                self.current = Some(StepWork::SelfCheck(check));
             }
+            return Ok(None);
+        };
+        let recorded_row = self.recorded.is_none();
+        let conf = if recorded_row {
+            Some(&plan.recorded)
+        } else {
+            plan.candidates.get(self.results.len())
+        };
+        if let Some(conf) = conf {
+            let mut replay = match self.current.take() {
+                Some(StepWork::Setting(replay)) => replay,
+                _ => Box::new(plan.setting_replay(&input, conf, recorded_row)),
+            };
+            let Some(outcome) = replay.advance(&input, events, &|_| true)? else {
+                self.current = Some(StepWork::Setting(replay));
+                return Ok(None);
+            };
+            let outcome = plan.finish_outcome(outcome);
+            if recorded_row {
+                self.recorded = Some(outcome);
+            } else {
+                self.results.push(outcome);
+            }
+        }
+        let Some(recorded) = &self.recorded else {
+            return Ok(None);
+        };
+        if self.results.len() < plan.candidates.len() {
+            return Ok(None);
         }
         Ok(Some(plan.clone().into_report(
             &input,
@@ -721,38 +778,47 @@ impl SweepPlan {
         2 + self.candidates.len().max(10)
     }
 
+    /// The self-check's pass: the recorded settings under the check's limits, compared with
+    /// the trace event by event.
+    fn check_pass(&self, input: &ReplayInput) -> Pass {
+        #[cfg(test)]
+        SETTINGS_REPLAYED.with(|count| count.set(count.get() + 1));
+        input.start_pass(
+            &self.recorded.rules,
+            self.check_limits,
+            Mode::Check,
+            Assumed::RECORDED,
+            None,
+        )
+    }
+
+    /// The self-check once its pass is over.
+    fn self_check_of(&self, input: &ReplayInput, check: &Pass) -> SelfCheck {
+        let mut self_check = input.self_check(&self.recorded, &check.result);
+        self_check.cap_bytes = self.check_limits.cap_bytes;
+        self_check
+    }
+
     /// The recorded settings replayed under the check's limits and compared with the trace.
     fn self_check(
         &self,
         input: &ReplayInput,
         progress: &dyn Fn(usize) -> bool,
     ) -> Result<SelfCheck, ReplayError> {
-        #[cfg(test)]
-        SETTINGS_REPLAYED.with(|count| count.set(count.get() + 1));
-        let check = input.run(
-            &self.recorded.rules,
-            self.check_limits,
-            Mode::Check,
-            Assumed::RECORDED,
-            None,
-            progress,
-        )?;
-        let mut self_check = input.self_check(&self.recorded, &check);
-        self_check.cap_bytes = self.check_limits.cap_bytes;
-        Ok(self_check)
+        let mut check = self.check_pass(input);
+        input.advance(&mut check, usize::MAX, progress)?;
+        Ok(self.self_check_of(input, &check))
     }
 
-    /// What `conf` does: its replay (more near a limit or under unknown GPU timing), stopped at a contradiction
-    /// of the trace, and checked against the lowest inferred cap.
-    fn outcome_of(
+    /// The passes that tell what `conf` does: its replay (more near a limit or under unknown GPU
+    /// timing), stopped at a contradiction of the trace, and checked against the lowest
+    /// inferred cap. [`SweepPlan::finish_outcome`] completes what they find.
+    fn setting_replay(
         &self,
         input: &ReplayInput,
         conf: &AllocConf,
         recorded_row: bool,
-        progress: &dyn Fn(usize) -> bool,
-    ) -> Result<SettingOutcome, ReplayError> {
-        #[cfg(test)]
-        SETTINGS_REPLAYED.with(|count| count.set(count.get() + 1));
+    ) -> SettingReplay {
         let run_limits = Limits {
             cap_bytes: cap_for(self.cap_given, self.device_memory_bytes, conf)
                 .or(self.run_limits.cap_bytes),
@@ -762,36 +828,41 @@ impl SweepPlan {
         // The recorded settings under the recorded run's own limits are what happened (the
         // trace is the answer): other placements of segments are asked about other runs.
         let draw_placements = !(recorded_row && run_limits == self.check_limits);
-        let (run, mut outcome) = input.outcome(
+        SettingReplay::new(
+            input,
             conf,
             recorded_row,
             run_limits,
             stop_at,
             draw_placements,
-            progress,
-        )?;
+            self.inferred_low,
+        )
+    }
+
+    /// A setting's outcome marked incomplete where its replay reached the trace's
+    /// contradiction of the snapshot's state.
+    fn finish_outcome(&self, mut outcome: SettingOutcome) -> SettingOutcome {
         if let Some(contradiction) = &self.contradiction
             && outcome.incomplete.is_none()
             && outcome.events_replayed >= contradiction.event_index
         {
             outcome.incomplete = Some(contradiction.clone());
         }
-        if let Some(low) = self.inferred_low {
-            let strict = Limits {
-                cap_bytes: Some(low),
-                ..run_limits
-            };
-            let strict_run = input.run(
-                &conf.rules,
-                strict,
-                Mode::WhatIf,
-                Assumed::RECORDED,
-                None,
-                &|_| true,
-            )?;
-            outcome.uncertain = strict_run.oom.is_some() != run.oom.is_some();
-        }
-        Ok(outcome)
+        outcome
+    }
+
+    /// What `conf` does ([`SweepPlan::setting_replay`] made in one go).
+    fn outcome_of(
+        &self,
+        input: &ReplayInput,
+        conf: &AllocConf,
+        recorded_row: bool,
+        progress: &dyn Fn(usize) -> bool,
+    ) -> Result<SettingOutcome, ReplayError> {
+        let outcome = self
+            .setting_replay(input, conf, recorded_row)
+            .replay_to_end(input, progress)?;
+        Ok(self.finish_outcome(outcome))
     }
 
     /// The report, with the settings ranked: those that run first, then by peak reserved.
@@ -893,10 +964,10 @@ pub fn replay_setting(
         expandable_va_bytes: input.facts.expandable_va_bytes,
     };
     let events = input.trace.len().max(1);
-    let (_, outcome) = input.outcome(conf, false, run_limits, None, true, &|position| {
-        progress(position as f32 / events as f32)
-    })?;
-    Ok(outcome)
+    SettingReplay::new(&input, conf, false, run_limits, None, true, None)
+        .replay_to_end(&input, &|position| {
+            progress(position as f32 / events as f32)
+        })
 }
 
 /// The model's state under `conf` right before event `stop_at` is applied (or at the end, or
@@ -1086,6 +1157,271 @@ struct RunResult {
     /// A scratch buffer failed whose stack does not show PyTorch catching it.
     scratch_oom_uncaught: bool,
     events_replayed: usize,
+}
+
+/// Events of the trace one step of [`WhatIfSteps`] replays: at about 10 M events a second per
+/// core natively and a few times slower in the browser, a few tens of milliseconds of the page's
+/// thread.
+pub(crate) const EVENTS_PER_STEP: usize = 1 << 17;
+
+/// The passes over the trace that make one setting's outcome, made a range of events at a time
+/// ([`SettingReplay::advance`]). The setting is replayed with other streams' work finishing as
+/// the trace recorded it and, when some free waited for such work, again with it finished by the
+/// allocator's next call. The two bound what the GPU's timing can change as far as the
+/// allocator's own rules tell (a GPU slower than the recorded run's is not bounded by anything
+/// the trace shows): the outcome carries their peaks as a range and marks a verdict that
+/// differs between them. Near a limit it is replayed again under drawn placements of segments
+/// ([`PlacementSpread`]), and under the lowest inferred cap when the cap was inferred.
+struct SettingReplay {
+    conf: AllocConf,
+    recorded_row: bool,
+    limits: Limits,
+    stop_at: Option<usize>,
+    draw_placements: bool,
+    /// The lowest cap the trace allows, when the cap was inferred: a verdict that differs
+    /// under it is uncertain.
+    strict_cap_bytes: Option<u64>,
+    /// The pass being made and which one it is.
+    pass: Pass,
+    kind: PassKind,
+    /// What the first pass found, once it is over.
+    main: Option<MainPass>,
+}
+
+/// Which of a [`SettingReplay`]'s passes a pass is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PassKind {
+    /// Recorded timing and placement: the outcome's numbers.
+    Main,
+    /// Other streams' work finished early ([`Timing::Early`]).
+    Early,
+    /// Segments placed from this seed ([`Placement::Drawn`]).
+    Drawn(u64),
+    /// Under the lowest inferred cap.
+    Strict,
+}
+
+/// What a [`SettingReplay`]'s first pass found, for the passes after it.
+struct MainPass {
+    outcome: SettingOutcome,
+    ran_out: bool,
+    complete: bool,
+    placement_can_matter: bool,
+}
+
+impl SettingReplay {
+    fn new(
+        input: &ReplayInput,
+        conf: &AllocConf,
+        recorded_row: bool,
+        limits: Limits,
+        stop_at: Option<usize>,
+        draw_placements: bool,
+        strict_cap_bytes: Option<u64>,
+    ) -> Self {
+        #[cfg(test)]
+        SETTINGS_REPLAYED.with(|count| count.set(count.get() + 1));
+        SettingReplay {
+            pass: input.start_pass(
+                &conf.rules,
+                limits,
+                Mode::WhatIf,
+                Assumed::RECORDED,
+                stop_at,
+            ),
+            conf: conf.clone(),
+            recorded_row,
+            limits,
+            stop_at,
+            draw_placements,
+            strict_cap_bytes,
+            kind: PassKind::Main,
+            main: None,
+        }
+    }
+
+    /// Replays about `events` more events (at least the rest of a pass that ends in the
+    /// range); the outcome once the last pass is over. `progress` gets the position in the
+    /// first pass, and the trace's end in the others.
+    fn advance(
+        &mut self,
+        input: &ReplayInput,
+        events: usize,
+        progress: &dyn Fn(usize) -> bool,
+    ) -> Result<Option<SettingOutcome>, ReplayError> {
+        let end = input.trace.len();
+        let mut left = events.max(1);
+        loop {
+            let before = self.pass.next_event;
+            let finished = if self.kind == PassKind::Main {
+                input.advance(&mut self.pass, left, progress)?
+            } else {
+                input.advance(&mut self.pass, left, &|_| progress(end))?
+            };
+            left = left.saturating_sub(self.pass.next_event.saturating_sub(before).max(1));
+            if !finished {
+                return Ok(None);
+            }
+            let Some(next) = self.finish_pass(input) else {
+                return Ok(self.main.take().map(|main| main.outcome));
+            };
+            self.kind = next;
+            let (limits, assumed, stop_at) = match next {
+                PassKind::Main => (self.limits, Assumed::RECORDED, self.stop_at),
+                PassKind::Early => (
+                    self.limits,
+                    Assumed {
+                        timing: Timing::Early,
+                        ..Assumed::RECORDED
+                    },
+                    self.stop_at,
+                ),
+                PassKind::Drawn(seed) => (
+                    self.limits,
+                    Assumed {
+                        placement: Placement::Drawn(seed),
+                        ..Assumed::RECORDED
+                    },
+                    self.stop_at,
+                ),
+                PassKind::Strict => (
+                    Limits {
+                        cap_bytes: self.strict_cap_bytes,
+                        ..self.limits
+                    },
+                    Assumed::RECORDED,
+                    None,
+                ),
+            };
+            self.pass = input.start_pass(&self.conf.rules, limits, Mode::WhatIf, assumed, stop_at);
+            if left == 0 {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Every pass made in one go: the outcome.
+    fn replay_to_end(
+        mut self,
+        input: &ReplayInput,
+        progress: &dyn Fn(usize) -> bool,
+    ) -> Result<SettingOutcome, ReplayError> {
+        loop {
+            if let Some(outcome) = self.advance(input, usize::MAX, progress)? {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// Takes what the pass just over found into the outcome; the next pass to make, if any.
+    fn finish_pass(&mut self, input: &ReplayInput) -> Option<PassKind> {
+        let run = &self.pass.result;
+        match self.kind {
+            PassKind::Main => {
+                let outcome = run.outcome(&self.conf, self.recorded_row, &self.limits);
+                self.main = Some(MainPass {
+                    placement_can_matter: ReplayInput::placement_can_matter(
+                        run,
+                        &outcome,
+                        &self.limits,
+                    ),
+                    ran_out: run.oom.is_some(),
+                    complete: run.incomplete.is_none(),
+                    outcome,
+                });
+            }
+            PassKind::Early => {
+                let main = self.main.as_mut()?;
+                let early_peak = run.model.stats.peak_reserved_bytes;
+                let peak = main.outcome.peak_reserved_bytes;
+                main.outcome.peak_reserved_range_bytes =
+                    Some((early_peak.min(peak), early_peak.max(peak)));
+                main.outcome.timing_uncertain =
+                    main.complete && run.incomplete.is_none() && main.ran_out != run.oom.is_some();
+            }
+            PassKind::Drawn(_) => {
+                let main = self.main.as_mut()?;
+                let peak = main.outcome.peak_reserved_bytes;
+                let spread = main.outcome.placement.get_or_insert(PlacementSpread {
+                    drawn: DRAWN_PLACEMENTS,
+                    ran_out: 0,
+                    peak_range_bytes: (peak, peak),
+                });
+                if run.incomplete.is_some() {
+                    // A drawn placement the trace cannot be replayed under tells nothing.
+                    spread.drawn -= 1;
+                } else {
+                    spread.ran_out += u32::from(run.oom.is_some());
+                    let drawn_peak = run.model.stats.peak_reserved_bytes;
+                    spread.peak_range_bytes.0 = spread.peak_range_bytes.0.min(drawn_peak);
+                    spread.peak_range_bytes.1 = spread.peak_range_bytes.1.max(drawn_peak);
+                }
+            }
+            PassKind::Strict => {
+                let main = self.main.as_mut()?;
+                main.outcome.uncertain = run.oom.is_some() != main.ran_out;
+            }
+        }
+        let main = self.main.as_ref()?;
+        let draws = self.draw_placements && main.complete && main.placement_can_matter;
+        let strict = self.strict_cap_bytes.map(|_| PassKind::Strict);
+        let after_early = || {
+            if draws {
+                Some(PassKind::Drawn(0))
+            } else {
+                strict
+            }
+        };
+        match self.kind {
+            PassKind::Main if input.facts.has_deferred_frees => Some(PassKind::Early),
+            PassKind::Main | PassKind::Early => after_early(),
+            PassKind::Drawn(seed) if seed + 1 < u64::from(DRAWN_PLACEMENTS) => {
+                Some(PassKind::Drawn(seed + 1))
+            }
+            PassKind::Drawn(_) => strict,
+            PassKind::Strict => None,
+        }
+    }
+}
+
+/// A pass over the trace while it is made (see [`ReplayInput::advance`]): the model and
+/// everything else the replay carries from one event to the next, so that a pass can stop after
+/// a range of events and go on from there.
+struct Pass {
+    result: RunResult,
+    mode: Mode,
+    timing: Timing,
+    limits: Limits,
+    stop_at: Option<usize>,
+    /// The model's block for each address the trace holds allocated.
+    live: HashMap<u64, BlockHandle>,
+    /// Scratch buffers this setting could not serve and went on without: their frees are
+    /// skipped.
+    skipped: HashSet<u64>,
+    /// First event after the previous request: segment events from here on belong to the
+    /// request being replayed.
+    window_start: usize,
+    /// Frees the real allocator completed inside the next request's failure path (see
+    /// `completes_in_failure_path`): the model completes them at its own synchronisation, or
+    /// right after the request when it never needs one.
+    sync_completions: Vec<BlockHandle>,
+    /// The run of completions being replayed: its end and whether it is such a run.
+    completion_run: (usize, bool),
+    /// Under `Timing::Early`: frees that waited for other streams, completed at the start of
+    /// the next request (`process_events`).
+    early_completions: Vec<BlockHandle>,
+    /// Reserved bytes as the trace's segment events say (the self-check compares).
+    real_reserved: u64,
+    /// New segments the model made so far, by size (see `TraceHints`).
+    segments_made: HashMap<u64, usize>,
+    /// Under [`Placement::Drawn`]: the state of the generator addresses are drawn from.
+    drawn_state: Option<u64>,
+    /// The last request of the trace: a recorded OOM before it was caught by the program,
+    /// which went on allocating.
+    last_alloc: usize,
+    /// The next event to replay.
+    next_event: usize,
+    finished: bool,
 }
 
 impl RunResult {
@@ -1474,88 +1810,6 @@ impl<'a> ReplayInput<'a> {
         !pressure_possible
     }
 
-    /// The what-if of `conf` under `limits`: replayed with other streams' work finishing as
-    /// the trace recorded it and, when some free waited for such work, again with it finished
-    /// by the allocator's next call. The two bound what the GPU's timing can change as far as
-    /// the allocator's own rules tell (a GPU slower than the recorded run's is not bounded by
-    /// anything the trace shows): the outcome carries their peaks as a range and marks a
-    /// verdict that differs between them. Returns the recorded-timing run with it.
-    fn outcome(
-        &self,
-        conf: &AllocConf,
-        recorded_row: bool,
-        limits: Limits,
-        stop_at: Option<usize>,
-        draw_placements: bool,
-        progress: &dyn Fn(usize) -> bool,
-    ) -> Result<(RunResult, SettingOutcome), ReplayError> {
-        let run = self.run(
-            &conf.rules,
-            limits,
-            Mode::WhatIf,
-            Assumed::RECORDED,
-            stop_at,
-            progress,
-        )?;
-        let mut outcome = run.outcome(conf, recorded_row, &limits);
-        if self.facts.has_deferred_frees {
-            let end = self.trace.len();
-            let early = self.run(
-                &conf.rules,
-                limits,
-                Mode::WhatIf,
-                Assumed {
-                    timing: Timing::Early,
-                    ..Assumed::RECORDED
-                },
-                stop_at,
-                &|_| progress(end),
-            )?;
-            let early_peak = early.model.stats.peak_reserved_bytes;
-            outcome.peak_reserved_range_bytes = Some((
-                early_peak.min(outcome.peak_reserved_bytes),
-                early_peak.max(outcome.peak_reserved_bytes),
-            ));
-            outcome.timing_uncertain = run.incomplete.is_none()
-                && early.incomplete.is_none()
-                && run.oom.is_some() != early.oom.is_some();
-        }
-        if draw_placements
-            && run.incomplete.is_none()
-            && Self::placement_can_matter(&run, &outcome, &limits)
-        {
-            let mut spread = PlacementSpread {
-                drawn: DRAWN_PLACEMENTS,
-                ran_out: 0,
-                peak_range_bytes: (outcome.peak_reserved_bytes, outcome.peak_reserved_bytes),
-            };
-            for seed in 0..u64::from(DRAWN_PLACEMENTS) {
-                let drawn = self.run(
-                    &conf.rules,
-                    limits,
-                    Mode::WhatIf,
-                    Assumed {
-                        placement: Placement::Drawn(seed),
-                        ..Assumed::RECORDED
-                    },
-                    stop_at,
-                    &|_| true,
-                )?;
-                if drawn.incomplete.is_some() {
-                    // A drawn placement the trace cannot be replayed under tells nothing.
-                    spread.drawn -= 1;
-                    continue;
-                }
-                spread.ran_out += u32::from(drawn.oom.is_some());
-                let peak = drawn.model.stats.peak_reserved_bytes;
-                spread.peak_range_bytes.0 = spread.peak_range_bytes.0.min(peak);
-                spread.peak_range_bytes.1 = spread.peak_range_bytes.1.max(peak);
-            }
-            outcome.placement = Some(spread);
-        }
-        Ok((run, outcome))
-    }
-
     /// Whether where the driver puts segments can decide if this run fits: only under a known
     /// limit, when the run ran out, released cached memory to make room (`num_alloc_retries`),
     /// or peaked within a tenth of the limit. Elsewhere a different order of segments changes
@@ -1617,53 +1871,112 @@ impl<'a> ReplayInput<'a> {
         stop_at: Option<usize>,
         progress: &dyn Fn(usize) -> bool,
     ) -> Result<RunResult, ReplayError> {
+        let mut pass = self.start_pass(rules, limits, mode, assumed, stop_at);
+        self.advance(&mut pass, usize::MAX, progress)?;
+        Ok(pass.result)
+    }
+
+    /// A pass over the trace (see [`ReplayInput::run`]) with nothing replayed yet: the model
+    /// seeded with the starting state.
+    fn start_pass(
+        &self,
+        rules: &AllocatorRules,
+        limits: Limits,
+        mode: Mode,
+        assumed: Assumed,
+        stop_at: Option<usize>,
+    ) -> Pass {
         let Assumed { timing, placement } = assumed;
-        let trace = self.trace;
-        let len = trace.len();
         let mut model = AllocatorModel::new(rules.clone(), limits);
         let mut live: HashMap<u64, BlockHandle> = HashMap::with_capacity(1024);
         self.seed(&mut model, &mut live);
-        let mut result = RunResult {
-            model,
-            oom: None,
-            incomplete: None,
-            divergence: None,
-            real_ooms: Vec::new(),
-            replay_ooms: Vec::new(),
-            survived_real_ooms: 0,
-            shared_caught_ooms: 0,
-            scratch_oom: None,
-            scratch_oom_uncaught: false,
-            events_replayed: 0,
-        };
-        // Scratch buffers this setting could not serve and went on without: their frees are
-        // skipped.
-        let mut skipped: HashSet<u64> = HashSet::default();
+        Pass {
+            result: RunResult {
+                model,
+                oom: None,
+                incomplete: None,
+                divergence: None,
+                real_ooms: Vec::new(),
+                replay_ooms: Vec::new(),
+                survived_real_ooms: 0,
+                shared_caught_ooms: 0,
+                scratch_oom: None,
+                scratch_oom_uncaught: false,
+                events_replayed: 0,
+            },
+            mode,
+            timing,
+            limits,
+            stop_at,
+            live,
+            skipped: HashSet::default(),
+            window_start: 0,
+            sync_completions: Vec::new(),
+            completion_run: (0, false),
+            early_completions: Vec::new(),
+            real_reserved: self.facts.start.reserved_bytes,
+            segments_made: HashMap::new(),
+            drawn_state: match placement {
+                Placement::Recorded => None,
+                Placement::Drawn(seed) => Some(seed),
+            },
+            last_alloc: self
+                .trace
+                .actions
+                .iter()
+                .rposition(|a| *a == TraceAction::Alloc)
+                .unwrap_or(0),
+            next_event: 0,
+            finished: false,
+        }
+    }
+
+    /// Replays up to `events` more events of `pass` (from where the last call stopped); true
+    /// once the pass is over (the trace's end, a stop, an out-of-memory or a contradiction).
+    /// The web page replays a range of events per step this way; a pass made in one call and
+    /// one made a range at a time end in the same state.
+    fn advance(
+        &self,
+        pass: &mut Pass,
+        events: usize,
+        progress: &dyn Fn(usize) -> bool,
+    ) -> Result<bool, ReplayError> {
+        if pass.finished {
+            return Ok(true);
+        }
+        let Pass {
+            result,
+            mode,
+            timing,
+            limits,
+            stop_at,
+            live,
+            skipped,
+            window_start: saved_window_start,
+            sync_completions,
+            completion_run: saved_completion_run,
+            early_completions,
+            real_reserved: saved_real_reserved,
+            segments_made,
+            drawn_state: saved_drawn_state,
+            last_alloc,
+            next_event,
+            finished,
+        } = pass;
+        let (mode, timing, limits, stop_at, last_alloc) =
+            (*mode, *timing, *limits, *stop_at, *last_alloc);
+        let mut window_start = *saved_window_start;
+        let mut completion_run = *saved_completion_run;
+        let mut real_reserved = *saved_real_reserved;
+        let mut drawn_state = *saved_drawn_state;
+        let mut index = *next_event;
+        let trace = self.trace;
+        let len = trace.len();
         let actions = &trace.actions;
         let address_at = |i: usize| trace.addresses.get(i).copied().unwrap_or(0);
         let size_at = |i: usize| trace.sizes_bytes.get(i).copied().unwrap_or(0);
         let stream_at = |i: usize| self.stream_rank(trace.streams.get(i).copied().unwrap_or(0));
         let stack_at = |i: usize| trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY);
-        // First event after the previous request: segment events from here on belong to the
-        // request being replayed.
-        let mut window_start = 0usize;
-        // Frees the real allocator completed inside the next request's failure path (see
-        // `completes_in_failure_path`): the model completes them at its own synchronisation,
-        // or right after the request when it never needs one.
-        let mut sync_completions: Vec<BlockHandle> = Vec::new();
-        // The run of completions being replayed: its end and whether it is such a run.
-        let mut completion_run = (0usize, false);
-        // Under `Timing::Early`: frees that waited for other streams, completed at the start
-        // of the next request (`process_events`).
-        let mut early_completions: Vec<BlockHandle> = Vec::new();
-        // Reserved bytes as the trace's segment events say (the self-check compares).
-        let mut real_reserved = self.facts.start.reserved_bytes;
-        // New segments the model made so far, by size (see `TraceHints`).
-        let mut segments_made: HashMap<u64, usize> = HashMap::new();
-        let mut drawn_state = match placement {
-            Placement::Recorded => None,
-            Placement::Drawn(seed) => Some(seed),
-        };
         let reserved_differs = |model: &AllocatorModel, real: u64, index: usize| {
             (mode == Mode::Check && model.reserved_bytes() != real).then(|| {
                 (
@@ -1676,14 +1989,13 @@ impl<'a> ReplayInput<'a> {
                 )
             })
         };
-        // The last request of the trace: a recorded OOM before it was caught by the program,
-        // which went on allocating.
-        let last_alloc = actions
-            .iter()
-            .rposition(|a| *a == TraceAction::Alloc)
-            .unwrap_or(0);
-        let mut index = 0usize;
+        let slice_end = index.saturating_add(events);
+        let mut paused = false;
         while index < len {
+            if index >= slice_end {
+                paused = true;
+                break;
+            }
             if index.is_multiple_of(PROGRESS_EVENTS) && !progress(index) {
                 return Err(ReplayError::Cancelled);
             }
@@ -1703,7 +2015,7 @@ impl<'a> ReplayInput<'a> {
                         from: window_start,
                         to: index,
                         recorded_by_size: &self.facts.segments_by_size,
-                        made_by_size: &mut segments_made,
+                        made_by_size: segments_made,
                         drawn: drawn_state.as_mut(),
                     };
                     let served =
@@ -1868,7 +2180,7 @@ impl<'a> ReplayInput<'a> {
                         from: window_start,
                         to: index,
                         recorded_by_size: &self.facts.segments_by_size,
-                        made_by_size: &mut segments_made,
+                        made_by_size: segments_made,
                         drawn: drawn_state.as_mut(),
                     };
                     let served = model.malloc(size, stream_at(index), index as u32, &mut hints);
@@ -1932,7 +2244,15 @@ impl<'a> ReplayInput<'a> {
             result.events_replayed = index;
         }
         result.events_replayed = index.min(len);
-        Ok(result)
+        *saved_window_start = window_start;
+        *saved_completion_run = completion_run;
+        *saved_real_reserved = real_reserved;
+        *saved_drawn_state = drawn_state;
+        #[cfg(test)]
+        EVENTS_REPLAYED.with(|count| count.set(count.get() + (index - *next_event)));
+        *next_event = index;
+        *finished = !paused;
+        Ok(*finished)
     }
 
     /// Whether the request at `index` is a library's scratch buffer: made inside PyTorch's own
@@ -2156,13 +2476,15 @@ mod tests {
         }
     }
 
-    /// The web page's sweep, one replay per step: no step replays more than one setting (the
-    /// self-check counts as one), there is a step per setting, and the report is exactly what
-    /// [`what_if`] gives with its settings side by side — for the sweep, for a given setting
-    /// under a cap the trace itself could not have run under, and for a trace whose frees
-    /// waited for other streams (two replays per setting).
+    /// The web page's sweep, a range of events per step: no step replays much more than its
+    /// range of events (over every pass it makes), the trace is scanned once, and the report is
+    /// exactly what [`what_if`] gives with its settings side by side — for the sweep, for a
+    /// given setting under a cap the trace itself could not have run under, for a trace whose
+    /// frees waited for other streams (two passes per setting), and for a sweep under a cap
+    /// (passes under drawn placements), each with ranges smaller than a pass and larger than
+    /// several.
     #[test]
-    fn what_if_in_steps_replays_one_setting_a_step_and_reports_the_same() {
+    fn what_if_in_steps_replays_a_range_of_events_a_step_and_reports_the_same() {
         let sweep = |cap_bytes| WhatIfRequest {
             device: 0,
             candidates: Vec::new(),
@@ -2178,34 +2500,89 @@ mod tests {
             ),
             ("frag_longlived.pickle", sweep(Some(400 * MIB))),
         ];
-        let replayed = || SETTINGS_REPLAYED.with(std::cell::Cell::get);
+        let replayed = || EVENTS_REPLAYED.with(std::cell::Cell::get);
         let facts_built = || TRACE_FACTS_BUILT.with(std::cell::Cell::get);
         for (name, request) in cases {
             let travel = travel(name);
             let in_one_go =
                 what_if(&travel, &request, &|_| true).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let facts_before = facts_built();
-            let mut steps = WhatIfSteps::new(request.clone());
-            let mut counted = 0;
-            let mut most_in_a_step = 0;
-            let in_steps = loop {
-                let before = replayed();
-                let stepped = steps
-                    .step(&travel)
-                    .unwrap_or_else(|e| panic!("{name}: {e}"));
-                most_in_a_step = most_in_a_step.max(replayed() - before);
-                counted += 1;
-                if let Some(report) = stepped {
-                    break report;
-                }
-                assert!(counted < 100, "{name}: never done");
-            };
-            assert_eq!(most_in_a_step, 1, "{name}");
-            // The trace is scanned and the start state built in the first step only.
-            assert_eq!(facts_built() - facts_before, 1, "{name}");
-            // The plan, the self-check, the recorded settings, then one step per setting.
-            assert_eq!(counted, 3 + in_one_go.results.len(), "{name}");
-            assert_eq!(in_steps, in_one_go, "{name}");
+            let events = travel.trace().len();
+            for events_per_step in [events / 3, 4 * events] {
+                let facts_before = facts_built();
+                let replayed_before = replayed();
+                let mut steps = WhatIfSteps::with_events_per_step(request.clone(), events_per_step);
+                let mut counted = 0;
+                let mut most_in_a_step = 0;
+                let in_steps = loop {
+                    let before = replayed();
+                    let stepped = steps
+                        .step(&travel)
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
+                    most_in_a_step = most_in_a_step.max(replayed() - before);
+                    counted += 1;
+                    if let Some(report) = stepped {
+                        break report;
+                    }
+                    assert!(counted < 10_000, "{name}: never done");
+                };
+                // A range ends after the event it reaches (a release run is one event).
+                assert!(
+                    most_in_a_step <= events_per_step + 64,
+                    "{name}: {most_in_a_step} events in a step of {events_per_step}"
+                );
+                let all_replayed = replayed() - replayed_before;
+                assert!(counted > all_replayed / (events_per_step + 64), "{name}");
+                // The trace is scanned and the start state built in the first step only.
+                assert_eq!(facts_built() - facts_before, 1, "{name}");
+                assert_eq!(in_steps, in_one_go, "{name} by {events_per_step}");
+            }
+        }
+    }
+
+    /// A pass made a range of events at a time ends exactly where a pass made in one go does,
+    /// whatever the ranges (one event at a time included).
+    #[test]
+    fn a_pass_made_in_ranges_ends_in_the_same_state() {
+        let travel = travel("two_streams.pickle");
+        let facts = TraceFacts::new(&travel, None);
+        let input = ReplayInput::new(&travel, &facts);
+        let rules = AllocConf::parse("expandable_segments:True")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .rules;
+        let limits = Limits {
+            cap_bytes: None,
+            device_limit_bytes: None,
+            expandable_va_bytes: facts.expandable_va_bytes,
+        };
+        let whole = input
+            .run(
+                &rules,
+                limits,
+                Mode::WhatIf,
+                Assumed::RECORDED,
+                None,
+                &|_| true,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        for range in [1, 7, 1000] {
+            let mut pass = input.start_pass(&rules, limits, Mode::WhatIf, Assumed::RECORDED, None);
+            let mut calls = 0;
+            while !input
+                .advance(&mut pass, range, &|_| true)
+                .unwrap_or_else(|e| panic!("{e}"))
+            {
+                calls += 1;
+            }
+            assert!(
+                calls >= travel.trace().len() / (range + 64),
+                "range {range}"
+            );
+            let (a, b) = (&pass.result, &whole);
+            assert_eq!(a.events_replayed, b.events_replayed, "range {range}");
+            assert_eq!(a.model.stats, b.model.stats, "range {range}");
+            let state =
+                |run: &RunResult| format!("{:?}", run.model.state(travel.device(), &facts.streams));
+            assert_eq!(state(a), state(b), "range {range}");
         }
     }
 

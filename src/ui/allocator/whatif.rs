@@ -238,7 +238,8 @@ impl WhatIfPanel {
         let runner = Runner::new(ui.ctx().clone());
         let travel = Arc::clone(travel);
         // The desktop replays the settings side by side on a thread; the web page has one
-        // thread, so it replays one setting per step and draws (and answers Cancel) between.
+        // thread, so it replays a range of events per step and draws (and answers Cancel)
+        // between.
         #[cfg(not(target_arch = "wasm32"))]
         let job = runner.spawn("what-if replay", move |progress| {
             what_if(&travel, &request, &|fraction| {
@@ -365,7 +366,7 @@ impl WhatIfPanel {
     }
 }
 
-/// One step of the panel's replay on the web page: at most one setting (see [`WhatIfSteps`]).
+/// One step of the panel's replay on the web page: a range of events (see [`WhatIfSteps`]).
 #[cfg(any(target_arch = "wasm32", test))]
 fn replay_step(
     steps: &mut WhatIfSteps,
