@@ -253,6 +253,12 @@ pub(super) struct Builder {
     /// Where `slots` and the trace columns last grew (see [`grow_with_input`]).
     slots_growth: LastGrowth,
     trace_growth: LastGrowth,
+    /// Rows every trace column has room for (the least capacity among them): the columns are
+    /// grown one at a time ahead of need ([`Builder::tick`]), so their capacities differ for a
+    /// while.
+    trace_room: usize,
+    /// Rows the trace columns are being grown to, one column per tick.
+    trace_target_rows: usize,
 }
 
 type BuildResult<T> = Result<T, String>;
@@ -283,6 +289,8 @@ impl Builder {
             input_fraction: 0.0,
             slots_growth: LastGrowth::default(),
             trace_growth: LastGrowth::default(),
+            trace_room: 0,
+            trace_target_rows: 0,
         };
         builder.empty_string = builder.intern_text("");
         builder
@@ -317,9 +325,49 @@ impl Builder {
         }
     }
 
-    /// Says how far the decoder is in the input, for [`grow_with_input`].
-    pub(super) fn set_input_fraction(&mut self, fraction: f32) {
+    /// The decoder's progress tick: says how far it is in the input (for [`grow_with_input`])
+    /// and, when `may_grow`, grows one vector that would fill soon ([`LastGrowth::fills_soon`]):
+    /// the container table, or one trace column.
+    pub(super) fn tick(&mut self, fraction: f32, may_grow: bool) {
         self.input_fraction = fraction;
+        let slots_due = self
+            .slots_growth
+            .fills_soon(self.slots.len(), self.slots.capacity());
+        let rows = self.trace.actions.len();
+        let trace_due = self.trace_growth.fills_soon(rows, self.trace_room)
+            || self.trace_target_rows > self.trace_room;
+        if !may_grow {
+            return;
+        }
+        if slots_due {
+            grow_with_input(&mut self.slots, fraction, &mut self.slots_growth);
+            return;
+        }
+        if !trace_due {
+            return;
+        }
+        if self.trace_target_rows <= self.trace_room {
+            self.trace_target_rows = wanted_len(rows, fraction, &mut self.trace_growth);
+        }
+        let target = self.trace_target_rows;
+        let t = &mut self.trace;
+        // The first column short of the target grows.
+        fn grow<T>(column: &mut Vec<T>, target: usize) -> bool {
+            let short = column.capacity() < target;
+            if short {
+                column.reserve_exact(target - column.len());
+            }
+            short
+        }
+        let _first_short_grew = grow(&mut t.actions, target)
+            || grow(&mut t.addresses, target)
+            || grow(&mut t.sizes_bytes, target)
+            || grow(&mut t.streams, target)
+            || grow(&mut t.times_us, target)
+            || grow(&mut t.stacks, target)
+            || grow(&mut t.user_metadata, target)
+            || grow(&mut t.compile_context, target);
+        self.trace_room = trace_row_capacity(&self.trace);
     }
 
     fn new_slot(&mut self, slot: Slot) -> BuildResult<Value> {
@@ -686,7 +734,7 @@ impl Builder {
             .and_then(|v| self.pair_of(v))
             .unwrap_or_default();
 
-        if self.trace.actions.len() == self.trace.actions.capacity() {
+        if self.trace.actions.len() >= self.trace_room {
             self.grow_trace();
         }
         let t = &mut self.trace;
@@ -707,13 +755,18 @@ impl Builder {
         Ok(row)
     }
 
-    /// Makes room in every trace column (see [`grow_with_input`]).
+    /// Makes room in every trace column at once (see [`grow_with_input`]), when they filled
+    /// before [`Builder::tick`] grew them.
     #[cold]
     #[inline(never)]
     fn grow_trace(&mut self) {
+        #[cfg(test)]
+        TRACE_GROWN_ON_PUSH.with(|count| count.set(count.get() + 1));
         let fraction = self.input_fraction;
         let t = &mut self.trace;
-        grow_with_input(&mut t.actions, fraction, &mut self.trace_growth);
+        let len = t.actions.len();
+        let wanted = wanted_len(len, fraction, &mut self.trace_growth).max(self.trace_target_rows);
+        t.actions.reserve_exact(wanted - len);
         let rows = t.actions.capacity();
         let reserve = |len: usize| rows.saturating_sub(len);
         t.addresses.reserve_exact(reserve(t.addresses.len()));
@@ -725,6 +778,7 @@ impl Builder {
             .reserve_exact(reserve(t.user_metadata.len()));
         t.compile_context
             .reserve_exact(reserve(t.compile_context.len()));
+        self.trace_room = trace_row_capacity(&self.trace);
     }
 
     fn add_frame(&mut self, fields: &[Option<Value>; KEY_COUNT]) -> BuildResult<FrameId> {
@@ -1327,11 +1381,58 @@ pub(super) enum NotSnapshot {
     Malformed(String),
 }
 
-/// Where a vector that grows with the input last grew, for [`grow_with_input`].
+#[cfg(test)]
+thread_local! {
+    /// Times the trace columns filled before a tick grew them, on this thread.
+    static TRACE_GROWN_ON_PUSH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Rows every column of `trace` has room for.
+fn trace_row_capacity(trace: &DeviceTrace) -> usize {
+    [
+        trace.actions.capacity(),
+        trace.addresses.capacity(),
+        trace.sizes_bytes.capacity(),
+        trace.streams.capacity(),
+        trace.times_us.capacity(),
+        trace.stacks.capacity(),
+        trace.user_metadata.capacity(),
+        trace.compile_context.capacity(),
+    ]
+    .into_iter()
+    .min()
+    .unwrap_or(0)
+}
+
+/// Where a vector that grows with the input last grew, for [`grow_with_input`], and its length
+/// at the decoder's last progress tick, for [`LastGrowth::fills_soon`].
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct LastGrowth {
     fraction: f32,
     len: usize,
+    tick_len: usize,
+    /// Items added between the last two ticks.
+    per_tick: usize,
+}
+
+/// How many of the decoder's progress ticks (one per MiB of input) before a vector that grows
+/// with the input would fill it is grown, at a tick ([`LastGrowth::fills_soon`]). A tick grows at
+/// most one vector, and about ten grow with the input (the eight trace columns, the container
+/// table, the pickle memo), so they all have their turn before they fill.
+const GROW_AHEAD_TICKS: usize = 32;
+
+impl LastGrowth {
+    /// Called at each progress tick with the vector's length and capacity: whether, at the rate
+    /// it grew since the last tick, it fills within [`GROW_AHEAD_TICKS`] ticks. Growing it then,
+    /// between ticks' work, keeps the copy of a big vector out of the middle of a decode step
+    /// and never copies two at once: growing all eight trace columns together at 264 MB copied
+    /// 135 MB in one 80 ms step of the web page.
+    pub(super) fn fills_soon(&mut self, len: usize, capacity: usize) -> bool {
+        let per_tick = len.saturating_sub(self.tick_len);
+        self.tick_len = len;
+        self.per_tick = per_tick;
+        per_tick > 0 && capacity.saturating_sub(len) < per_tick.saturating_mul(GROW_AHEAD_TICKS)
+    }
 }
 
 /// Share of the input that must lie between two growths of a vector for [`grow_with_input`] to
@@ -1354,6 +1455,13 @@ const RECENT_MIN_FRACTION: f64 = 0.005;
 #[inline(never)]
 pub(super) fn grow_with_input<T>(items: &mut Vec<T>, fraction: f32, last: &mut LastGrowth) {
     let len = items.len();
+    let wanted = wanted_len(len, fraction, last);
+    items.reserve_exact(wanted - len);
+}
+
+/// The length [`grow_with_input`] makes room for, for a vector of `len` items; remembers the
+/// growth in `last`.
+fn wanted_len(len: usize, fraction: f32, last: &mut LastGrowth) -> usize {
     let wanted = if fraction >= 0.02 {
         let done = f64::from(fraction);
         let mut per_fraction = len as f64 / done;
@@ -1366,8 +1474,15 @@ pub(super) fn grow_with_input<T>(items: &mut Vec<T>, fraction: f32, last: &mut L
     } else {
         len * 2
     };
-    *last = LastGrowth { fraction, len };
-    items.reserve_exact(wanted.max(len + 1024) - len);
+    // At least twice the ticks of room ahead at the last tick's rate: a projection from a
+    // sparse start can fall short of even that, and the vector would be due again at once.
+    let ahead = last.per_tick.saturating_mul(2 * GROW_AHEAD_TICKS);
+    *last = LastGrowth {
+        fraction,
+        len,
+        ..*last
+    };
+    wanted.max(len + 1024).max(len.saturating_add(ahead))
 }
 
 fn non_negative(value: Option<i64>, record: &str, what: &str) -> BuildResult<Option<u64>> {
@@ -1526,6 +1641,77 @@ mod tests {
             "last grew at {len_at_last_growth}"
         );
         assert_eq!(late_growths, 1);
+    }
+
+    /// Trace events added as a decoder adds them, with its progress tick every 1/1000 of the
+    /// input: none in the first 5 % (segments), then a rate that quadruples halfway (a second
+    /// phase of the job), which the projection at the first growth cannot foresee. The ticks
+    /// grow the columns one at a time before they fill: no event finds the columns full once
+    /// they hold more than 1 % of the trace (each such event grew all eight at once in the
+    /// middle of a step), and the columns end close to the trace's length.
+    #[test]
+    fn ticks_grow_the_trace_columns_one_at_a_time_before_they_fill() {
+        let events = 400_000.0;
+        let count = |f: f64| {
+            let f = (f - 0.05).max(0.0) / 0.95;
+            (events * if f < 0.5 { f } else { 0.5 + 4.0 * (f - 0.5) }) as usize
+        };
+        for ticking in [false, true] {
+            let mut builder = Builder::new(1 << 30);
+            let Value::Str(alloc) = builder.string(b"alloc") else {
+                panic!("a string");
+            };
+            let mut fields = [None; KEY_COUNT];
+            fields[Key::Action as usize] = Some(Value::Str(alloc));
+            let grown = || TRACE_GROWN_ON_PUSH.with(std::cell::Cell::get);
+            let mut grown_late = 0;
+            let mut most_columns_grown_at_a_tick = 0;
+            for step in 1..=1000 {
+                let fraction = step as f32 / 1000.0;
+                if ticking {
+                    let capacities = |t: &DeviceTrace| {
+                        [
+                            t.actions.capacity(),
+                            t.addresses.capacity(),
+                            t.sizes_bytes.capacity(),
+                            t.streams.capacity(),
+                            t.times_us.capacity(),
+                            t.stacks.capacity(),
+                            t.user_metadata.capacity(),
+                            t.compile_context.capacity(),
+                        ]
+                    };
+                    let before = capacities(&builder.trace);
+                    builder.tick(fraction, true);
+                    let after = capacities(&builder.trace);
+                    let columns_grown = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+                    most_columns_grown_at_a_tick = most_columns_grown_at_a_tick.max(columns_grown);
+                } else {
+                    builder.input_fraction = fraction;
+                }
+                let before = grown();
+                while builder.trace.len() < count(f64::from(fraction)) {
+                    if let Err(e) = builder.add_trace_row(&fields) {
+                        panic!("{e}");
+                    }
+                }
+                if builder.trace.len() > count(1.0) / 100 {
+                    grown_late += grown() - before;
+                }
+            }
+            let len = builder.trace.len();
+            assert_eq!(len, count(1.0));
+            let room = trace_row_capacity(&builder.trace);
+            assert_eq!(room, builder.trace_room);
+            if ticking {
+                assert_eq!(grown_late, 0);
+                assert_eq!(most_columns_grown_at_a_tick, 1);
+                assert!(room <= len + len / 4, "{room} rows of room for {len}");
+            } else {
+                // Without ticks the columns fill after the rate changes, and all grow at once.
+                assert!(grown_late >= 1);
+            }
+        }
     }
 
     #[test]

@@ -272,6 +272,20 @@ struct Machine {
 }
 
 impl Machine {
+    /// The progress tick: how far the input is decoded, and one vector that grows with the
+    /// input grown ahead of need if one would fill soon (the memo, or one of the builder's; see
+    /// [`LastGrowth::fills_soon`]).
+    fn tick(&mut self, fraction: f32) {
+        self.input_fraction = fraction;
+        let memo_due = self
+            .memo_growth
+            .fills_soon(self.memo.len(), self.memo.capacity());
+        self.builder.tick(fraction, !memo_due);
+        if memo_due {
+            grow_with_input(&mut self.memo, fraction, &mut self.memo_growth);
+        }
+    }
+
     fn malformed(&self, problem: impl Into<String>) -> Box<VmError> {
         Box::new(VmError::Malformed {
             offset: self.offset,
@@ -448,8 +462,7 @@ impl Decoder {
             if position >= self.next_progress {
                 self.next_progress = position + PROGRESS_STEP_BYTES as u64;
                 let fraction = position as f32 / total_len.max(1) as f32;
-                self.vm.input_fraction = fraction;
-                self.vm.builder.set_input_fraction(fraction);
+                self.vm.tick(fraction);
                 if !progress(fraction) {
                     return Err(Box::new(VmError::Cancelled));
                 }
