@@ -1159,10 +1159,11 @@ struct RunResult {
     events_replayed: usize,
 }
 
-/// Events of the trace one step of [`WhatIfSteps`] replays: at about 10 M events a second per
-/// core natively and a few times slower in the browser, a few tens of milliseconds of the page's
-/// thread.
-pub(crate) const EVENTS_PER_STEP: usize = 1 << 17;
+/// Events of the trace one step of [`WhatIfSteps`] replays: 10-20 ms of the web page's thread.
+/// Freshly loaded wasm replays slowly: headless Chromium on the 2-core machine, profiled, took
+/// 50-64 ms for 32768 events of the first replays of a 7.6 MB snapshot. A step costs little else
+/// (the page posts itself a message to go on), so small steps do not slow the replay.
+pub(crate) const EVENTS_PER_STEP: usize = 1 << 13;
 
 /// The passes over the trace that make one setting's outcome, made a range of events at a time
 /// ([`SettingReplay::advance`]). The setting is replayed with other streams' work finishing as

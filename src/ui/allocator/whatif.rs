@@ -554,7 +554,7 @@ mod tests {
     }
 
     #[test]
-    fn the_web_pages_replay_goes_a_setting_per_step_to_the_same_report() {
+    fn the_web_pages_replay_goes_a_range_of_events_per_step_to_the_same_report() {
         let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/pytorch/frag_oom.pickle");
         let snapshot =
@@ -571,13 +571,11 @@ mod tests {
                 Step::Pending => pending += 1,
                 Step::Done(result) => break result.unwrap_or_else(|e| panic!("{e}")),
             }
-            assert!(
-                pending < 10,
-                "more steps than the plan, check, recorded and 2 settings"
-            );
+            assert!(pending < 10_000, "never done");
         };
-        // The plan, the self-check, the recorded settings, the first setting; the second ends it.
-        assert_eq!(pending, 4);
+        // The plan, the self-check, the recorded settings, the first setting, each at least
+        // one step; the second setting ends it.
+        assert!(pending >= 4, "{pending} steps");
         assert_eq!(report, expected);
         assert!(progress.fraction().is_some_and(|f| f > 0.5 && f < 1.0));
         // Cancel between steps ends the replay with the replay's own message.
