@@ -330,11 +330,13 @@ impl Builder {
     /// the container table, or one trace column.
     pub(super) fn tick(&mut self, fraction: f32, may_grow: bool) {
         self.input_fraction = fraction;
-        let slots_due = self
-            .slots_growth
-            .fills_soon(self.slots.len(), self.slots.capacity());
+        let slots_due =
+            self.slots_growth
+                .fills_soon(self.slots.len(), self.slots.capacity(), fraction);
         let rows = self.trace.actions.len();
-        let trace_due = self.trace_growth.fills_soon(rows, self.trace_room)
+        let trace_due = self
+            .trace_growth
+            .fills_soon(rows, self.trace_room, fraction)
             || self.trace_target_rows > self.trace_room;
         if !may_grow {
             return;
@@ -1413,6 +1415,11 @@ pub(super) struct LastGrowth {
     tick_len: usize,
     /// Items added between the last two ticks.
     per_tick: usize,
+    /// Fraction of the input at the last tick.
+    tick_fraction: f32,
+    /// Ticks left before the input's end, at the last tick's pace (at most
+    /// [`GROW_AHEAD_TICKS`]).
+    ticks_left: usize,
 }
 
 /// How many of the decoder's progress ticks (one per MiB of input) before a vector that grows
@@ -1427,11 +1434,20 @@ impl LastGrowth {
     /// between ticks' work, keeps the copy of a big vector out of the middle of a decode step
     /// and never copies two at once: growing all eight trace columns together at 264 MB copied
     /// 135 MB in one 80 ms step of the web page.
-    pub(super) fn fills_soon(&mut self, len: usize, capacity: usize) -> bool {
+    /// A small file, with fewer ticks left, only grows what would fill before its end.
+    pub(super) fn fills_soon(&mut self, len: usize, capacity: usize, fraction: f32) -> bool {
         let per_tick = len.saturating_sub(self.tick_len);
+        let tick_step = fraction - self.tick_fraction;
+        self.ticks_left = if tick_step > 0.0 {
+            ((1.0 - fraction).max(0.0) / tick_step).ceil() as usize
+        } else {
+            GROW_AHEAD_TICKS
+        }
+        .min(GROW_AHEAD_TICKS);
         self.tick_len = len;
         self.per_tick = per_tick;
-        per_tick > 0 && capacity.saturating_sub(len) < per_tick.saturating_mul(GROW_AHEAD_TICKS)
+        self.tick_fraction = fraction;
+        per_tick > 0 && capacity.saturating_sub(len) < per_tick.saturating_mul(self.ticks_left)
     }
 }
 
@@ -1474,9 +1490,10 @@ fn wanted_len(len: usize, fraction: f32, last: &mut LastGrowth) -> usize {
     } else {
         len * 2
     };
-    // At least twice the ticks of room ahead at the last tick's rate: a projection from a
-    // sparse start can fall short of even that, and the vector would be due again at once.
-    let ahead = last.per_tick.saturating_mul(2 * GROW_AHEAD_TICKS);
+    // At least twice the ticks left of room at the last tick's rate (the rest of a small
+    // file): a projection from a sparse start can fall short of even that, and the vector
+    // would be due again at once.
+    let ahead = last.per_tick.saturating_mul(2 * last.ticks_left);
     *last = LastGrowth {
         fraction,
         len,

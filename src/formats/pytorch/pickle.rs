@@ -279,7 +279,7 @@ impl Machine {
         self.input_fraction = fraction;
         let memo_due = self
             .memo_growth
-            .fills_soon(self.memo.len(), self.memo.capacity());
+            .fills_soon(self.memo.len(), self.memo.capacity(), fraction);
         self.builder.tick(fraction, !memo_due);
         if memo_due {
             grow_with_input(&mut self.memo, fraction, &mut self.memo_growth);
