@@ -294,8 +294,9 @@ fn named_what_if(travel: &TimeTravel, report: WhatIfReport) -> NamedWhatIf {
 }
 
 /// Trace events whose (time, address) pairs an identity step of the web page collects: a 1 GB
-/// snapshot's 13.3 M in one step took ~350 ms of the page's thread.
-const IDENTITY_EVENTS_PER_STEP: usize = 1 << 20;
+/// snapshot's 13.3 M in one step took ~350 ms of the page's thread, and 2^20 per step still
+/// 56-70 ms at 264.5 MB (profiled).
+const IDENTITY_EVENTS_PER_STEP: usize = 1 << 19;
 
 /// The (time, address) pairs of a device's trace collected so far for its identity.
 struct IdentityScan {

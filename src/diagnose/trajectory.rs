@@ -231,9 +231,10 @@ pub fn of_trace(travel: &TimeTravel, failure_event: Option<usize>) -> Option<Tra
     }
 }
 
-/// Trace events a [`TrajectoryBuild::step`] of the web page scans: about 40 ms in the browser
-/// on a loaded core (the one-step history took 134 ms for the 0.9 M events of a 66 MB file).
-pub const HISTORY_EVENTS_PER_STEP: usize = 1 << 18;
+/// Trace events a [`TrajectoryBuild::step`] of the web page scans: about 25 ms in the browser
+/// (the one-step history took 134 ms for the 0.9 M events of a 66 MB file on a loaded core, and
+/// 2^18 events per step 47-68 ms at 264.5 MB, profiled).
+pub const HISTORY_EVENTS_PER_STEP: usize = 1 << 17;
 
 /// [`of_trace`] over ranges of events, for the web page's single thread: each
 /// [`TrajectoryBuild::step`] scans at most `events_per_step` events of the live set's turning
