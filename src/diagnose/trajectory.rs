@@ -303,8 +303,10 @@ impl TrajectoryBuild {
                     boundaries,
                 )));
             }
-            let lowest = series.iter().copied().min().unwrap_or(0);
-            let range = series.iter().copied().max().unwrap_or(0) - lowest;
+            let whole = travel.series_extremes(0, end);
+            let range = whole
+                .allocated_max_bytes
+                .saturating_sub(whole.allocated_min_bytes);
             if range == 0 {
                 return Step::Done(Some(trajectory(
                     travel,
@@ -337,7 +339,12 @@ impl TrajectoryBuild {
         let Some(scan) = self.scan.take() else {
             return Step::Done(None);
         };
-        self.boundaries = Some(falls(series, scan.turns.finish(), &scan.history.finish()));
+        self.boundaries = Some(falls(
+            travel,
+            series,
+            scan.turns.finish(),
+            &scan.history.finish(),
+        ));
         Step::Pending(self)
     }
 }
@@ -353,20 +360,22 @@ fn trajectory(
     let end = series.len() - 1;
     // Nothing was alive when recording began: no wrapped ring buffer, no earlier tensors.
     let starts_empty = series.first() == Some(&0);
+    // The series' extremes over a stretch come from time travel's per-chunk summaries: at
+    // 13.3 M events, scanning the series for them took 74-98 ms of the web page's thread.
     let iterations: Vec<Iteration> = boundaries
         .windows(2)
         .map(|w| {
-            let stretch = &series[w[0]..=w[1]];
+            let stretch = travel.series_extremes(w[0], w[1]);
             Iteration {
                 start_event: w[0],
                 end_event: w[1],
-                floor_bytes: stretch.iter().copied().min().unwrap_or(0),
-                peak_bytes: stretch.iter().copied().max().unwrap_or(0),
+                floor_bytes: stretch.allocated_min_bytes,
+                peak_bytes: stretch.allocated_max_bytes,
             }
         })
         .collect();
     let live_at_end_bytes = series[end];
-    let peak_live_bytes = series.iter().copied().max().unwrap_or(0);
+    let peak_live_bytes = travel.series_extremes(0, end).allocated_max_bytes;
     let span_seconds = trace
         .time_us(0)
         .zip(trace.time_us(end.saturating_sub(1)))
@@ -505,7 +514,12 @@ fn profiler_step_boundaries(travel: &TimeTravel, end: usize) -> Option<Vec<usize
 /// Iteration boundaries (event positions, the first being where the first iteration began) from
 /// the live set's falls, by the rule in the module comment: `turns` are the series' turning
 /// points, `history` which allocation each free undid.
-fn falls(series: &[u64], turns: Vec<(usize, u64)>, history: &AllocationHistory) -> Vec<usize> {
+fn falls(
+    travel: &TimeTravel,
+    series: &[u64],
+    turns: Vec<(usize, u64)>,
+    history: &AllocationHistory,
+) -> Vec<usize> {
     let mut boundaries: Vec<usize> = Vec::new();
     // The floor the current rise started from (the last boundary), and the highest point since.
     let mut base = turns.first().copied().unwrap_or((0, series[0]));
@@ -545,7 +559,7 @@ fn falls(series: &[u64], turns: Vec<(usize, u64)>, history: &AllocationHistory) 
             high = base;
         }
     }
-    merge_small_cycles(series, boundaries)
+    merge_small_cycles(travel, boundaries)
 }
 
 /// Events looked back through, in all, for where the first rise began: bounds the cost of a
@@ -554,14 +568,16 @@ const MAX_EVENTS_SCANNED: usize = 1 << 22;
 
 /// Boundaries without the cycles whose rise is under [`SMALL_CYCLE_SHARE`] of the largest: the
 /// next batch's input replacing the last one is a fall, but not an iteration.
-fn merge_small_cycles(series: &[u64], boundaries: Vec<usize>) -> Vec<usize> {
+/// (`travel`'s allocated series gives each cycle's rise, from its per-chunk summaries.)
+fn merge_small_cycles(travel: &TimeTravel, boundaries: Vec<usize>) -> Vec<usize> {
     if boundaries.len() <= 2 {
         return boundaries;
     }
     let rise = |from: usize, to: usize| {
-        let stretch = &series[from..=to];
-        let peak = stretch.iter().copied().max().unwrap_or(0);
-        peak.saturating_sub(stretch.iter().copied().min().unwrap_or(0))
+        let stretch = travel.series_extremes(from, to);
+        stretch
+            .allocated_max_bytes
+            .saturating_sub(stretch.allocated_min_bytes)
     };
     let largest = boundaries
         .windows(2)
