@@ -165,7 +165,7 @@ pub fn replay_trace(travel: &TimeTravel, device: u32) -> Result<ReplayEvidence, 
             recorded_conf: String::new(),
             settings: Vec::new(),
             not_run: Some(format!(
-                "the trace has {events} events; replaying it under {passes} settings is more than a diagnosis replays ({MAX_REPLAYED_EVENTS} events in all), so run the replay on its own: vramscope whatif {}",
+                "the trace has {events} events; replaying the sweep of settings over them ({passes} passes or more) is more than a diagnosis replays ({MAX_REPLAYED_EVENTS} events in all), so run the replay on its own: vramscope whatif {}",
                 travel.snapshot().name
             )),
         });
@@ -179,17 +179,24 @@ pub fn replay_trace(travel: &TimeTravel, device: u32) -> Result<ReplayEvidence, 
     replay::what_if(travel, &request, &|_| true).map(|report| from_what_if(&report))
 }
 
-/// `Some((events, passes))` when replaying the trace of `travel` under the sweep of candidate
-/// settings would take more than [`MAX_REPLAYED_EVENTS`] event-passes: a diagnosis does not
-/// replay it (`vramscope whatif` does, on its own).
+/// `Some((events, passes))` (passes: at least that many) when replaying the trace of `travel`
+/// under the sweep of candidate settings would take more than [`MAX_REPLAYED_EVENTS`]
+/// event-passes: a diagnosis does not replay it (`vramscope whatif` does, on its own).
 pub fn too_long_to_replay(travel: &TimeTravel) -> Option<(usize, usize)> {
+    let events = travel.trace().len();
+    // The fewest passes any sweep makes (the self-check and the recorded settings): a trace too
+    // long even for those is not scanned for the candidates (84 ms of the web page's thread at
+    // 13.3 M events).
+    let fewest_passes = 2 + replay::DRAWN_PLACEMENTS as usize;
+    if events.saturating_mul(fewest_passes) > MAX_REPLAYED_EVENTS {
+        return Some((events, fewest_passes));
+    }
     let (candidates, _) = replay::sweep_candidates(travel, true);
     // The self-check, the recorded settings and each candidate: one pass over the trace each,
     // and at worst (near a limit, as at an OOM) the recorded settings and each candidate again
     // under every drawn placement of segments (see `replay::PlacementSpread`).
     let settings = candidates.len() + 1;
     let passes = 1 + settings * (1 + replay::DRAWN_PLACEMENTS as usize);
-    let events = travel.trace().len();
     (events.saturating_mul(passes) > MAX_REPLAYED_EVENTS).then_some((events, passes))
 }
 
