@@ -570,21 +570,25 @@ fn merge_small_cycles(travel: &TimeTravel, boundaries: Vec<usize>) -> Vec<usize>
     if boundaries.len() <= 2 {
         return boundaries;
     }
-    let rise = |from: usize, to: usize| {
-        let (low, high) = travel.allocated_extremes(from, to);
-        high.saturating_sub(low)
-    };
-    let largest = boundaries
+    // Each cycle's extremes once; a run of merged cycles is the union of theirs.
+    let cycles: Vec<(u64, u64)> = boundaries
         .windows(2)
-        .map(|w| rise(w[0], w[1]))
+        .map(|w| travel.allocated_extremes(w[0], w[1]))
+        .collect();
+    let largest = cycles
+        .iter()
+        .map(|(low, high)| high.saturating_sub(*low))
         .max()
         .unwrap_or(0);
     let mut kept = vec![boundaries[0]];
-    for (i, &end) in boundaries.iter().enumerate().skip(1) {
-        let start = kept.last().copied().unwrap_or(0);
-        let last = i == boundaries.len() - 1;
-        if last || rise(start, end) as f64 >= SMALL_CYCLE_SHARE * largest as f64 {
-            kept.push(end);
+    // Extremes since the last kept boundary.
+    let (mut low, mut high) = (u64::MAX, 0);
+    for (i, &(cycle_low, cycle_high)) in cycles.iter().enumerate() {
+        (low, high) = (low.min(cycle_low), high.max(cycle_high));
+        let last = i == cycles.len() - 1;
+        if last || high.saturating_sub(low) as f64 >= SMALL_CYCLE_SHARE * largest as f64 {
+            kept.push(boundaries[i + 1]);
+            (low, high) = (u64::MAX, 0);
         }
     }
     kept
@@ -1029,5 +1033,47 @@ pub(crate) mod tests {
             turning_points(&series, 3),
             vec![(0, 0), (3, 20), (4, 5), (6, 30)]
         );
+    }
+
+    /// Merging small cycles keeps the boundaries a scan of the series for each run of cycles
+    /// keeps, on a real trace's live set cut into cycles of several lengths (many of them
+    /// merged).
+    #[test]
+    fn small_cycles_merge_as_a_scan_of_the_series_says() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pytorch/frag_oom.pickle");
+        let snapshot =
+            crate::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let travel = TimeTravel::new(std::sync::Arc::new(snapshot), 0);
+        let series = travel.allocated_series();
+        let scanned = |boundaries: &[usize]| {
+            let rise = |from: usize, to: usize| {
+                let stretch = &series[from..=to];
+                let high = stretch.iter().copied().max().unwrap_or(0);
+                high.saturating_sub(stretch.iter().copied().min().unwrap_or(0))
+            };
+            let largest = boundaries
+                .windows(2)
+                .map(|w| rise(w[0], w[1]))
+                .max()
+                .unwrap_or(0);
+            let mut kept = vec![boundaries[0]];
+            for (i, &end) in boundaries.iter().enumerate().skip(1) {
+                let start = kept.last().copied().unwrap_or(0);
+                let last = i == boundaries.len() - 1;
+                if last || rise(start, end) as f64 >= SMALL_CYCLE_SHARE * largest as f64 {
+                    kept.push(end);
+                }
+            }
+            kept
+        };
+        let mut merged_some = 0;
+        for step in [2, 3, 5, 37, 300] {
+            let boundaries: Vec<usize> = (0..series.len()).step_by(step).collect();
+            let merged = merge_small_cycles(&travel, boundaries.clone());
+            merged_some += usize::from(merged.len() < boundaries.len());
+            assert_eq!(merged, scanned(&boundaries), "step {step}");
+        }
+        assert!(merged_some >= 2, "{merged_some}");
     }
 }
