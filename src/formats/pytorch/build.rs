@@ -1389,8 +1389,8 @@ thread_local! {
     static TRACE_GROWN_ON_PUSH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Rows every column of `trace` has room for.
-fn trace_row_capacity(trace: &DeviceTrace) -> usize {
+/// The capacity of each column of `trace` that grows a row per event.
+fn trace_column_capacities(trace: &DeviceTrace) -> [usize; 8] {
     [
         trace.actions.capacity(),
         trace.addresses.capacity(),
@@ -1401,9 +1401,14 @@ fn trace_row_capacity(trace: &DeviceTrace) -> usize {
         trace.user_metadata.capacity(),
         trace.compile_context.capacity(),
     ]
-    .into_iter()
-    .min()
-    .unwrap_or(0)
+}
+
+/// Rows every column of `trace` has room for.
+fn trace_row_capacity(trace: &DeviceTrace) -> usize {
+    trace_column_capacities(trace)
+        .into_iter()
+        .min()
+        .unwrap_or(0)
 }
 
 /// Where a vector that grows with the input last grew, for [`grow_with_input`], and its length
@@ -1686,21 +1691,9 @@ mod tests {
             for step in 1..=1000 {
                 let fraction = step as f32 / 1000.0;
                 if ticking {
-                    let capacities = |t: &DeviceTrace| {
-                        [
-                            t.actions.capacity(),
-                            t.addresses.capacity(),
-                            t.sizes_bytes.capacity(),
-                            t.streams.capacity(),
-                            t.times_us.capacity(),
-                            t.stacks.capacity(),
-                            t.user_metadata.capacity(),
-                            t.compile_context.capacity(),
-                        ]
-                    };
-                    let before = capacities(&builder.trace);
+                    let before = trace_column_capacities(&builder.trace);
                     builder.tick(fraction, true);
-                    let after = capacities(&builder.trace);
+                    let after = trace_column_capacities(&builder.trace);
                     let columns_grown = before.iter().zip(&after).filter(|(b, a)| b != a).count();
                     most_columns_grown_at_a_tick = most_columns_grown_at_a_tick.max(columns_grown);
                 } else {
