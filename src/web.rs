@@ -59,6 +59,7 @@ pub fn start() {
                 canvas,
                 eframe::WebOptions {
                     renderer: eframe::Renderer::Glow,
+                    dithering: false,
                     ..eframe::WebOptions::default()
                 },
                 Box::new(|cc| {

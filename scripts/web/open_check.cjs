@@ -16,6 +16,13 @@
 //   node scripts/web/open_check.cjs --dist dist tests/fixtures/pytorch/train.pickle
 //   truncate -s 3500M /tmp/huge.pickle && \
 //     node scripts/web/open_check.cjs --dist dist --expect-error "too big" /tmp/huge.pickle
+//
+// --gpu-frames also records a Chrome trace and reports what the browser's WebGL took to execute
+// each frame (`ContextVk::finishImpl` in the GPU process: with SwiftShader's software WebGL the
+// page's frame waits for it, as the compositor reads the canvas back): the frames from the first
+// view on, and the median and 90th percentile of the frames repainted after it while the pointer
+// moves 30 times over the top bar. It measures a frame's drawing without the noise of the
+// page's other work, so two builds can be compared by what they draw.
 'use strict';
 const fs = require('fs');
 const http = require('http');
@@ -38,6 +45,7 @@ function parseArgs(argv) {
     else if (a === '--list-tasks') o.listTasks = true;
     else if (a === '--cpu-profile') o.cpuProfile = argv[++i];
     else if (a === '--gl-stats') o.glStats = true;
+    else if (a === '--gpu-frames') o.gpuFrames = true;
     else o.files.push(a);
   }
   if (o.files.length === 0) {
@@ -65,6 +73,32 @@ function serve(dir) {
     fs.createReadStream(file).pipe(res);
   });
   return new Promise(resolve => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+/// Ends the trace `tracer` records and returns what the GPU process's WebGL context took to
+/// finish each frame (ms): the first one over 20 ms (the first view) and the next, then the
+/// median and 90th percentile of the rest.
+async function webglFrameTimes(tracer) {
+  const complete = new Promise(resolve => tracer.once('Tracing.tracingComplete', resolve));
+  await tracer.send('Tracing.end');
+  const {stream} = await complete;
+  const chunks = [];
+  for (;;) {
+    const r = await tracer.send('IO.read', {handle: stream, size: 1 << 20});
+    chunks.push(r.base64Encoded ? Buffer.from(r.data, 'base64').toString() : r.data);
+    if (r.eof) break;
+  }
+  await tracer.send('IO.close', {handle: stream});
+  const trace = JSON.parse(chunks.join(''));
+  const events = Array.isArray(trace) ? trace : trace.traceEvents;
+  const finishes = events.filter(e => e.name === 'ContextVk::finishImpl' && e.ph === 'X')
+    .sort((a, b) => a.ts - b.ts).map(e => e.dur / 1000);
+  const first = finishes.findIndex(ms => ms > 20);
+  if (first < 0) return {frames: finishes.length, note: 'no frame took over 20 ms'};
+  const rest = finishes.slice(first + 2).sort((a, b) => a - b);
+  const at = q => rest.length ? +rest[Math.min(rest.length - 1, Math.floor(q * rest.length))].toFixed(1) : null;
+  return {first_view_ms: finishes.slice(first, first + 2).map(ms => +ms.toFixed(1)),
+    repaints: rest.length, repaint_median_ms: at(0.5), repaint_p90_ms: at(0.9)};
 }
 
 async function checkFile(context, url, file, opts) {
@@ -138,6 +172,12 @@ async function checkFile(context, url, file, opts) {
     await profiler.send('Profiler.setSamplingInterval', {interval: 250});
     await profiler.send('Profiler.start');
   }
+  let tracer = null;
+  if (opts.gpuFrames) {
+    tracer = await page.context().newCDPSession(page);
+    await tracer.send('Tracing.start', {transferMode: 'ReturnAsStream',
+      traceConfig: {includedCategories: ['gpu.angle', 'toplevel']}});
+  }
   const t0 = Date.now();
   const dropped = await page.evaluate(profiling => {
     if (profiling) {
@@ -168,6 +208,14 @@ async function checkFile(context, url, file, opts) {
   const done = logs.find(wanted);
   // Let the frame that shows the result be drawn (its task counts too).
   await page.waitForTimeout(1500);
+  let gpuFrames;
+  if (tracer) {
+    for (let i = 0; i < 30; i++) {
+      await page.mouse.move(1100 + (i % 2) * 7, 28);
+      await page.waitForTimeout(150);
+    }
+    gpuFrames = await webglFrameTimes(tracer);
+  }
   const info = await page.evaluate(() => ({
     tasks: window.__tasks,
     frames: window.__frames,
@@ -208,6 +256,7 @@ async function checkFile(context, url, file, opts) {
     frames_after_drop: opts.listTasks ? info.frames.filter(([start]) => start >= dropped)
       .map(([start, duration, drew]) => [+(start - dropped).toFixed(0), +duration.toFixed(0)]
         .concat(drew ? [drew] : [])) : undefined,
+    gpu_frames: gpuFrames,
     wasm_memory_MB: info.wasm_memory_bytes === null ? null : +(info.wasm_memory_bytes / 2 ** 20).toFixed(0),
     message: (done || logs.find(failed) || {}).text || null,
   };
