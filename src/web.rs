@@ -59,6 +59,9 @@ pub fn start() {
                 canvas,
                 eframe::WebOptions {
                     renderer: eframe::Renderer::Glow,
+                    // Dithering adds noise math to every pixel's shader and changes nothing in
+                    // this UI's flat colours; with software WebGL (SwiftShader) it was ~10 % of
+                    // each frame (docs/benchmarks.md, issue 14).
                     dithering: false,
                     ..eframe::WebOptions::default()
                 },
