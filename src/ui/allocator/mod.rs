@@ -292,7 +292,15 @@ pub struct AllocatorView {
     devices: Vec<DeviceView>,
     selected_device: usize,
     tab: SideTab,
+    /// While the view is first laid out unseen, part by part ([`AllocatorView::lay_out_in_parts`]):
+    /// how many of its [`VIEW_PARTS`] parts the frames so far laid out, and the number of the
+    /// frame that laid out the last of them (a frame can run the UI in more than one pass).
+    parts_laid_out: Option<(u8, u64)>,
 }
+
+/// The parts a view is first laid out in, one more per frame: the header and timeline, the side
+/// panel, the block map.
+const VIEW_PARTS: u8 = 3;
 
 impl AllocatorView {
     /// Starts analysing `snapshot` (in the background on native builds). `name` is shown as the
@@ -305,6 +313,7 @@ impl AllocatorView {
             devices: Vec::new(),
             selected_device: 0,
             tab: SideTab::Summary,
+            parts_laid_out: None,
         }
     }
 
@@ -323,7 +332,46 @@ impl AllocatorView {
             devices: analysis.into_iter().map(DeviceView::new).collect(),
             selected_device: 0,
             tab: SideTab::Summary,
+            parts_laid_out: None,
         }
+    }
+
+    /// Lays the view out over the next frames, one more part in each (the header and timeline,
+    /// then the side panel, then the block map), while [`AllocatorView::laying_out`] tells the
+    /// caller to hide it. The first frame of a view lays out all its text, rasterises its
+    /// glyphs and reduces the timeline; in a browser that was one 90-110 ms frame at 264.5 MB,
+    /// in parts each frame does a third of it (docs/benchmarks.md, issue 14).
+    pub fn lay_out_in_parts(&mut self) {
+        self.parts_laid_out = Some((0, u64::MAX));
+    }
+
+    /// True while the view, its data ready, is being laid out part by part
+    /// ([`AllocatorView::lay_out_in_parts`]): this frame of `ctx` lays out one more part (or
+    /// the last), and the view should not be shown. False while the analysis runs, whose
+    /// progress is shown.
+    pub fn laying_out(&self, ctx: &egui::Context) -> bool {
+        self.parts_laid_out
+            .is_some_and(|(done, frame)| done < VIEW_PARTS || frame == ctx.cumulative_frame_nr())
+            && matches!(self.analysis, Analysis::Ready { .. })
+            && self.devices.get(self.selected_device).is_some()
+    }
+
+    /// How many parts of the view this frame lays out (all of them once it was laid out in
+    /// parts), counting the frame as laying out one more than the last frame did.
+    fn parts_to_lay_out(&mut self, ctx: &egui::Context) -> u8 {
+        let frame = ctx.cumulative_frame_nr();
+        let parts = match self.parts_laid_out {
+            None => return VIEW_PARTS,
+            // Another pass of the same frame.
+            Some((done, at)) if at == frame => done,
+            Some((done, _)) if done >= VIEW_PARTS => {
+                self.parts_laid_out = None;
+                return VIEW_PARTS;
+            }
+            Some((done, _)) => done + 1,
+        };
+        self.parts_laid_out = Some((parts, frame));
+        parts
     }
 
     /// True once the analysis has finished and the views show data.
@@ -456,6 +504,11 @@ impl AllocatorView {
                 snapshot_devices(&self.snapshot).len()
             ));
         }
+        let parts = if self.devices.get(self.selected_device).is_some() {
+            self.parts_to_lay_out(ui.ctx())
+        } else {
+            VIEW_PARTS
+        };
         let Some(device) = self.devices.get_mut(self.selected_device) else {
             if !matches!(self.analysis, Analysis::Ready { cancelled: true }) {
                 ui.label("This snapshot has no segments and no trace.");
@@ -480,6 +533,9 @@ impl AllocatorView {
             );
         }
         time_travel_ui(ui, device);
+        if parts < 2 {
+            return;
+        }
         let snapshot = Arc::clone(&self.snapshot);
         // At most half the window, so a long line in a side tab (the What-if table) wraps
         // instead of pushing the panel over the block maps.
@@ -494,6 +550,9 @@ impl AllocatorView {
             .default_size(SIDE_PANEL_WIDTH)
             .max_size(side_max_width)
             .show(ui, |ui| side_panel_ui(ui, &snapshot, device, &mut self.tab));
+        if parts < 3 {
+            return;
+        }
         egui::CentralPanel::default()
             .frame(central_frame)
             .show(ui, |ui| {
@@ -884,6 +943,54 @@ fn device_block_rect(device: &DeviceView, address: u64) -> Option<Rect> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn frag_oom_view() -> AllocatorView {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pytorch/frag_oom.pickle");
+        let snapshot = crate::formats::pytorch::read_file(&path, &|_| true)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        AllocatorView::new(Arc::new(snapshot), "frag_oom.pickle".to_owned())
+    }
+
+    /// Runs frames of `view` at 1000×700 until its analysis is done.
+    fn run_until_ready(ctx: &egui::Context, view: &mut AllocatorView) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !view.is_ready() {
+            assert!(std::time::Instant::now() < deadline, "analysis not done");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            run_frame(ctx, view);
+        }
+    }
+
+    fn run_frame(ctx: &egui::Context, view: &mut AllocatorView) {
+        let input = egui::RawInput {
+            screen_rect: Some(Rect::from_min_size(egui::Pos2::ZERO, vec2(1000.0, 700.0))),
+            ..Default::default()
+        };
+        ctx.run_ui(input, |ui| view.ui(ui)).textures_delta.clear();
+    }
+
+    /// Laid out in parts, a view lays out the header and timeline in the first frame, adds the
+    /// side panel in the second and the block map in the third, and is whole from then on.
+    #[test]
+    fn a_view_laid_out_in_parts_adds_one_part_a_frame() {
+        // Made ready in one context, laid out in a fresh one, as a view opened in the browser.
+        let mut view = frag_oom_view();
+        run_until_ready(&egui::Context::default(), &mut view);
+        view.lay_out_in_parts();
+        view.devices[0].map_rect = Rect::NOTHING;
+        let ctx = egui::Context::default();
+        let map_drawn = |view: &AllocatorView| view.devices[0].map_rect != Rect::NOTHING;
+        for frame in 1..=VIEW_PARTS {
+            assert!(view.laying_out(&ctx), "before frame {frame}");
+            run_frame(&ctx, &mut view);
+            assert_eq!(map_drawn(&view), frame == VIEW_PARTS, "frame {frame}");
+        }
+        assert!(!view.laying_out(&ctx));
+        run_frame(&ctx, &mut view);
+        assert!(map_drawn(&view));
+        assert!(!view.laying_out(&ctx));
+    }
 
     /// Triangles the last frame of `view` at 1280×800 gives the GPU, once its analysis is done.
     fn triangles_of_a_frame(view: &mut AllocatorView) -> usize {

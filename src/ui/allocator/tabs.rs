@@ -14,11 +14,9 @@ pub struct AllocatorTabs {
     views: Vec<AllocatorView>,
     /// Index into `views` of the one shown.
     active: usize,
-    /// Whether a newly opened view is first drawn unseen for a frame (see
+    /// Whether a newly opened view is first laid out unseen (see
     /// [`AllocatorTabs::set_unseen_first_frame`]).
     unseen_first_frame: bool,
-    /// The shown view was just opened and has not been drawn yet.
-    never_drawn: bool,
 }
 
 impl Default for AllocatorTabs {
@@ -28,19 +26,19 @@ impl Default for AllocatorTabs {
             views: Vec::new(),
             active: 0,
             unseen_first_frame: cfg!(target_arch = "wasm32"),
-            never_drawn: false,
         }
     }
 }
 
 impl AllocatorTabs {
-    /// Whether a newly opened view's first frame lays it out without painting it (a "Drawing the
-    /// view…" line shows instead), and the next frame shows it. The first frame of a view does
-    /// most of its work once: laying out its text, rasterising new glyphs, and in a browser
-    /// compiling the code it runs for the first time. Where the browser draws WebGL on the CPU,
-    /// painting the view costs as much again, and both in one frame held the page's thread for
-    /// 120-200 ms; split, each frame is shorter (docs/benchmarks.md, issue 14). On by default in
-    /// the web viewer only: a desktop frame is cheap, and the blank frame would flicker.
+    /// Whether a newly opened view's first frames lay it out without painting it, a part per
+    /// frame ([`AllocatorView::lay_out_in_parts`]; a "Drawing the view…" line shows instead), and
+    /// the next frame shows it. The first frame of a view does most of its work once: laying out
+    /// its text, rasterising new glyphs, and in a browser compiling the code it runs for the
+    /// first time. Where the browser draws WebGL on the CPU, painting the view costs as much
+    /// again, and both in one frame held the page's thread for 120-200 ms; split, each frame is
+    /// shorter (docs/benchmarks.md, issue 14). On by default in the web viewer only: a desktop
+    /// frame is cheap, and the blank frames would flicker.
     pub fn set_unseen_first_frame(&mut self, unseen: bool) {
         self.unseen_first_frame = unseen;
     }
@@ -63,7 +61,11 @@ impl AllocatorTabs {
             .then(|| self.views.remove(0).name().to_owned());
         self.views.push(view);
         self.active = self.views.len() - 1;
-        self.never_drawn = self.unseen_first_frame;
+        if self.unseen_first_frame
+            && let Some(view) = self.views.last_mut()
+        {
+            view.lay_out_in_parts();
+        }
         closed
     }
 
@@ -117,7 +119,10 @@ impl AllocatorTabs {
                 });
             });
         }
-        let unseen = std::mem::take(&mut self.never_drawn);
+        let unseen = self
+            .views
+            .get(self.active)
+            .is_some_and(|view| view.laying_out(ui.ctx()));
         crate::ui::views::central_panel(ui).show(ui, |ui| {
             if unseen {
                 ui.painter().text(
@@ -127,7 +132,7 @@ impl AllocatorTabs {
                     egui::FontId::proportional(18.0),
                     ui.visuals().weak_text_color(),
                 );
-                // Laid out, its glyphs rasterised, nothing painted; shown in the next frame.
+                // Laid out, its glyphs rasterised, nothing painted; shown once laid out whole.
                 ui.set_invisible();
                 ui.ctx().request_repaint();
             }
