@@ -15,6 +15,8 @@ pub mod formats;
 pub mod model;
 pub mod report;
 pub mod source;
+#[cfg(test)]
+pub(crate) mod test_fixtures;
 pub mod ui;
 #[cfg(target_arch = "wasm32")]
 pub mod web;

@@ -1745,10 +1745,7 @@ mod tests {
         assert_eq!(calls, 3);
         assert_eq!(items.len(), 2 * ZERO_FILL_ENTRIES + 5);
         assert!(items.iter().all(|&v| v == 0));
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot =
-            crate::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let snapshot = crate::test_fixtures::pytorch_snapshot("frag_oom.pickle");
         let snapshot = Arc::new(snapshot);
         let travel = TimeTravel::new(Arc::clone(&snapshot), 0);
         let len = travel.len();
@@ -1793,10 +1790,7 @@ mod tests {
     /// chunk, and clamped past the end.
     #[test]
     fn allocated_extremes_are_those_of_the_stretch() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot =
-            crate::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let snapshot = crate::test_fixtures::pytorch_snapshot("frag_oom.pickle");
         let travel = TimeTravel::new(Arc::new(snapshot), 0);
         let series = travel.allocated_series();
         let end = series.len() - 1;

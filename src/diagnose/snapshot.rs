@@ -401,12 +401,7 @@ mod tests {
     /// to the end they are the facts [`facts`] gives (the desktop's, with the sweep in one step).
     #[test]
     fn facts_are_made_a_part_of_a_device_at_a_time() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot = match crate::formats::pytorch::read_file(&path, &|_| true) {
-            Ok(snapshot) => Arc::new(snapshot),
-            Err(err) => panic!("{}: {err}", path.display()),
-        };
+        let snapshot = Arc::new(crate::test_fixtures::pytorch_snapshot("frag_oom.pickle"));
         let analyses = snapshot_analysis::analyze(&snapshot);
         assert!(!analyses.is_empty());
         let sweeps = || crate::analysis::replay::WHAT_IF_CALLS.with(std::cell::Cell::get);
@@ -445,12 +440,7 @@ mod tests {
     /// in one step, and no step looks at more events than asked.
     #[test]
     fn an_identity_made_in_ranges_of_events_is_the_one_made_in_one_go() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot = match crate::formats::pytorch::read_file(&path, &|_| true) {
-            Ok(snapshot) => snapshot,
-            Err(err) => panic!("{}: {err}", path.display()),
-        };
+        let snapshot = crate::test_fixtures::pytorch_snapshot("frag_oom.pickle");
         let device = &snapshot.devices[0];
         let Step::Done(in_one_go) = identity_step(&snapshot, device, None, usize::MAX) else {
             panic!("one step looks at every event");

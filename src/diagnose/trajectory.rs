@@ -981,12 +981,8 @@ pub(crate) mod tests {
                 true,
             ),
         ];
-        let fixtures =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch");
         for name in ["frag_oom.pickle", "train.pickle", "leak.pickle"] {
-            let path = fixtures.join(name);
-            let snapshot = crate::formats::pytorch::read_file(&path, &|_| true)
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let snapshot = crate::test_fixtures::pytorch_snapshot(name);
             travels.push((TimeTravel::new(Arc::new(snapshot), 0), false));
         }
         let mut stepped_somewhere = false;
@@ -1040,10 +1036,7 @@ pub(crate) mod tests {
     /// merged).
     #[test]
     fn small_cycles_merge_as_a_scan_of_the_series_says() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot =
-            crate::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let snapshot = crate::test_fixtures::pytorch_snapshot("frag_oom.pickle");
         let travel = TimeTravel::new(std::sync::Arc::new(snapshot), 0);
         let series = travel.allocated_series();
         let scanned = |boundaries: &[usize]| {

@@ -477,12 +477,7 @@ mod tests {
     /// Allocator tab's verdicts stand on that replay: the same verdicts as judging afresh.
     #[test]
     fn opening_a_snapshot_replays_its_trace_once() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot = match pytorch::read_file(&path, &|_| true) {
-            Ok(snapshot) => Arc::new(snapshot),
-            Err(err) => panic!("{}: {err}", path.display()),
-        };
+        let snapshot = Arc::new(crate::test_fixtures::pytorch_snapshot("frag_oom.pickle"));
         let analysis = crate::analysis::snapshot_analysis::analyze(&snapshot);
         assert!(
             analysis.iter().any(|d| !d.ooms.is_empty()),

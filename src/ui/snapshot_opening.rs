@@ -142,8 +142,6 @@ impl SnapshotOpening {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::super::jobs::read_path;
     use super::*;
 
@@ -185,14 +183,13 @@ mod tests {
     /// the smallest steps) shows exactly what the desktop's one-go read shows.
     #[test]
     fn a_snapshot_opened_in_steps_shows_what_the_desktop_shows() {
-        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch");
         for name in [
             "frag_oom.pickle",
             "train.pickle",
             "streams.pickle",
             "leak.snapshot.json",
         ] {
-            let path = fixtures.join(name);
+            let path = crate::test_fixtures::pytorch_path(name);
             let progress = Progress::new(egui::Context::default());
             let desktop = shown(read_path(&path, name, &progress));
             let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{name}: {e}"));

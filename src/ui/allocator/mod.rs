@@ -945,10 +945,7 @@ mod tests {
     use super::*;
 
     fn frag_oom_view() -> AllocatorView {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot = crate::formats::pytorch::read_file(&path, &|_| true)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let snapshot = crate::test_fixtures::pytorch_snapshot("frag_oom.pickle");
         AllocatorView::new(Arc::new(snapshot), "frag_oom.pickle".to_owned())
     }
 
@@ -1030,11 +1027,7 @@ mod tests {
     /// they made ~38,000 triangles of the first frame of a 66 MB snapshot's view in the browser).
     #[test]
     fn the_allocator_view_draws_its_columns_and_blocks_with_few_triangles() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot = crate::formats::pytorch::read_file(&path, &|_| true)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let mut view = AllocatorView::new(Arc::new(snapshot), "frag_oom.pickle".to_owned());
+        let mut view = frag_oom_view();
         let triangles = triangles_of_a_frame(&mut view);
         assert!(triangles > 0);
         // 39,050 with feathered line segments and rectangles, 11,076 as quads, 7,142 with the

@@ -555,10 +555,7 @@ mod tests {
 
     #[test]
     fn the_web_pages_replay_goes_a_range_of_events_per_step_to_the_same_report() {
-        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot =
-            crate::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let snapshot = crate::test_fixtures::pytorch_snapshot("frag_oom.pickle");
         let travel = TimeTravel::new(Arc::new(snapshot), 0);
         let request =
             request_from("expandable_segments:True\nmax_split_size_mb:32", "", 0).expect("valid");
