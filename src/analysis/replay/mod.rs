@@ -1537,6 +1537,29 @@ impl AddressHints for TraceHints<'_> {
     }
 }
 
+/// PyTorch's `malloc` for the trace's request of `size` bytes on `stream` at event `index`, in
+/// the order the real allocator did its work around it: frees whose other-stream work had ended
+/// complete first (`early`: the `process_events` a request starts with, under `Timing::Early`),
+/// new segments take addresses from `hints`, and frees the real run completed inside the
+/// request's failure path complete after it (`sync`) unless the model's own synchronisation
+/// completed them already.
+fn malloc_in_trace_order(
+    model: &mut AllocatorModel,
+    (size, stream, index): (u64, u16, usize),
+    hints: &mut TraceHints,
+    early: &mut Vec<BlockHandle>,
+    sync: &mut Vec<BlockHandle>,
+) -> Result<BlockHandle, ModelOom> {
+    for handle in early.drain(..) {
+        model.complete_free(handle);
+    }
+    let served = model.malloc(size, stream, index as u32, hints);
+    for handle in sync.drain(..) {
+        model.complete_free(handle);
+    }
+    served
+}
+
 impl TraceFacts {
     fn new(travel: &TimeTravel, device_memory_bytes: Option<u64>) -> Self {
         #[cfg(test)]
@@ -1932,6 +1955,25 @@ impl<'a> ReplayInput<'a> {
         }
     }
 
+    /// Where the request at event `to` puts new segments: the trace's segment events since
+    /// `from`, else the recorded run's segments by size and ordinal (see [`TraceHints`]).
+    fn trace_hints<'h>(
+        &'h self,
+        from: usize,
+        to: usize,
+        made_by_size: &'h mut HashMap<u64, usize>,
+        drawn: Option<&'h mut u64>,
+    ) -> TraceHints<'h> {
+        TraceHints {
+            trace: self.trace,
+            from,
+            to,
+            recorded_by_size: &self.facts.segments_by_size,
+            made_by_size,
+            drawn,
+        }
+    }
+
     /// Replays up to `events` more events of `pass` (from where the last call stopped); true
     /// once the pass is over (the trace's end, a stop, an out-of-memory or a contradiction).
     /// The web page replays a range of events per step this way; a pass made in one call and
@@ -2008,22 +2050,18 @@ impl<'a> ReplayInput<'a> {
             match actions[index] {
                 TraceAction::Alloc => {
                     let address = address_at(index);
-                    for handle in early_completions.drain(..) {
-                        model.complete_free(handle);
-                    }
-                    let mut hints = TraceHints {
-                        trace,
-                        from: window_start,
-                        to: index,
-                        recorded_by_size: &self.facts.segments_by_size,
-                        made_by_size: segments_made,
-                        drawn: drawn_state.as_mut(),
-                    };
-                    let served =
-                        model.malloc(size_at(index), stream_at(index), index as u32, &mut hints);
-                    for handle in sync_completions.drain(..) {
-                        model.complete_free(handle);
-                    }
+                    let served = malloc_in_trace_order(
+                        model,
+                        (size_at(index), stream_at(index), index),
+                        &mut self.trace_hints(
+                            window_start,
+                            index,
+                            segments_made,
+                            drawn_state.as_mut(),
+                        ),
+                        early_completions,
+                        sync_completions,
+                    );
                     match served {
                         Ok(handle) => {
                             if mode == Mode::Check && model.block_address(handle) != Some(address) {
@@ -2173,21 +2211,18 @@ impl<'a> ReplayInput<'a> {
                 TraceAction::Oom => {
                     let size = size_at(index);
                     result.real_ooms.push(index);
-                    for handle in early_completions.drain(..) {
-                        model.complete_free(handle);
-                    }
-                    let mut hints = TraceHints {
-                        trace,
-                        from: window_start,
-                        to: index,
-                        recorded_by_size: &self.facts.segments_by_size,
-                        made_by_size: segments_made,
-                        drawn: drawn_state.as_mut(),
-                    };
-                    let served = model.malloc(size, stream_at(index), index as u32, &mut hints);
-                    for handle in sync_completions.drain(..) {
-                        model.complete_free(handle);
-                    }
+                    let served = malloc_in_trace_order(
+                        model,
+                        (size, stream_at(index), index),
+                        &mut self.trace_hints(
+                            window_start,
+                            index,
+                            segments_made,
+                            drawn_state.as_mut(),
+                        ),
+                        early_completions,
+                        sync_completions,
+                    );
                     match served {
                         Ok(_) => {
                             if mode == Mode::Check {
@@ -2838,9 +2873,7 @@ mod tests {
     fn the_recorded_run_itself_is_not_asked_about_other_placements() {
         // frag_oom ran out for real under its (inferred) cap: that row is what happened. The
         // same settings asked as a candidate are a question about another run.
-        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pytorch/frag_oom.pickle");
-        let snapshot = read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let snapshot = crate::test_fixtures::pytorch_snapshot("frag_oom.pickle");
         let travel = TimeTravel::new(Arc::new(snapshot), 0);
         let report = what_if(&travel, &request("default", None), &|_| true)
             .unwrap_or_else(|e| panic!("{e}"));
