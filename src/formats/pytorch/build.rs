@@ -352,24 +352,14 @@ impl Builder {
             self.trace_target_rows = wanted_len(rows, fraction, &mut self.trace_growth);
         }
         let target = self.trace_target_rows;
-        let t = &mut self.trace;
         // The first column short of the target grows.
-        fn grow<T>(column: &mut Vec<T>, target: usize) -> bool {
-            let short = column.capacity() < target;
-            if short {
-                column.reserve_exact(target - column.len());
-            }
-            short
+        if let Some(column) = trace_columns(&mut self.trace)
+            .into_iter()
+            .find(|column| column.capacity() < target)
+        {
+            column.reserve_exact(target - column.len());
         }
-        let _first_short_grew = grow(&mut t.actions, target)
-            || grow(&mut t.addresses, target)
-            || grow(&mut t.sizes_bytes, target)
-            || grow(&mut t.streams, target)
-            || grow(&mut t.times_us, target)
-            || grow(&mut t.stacks, target)
-            || grow(&mut t.user_metadata, target)
-            || grow(&mut t.compile_context, target);
-        self.trace_room = trace_row_capacity(&self.trace);
+        self.trace_room = trace_row_capacity(&mut self.trace);
     }
 
     fn new_slot(&mut self, slot: Slot) -> BuildResult<Value> {
@@ -765,22 +755,12 @@ impl Builder {
         #[cfg(test)]
         TRACE_GROWN_ON_PUSH.with(|count| count.set(count.get() + 1));
         let fraction = self.input_fraction;
-        let t = &mut self.trace;
-        let len = t.actions.len();
+        let len = self.trace.actions.len();
         let wanted = wanted_len(len, fraction, &mut self.trace_growth).max(self.trace_target_rows);
-        t.actions.reserve_exact(wanted - len);
-        let rows = t.actions.capacity();
-        let reserve = |len: usize| rows.saturating_sub(len);
-        t.addresses.reserve_exact(reserve(t.addresses.len()));
-        t.sizes_bytes.reserve_exact(reserve(t.sizes_bytes.len()));
-        t.streams.reserve_exact(reserve(t.streams.len()));
-        t.times_us.reserve_exact(reserve(t.times_us.len()));
-        t.stacks.reserve_exact(reserve(t.stacks.len()));
-        t.user_metadata
-            .reserve_exact(reserve(t.user_metadata.len()));
-        t.compile_context
-            .reserve_exact(reserve(t.compile_context.len()));
-        self.trace_room = trace_row_capacity(&self.trace);
+        for column in trace_columns(&mut self.trace) {
+            column.reserve_exact(wanted.saturating_sub(column.len()));
+        }
+        self.trace_room = trace_row_capacity(&mut self.trace);
     }
 
     fn add_frame(&mut self, fields: &[Option<Value>; KEY_COUNT]) -> BuildResult<FrameId> {
@@ -1389,22 +1369,47 @@ thread_local! {
     static TRACE_GROWN_ON_PUSH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// The capacity of each column of `trace` that grows a row per event.
-fn trace_column_capacities(trace: &DeviceTrace) -> [usize; 8] {
+/// A column of the trace: a vector that grows a row per event, whatever its rows hold.
+trait TraceColumn {
+    fn len(&self) -> usize;
+    fn capacity(&self) -> usize;
+    fn reserve_exact(&mut self, additional: usize);
+}
+
+impl<T> TraceColumn for Vec<T> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn capacity(&self) -> usize {
+        Vec::capacity(self)
+    }
+    fn reserve_exact(&mut self, additional: usize) {
+        Vec::reserve_exact(self, additional);
+    }
+}
+
+/// The columns of `trace` that grow a row per event, the one list of them the reader's growth
+/// goes by.
+fn trace_columns(trace: &mut DeviceTrace) -> [&mut dyn TraceColumn; 8] {
     [
-        trace.actions.capacity(),
-        trace.addresses.capacity(),
-        trace.sizes_bytes.capacity(),
-        trace.streams.capacity(),
-        trace.times_us.capacity(),
-        trace.stacks.capacity(),
-        trace.user_metadata.capacity(),
-        trace.compile_context.capacity(),
+        &mut trace.actions,
+        &mut trace.addresses,
+        &mut trace.sizes_bytes,
+        &mut trace.streams,
+        &mut trace.times_us,
+        &mut trace.stacks,
+        &mut trace.user_metadata,
+        &mut trace.compile_context,
     ]
 }
 
+/// The capacity of each column of `trace` that grows a row per event.
+fn trace_column_capacities(trace: &mut DeviceTrace) -> [usize; 8] {
+    trace_columns(trace).map(|column| column.capacity())
+}
+
 /// Rows every column of `trace` has room for.
-fn trace_row_capacity(trace: &DeviceTrace) -> usize {
+fn trace_row_capacity(trace: &mut DeviceTrace) -> usize {
     trace_column_capacities(trace)
         .into_iter()
         .min()
@@ -1691,9 +1696,9 @@ mod tests {
             for step in 1..=1000 {
                 let fraction = step as f32 / 1000.0;
                 if ticking {
-                    let before = trace_column_capacities(&builder.trace);
+                    let before = trace_column_capacities(&mut builder.trace);
                     builder.tick(fraction, true);
-                    let after = trace_column_capacities(&builder.trace);
+                    let after = trace_column_capacities(&mut builder.trace);
                     let columns_grown = before.iter().zip(&after).filter(|(b, a)| b != a).count();
                     most_columns_grown_at_a_tick = most_columns_grown_at_a_tick.max(columns_grown);
                 } else {
@@ -1711,7 +1716,7 @@ mod tests {
             }
             let len = builder.trace.len();
             assert_eq!(len, count(1.0));
-            let room = trace_row_capacity(&builder.trace);
+            let room = trace_row_capacity(&mut builder.trace);
             assert_eq!(room, builder.trace_room);
             if ticking {
                 assert_eq!(grown_late, 0);
