@@ -193,12 +193,14 @@ async function checkFile(context, url, file, opts) {
     }
     return performance.now();
   }, Boolean(opts.cpuProfile));
+  // eframe's web logger writes the app's errors as console warnings starting "ERROR:".
+  const isError = l => l.type === 'error' || l.type === 'pageerror' ||
+    (l.type === 'warning' && l.text.startsWith('ERROR:'));
   const wanted = opts.expectError
-    ? l => (l.type === 'error' || l.type === 'pageerror') && l.text.includes(opts.expectError)
+    ? l => isError(l) && l.text.includes(opts.expectError)
     : l => l.type === 'info' && l.text.includes(`opened ${name}`);
   // A missing favicon is no failure of the app.
-  const failed = l => l.type === 'pageerror' ||
-    (l.type === 'error' && !wanted(l) && !l.text.startsWith('Failed to load resource'));
+  const failed = l => isError(l) && !wanted(l) && !l.text.startsWith('Failed to load resource');
   let status = 'timeout';
   while (Date.now() - t0 < opts.timeoutS * 1000) {
     if (logs.some(wanted)) { status = 'ok'; break; }
