@@ -2047,21 +2047,21 @@ impl<'a> ReplayInput<'a> {
             }
             result.model.event = index;
             let model = &mut result.model;
+            // The request at this event (an allocation, or one the real run failed), served in
+            // the real allocator's order.
+            let mut serve = |model: &mut AllocatorModel, size: u64| {
+                malloc_in_trace_order(
+                    model,
+                    (size, stream_at(index), index),
+                    &mut self.trace_hints(window_start, index, segments_made, drawn_state.as_mut()),
+                    early_completions,
+                    sync_completions,
+                )
+            };
             match actions[index] {
                 TraceAction::Alloc => {
                     let address = address_at(index);
-                    let served = malloc_in_trace_order(
-                        model,
-                        (size_at(index), stream_at(index), index),
-                        &mut self.trace_hints(
-                            window_start,
-                            index,
-                            segments_made,
-                            drawn_state.as_mut(),
-                        ),
-                        early_completions,
-                        sync_completions,
-                    );
+                    let served = serve(model, size_at(index));
                     match served {
                         Ok(handle) => {
                             if mode == Mode::Check && model.block_address(handle) != Some(address) {
@@ -2211,18 +2211,7 @@ impl<'a> ReplayInput<'a> {
                 TraceAction::Oom => {
                     let size = size_at(index);
                     result.real_ooms.push(index);
-                    let served = malloc_in_trace_order(
-                        model,
-                        (size, stream_at(index), index),
-                        &mut self.trace_hints(
-                            window_start,
-                            index,
-                            segments_made,
-                            drawn_state.as_mut(),
-                        ),
-                        early_completions,
-                        sync_completions,
-                    );
+                    let served = serve(model, size);
                     match served {
                         Ok(_) => {
                             if mode == Mode::Check {
