@@ -504,11 +504,7 @@ impl AllocatorView {
                 snapshot_devices(&self.snapshot).len()
             ));
         }
-        let parts = if self.devices.get(self.selected_device).is_some() {
-            self.parts_to_lay_out(ui.ctx())
-        } else {
-            VIEW_PARTS
-        };
+        let parts = self.parts_to_lay_out(ui.ctx());
         let Some(device) = self.devices.get_mut(self.selected_device) else {
             if !matches!(self.analysis, Analysis::Ready { cancelled: true }) {
                 ui.label("This snapshot has no segments and no trace.");
@@ -949,22 +945,29 @@ mod tests {
         AllocatorView::new(Arc::new(snapshot), "frag_oom.pickle".to_owned())
     }
 
-    /// Runs frames of `view` at 1000×700 until its analysis is done.
-    fn run_until_ready(ctx: &egui::Context, view: &mut AllocatorView) {
+    /// Runs frames of `view` in a `size` window until its analysis is done.
+    fn run_until_ready(ctx: &egui::Context, view: &mut AllocatorView, size: egui::Vec2) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while !view.is_ready() {
             assert!(std::time::Instant::now() < deadline, "analysis not done");
             std::thread::sleep(std::time::Duration::from_millis(10));
-            run_frame(ctx, view);
+            run_frame(ctx, view, size);
         }
     }
 
-    fn run_frame(ctx: &egui::Context, view: &mut AllocatorView) {
+    /// One frame of `view` in a `size` window (its texture changes dropped: no renderer here).
+    fn run_frame(
+        ctx: &egui::Context,
+        view: &mut AllocatorView,
+        size: egui::Vec2,
+    ) -> egui::FullOutput {
         let input = egui::RawInput {
-            screen_rect: Some(Rect::from_min_size(egui::Pos2::ZERO, vec2(1000.0, 700.0))),
+            screen_rect: Some(Rect::from_min_size(egui::Pos2::ZERO, size)),
             ..Default::default()
         };
-        ctx.run_ui(input, |ui| view.ui(ui)).textures_delta.clear();
+        let mut output = ctx.run_ui(input, |ui| view.ui(ui));
+        output.textures_delta.clear();
+        output
     }
 
     /// Laid out in parts, a view lays out the header and timeline in the first frame, adds the
@@ -972,19 +975,20 @@ mod tests {
     #[test]
     fn a_view_laid_out_in_parts_adds_one_part_a_frame() {
         // Made ready in one context, laid out in a fresh one, as a view opened in the browser.
+        let size = vec2(1000.0, 700.0);
         let mut view = frag_oom_view();
-        run_until_ready(&egui::Context::default(), &mut view);
+        run_until_ready(&egui::Context::default(), &mut view, size);
         view.lay_out_in_parts();
         view.devices[0].map_rect = Rect::NOTHING;
         let ctx = egui::Context::default();
         let map_drawn = |view: &AllocatorView| view.devices[0].map_rect != Rect::NOTHING;
         for frame in 1..=VIEW_PARTS {
             assert!(view.laying_out(&ctx), "before frame {frame}");
-            run_frame(&ctx, &mut view);
+            run_frame(&ctx, &mut view, size);
             assert_eq!(map_drawn(&view), frame == VIEW_PARTS, "frame {frame}");
         }
         assert!(!view.laying_out(&ctx));
-        run_frame(&ctx, &mut view);
+        run_frame(&ctx, &mut view, size);
         assert!(map_drawn(&view));
         assert!(!view.laying_out(&ctx));
     }
@@ -992,26 +996,12 @@ mod tests {
     /// Triangles the last frame of `view` at 1280×800 gives the GPU, once its analysis is done.
     fn triangles_of_a_frame(view: &mut AllocatorView) -> usize {
         let ctx = egui::Context::default();
-        let frame = |view: &mut AllocatorView| {
-            let input = egui::RawInput {
-                screen_rect: Some(Rect::from_min_size(egui::Pos2::ZERO, vec2(1280.0, 800.0))),
-                ..Default::default()
-            };
-            let mut output = ctx.run_ui(input, |ui| view.ui(ui));
-            output.textures_delta.clear();
-            output
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        frame(view);
-        while !view.is_ready() {
-            assert!(std::time::Instant::now() < deadline, "analysis not done");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            frame(view);
-        }
+        let size = vec2(1280.0, 800.0);
+        run_until_ready(&ctx, view, size);
         // A few frames, as the view settles; the last one is counted.
-        frame(view);
-        frame(view);
-        let output = frame(view);
+        run_frame(&ctx, view, size);
+        run_frame(&ctx, view, size);
+        let output = run_frame(&ctx, view, size);
         ctx.tessellate(output.shapes, output.pixels_per_point)
             .iter()
             .map(|clipped| match &clipped.primitive {
