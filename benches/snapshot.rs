@@ -14,6 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+use vramscope::analysis::deadline::Step;
 use vramscope::analysis::fragmentation;
 use vramscope::analysis::timetravel::TimeTravel;
 use vramscope::analysis::totals::device_totals;
@@ -84,15 +85,37 @@ fn child(path: &Path, mode: &str) -> Result<(), String> {
         .map(|t| t.iterations.len())
         .sum();
     let trajectory_seconds = trajectory_started.elapsed().as_secs_f64();
+    let history_step_ms = longest_history_step_ms(&travels);
     println!(
         "seconds={seconds} peak_rss_kib={} events={} reserved_bytes={reserved} \
          stranded_bytes={stranded_bytes} ooms={oom_count} \
          whole_replay_seconds={whole_replay_seconds} replayed_blocks={replayed_blocks} \
-         trajectory_seconds={trajectory_seconds} iterations={iterations}",
+         trajectory_seconds={trajectory_seconds} iterations={iterations} \
+         longest_history_step_ms={history_step_ms:.1}",
         common::peak_rss_kib().unwrap_or(0),
         snapshot.event_count()
     );
     Ok(())
+}
+
+/// The history made as the web page makes it, a range of events per step between two frames:
+/// the longest step (milliseconds, native; the browser's wasm takes longer), which is what the
+/// page's single thread can be kept from drawing by.
+fn longest_history_step_ms(travels: &[TimeTravel]) -> f64 {
+    let mut longest_ms = 0.0f64;
+    for travel in travels {
+        let mut build = trajectory::TrajectoryBuild::new(None, trajectory::HISTORY_EVENTS_PER_STEP);
+        loop {
+            let started = Instant::now();
+            let step = build.step(travel);
+            longest_ms = longest_ms.max(started.elapsed().as_secs_f64() * 1e3);
+            match step {
+                Step::Done(_) => break,
+                Step::Pending(more) => build = more,
+            }
+        }
+    }
+    longest_ms
 }
 
 struct Measure {
@@ -102,6 +125,8 @@ struct Measure {
     whole_replay_seconds: f64,
     /// The live set's history over every trace, timed apart (full analysis only; 0 otherwise).
     trajectory_seconds: f64,
+    /// The longest step of the history made as the web page does (full analysis only).
+    longest_history_step_ms: f64,
     line: String,
 }
 
@@ -134,6 +159,9 @@ fn run_measured(command: &mut Command) -> Result<Measure, String> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0),
         trajectory_seconds: field("trajectory_seconds=")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0),
+        longest_history_step_ms: field("longest_history_step_ms=")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0),
         line,
@@ -212,6 +240,14 @@ fn bench(path: &Path) -> Result<(), String> {
     let trajectory_s = median(full.iter().map(|m| m.trajectory_seconds).collect());
     println!(
         "  the live set's history over the whole trace (diagnosis, timed apart): {trajectory_s:.2} s"
+    );
+    let longest_step_ms = full
+        .iter()
+        .map(|m| m.longest_history_step_ms)
+        .fold(0.0, f64::max);
+    println!(
+        "  the same history in the web page's steps: longest step {longest_step_ms:.1} ms \
+         (the longest of {RUNS} runs, native)"
     );
     Ok(())
 }

@@ -238,16 +238,28 @@ pub const HISTORY_EVENTS_PER_STEP: usize = 1 << 17;
 
 /// [`of_trace`] over ranges of events, for the web page's single thread: each
 /// [`TrajectoryBuild::step`] scans at most `events_per_step` events of the live set's turning
-/// points and of which allocation each free undoes; then a step finds the iterations and a last
-/// one their extremes. Any range size gives the trajectory [`of_trace`] gives (it runs this build
-/// in one range).
+/// points and of which allocation each free undoes, or walks about as much work's worth of the
+/// turning points for the falls that end iterations; then a step merges the small cycles and a
+/// last one finds the iterations' extremes. Any range size gives the trajectory [`of_trace`]
+/// gives (it runs this build in one range).
 pub struct TrajectoryBuild {
     failure_event: Option<usize>,
     events_per_step: usize,
-    /// The scan of the live set's falls, once started (`None` before the first step).
-    scan: Option<FallsScan>,
-    /// The iterations' boundaries, once the scan is done and they were found.
-    boundaries: Option<Vec<usize>>,
+    stage: BuildStage,
+}
+
+/// What the next [`TrajectoryBuild::step`] does.
+enum BuildStage {
+    /// Starts: the profiler's step markers, or the first range of the scan.
+    Start,
+    /// Scans the next range of events.
+    Scanning(Box<FallsScan>),
+    /// Walks the next turning points for falls.
+    Walking(Box<FallsWalk>),
+    /// Merges the small cycles out of the falls found.
+    Merging(Vec<usize>),
+    /// Makes the trajectory from the iterations' boundaries.
+    Finishing(Vec<usize>),
 }
 
 /// The live set's turning points and allocation history, scanned so far.
@@ -256,26 +268,63 @@ struct FallsScan {
     history: AllocationHistory,
 }
 
+impl FallsScan {
+    /// Scans the next `events` events (up to `end`, the series having `end + 1` entries): still
+    /// scanning, or walking once all are scanned.
+    fn scan(
+        mut self: Box<Self>,
+        travel: &TimeTravel,
+        series: &[u64],
+        end: usize,
+        events: usize,
+    ) -> BuildStage {
+        let to = self.history.scanned().saturating_add(events).min(end);
+        self.history.extend(travel, to);
+        // The series has one more entry than events: the state after the last one.
+        self.turns
+            .feed(series, if to == end { end + 1 } else { to });
+        if to < end {
+            return BuildStage::Scanning(self);
+        }
+        let FallsScan { turns, history } = *self;
+        BuildStage::Walking(Box::new(FallsWalk::new(
+            series,
+            turns.finish(),
+            history.finish(),
+        )))
+    }
+}
+
 impl TrajectoryBuild {
     /// The history up to `failure_event` (see [`of_trace`]), at most `events_per_step` events
-    /// scanned per step (at least one).
+    /// scanned (or as much work's worth walked) per step (at least one).
     pub fn new(failure_event: Option<usize>, events_per_step: usize) -> Self {
         TrajectoryBuild {
             failure_event,
             events_per_step: events_per_step.max(1),
-            scan: None,
-            boundaries: None,
+            stage: BuildStage::Start,
         }
     }
 
-    /// Events scanned so far (tests check the size of a step with it).
+    /// Events scanned so far, or `None` once the scan is over (tests check the size of a step
+    /// with it).
     #[cfg(test)]
-    fn events_scanned(&self) -> usize {
-        self.scan.as_ref().map_or(0, |scan| scan.history.scanned())
+    fn events_scanned(&self) -> Option<usize> {
+        match &self.stage {
+            BuildStage::Start => Some(0),
+            BuildStage::Scanning(scan) => Some(scan.history.scanned()),
+            _ => None,
+        }
     }
 
-    /// The next range of events of `travel` (always the same one); the trajectory once all
-    /// are scanned.
+    /// Whether the next step walks turning points (tests count the walk's steps with it).
+    #[cfg(test)]
+    fn walking(&self) -> bool {
+        matches!(self.stage, BuildStage::Walking(_))
+    }
+
+    /// The next part of the work on `travel` (always the same one); the trajectory once all is
+    /// done.
     pub fn step(mut self, travel: &TimeTravel) -> Step<Option<Trajectory>, Self> {
         let trace = travel.trace();
         let end = self.failure_event.unwrap_or(trace.len()).min(trace.len());
@@ -285,64 +334,55 @@ impl TrajectoryBuild {
         if end == 0 {
             return Step::Done(None);
         }
-        if let Some(boundaries) = self.boundaries.take() {
-            return Step::Done(Some(trajectory(
-                travel,
-                series,
-                IterationSource::LiveSetFalls,
-                boundaries,
-            )));
-        }
-        if self.scan.is_none() {
-            // Iterations from the profiler's step markers need no scan.
-            if let Some(boundaries) = profiler_step_boundaries(travel, end) {
-                return Step::Done(Some(trajectory(
-                    travel,
-                    series,
-                    IterationSource::ProfilerSteps,
-                    boundaries,
-                )));
+        let work = self.events_per_step;
+        self.stage = match std::mem::replace(&mut self.stage, BuildStage::Start) {
+            BuildStage::Start => {
+                // Iterations from the profiler's step markers need no scan.
+                if let Some(boundaries) = profiler_step_boundaries(travel, end) {
+                    return Step::Done(Some(trajectory(
+                        travel,
+                        series,
+                        IterationSource::ProfilerSteps,
+                        boundaries,
+                    )));
+                }
+                let (lowest, highest) = travel.allocated_extremes(0, end);
+                let range = highest.saturating_sub(lowest);
+                if range == 0 {
+                    return Step::Done(Some(trajectory(
+                        travel,
+                        series,
+                        IterationSource::LiveSetFalls,
+                        Vec::new(),
+                    )));
+                }
+                let wiggle = ((range as f64 * WIGGLE_SHARE) as u64).max(MIN_WIGGLE_BYTES);
+                let scan = FallsScan {
+                    turns: TurningPoints::new(series, wiggle),
+                    history: AllocationHistory::start(end),
+                };
+                Box::new(scan).scan(travel, series, end, work)
             }
-            let (lowest, highest) = travel.allocated_extremes(0, end);
-            let range = highest.saturating_sub(lowest);
-            if range == 0 {
+            BuildStage::Scanning(scan) => scan.scan(travel, series, end, work),
+            BuildStage::Walking(mut walk) => {
+                if walk.walk(series, work) {
+                    BuildStage::Merging(walk.boundaries)
+                } else {
+                    BuildStage::Walking(walk)
+                }
+            }
+            // Merging and the trajectory each go over every cycle: a step each (the walk, the
+            // merge and the extremes took 103 ms in one step at 13 M events in a browser).
+            BuildStage::Merging(falls) => BuildStage::Finishing(merge_small_cycles(travel, falls)),
+            BuildStage::Finishing(boundaries) => {
                 return Step::Done(Some(trajectory(
                     travel,
                     series,
                     IterationSource::LiveSetFalls,
-                    Vec::new(),
+                    boundaries,
                 )));
             }
-            let wiggle = ((range as f64 * WIGGLE_SHARE) as u64).max(MIN_WIGGLE_BYTES);
-            self.scan = Some(FallsScan {
-                turns: TurningPoints::new(series, wiggle),
-                history: AllocationHistory::start(end),
-            });
-        }
-        let Some(scan) = &mut self.scan else {
-            return Step::Done(None);
         };
-        let scanned = scan.history.scanned();
-        if scanned < end {
-            let to = scanned.saturating_add(self.events_per_step).min(end);
-            scan.history.extend(travel, to);
-            // The series has one more entry than events: the state after the last one.
-            scan.turns
-                .feed(series, if to == end { end + 1 } else { to });
-            // Finding the iterations and then their extremes each go over the whole series: a
-            // step each, so that neither adds to a range's scan (the three took 104-120 ms in one
-            // step at 3.4 M events in a browser).
-            return Step::Pending(self);
-        }
-        let Some(scan) = self.scan.take() else {
-            return Step::Done(None);
-        };
-        self.boundaries = Some(falls(
-            travel,
-            series,
-            scan.turns.finish(),
-            &scan.history.finish(),
-        ));
         Step::Pending(self)
     }
 }
@@ -508,55 +548,90 @@ fn profiler_step_boundaries(travel: &TimeTravel, end: usize) -> Option<Vec<usize
     Some(boundaries)
 }
 
-/// Iteration boundaries (event positions, the first being where the first iteration began) from
-/// the live set's falls, by the rule in the module comment: `turns` are the series' turning
-/// points, `history` which allocation each free undid.
-fn falls(
-    travel: &TimeTravel,
-    series: &[u64],
+/// The walk over the live set's turning points that finds the iteration boundaries (event
+/// positions, the first being where the first iteration began) from its falls, by the rule in
+/// the module comment; resumable, so that the web page can walk a part per step.
+struct FallsWalk {
+    /// The series' turning points.
     turns: Vec<(usize, u64)>,
-    history: &AllocationHistory,
-) -> Vec<usize> {
-    let mut boundaries: Vec<usize> = Vec::new();
-    // The floor the current rise started from (the last boundary), and the highest point since.
-    let mut base = turns.first().copied().unwrap_or((0, series[0]));
-    let mut high = base;
-    let mut scan_budget = MAX_EVENTS_SCANNED;
-    for &(index, level) in turns.iter().skip(1) {
-        if level >= high.1 {
-            high = (index, level);
-            continue;
-        }
-        // Where the rise began: the last boundary; before the first one, the last event before
-        // the peak at or below this trough (a model load before the first step is not part of
-        // the step).
-        let start = if boundaries.is_empty() && scan_budget > 0 {
-            let mut j = high.0;
-            while j > base.0 && series[j] > level && scan_budget > 0 {
-                j -= 1;
-                scan_budget -= 1;
-            }
-            (j, series[j])
-        } else {
-            base
-        };
-        let rise = high.1.saturating_sub(start.1) as f64;
-        let fall = high.1.saturating_sub(level) as f64;
-        if rise > 0.0 && fall >= FALL_SHARE * rise && history.reaches_back(high.0, index, rise) {
-            if boundaries.is_empty() {
-                boundaries.push(start.0);
-            }
-            boundaries.push(index);
-            base = (index, level);
-            high = base;
-            continue;
-        }
-        if level < base.1 {
-            base = (index, level);
-            high = base;
+    /// Which allocation each free undid.
+    history: AllocationHistory,
+    /// The next turning point to look at.
+    next_turn: usize,
+    /// The boundaries found so far.
+    boundaries: Vec<usize>,
+    /// The floor the current rise started from (the last boundary).
+    base: (usize, u64),
+    /// The highest point since.
+    high: (usize, u64),
+    /// Events still to look back through for where the first rise began.
+    look_back_budget: usize,
+}
+
+impl FallsWalk {
+    fn new(series: &[u64], turns: Vec<(usize, u64)>, history: AllocationHistory) -> Self {
+        let base = turns.first().copied().unwrap_or((0, series[0]));
+        FallsWalk {
+            turns,
+            history,
+            next_turn: 1,
+            boundaries: Vec::new(),
+            base,
+            high: base,
+            look_back_budget: MAX_EVENTS_SCANNED,
         }
     }
-    merge_small_cycles(travel, boundaries)
+
+    /// Looks at the next turning points until about `work` events' worth was done (one per
+    /// turning point, per event looked back through and per value a fall's frees are judged
+    /// by); true once every turning point was looked at.
+    fn walk(&mut self, series: &[u64], work: usize) -> bool {
+        let mut spent = 0usize;
+        while let Some(&(index, level)) = self.turns.get(self.next_turn) {
+            if spent >= work {
+                return false;
+            }
+            self.next_turn += 1;
+            spent += 1;
+            if level >= self.high.1 {
+                self.high = (index, level);
+                continue;
+            }
+            // Where the rise began: the last boundary; before the first one, the last event
+            // before the peak at or below this trough (a model load before the first step is
+            // not part of the step).
+            let start = if self.boundaries.is_empty() && self.look_back_budget > 0 {
+                let mut j = self.high.0;
+                while j > self.base.0 && series[j] > level && self.look_back_budget > 0 {
+                    j -= 1;
+                    self.look_back_budget -= 1;
+                    spent += 1;
+                }
+                (j, series[j])
+            } else {
+                self.base
+            };
+            let rise = self.high.1.saturating_sub(start.1) as f64;
+            let fall = self.high.1.saturating_sub(level) as f64;
+            if rise > 0.0 && fall >= FALL_SHARE * rise {
+                spent += AllocationHistory::reaches_back_cost(self.high.0, index);
+                if self.history.reaches_back(self.high.0, index, rise) {
+                    if self.boundaries.is_empty() {
+                        self.boundaries.push(start.0);
+                    }
+                    self.boundaries.push(index);
+                    self.base = (index, level);
+                    self.high = self.base;
+                    continue;
+                }
+            }
+            if level < self.base.1 {
+                self.base = (index, level);
+                self.high = self.base;
+            }
+        }
+        true
+    }
 }
 
 /// Events looked back through, in all, for where the first rise began: bounds the cost of a
@@ -600,6 +675,10 @@ struct AllocationHistory {
     /// Per event position: for a free, the position of the alloc it undoes (0 for blocks
     /// allocated before the trace); `usize::MAX` for other events.
     alloc_of: Vec<usize>,
+    /// The smallest `alloc_of` of each whole chunk of [`HISTORY_CHUNK`] positions: the earliest
+    /// allocation a stretch of frees undoes, found without looking at every free (a 1 GB
+    /// file's falls looked at millions, 66 ms in a browser).
+    earliest_undone_per_chunk: Vec<usize>,
     /// Bytes handed out by `alloc` events before each position (`len + 1` entries once
     /// finished).
     allocated_before: Vec<u64>,
@@ -614,6 +693,7 @@ impl AllocationHistory {
     fn start(end: usize) -> Self {
         AllocationHistory {
             alloc_of: Vec::with_capacity(end),
+            earliest_undone_per_chunk: Vec::with_capacity(end / HISTORY_CHUNK),
             allocated_before: Vec::with_capacity(end + 1),
             allocated_at: foldhash::HashMap::default(),
             total_bytes: 0,
@@ -646,6 +726,11 @@ impl AllocationHistory {
                 _ => usize::MAX,
             };
             self.alloc_of.push(undoes);
+            if self.alloc_of.len().is_multiple_of(HISTORY_CHUNK) {
+                let chunk = &self.alloc_of[self.alloc_of.len() - HISTORY_CHUNK..];
+                let earliest = chunk.iter().copied().min().unwrap_or(usize::MAX);
+                self.earliest_undone_per_chunk.push(earliest);
+            }
         }
     }
 
@@ -659,19 +744,58 @@ impl AllocationHistory {
     /// Whether the events from the peak (`peak` events applied) to the trough free a block after
     /// whose allocation at least [`REACH_SHARE`] of `rise` bytes were still allocated before the
     /// peak: memory from early in the rise, not a temporary freed right after it was made.
+    ///
+    /// Bytes allocated before a position only grow with it, so if any free reaches back far
+    /// enough, the one undoing the earliest allocation does: only that one is looked at.
     fn reaches_back(&self, peak: usize, trough: usize, rise: f64) -> bool {
-        let Some(frees) = self.alloc_of.get(peak..trough) else {
+        if peak > trough || trough > self.alloc_of.len() {
             return false;
-        };
+        }
         let Some(&at_peak) = self.allocated_before.get(peak) else {
             return false;
         };
-        frees.iter().filter(|&&a| a != usize::MAX).any(|&a| {
-            let after = self.allocated_before.get(a + 1).copied().unwrap_or(at_peak);
-            at_peak.saturating_sub(after) as f64 >= REACH_SHARE * rise
-        })
+        let earliest = self.earliest_undone(peak, trough);
+        if earliest == usize::MAX {
+            return false;
+        }
+        let after = self
+            .allocated_before
+            .get(earliest + 1)
+            .copied()
+            .unwrap_or(at_peak);
+        at_peak.saturating_sub(after) as f64 >= REACH_SHARE * rise
+    }
+
+    /// Values [`AllocationHistory::reaches_back`] reads at most for a fall from `peak` to
+    /// `trough`.
+    fn reaches_back_cost(peak: usize, trough: usize) -> usize {
+        trough.saturating_sub(peak) / HISTORY_CHUNK + 2 * HISTORY_CHUNK
+    }
+
+    /// The smallest `alloc_of` over positions `from..to` (within the scanned events), from the
+    /// per-chunk summaries where a chunk lies wholly inside; `usize::MAX` when no event there
+    /// frees anything.
+    fn earliest_undone(&self, from: usize, to: usize) -> usize {
+        let smallest = |values: &[usize]| values.iter().copied().min().unwrap_or(usize::MAX);
+        let to = to.min(self.alloc_of.len());
+        let from = from.min(to);
+        let full_from = from.div_ceil(HISTORY_CHUNK);
+        let full_to = to / HISTORY_CHUNK;
+        if full_from >= full_to {
+            return smallest(&self.alloc_of[from..to]);
+        }
+        let whole = self
+            .earliest_undone_per_chunk
+            .get(full_from..full_to)
+            .map_or(usize::MAX, smallest);
+        smallest(&self.alloc_of[from..full_from * HISTORY_CHUNK])
+            .min(whole)
+            .min(smallest(&self.alloc_of[full_to * HISTORY_CHUNK..to]))
     }
 }
+
+/// Positions per summary in [`AllocationHistory`]'s `earliest_undone_per_chunk`.
+const HISTORY_CHUNK: usize = 256;
 
 /// The series' alternating peaks and troughs, ignoring moves smaller than `wiggle`: `(position,
 /// level)`, the first point included.
@@ -986,38 +1110,104 @@ pub(crate) mod tests {
             travels.push((TimeTravel::new(Arc::new(snapshot), 0), false));
         }
         let mut stepped_somewhere = false;
+        let mut walked_in_steps = false;
         let mut finished_apart = 0;
         for (travel, fails) in &travels {
             let failure = fails.then(|| travel.len() - 1);
             let in_one_go = of_trace(travel, failure);
             assert!(in_one_go.is_some());
-            for events_per_step in [1, 7, 100, 4096] {
+            for events_per_step in [1, 7, 100, 4096, usize::MAX] {
                 let mut build = TrajectoryBuild::new(failure, events_per_step);
                 let mut steps = 0;
+                let mut walk_steps = 0;
                 let mut scanned_any = false;
                 let in_ranges = loop {
                     let before = build.events_scanned();
+                    walk_steps += usize::from(build.walking());
                     match build.step(travel) {
                         Step::Done(trajectory) => break trajectory,
                         Step::Pending(more) => build = more,
                     }
-                    assert!(build.events_scanned().saturating_sub(before) <= events_per_step);
-                    scanned_any |= build.events_scanned() > 0;
+                    let after = build.events_scanned();
+                    if let (Some(before), Some(after)) = (before, after) {
+                        assert!(after - before <= events_per_step);
+                    }
+                    scanned_any |= before == Some(0) && after != Some(0);
                     steps += 1;
-                    assert!(steps <= travel.len() + 1, "never done");
+                    assert!(steps <= 3 * travel.len() + 4, "never done");
                 };
                 stepped_somewhere |= steps > 1;
+                walked_in_steps |= walk_steps > 1;
                 assert_eq!(in_ranges, in_one_go, "{events_per_step} events per step");
-                if scanned_any && events_per_step >= travel.len() {
-                    // One range scans all; finding the iterations and their extremes are steps
-                    // of their own.
-                    assert_eq!(steps, 2, "scan, iterations, extremes");
+                if scanned_any && events_per_step == usize::MAX {
+                    // One range scans all, one step walks all; merging the small cycles and
+                    // finding the iterations' extremes are steps of their own.
+                    assert_eq!((steps, walk_steps), (3, 1), "scan, walk, merge, extremes");
                     finished_apart += 1;
                 }
             }
         }
         assert!(stepped_somewhere);
+        assert!(walked_in_steps, "the walk never took more than one step");
         assert!(finished_apart > 0);
+    }
+
+    /// Whether a fall reaches back is what looking at every free in it says (the definition),
+    /// on real traces' stretches that start and end inside, on and across the history's chunks,
+    /// with rises that make the answer go both ways.
+    #[test]
+    fn a_fall_reaches_back_as_looking_at_every_free_says() {
+        let mut answers = [0; 2];
+        for name in ["frag_oom.pickle", "train.pickle"] {
+            let snapshot = crate::test_fixtures::pytorch_snapshot(name);
+            let travel = TimeTravel::new(Arc::new(snapshot), 0);
+            let end = travel.len();
+            let mut history = AllocationHistory::start(end);
+            history.extend(&travel, end);
+            let history = history.finish();
+            assert!(end > 4 * HISTORY_CHUNK, "{name}: {end} events");
+            let by_every_free = |peak: usize, trough: usize, rise: f64| {
+                let at_peak = history.allocated_before[peak];
+                history.alloc_of[peak..trough]
+                    .iter()
+                    .filter(|&&a| a != usize::MAX)
+                    .any(|&a| {
+                        let after = history.allocated_before[a + 1];
+                        at_peak.saturating_sub(after) as f64 >= REACH_SHARE * rise
+                    })
+            };
+            let c = HISTORY_CHUNK;
+            let mut positions = vec![
+                0,
+                1,
+                c - 1,
+                c,
+                c + 1,
+                2 * c,
+                3 * c - 1,
+                end / 2,
+                end - 1,
+                end,
+            ];
+            positions.extend((1..40).map(|i| i * end / 40));
+            for &peak in &positions {
+                for &trough in positions.iter().filter(|&&t| t >= peak) {
+                    let allocated =
+                        history.allocated_before[trough] - history.allocated_before[peak];
+                    for rise in [1.0, 64.0 * 1024.0, 1e7, 1e8, 1e9, 2.0 * allocated as f64] {
+                        let reaches = history.reaches_back(peak, trough, rise);
+                        assert_eq!(
+                            reaches,
+                            by_every_free(peak, trough, rise),
+                            "{name}: {peak}..{trough} rise {rise}"
+                        );
+                        answers[usize::from(reaches)] += 1;
+                    }
+                }
+            }
+            assert!(!history.reaches_back(end, end + 1, 1.0));
+        }
+        assert!(answers[0] > 100 && answers[1] > 100, "{answers:?}");
     }
 
     const GIB_TEST: u64 = 1 << 30;
