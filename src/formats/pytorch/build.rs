@@ -7,6 +7,7 @@
 //! Only small dicts (the root, settings, annotations) stay generic. The pickle memo holds slot
 //! ids, so a frame list shared ten thousand times is classified once and referenced by id.
 
+use super::chunked::ChunkedVec;
 use std::collections::HashMap;
 
 use crate::model::allocator::{
@@ -230,7 +231,8 @@ pub(super) struct Builder {
     strings: StringTable,
     info: Vec<StrInfo>,
     frames: FrameTable,
-    slots: Vec<Slot>,
+    /// The containers, by id: a chunked vector, as it grows to hundreds of MB.
+    slots: ChunkedVec<Slot>,
     int_pairs: Vec<(i64, i64)>,
     pair_bufs: Vec<Vec<(Value, Value)>>,
     item_bufs: Vec<Vec<Value>>,
@@ -248,10 +250,9 @@ pub(super) struct Builder {
     /// Rows that may still be copied when assembling; guards against memo bombs that reference
     /// one big list from many parents.
     copy_budget: usize,
-    /// Fraction of the input decoded so far (see [`grow_with_input`]).
+    /// Fraction of the input decoded so far (see [`wanted_len`]).
     input_fraction: f32,
-    /// Where `slots` and the trace columns last grew (see [`grow_with_input`]).
-    slots_growth: LastGrowth,
+    /// Where the trace columns last grew (see [`wanted_len`]).
     trace_growth: LastGrowth,
     /// Rows every trace column has room for (the least capacity among them): the columns are
     /// grown one at a time ahead of need ([`Builder::tick`]), so their capacities differ for a
@@ -270,7 +271,7 @@ impl Builder {
             strings: StringTable::default(),
             info: Vec::new(),
             frames: FrameTable::default(),
-            slots: Vec::new(),
+            slots: ChunkedVec::default(),
             int_pairs: Vec::new(),
             pair_bufs: Vec::new(),
             item_bufs: Vec::new(),
@@ -287,7 +288,6 @@ impl Builder {
             odd_frames: 0,
             copy_budget: input_len.saturating_add(4096),
             input_fraction: 0.0,
-            slots_growth: LastGrowth::default(),
             trace_growth: LastGrowth::default(),
             trace_room: 0,
             trace_target_rows: 0,
@@ -325,26 +325,15 @@ impl Builder {
         }
     }
 
-    /// The decoder's progress tick: says how far it is in the input (for [`grow_with_input`])
-    /// and, when `may_grow`, grows one vector that would fill soon ([`LastGrowth::fills_soon`]):
-    /// the container table, or one trace column.
-    pub(super) fn tick(&mut self, fraction: f32, may_grow: bool) {
+    /// The decoder's progress tick: says how far it is in the input (for [`wanted_len`])
+    /// and grows one trace column if they would fill soon ([`LastGrowth::fills_soon`]).
+    pub(super) fn tick(&mut self, fraction: f32) {
         self.input_fraction = fraction;
-        let slots_due =
-            self.slots_growth
-                .fills_soon(self.slots.len(), self.slots.capacity(), fraction);
         let rows = self.trace.actions.len();
         let trace_due = self
             .trace_growth
             .fills_soon(rows, self.trace_room, fraction)
             || self.trace_target_rows > self.trace_room;
-        if !may_grow {
-            return;
-        }
-        if slots_due {
-            grow_with_input(&mut self.slots, fraction, &mut self.slots_growth);
-            return;
-        }
         if !trace_due {
             return;
         }
@@ -365,9 +354,6 @@ impl Builder {
     fn new_slot(&mut self, slot: Slot) -> BuildResult<Value> {
         let id = u32::try_from(self.slots.len())
             .map_err(|_| "more than 4 billion containers".to_owned())?;
-        if self.slots.len() == self.slots.capacity() {
-            grow_with_input(&mut self.slots, self.input_fraction, &mut self.slots_growth);
-        }
         self.slots.push(slot);
         Ok(Value::Slot(id))
     }
@@ -747,7 +733,7 @@ impl Builder {
         Ok(row)
     }
 
-    /// Makes room in every trace column at once (see [`grow_with_input`]), when they filled
+    /// Makes room in every trace column at once (see [`wanted_len`]), when they filled
     /// before [`Builder::tick`] grew them.
     #[cold]
     #[inline(never)]
@@ -1416,7 +1402,7 @@ fn trace_row_capacity(trace: &mut DeviceTrace) -> usize {
         .unwrap_or(0)
 }
 
-/// Where a vector that grows with the input last grew, for [`grow_with_input`], and its length
+/// Where a vector that grows with the input last grew, for [`wanted_len`], and its length
 /// at the decoder's last progress tick, for [`LastGrowth::fills_soon`].
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct LastGrowth {
@@ -1461,32 +1447,24 @@ impl LastGrowth {
     }
 }
 
-/// Share of the input that must lie between two growths of a vector for [`grow_with_input`] to
+/// Share of the input that must lie between two growths of a vector for [`wanted_len`] to
 /// project from the items added in between (fewer bytes say too little about what follows).
 const RECENT_MIN_FRACTION: f64 = 0.005;
 
-/// Makes room for more items in a full vector that grows with the input (trace columns, the
-/// container table, the pickle memo): to about what the whole input will need, projected from
-/// the `fraction` of the input decoded so far, and by at least a quarter; before 2 % of the input
-/// (too early to project from) or without a known fraction (JSON), it doubles. Doubling all the
-/// way would leave up to half of each big vector unused and copy it at its largest; a browser
-/// page has at most 4 GiB, and growing a vector needs its old and new copies at once.
+/// The length to make room for in a full vector of `len` items that grows with the input (the
+/// trace columns), remembering the growth in `last`: about what the whole input will need,
+/// projected from the `fraction` of the input decoded so far, and at least a quarter more;
+/// before 2 % of the input (too early to project from) or without a known fraction (JSON),
+/// twice as much. Doubling all the way would leave up to half of each big vector unused and copy
+/// it at its largest; a browser page has at most 4 GiB, and growing a vector needs its old and
+/// new copies at once. (The container table and the memo, the largest, are chunked instead:
+/// [`ChunkedVec`].)
 ///
 /// The projection takes the greater of two rates of items per byte: over all the input so far,
 /// and since the vector last grew (`last`). A file's start is sparser in trace events than the
 /// rest (the segments, and the first use of every frame and string, come first), so the first
 /// rate alone fell short and the vectors grew again late in the file, copying most of the
 /// model at once (a 338 ms step and a few hundred MB of holes at 1 GB).
-#[cold]
-#[inline(never)]
-pub(super) fn grow_with_input<T>(items: &mut Vec<T>, fraction: f32, last: &mut LastGrowth) {
-    let len = items.len();
-    let wanted = wanted_len(len, fraction, last);
-    items.reserve_exact(wanted - len);
-}
-
-/// The length [`grow_with_input`] makes room for, for a vector of `len` items; remembers the
-/// growth in `last`.
 fn wanted_len(len: usize, fraction: f32, last: &mut LastGrowth) -> usize {
     let wanted = if fraction >= 0.02 {
         let done = f64::from(fraction);
@@ -1628,7 +1606,8 @@ mod tests {
             let fraction = step as f32 / 1000.0;
             while items.len() < count(f64::from(fraction)) {
                 if items.len() == items.capacity() {
-                    grow_with_input(&mut items, fraction, &mut last);
+                    let wanted = wanted_len(items.len(), fraction, &mut last);
+                    items.reserve_exact(wanted - items.len());
                     if fraction >= 0.02 {
                         late_growths += 1;
                     }
@@ -1697,7 +1676,7 @@ mod tests {
                 let fraction = step as f32 / 1000.0;
                 if ticking {
                     let before = trace_column_capacities(&mut builder.trace);
-                    builder.tick(fraction, true);
+                    builder.tick(fraction);
                     let after = trace_column_capacities(&mut builder.trace);
                     let columns_grown = before.iter().zip(&after).filter(|(b, a)| b != a).count();
                     most_columns_grown_at_a_tick = most_columns_grown_at_a_tick.max(columns_grown);

@@ -10,6 +10,7 @@
 //! problem and the byte offset, using memory and time bounded by the input size.
 
 mod build;
+mod chunked;
 mod json;
 mod pickle;
 mod stream;

@@ -10,7 +10,8 @@
 use std::collections::HashMap;
 use std::io::Read;
 
-use super::build::{Builder, LastGrowth, Value, grow_with_input};
+use super::build::{Builder, Value};
+use super::chunked::ChunkedVec;
 
 /// Why decoding stopped.
 #[derive(Debug)]
@@ -260,30 +261,18 @@ struct Machine {
     builder: Builder,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    memo: Vec<Value>,
+    /// The memo's entries numbered from 0: a chunked vector, as it grows to hundreds of MB.
+    memo: ChunkedVec<Value>,
     memo_far: HashMap<u64, Value>,
     memo_count: u64,
     max_stack: usize,
     offset: u64,
-    /// Fraction of the input decoded so far (see [`grow_with_input`]).
-    input_fraction: f32,
-    /// Where `memo` last grew (see [`grow_with_input`]).
-    memo_growth: LastGrowth,
 }
 
 impl Machine {
-    /// The progress tick: how far the input is decoded, and one vector that grows with the
-    /// input grown ahead of need if one would fill soon (the memo, or one of the builder's; see
-    /// [`LastGrowth::fills_soon`]).
+    /// The progress tick: how far the input is decoded (see [`Builder::tick`]).
     fn tick(&mut self, fraction: f32) {
-        self.input_fraction = fraction;
-        let memo_due = self
-            .memo_growth
-            .fills_soon(self.memo.len(), self.memo.capacity(), fraction);
-        self.builder.tick(fraction, !memo_due);
-        if memo_due {
-            grow_with_input(&mut self.memo, fraction, &mut self.memo_growth);
-        }
+        self.builder.tick(fraction);
     }
 
     fn malformed(&self, problem: impl Into<String>) -> Box<VmError> {
@@ -352,9 +341,6 @@ impl Machine {
             }
             self.memo[index as usize] = value;
         } else if index == self.memo.len() as u64 {
-            if self.memo.len() == self.memo.capacity() {
-                grow_with_input(&mut self.memo, self.input_fraction, &mut self.memo_growth);
-            }
             self.memo.push(value);
             self.memo_count += 1;
         } else {
@@ -427,7 +413,7 @@ impl Decoder {
                 builder: Builder::new(usize::try_from(total_len).unwrap_or(usize::MAX)),
                 stack: Vec::new(),
                 marks: Vec::new(),
-                memo: Vec::new(),
+                memo: ChunkedVec::default(),
                 memo_far: HashMap::new(),
                 memo_count: 0,
                 // Real snapshots keep at most one batch of items per nesting level on the
@@ -436,8 +422,6 @@ impl Decoder {
                     .unwrap_or(usize::MAX)
                     .max(1 << 20),
                 offset: 0,
-                input_fraction: 0.0,
-                memo_growth: LastGrowth::default(),
             },
             protocol: 0,
             next_progress: PROGRESS_STEP_BYTES as u64,
