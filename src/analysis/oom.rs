@@ -137,8 +137,12 @@ pub fn explain_all(travel: &TimeTravel) -> Vec<OomExplanation> {
 
 /// Indices of the `oom` events of `trace`, in order.
 pub fn oom_events(trace: &DeviceTrace) -> Vec<usize> {
-    (0..trace.len())
-        .filter(|&i| trace.actions[i] == TraceAction::Oom)
+    trace
+        .actions
+        .iter()
+        .enumerate()
+        .filter(|(_, action)| **action == TraceAction::Oom)
+        .map(|(index, _)| index)
         .collect()
 }
 
