@@ -271,7 +271,7 @@ impl Builder {
             strings: StringTable::default(),
             info: Vec::new(),
             frames: FrameTable::default(),
-            slots: ChunkedVec::default(),
+            slots: ChunkedVec::new(Slot::EmptyList),
             int_pairs: Vec::new(),
             pair_bufs: Vec::new(),
             item_bufs: Vec::new(),

@@ -413,7 +413,7 @@ impl Decoder {
                 builder: Builder::new(usize::try_from(total_len).unwrap_or(usize::MAX)),
                 stack: Vec::new(),
                 marks: Vec::new(),
-                memo: ChunkedVec::default(),
+                memo: ChunkedVec::new(Value::Mark),
                 memo_far: HashMap::new(),
                 memo_count: 0,
                 // Real snapshots keep at most one batch of items per nesting level on the
