@@ -7,9 +7,9 @@
 //! Only small dicts (the root, settings, annotations) stay generic. The pickle memo holds slot
 //! ids, so a frame list shared ten thousand times is classified once and referenced by id.
 
-use super::chunked::ChunkedVec;
 use std::collections::HashMap;
 
+use super::chunked::ChunkedVec;
 use crate::model::allocator::{
     AllocatorSettings, AllocatorSnapshot, Annotation, Block, BlockState, DeviceAllocState,
     DeviceTrace, Frame, FrameId, FrameTable, PoolId, PoolKind, Segment, SnapshotContainer,
