@@ -197,16 +197,17 @@ fn a_two_stream_trace_gets_a_peak_range_and_an_uncertain_verdict_where_timing_de
 
 #[test]
 fn a_verdict_the_placement_of_segments_decides_is_uncertain_in_words_and_json() {
-    // The real transformer step (H200) under a 3353 MiB cap: every real run ran out, the
-    // recorded order of segments fits, other orders run out (docs/whatif-validation.md).
-    let snapshot = fixture("whatif/transformer_step.pickle");
+    // The held-out checkpointed transformer (H200) under max_split_size_mb:64 and a 777 MiB
+    // cap: its ground truth fit, 3 of 6 repeats ran out; which released address range the
+    // driver reuses decides it (docs/whatif-validation.md).
+    let snapshot = fixture("whatif/heldout2/ckpt_transformer.pickle");
     let args = |json: bool| {
         let mut args = vec![
             os(&snapshot),
             "--setting".as_ref(),
-            "default".as_ref(),
+            "max_split_size_mb:64".as_ref(),
             "--cap".as_ref(),
-            "3353MiB".as_ref(),
+            "814743552".as_ref(),
         ];
         if json {
             args.push("--json".as_ref());
@@ -217,11 +218,11 @@ fn a_verdict_the_placement_of_segments_decides_is_uncertain_in_words_and_json() 
     assert_eq!(code, 0, "{stderr}");
     let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
     let result = &doc["results"][0];
-    assert_eq!(result["oom"], false, "{stdout}");
     assert_eq!(result["placement_uncertain"], true, "{stdout}");
     let drawn = result["placement"]["drawn"].as_u64().expect("drawn");
     let ran_out = result["placement"]["ran_out"].as_u64().expect("ran_out");
-    assert!(0 < ran_out && ran_out <= drawn, "{stdout}");
+    // Some drawn placements run out and some do not, whichever the replay itself did.
+    assert!(0 < ran_out && ran_out < drawn, "{stdout}");
     let (code, stdout, stderr) = args(false);
     assert_eq!(code, 0, "{stderr}");
     assert!(

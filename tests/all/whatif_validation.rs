@@ -459,8 +459,9 @@ fn summary_line(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "**{} pairs ({real_runs} real runs): peak reserved within 2 % for {} ({:.1} %), within 5 % \
-         for {}; OOM verdict right for {} of {}, uncertain but not wrong for {}, wrong for {}; of \
-         the {} real OOMs, {} predicted at the same allocation.**\n\n",
+         for {}; OOM verdict right for {} of {}, uncertain but not wrong for {}, wrong for {} ({} \
+         of them where the real runs themselves disagreed); of the {} real OOMs, {} predicted at \
+         the same allocation.**\n\n",
         rows.len(),
         within(0.02),
         100.0 * within(0.02) as f64 / rows.len().max(1) as f64,
@@ -469,6 +470,9 @@ fn summary_line(rows: &[Row]) -> String {
         rows.len(),
         count(Verdict::UncertainNotWrong),
         count(Verdict::Wrong),
+        rows.iter()
+            .filter(|r| r.verdict() == Verdict::Wrong && r.real_varied())
+            .count(),
         rows.iter().filter(|r| r.ground_truth().oom).count(),
         rows.iter()
             .filter(|r| r.ground_truth().oom && r.predicted_oom && r.same_place)
@@ -557,6 +561,7 @@ fn table(
     repeat_lines: &[String],
     heldout: &[Row],
     heldout2: &[Row],
+    heldout3: &[Row],
 ) -> String {
     let mut out = String::new();
     out.push_str("# What-if replay validated against the real allocator\n\n");
@@ -587,10 +592,11 @@ fn table(
          setting ran out only on a scratch buffer the program may survive, or when the \
          placement of segments decides it: near a limit (the replay ran out, released cached \
          memory for a request, or peaked within a tenth of the limit) each setting is replayed \
-         again under 8 drawn placements, each new segment with probability 1/4 at a random \
-         address instead of the recorded run's, and a verdict \
-         some of them do not share is uncertain, its range widened by their peaks (see the \
-         causes below). An uncertain verdict is counted apart: not wrong when the real runs' verdicts \
+         again under 8 drawn placements, in which each segment made while released address \
+         space could hold it goes, as the driver's did, into fresh space with probability 1/6 \
+         and otherwise into any of the released ranges that can hold it, at either end; a \
+         verdict some of them do not share is uncertain, its range widened by their peaks (see \
+         the causes below). An uncertain verdict is counted apart: not wrong when the real runs' verdicts \
          differed from each other or every real peak lies within 5 % of \
          the range, else wrong. Nothing changes for a single-stream trace: its range is one \
          number and its repeats, where there are any, gave the ground truth's numbers.\n\n",
@@ -603,57 +609,65 @@ fn table(
          - Addresses. PyTorch's best fit (`BlockComparatorSize`: stream, size, then address) \
          gives a request the lowest-addressed of equal free blocks, so which of two equal cached \
          blocks is split depends on where `cudaMalloc` put their segments, and with it which \
-         segments are still whole (releasable) later under a cap. The replay gives a new segment \
-         the address the recorded run's segment event for the same request had; failing that, \
-         the address of the recorded run's segment of the same size and ordinal (the n-th 20 MiB \
-         segment gets the recorded n-th 20 MiB segment's address); failing that, one above every \
-         real address. The second rule fixed `kv_cache` under `roundup_power2_divisions:4` \
-         (248 MiB real, was predicted 228; the 230 MiB cap's OOM, was missed): there the real \
-         run made its 2 MiB and 20 MiB segments a few requests earlier than the default run, \
-         the driver gave all 18 of them the default run's addresses for that size and ordinal \
-         (relative to the first segment), and the first divergence was at event 3268, a 1.6 MiB \
-         request (1.75 MiB rounded) between two free 4 MiB blocks: the real run took the one in \
-         its twelfth segment, below the first segment; the replay, with an invented address for \
-         the twelfth segment, took the first segment's.\n\
-         - `transformer_step` under a 3353 or 3355 MiB cap (real OOM at a 3318 MiB peak, the \
-         replay fits): the driver's placement is not a function of the call sequence there. \
-         Every capped run makes the same `cudaMalloc` calls as the default run up to its first \
-         release, yet across 8 real runs of the program the 32 MiB segment made at event 168 \
-         sat 2504, 2472 or 2376 MiB below the first segment in 5 and 152 to 632 MiB above it in \
-         3, and repeats of the default run matched the recorded run's relative addresses for \
-         only 9 of 55 segments. First divergence, default with the 3353 MiB cap: event 495, a \
-         32 MiB request, two free 32 MiB blocks (the whole segment of event 168 and the tail of \
-         a split 128 MiB segment); the real run's driver had put the segment of event 168 above \
-         the 128 MiB one, so best fit split off the tail and the 32 MiB segment stayed whole; \
-         the recorded default run had it below, so the replay took it. With the 3355 MiB cap: \
-         event 913, a 16 MiB request, two whole free 32 MiB segments (events 63 and 80), the \
-         real run took the segment of event 80, the replay that of event 63 (808 MiB below the \
-         first segment in the recorded run, above the other in 5 of the 8 runs). From there the \
-         runs release different segments under the cap: at allocation 1304 (from 0), a 128 MiB \
-         request, the real run found a cached block and the replay released two 32 MiB \
-         segments for a new one; the real run later ran out within 1 % of the cap. No rule of \
-         the allocator decides this, so the replay now asks whether the placement can decide \
-         the verdict (see \"How it counts\"): 3 of 8 drawn placements run out under both \
-         caps, the verdict is uncertain, and the peak range (3318-3346 MiB) holds the real \
-         3318 MiB. The price: 5 ground-truth verdicts the \
-         recorded order got right are uncertain too (`transformer_step` under \
-         `garbage_collection_threshold:0.6` and `roundup_power2_divisions:4` at both caps, \
-         `small_churn` under `roundup_power2_divisions:4` at 233 MiB, where 2 to 4 of 8 \
-         placements disagree), and one held-out (`random_lifetimes`, \
-         `roundup_power2_divisions:4`, 1881 MiB cap). Those 6 were run again on the H200, 6 \
-         times each (5 twelve at a time, 1 alone; `docs/gpu-verification/whatif-placement/`): \
-         `transformer_step` under `garbage_collection_threshold:0.6` with the 3355 MiB cap ran \
-         out in 5 and fit in 1 (peaks 3254, 3326 and 3354 MiB), and with the 3353 MiB cap ran \
-         out in all 6 with peaks of 3254 or 3326 MiB: there the real outcome does vary with \
-         the run, as the drawn placements said (their peaks: 3254-3354 MiB). The other four \
-         gave the ground truth's verdict and peak in all 6 runs: there the drawn placements \
-         vary more than this driver did. A survey of the driver (6 runs of each of 11 \
-         workloads, `placement_survey.py`) found it keeps the order of every pair of segments \
-         in most workloads and of 83 % of the small ones' pairs in the most variable, so the \
-         draws move each segment with probability 1/4 (about 78 % of pairs kept); moving every \
-         segment, or each with probability 1/2, made the same 11 + 4 verdicts uncertain with \
-         wider ranges. The counts say that the order can decide, not how likely each outcome \
-         is.\n\
+         segments are still whole (releasable) later under a cap. The replay places a new \
+         segment as the driver was seen to (`scripts/whatif/driver_address_survey.py` over 279 \
+         real runs' snapshots, `docs/gpu-verification/whatif-placement/driver_addresses.txt`): \
+         (1) where the recorded run made a segment at the same request: one of the same size, \
+         else one of another size (a setting that rounds differently asks for another size at \
+         the same point; the driver gave it the same place in 58 of 124 such cases, against \
+         2,670 of 3,623 of the same size); (2) into address space that segments the replay \
+         released (`cudaFree`) left, when a range can hold it: the driver did so in 2,872 of \
+         3,450 such cases; which range and which end follow no rule found there (the best of \
+         eight candidates, the smallest range that fits at its low end, named the exact \
+         address in 26 %), so the replay takes that one and the placement check draws the \
+         others; (3) at the address of the recorded run's segment of the same size and ordinal \
+         (the n-th 20 MiB segment gets the recorded n-th 20 MiB segment's address); (4) in \
+         fresh space below every live segment, where the driver put 54 % of its new segments \
+         outside released ranges (38 % between two, 8 % above all). Rule (3) fixed `kv_cache` \
+         under `roundup_power2_divisions:4` (248 MiB real, was predicted 228; the 230 MiB \
+         cap's OOM, was missed): the real run made its 2 MiB and 20 MiB segments a few requests \
+         earlier than the default run and the driver gave all 18 the default run's addresses \
+         for that size and ordinal. Rules (1) for another size, (2) and (4) came on 2026-12-03: \
+         before them, new segments after a release took the recorded run's addresses for their \
+         size or one above every address, and 22 of the 31 real OOMs were predicted at the same \
+         allocation (now 30).\n\
+         - `transformer_step` under a 3353 or 3355 MiB cap (7 real runs each, all out of memory \
+         after 1653 allocations at a 3318 MiB peak): before rules (2) and (4) the replay fitted. \
+         The segments made after the cap's first releases took the uncapped run's addresses for \
+         their size, or one above every address, where the real driver reused the released \
+         space or went below the live segments; best fit then split other blocks, and later \
+         the replay released other segments than the real runs did. With either rule it runs \
+         out at the real runs' allocation. Real runs of this program also put their first \
+         segments in different places (the 32 MiB segment made at event 168 sat 2376 to 2504 \
+         MiB below the first segment in 5 of 8 runs and 152 to 632 MiB above it in 3), and that \
+         was taken for the cause: the placement \
+         check then moved each segment, with probability 1/4, to a random address: that made \
+         these 6 verdicts (3 settings, 2 caps) and 5 other ground-truth ones uncertain, and 4 \
+         held-out ones, while the real runs of 10 of those 11 ground-truth pairs all agreed (6 \
+         or 7 runs each). The check now \
+         draws only the choices the trace does not fix (rule (2)), for three reasons measured \
+         on the H200's runs (`scripts/whatif/placement_replay_check.py`, output in \
+         `docs/gpu-verification/whatif-placement/placement_replay_check.txt`): replayed with \
+         the segments where each of 6 real uncapped runs of each of 11 workloads put them (the \
+         placement survey), the replay gives the same verdict in each of the 126 capped pairs \
+         of the 9 single-stream workloads; moving one segment of `transformer_step` far above \
+         or below the others changes its verdicts at 3353 MiB for 3 of its 55 segments only, \
+         each of which kept its place among the others in all 6 surveyed runs (a 20 MiB one at \
+         the same relative address in all, a 96 and a 128 MiB one in the same place of the \
+         descending run of large segments, which lay 160 MiB lower in 2 runs); and replayed \
+         with the segments where each of 24 capped `transformer_step` runs \
+         (`garbage_collection_threshold:0.6` and `roundup_power2_divisions:4`) put them up to \
+         its first release, it gives each run's own verdict and peak, 24 of 24. The price is \
+         one verdict: that setting under the 3355 MiB cap ran \
+         out in 6 of 7 real runs and fit in one, at a 3354 MiB peak; the replay says it runs \
+         out (peak 3254 MiB; the real peaks were 3254, 3326 and 3354 MiB), and from the run \
+         that fit's own placement it predicts a fit at 3354 MiB. Where the driver puts a \
+         process's first segments differs from run to run (in `transformer_step` only 9 of 55 \
+         kept their relative address over 6 runs), the trace shows one such run, and no draw \
+         tried here reproduced which orders real runs have; so this verdict, whose real runs \
+         disagreed, is counted wrong. `small_churn` under `roundup_power2_divisions:4` at \
+         233 MiB is uncertain (the released range chosen decides it in the draws) though its 7 \
+         real runs all ran out.\n\
          - Scratch buffers. A program can catch an out-of-memory error and go on, and PyTorch \
          itself does so for cuDNN's convolution workspace: it tries the next algorithm, down to \
          one needing none. The held-out `cnn_train` under `roundup_power2_divisions` and a cap \
@@ -734,8 +748,25 @@ fn table(
     out.push_str(&misses_list(heldout2));
     out.push('\n');
     out.push_str(&rows_table(heldout2));
+    out.push_str(HELDOUT3_INTRO);
+    out.push_str(&summary_line(heldout3));
+    out.push_str(&misses_list(heldout3));
+    out.push('\n');
+    out.push_str(&rows_table(heldout3));
     out
 }
+
+/// What the third held-out set is.
+const HELDOUT3_INTRO: &str = "\n## Third held-out set\n\nFive more workloads, written on \
+     2026-12-03 after the replay learnt where the driver puts segments made after a release \
+     (see \"Addresses\" under the causes), and run once on the H200 with C++ frames in the \
+     stacks (`scripts/whatif/workloads_heldout3.py`: a vision transformer on images of changing \
+     size through `scaled_dot_product_attention`, an LSTM on packed variable-length batches, \
+     fp16 training with a gradient scaler and gradient clipping, batched generation whose \
+     batch shrinks while its KV caches grow, a recommendation model's embedding bags; ground \
+     truth in `tests/fixtures/whatif/heldout3/`, runs and log in \
+     `docs/gpu-verification/whatif-heldout3/`), counted as above. No rule was changed for \
+     them.\n\n";
 
 /// What the second held-out set is and what it found.
 const HELDOUT2_INTRO: &str = "\n## Second held-out set\n\nFive more workloads, written on \
@@ -743,15 +774,20 @@ const HELDOUT2_INTRO: &str = "\n## Second held-out set\n\nFive more workloads, w
      (`scripts/whatif/workloads_heldout2.py`: activation checkpointing under bf16 autocast, a \
      U-Net, mixture-of-experts routing, a leak of kept losses, models swapped with \
      `empty_cache()`; ground truth in `tests/fixtures/whatif/heldout2/`, runs and logs in \
-     `docs/gpu-verification/whatif-heldout2/`), counted as above. No rule was changed for them. \
+     `docs/gpu-verification/whatif-heldout2/`), counted as above. No rule was changed for them \
+     until one was found on them on 2026-12-03 (below). \
      The uncertain verdicts, each run 6 times more on the H200 (5 twelve at a time, 1 alone; \
      `repeats_summary.json` there): `unet_segment` under the lower cap, where a cuDNN workspace \
      did not fit and the real runs went on without it (the scratch-buffer rule; all 36 repeats \
-     ran, at the ground truth's peak; traced with C++ frames, as now, 5 of those 6 are right, \
-     see the scratch-buffer cause, and the sixth is uncertain from the placement draws), and \
-     `ckpt_transformer` under `max_split_size_mb:64` and a \
-     777 MiB cap, which the placement of segments decides (1 of 8 drawn placements run out): \
-     the ground truth fit 1 MiB under the cap, and 3 of the 6 repeats ran out, at the same peak.\n\n";
+     ran, at the ground truth's peak; traced with C++ frames, as now, all 6 are right, see the \
+     scratch-buffer cause), and `ckpt_transformer` under `max_split_size_mb:64` and a 777 MiB \
+     cap, which the placement of segments decides (the replay runs out, 5 of 8 drawn choices of \
+     released address space do not): the ground truth fit 1 MiB under the cap, and 3 of the 6 \
+     repeats ran out, at the same peak. Rule (1) for a segment of another size (see \
+     \"Addresses\" under the causes) was found on this set, so for it `unet_segment` is not \
+     held out: with rules (2) and (4) alone, its 40 and 80 MiB segments under \
+     `roundup_power2_divisions:4` went below every other, and the 1555 MiB cap's peak was \
+     predicted at 1538 MiB (real 1394 MiB, 10 % over; 1438 MiB before the three rules).\n\n";
 
 #[test]
 fn replay_predicts_real_runs_under_every_setting_and_cap() {
@@ -767,7 +803,15 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         rows.len()
     );
     let repeat_lines = repeat_traces(&rows);
-    let text = table(&rows, &checks, &repeat_lines, &heldout, &heldout2);
+    let (heldout3, _) = validate(&fixtures().join("heldout3"), &BTreeMap::new());
+    let text = table(
+        &rows,
+        &checks,
+        &repeat_lines,
+        &heldout,
+        &heldout2,
+        &heldout3,
+    );
     let doc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/whatif-validation.md");
     if std::env::var_os("VRAMSCOPE_WRITE_DOCS").is_some() {
         std::fs::write(&doc, &text).expect("write docs/whatif-validation.md");
@@ -802,15 +846,26 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         worst.predicted_range,
         real_peaks(worst)
     );
-    // 113 (was 117) since a verdict the placement of segments decides is uncertain: 5 the
-    // recorded order got right among them, with the 6 it got wrong (see the causes in the
-    // document); wrong verdicts went from 6 to 0.
+    // 123 (was 113) since new segments take the address space the replay's releases freed and
+    // fresh space lies below the live segments, and the drawn placements vary only what the
+    // driver was seen to vary (see the causes in the document).
     assert!(
-        right >= 113,
-        "{right} of {} OOM verdicts right at the right place (was 113)",
+        right >= 123,
+        "{right} of {} OOM verdicts right at the right place (was 123)",
         rows.len()
     );
-    assert_eq!(wrong, 0, "OOM verdicts wrong (there were none)");
+    // A certain verdict may miss a real run only where the real runs disagreed among
+    // themselves (then no certain verdict matches them all): one pair, which ran out in 6 of
+    // its 7 real runs.
+    let wrong_where_real_agreed = rows
+        .iter()
+        .filter(|r| r.verdict() == Verdict::Wrong && !r.real_varied())
+        .count();
+    assert_eq!(
+        wrong_where_real_agreed, 0,
+        "OOM verdicts wrong where every real run agreed"
+    );
+    assert!(wrong <= 1, "{wrong} OOM verdicts wrong (was 1)");
     // The held-out workloads: no verdict wrong, and the peaks may not get worse.
     let heldout_within_5 = heldout.iter().filter(|r| r.error() <= 0.05).count();
     let heldout_wrong = heldout
@@ -845,16 +900,32 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         .filter(|r| r.verdict() == Verdict::Right)
         .count();
     assert!(
-        heldout2_within_2 >= 104 && heldout2_right >= 103,
-        "second held-out set: {heldout2_within_2} within 2 % (was 104), {heldout2_right} verdicts right (was 103 with the U-Net traced with C++ frames, 98 before)"
+        heldout2_within_2 >= 104 && heldout2_right >= 104,
+        "second held-out set: {heldout2_within_2} within 2 % (was 104), {heldout2_right} verdicts right (was 104 with released address space reused, 103 before, 98 before the U-Net was traced with C++ frames)"
     );
     let heldout_right = heldout
         .iter()
         .filter(|r| r.verdict() == Verdict::Right)
         .count();
     assert!(
-        heldout_right >= 104,
-        "held-out: {heldout_right} verdicts right (was 104 with the CNN traced with C++ frames, 101 before)"
+        heldout_right >= 105,
+        "held-out: {heldout_right} verdicts right (was 105 with released address space reused, 104 before, 101 before the CNN was traced with C++ frames)"
+    );
+    // The third held-out set, as first measured (2026-12-03): every verdict right and every
+    // peak within 2 %.
+    let heldout3_within_2 = heldout3.iter().filter(|r| r.error() <= 0.02).count();
+    let heldout3_right = heldout3
+        .iter()
+        .filter(|r| r.verdict() == Verdict::Right)
+        .count();
+    assert!(
+        heldout3.len() >= 100,
+        "third held-out ground truth too small: {}",
+        heldout3.len()
+    );
+    assert!(
+        heldout3_within_2 >= 105 && heldout3_right >= 105,
+        "third held-out set: {heldout3_within_2} within 2 %, {heldout3_right} verdicts right (were 105 and 105)"
     );
     let current = std::fs::read_to_string(&doc).unwrap_or_default();
     assert_eq!(
