@@ -69,9 +69,9 @@ pub struct SegmentHints {
 /// Which released address range a new segment goes into, and at which end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReusedRange {
-    /// Index into the released ranges large enough for the segment, smallest first (ties: lowest
-    /// address first).
-    pub index: usize,
+    /// Which of the released ranges large enough for the segment, smallest first (ties: lowest
+    /// address first): this number modulo how many there are (0: the smallest).
+    pub pick: u64,
     /// At the range's high end instead of its low end.
     pub at_top: bool,
 }
@@ -82,10 +82,10 @@ pub struct ReusedRange {
 pub trait AddressHints {
     /// Addresses the real run's driver would give a new `size_bytes` segment at this point.
     fn segment_addresses(&mut self, size_bytes: u64) -> SegmentHints;
-    /// Asked when segments this replay released (`cudaFree`) left address ranges large
-    /// enough for a new segment (`fitting` of them) and the real run made none at this
-    /// request: which one the driver reuses, or `None` for fresh address space.
-    fn reuse_released(&mut self, fitting: usize) -> Option<ReusedRange>;
+    /// Asked when segments this replay released (`cudaFree`) left an address range large
+    /// enough for a new segment and the real run made none at this request: which one the
+    /// driver reuses, or `None` for fresh address space.
+    fn reuse_released(&mut self) -> Option<ReusedRange>;
     /// Addresses of ranges the real run mapped at this point (expandable segments).
     fn mapped_addresses(&mut self) -> Vec<u64>;
 }
@@ -99,7 +99,7 @@ impl AddressHints for NoHints {
     fn segment_addresses(&mut self, _size_bytes: u64) -> SegmentHints {
         SegmentHints::default()
     }
-    fn reuse_released(&mut self, _fitting: usize) -> Option<ReusedRange> {
+    fn reuse_released(&mut self) -> Option<ReusedRange> {
         None
     }
     fn mapped_addresses(&mut self) -> Vec<u64> {
@@ -214,6 +214,79 @@ struct Params {
     block: u32,
 }
 
+/// Released address ranges, adjacent ones merged, by start and by length (to find the
+/// smallest that holds a segment without a scan).
+#[derive(Default)]
+struct ReleasedSpace {
+    by_start: BTreeMap<u64, u64>,
+    by_length: BTreeSet<(u64, u64)>,
+}
+
+impl ReleasedSpace {
+    fn insert(&mut self, start: u64, end: u64) {
+        self.by_start.insert(start, end);
+        self.by_length.insert((end - start, start));
+    }
+
+    fn remove(&mut self, start: u64) -> Option<u64> {
+        let end = self.by_start.remove(&start)?;
+        self.by_length.remove(&(end - start, start));
+        Some(end)
+    }
+
+    /// Records `start..end` as released, merged with adjacent released ranges.
+    fn add(&mut self, mut start: u64, mut end: u64) {
+        if let Some((&before, &before_end)) = self.by_start.range(..=start).next_back()
+            && before_end >= start
+        {
+            self.remove(before);
+            start = before;
+            end = end.max(before_end);
+        }
+        while let Some((&after, &after_end)) = self.by_start.range(start..=end).next() {
+            self.remove(after);
+            end = end.max(after_end);
+        }
+        self.insert(start, end);
+    }
+
+    /// A new segment at `start..end` takes that part of any released range.
+    fn take(&mut self, start: u64, end: u64) {
+        while let Some((&range_start, &range_end)) = self.by_start.range(..end).next_back()
+            && range_end > start
+        {
+            self.remove(range_start);
+            if range_start < start {
+                self.insert(range_start, start);
+            }
+            if end < range_end {
+                self.insert(end, range_end);
+            }
+            if range_start <= start {
+                break;
+            }
+        }
+    }
+
+    /// Whether some released range holds `len` bytes.
+    fn holds(&self, len: u64) -> bool {
+        self.by_length.range((len, 0)..).next().is_some()
+    }
+
+    /// Of the ranges that hold `len` bytes, smallest first (ties: lowest address), the one
+    /// `pick` modulo their number names.
+    fn fitting(&self, len: u64, pick: u64) -> Option<(u64, u64)> {
+        let mut fitting = self.by_length.range((len, 0)..);
+        let index = if pick == 0 {
+            0
+        } else {
+            pick % self.by_length.range((len, 0)..).count().max(1) as u64
+        };
+        let &(length, start) = fitting.nth(usize::try_from(index).ok()?)?;
+        Some((start, start + length))
+    }
+}
+
 /// The allocator of one device.
 pub struct AllocatorModel {
     rules: AllocatorRules,
@@ -226,9 +299,9 @@ pub struct AllocatorModel {
     /// Live address ranges (start → end) of segments and expandable reservations, to keep
     /// invented and hinted addresses from overlapping.
     ranges: BTreeMap<u64, u64>,
-    /// Address ranges (start → end, adjacent ones merged) of segments the replay released with
-    /// `cudaFree` and no segment took since: the driver gives them to later segments.
-    released: BTreeMap<u64, u64>,
+    /// Address space of segments the replay released with `cudaFree` that no segment took
+    /// since: the driver gives it to later segments.
+    released: ReleasedSpace,
     next_synthetic: u64,
     next_generation: u32,
     pending: BTreeSet<u32>,
@@ -269,7 +342,7 @@ impl AllocatorModel {
             pools: [Pool::default(), Pool::default()],
             expandable: Vec::new(),
             ranges: BTreeMap::new(),
-            released: BTreeMap::new(),
+            released: ReleasedSpace::default(),
             next_synthetic: SYNTHETIC_BASE,
             next_generation: 0,
             pending: BTreeSet::new(),
@@ -394,7 +467,7 @@ impl AllocatorModel {
             .or_else(|| self.place_in_released(len, hints))
             .or_else(|| self.place_at_hint(len, offered.others.iter().copied()))
             .unwrap_or_else(|| self.invent_range(len));
-        self.take_released(at, at + len);
+        self.released.take(at, at + len);
         at
     }
 
@@ -420,18 +493,11 @@ impl AllocatorModel {
     /// ([`AddressHints::reuse_released`]; `scripts/whatif/driver_address_survey.py`,
     /// `docs/gpu-verification/whatif-placement/driver_addresses.txt`).
     fn place_in_released(&mut self, len: u64, hints: &mut dyn AddressHints) -> Option<u64> {
-        let mut fitting: Vec<(u64, u64)> = self
-            .released
-            .iter()
-            .filter(|&(&start, &end)| end - start >= len)
-            .map(|(&start, &end)| (start, end))
-            .collect();
-        if fitting.is_empty() {
+        if !self.released.holds(len) {
             return None;
         }
-        fitting.sort_by_key(|&(start, end)| (end - start, start));
-        let choice = hints.reuse_released(fitting.len())?;
-        let (start, end) = *fitting.get(choice.index)?;
+        let choice = hints.reuse_released()?;
+        let (start, end) = self.released.fitting(len, choice.pick)?;
         let at = if choice.at_top { end - len } else { start };
         self.range_is_free(at, len).then_some(at)
     }
@@ -456,42 +522,6 @@ impl AllocatorModel {
             .div_ceil(SYNTHETIC_ALIGN)
             .saturating_mul(SYNTHETIC_ALIGN);
         start
-    }
-
-    /// Records `start..end` as released address space, merged with adjacent released ranges.
-    fn add_released(&mut self, mut start: u64, mut end: u64) {
-        if let Some((&before, &before_end)) = self.released.range(..=start).next_back()
-            && before_end >= start
-        {
-            start = before;
-            end = end.max(before_end);
-            self.released.remove(&before);
-        }
-        while let Some((&after, &after_end)) = self.released.range(start..=end).next() {
-            end = end.max(after_end);
-            self.released.remove(&after);
-        }
-        self.released.insert(start, end);
-    }
-
-    /// A new segment at `start..end` takes that part of any released range.
-    fn take_released(&mut self, start: u64, end: u64) {
-        let overlapping: Vec<(u64, u64)> = self
-            .released
-            .range(..end)
-            .rev()
-            .take_while(|&(_, &range_end)| range_end > start)
-            .map(|(&range_start, &range_end)| (range_start, range_end))
-            .collect();
-        for (range_start, range_end) in overlapping {
-            self.released.remove(&range_start);
-            if range_start < start {
-                self.released.insert(range_start, start);
-            }
-            if end < range_end {
-                self.released.insert(end, range_end);
-            }
-        }
     }
 
     /// When `address` lies in the unmapped tail of an expandable reservation, that reservation
@@ -1251,7 +1281,7 @@ impl AllocatorModel {
             (b.ptr, b.size)
         };
         self.ranges.remove(&ptr);
-        self.add_released(ptr, ptr + size);
+        self.released.add(ptr, ptr + size);
         self.reserved_bytes -= size;
         self.segment_count -= 1;
         self.stats.num_device_free += 1;
@@ -1563,7 +1593,7 @@ mod tests {
                 others: self.address.take().into_iter().collect(),
             }
         }
-        fn reuse_released(&mut self, _fitting: usize) -> Option<ReusedRange> {
+        fn reuse_released(&mut self) -> Option<ReusedRange> {
             self.reuse
         }
         fn mapped_addresses(&mut self) -> Vec<u64> {
@@ -1602,15 +1632,60 @@ mod tests {
     }
 
     #[test]
+    fn released_space_merges_neighbours_and_gives_up_what_a_segment_takes() {
+        let mut space = ReleasedSpace::default();
+        space.add(100, 130);
+        space.add(200, 210);
+        // Adjacent on both sides: one range 100..210.
+        space.add(130, 200);
+        assert_eq!(
+            space.by_start.iter().collect::<Vec<_>>(),
+            vec![(&100, &210)]
+        );
+        space.add(300, 320);
+        space.add(400, 450);
+        // A segment in the middle of 100..210 leaves both ends.
+        space.take(120, 150);
+        assert_eq!(
+            space
+                .by_start
+                .iter()
+                .map(|(&s, &e)| (s, e))
+                .collect::<Vec<_>>(),
+            vec![(100, 120), (150, 210), (300, 320), (400, 450)]
+        );
+        assert_eq!(space.by_length.len(), 4);
+        // Smallest first among those that hold 20 bytes: 100..120 and 300..320 (20 each, lower
+        // address first), then 400..450, then 150..210.
+        assert_eq!(space.fitting(20, 0), Some((100, 120)));
+        assert_eq!(space.fitting(20, 1), Some((300, 320)));
+        assert_eq!(space.fitting(20, 3), Some((150, 210)));
+        assert_eq!(space.fitting(20, 4), Some((100, 120)));
+        assert_eq!(space.fitting(55, 0), Some((150, 210)));
+        assert!(!space.holds(61));
+        // A segment over several ranges takes all it covers.
+        space.take(110, 420);
+        assert_eq!(
+            space
+                .by_start
+                .iter()
+                .map(|(&s, &e)| (s, e))
+                .collect::<Vec<_>>(),
+            vec![(100, 110), (420, 450)]
+        );
+        assert_eq!(space.by_length.len(), 2);
+    }
+
+    #[test]
     fn a_new_segment_goes_where_the_driver_chose_in_released_address_space() {
         let low_end = ReusedRange {
-            index: 0,
+            pick: 0,
             at_top: false,
         };
         let (x, at) = segment_after_release(Some(low_end));
         assert_eq!(at, Some(x - 30 * MIB));
         let high_end = ReusedRange {
-            index: 0,
+            pick: 0,
             at_top: true,
         };
         let (x, at) = segment_after_release(Some(high_end));

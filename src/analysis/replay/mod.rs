@@ -1529,12 +1529,12 @@ impl AddressHints for TraceHints<'_> {
         }
     }
 
-    fn reuse_released(&mut self, fitting: usize) -> Option<ReusedRange> {
+    fn reuse_released(&mut self) -> Option<ReusedRange> {
         match self.drawn.as_deref_mut() {
             // The most frequent of the driver's choices: the smallest range that fits, at its
             // low end.
             None => Some(ReusedRange {
-                index: 0,
+                pick: 0,
                 at_top: false,
             }),
             // The driver took fresh address space in about 1 case in 6 (578 of 3,450), and
@@ -1543,9 +1543,8 @@ impl AddressHints for TraceHints<'_> {
                 if split_mix64(state).is_multiple_of(6) {
                     return None;
                 }
-                let index = (split_mix64(state) % fitting.max(1) as u64) as usize;
                 Some(ReusedRange {
-                    index,
+                    pick: split_mix64(state),
                     at_top: split_mix64(state).is_multiple_of(2),
                 })
             }
