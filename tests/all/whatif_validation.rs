@@ -129,6 +129,16 @@ impl Row {
     }
 }
 
+/// How many of `rows` got `verdict`.
+fn count_verdict(rows: &[Row], verdict: Verdict) -> usize {
+    rows.iter().filter(|r| r.verdict() == verdict).count()
+}
+
+/// How many of `rows` lie within `limit` (relative) of their predicted range.
+fn count_within(rows: &[Row], limit: f64) -> usize {
+    rows.iter().filter(|r| r.error() <= limit).count()
+}
+
 fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
 }
@@ -453,8 +463,8 @@ fn predicted_peaks(row: &Row) -> String {
 
 /// The numbers in one line: pairs within 2 % and 5 %, verdicts right, uncertain and wrong.
 fn summary_line(rows: &[Row]) -> String {
-    let within = |limit: f64| rows.iter().filter(|r| r.error() <= limit).count();
-    let count = |verdict: Verdict| rows.iter().filter(|r| r.verdict() == verdict).count();
+    let within = |limit: f64| count_within(rows, limit);
+    let count = |verdict: Verdict| count_verdict(rows, verdict);
     let real_runs: usize = rows.iter().map(|r| r.real.len()).sum();
     let mut out = String::new();
     out.push_str(&format!(
@@ -830,12 +840,9 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
     );
     // Not yet met (see docs/whatif-validation.md, "Where the model is approximate"): every OOM
     // verdict right (some are uncertain). Until it is, the results may not get worse.
-    let within_5 = rows.iter().filter(|r| r.error() <= 0.05).count();
+    let within_5 = count_within(&rows, 0.05);
     let right = rows.iter().filter(|r| r.right_at_the_right_place()).count();
-    let wrong = rows
-        .iter()
-        .filter(|r| r.verdict() == Verdict::Wrong)
-        .count();
+    let wrong = count_verdict(&rows, Verdict::Wrong);
     assert!(
         within_5 >= WITHIN_5_AT_LEAST,
         "{within_5} of {} runs within 5 % (was {WITHIN_5_AT_LEAST}); worst: {} `{}` cap {:?}: predicted {:?} vs real {}",
@@ -867,11 +874,8 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
     );
     assert!(wrong <= 1, "{wrong} OOM verdicts wrong (was 1)");
     // The held-out workloads: no verdict wrong, and the peaks may not get worse.
-    let heldout_within_5 = heldout.iter().filter(|r| r.error() <= 0.05).count();
-    let heldout_wrong = heldout
-        .iter()
-        .filter(|r| r.verdict() == Verdict::Wrong)
-        .count();
+    let heldout_within_5 = count_within(&heldout, 0.05);
+    let heldout_wrong = count_verdict(&heldout, Verdict::Wrong);
     assert!(
         heldout.len() >= 100,
         "held-out ground truth too small: {}",
@@ -883,10 +887,7 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         heldout.len()
     );
     assert_eq!(heldout_wrong, 0, "held-out: OOM verdicts wrong");
-    let heldout2_wrong = heldout2
-        .iter()
-        .filter(|r| r.verdict() == Verdict::Wrong)
-        .count();
+    let heldout2_wrong = count_verdict(&heldout2, Verdict::Wrong);
     assert!(
         heldout2.len() >= 80,
         "second held-out ground truth too small: {}",
@@ -894,30 +895,21 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
     );
     assert_eq!(heldout2_wrong, 0, "second held-out set: OOM verdicts wrong");
     // As first measured (2026-12-02): the results may not get worse.
-    let heldout2_within_2 = heldout2.iter().filter(|r| r.error() <= 0.02).count();
-    let heldout2_right = heldout2
-        .iter()
-        .filter(|r| r.verdict() == Verdict::Right)
-        .count();
+    let heldout2_within_2 = count_within(&heldout2, 0.02);
+    let heldout2_right = count_verdict(&heldout2, Verdict::Right);
     assert!(
         heldout2_within_2 >= 104 && heldout2_right >= 104,
         "second held-out set: {heldout2_within_2} within 2 % (was 104), {heldout2_right} verdicts right (was 104 with released address space reused, 103 before, 98 before the U-Net was traced with C++ frames)"
     );
-    let heldout_right = heldout
-        .iter()
-        .filter(|r| r.verdict() == Verdict::Right)
-        .count();
+    let heldout_right = count_verdict(&heldout, Verdict::Right);
     assert!(
         heldout_right >= 105,
         "held-out: {heldout_right} verdicts right (was 105 with released address space reused, 104 before, 101 before the CNN was traced with C++ frames)"
     );
     // The third held-out set, as first measured (2026-12-03): every verdict right and every
     // peak within 2 %.
-    let heldout3_within_2 = heldout3.iter().filter(|r| r.error() <= 0.02).count();
-    let heldout3_right = heldout3
-        .iter()
-        .filter(|r| r.verdict() == Verdict::Right)
-        .count();
+    let heldout3_within_2 = count_within(&heldout3, 0.02);
+    let heldout3_right = count_verdict(&heldout3, Verdict::Right);
     assert!(
         heldout3.len() >= 100,
         "third held-out ground truth too small: {}",

@@ -1633,28 +1633,28 @@ mod tests {
 
     #[test]
     fn released_space_merges_neighbours_and_gives_up_what_a_segment_takes() {
+        let ranges = |space: &ReleasedSpace| {
+            assert_eq!(space.by_length.len(), space.by_start.len());
+            space
+                .by_start
+                .iter()
+                .map(|(&start, &end)| (start, end))
+                .collect::<Vec<_>>()
+        };
         let mut space = ReleasedSpace::default();
         space.add(100, 130);
         space.add(200, 210);
         // Adjacent on both sides: one range 100..210.
         space.add(130, 200);
-        assert_eq!(
-            space.by_start.iter().collect::<Vec<_>>(),
-            vec![(&100, &210)]
-        );
+        assert_eq!(ranges(&space), vec![(100, 210)]);
         space.add(300, 320);
         space.add(400, 450);
         // A segment in the middle of 100..210 leaves both ends.
         space.take(120, 150);
         assert_eq!(
-            space
-                .by_start
-                .iter()
-                .map(|(&s, &e)| (s, e))
-                .collect::<Vec<_>>(),
+            ranges(&space),
             vec![(100, 120), (150, 210), (300, 320), (400, 450)]
         );
-        assert_eq!(space.by_length.len(), 4);
         // Smallest first among those that hold 20 bytes: 100..120 and 300..320 (20 each, lower
         // address first), then 400..450, then 150..210.
         assert_eq!(space.fitting(20, 0), Some((100, 120)));
@@ -1665,15 +1665,7 @@ mod tests {
         assert!(!space.holds(61));
         // A segment over several ranges takes all it covers.
         space.take(110, 420);
-        assert_eq!(
-            space
-                .by_start
-                .iter()
-                .map(|(&s, &e)| (s, e))
-                .collect::<Vec<_>>(),
-            vec![(100, 110), (420, 450)]
-        );
-        assert_eq!(space.by_length.len(), 2);
+        assert_eq!(ranges(&space), vec![(100, 110), (420, 450)]);
     }
 
     #[test]
