@@ -772,11 +772,14 @@ const HELDOUT3_INTRO: &str = "\n## Third held-out set\n\nFive more workloads, wr
      (see \"Addresses\" under the causes), and run once on the H200 with C++ frames in the \
      stacks (`scripts/whatif/workloads_heldout3.py`: a vision transformer on images of changing \
      size through `scaled_dot_product_attention`, an LSTM on packed variable-length batches, \
-     fp16 training with a gradient scaler and gradient clipping, batched generation whose \
-     batch shrinks while its KV caches grow, a recommendation model's embedding bags; ground \
-     truth in `tests/fixtures/whatif/heldout3/`, runs and log in \
+     fp16 training with a gradient scaler and gradient clipping, a recommendation model's \
+     embedding bags; ground truth in `tests/fixtures/whatif/heldout3/`, runs and log in \
      `docs/gpu-verification/whatif-heldout3/`), counted as above. No rule was changed for \
-     them.\n\n";
+     them. A fifth workload of the set, batched generation whose batch shrinks while its KV \
+     caches grow (`shrinking_generation`), is not in this table: its default trace is 18 MB, \
+     and with its snapshots the repository no longer fits the 64 MiB a GPU machine of this \
+     project can be sent; its 21 records are kept in that folder, and replayed once by this \
+     tree it gave 21 of 21 verdicts right and every peak within 2 % (see its README).\n\n";
 
 /// What the second held-out set is and what it found.
 const HELDOUT2_INTRO: &str = "\n## Second held-out set\n\nFive more workloads, written on \
@@ -911,13 +914,13 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
     let heldout3_within_2 = count_within(&heldout3, 0.02);
     let heldout3_right = count_verdict(&heldout3, Verdict::Right);
     assert!(
-        heldout3.len() >= 100,
+        heldout3.len() >= 80,
         "third held-out ground truth too small: {}",
         heldout3.len()
     );
     assert!(
-        heldout3_within_2 >= 105 && heldout3_right >= 105,
-        "third held-out set: {heldout3_within_2} within 2 %, {heldout3_right} verdicts right (were 105 and 105)"
+        heldout3_within_2 >= 84 && heldout3_right >= 84,
+        "third held-out set: {heldout3_within_2} within 2 %, {heldout3_right} verdicts right (were 84 and 84)"
     );
     let current = std::fs::read_to_string(&doc).unwrap_or_default();
     assert_eq!(
