@@ -175,6 +175,7 @@ fn load_repeats(summaries: &[&str]) -> BTreeMap<String, Repeats> {
 const GROUND_TRUTH_REPEATS: &[&str] = &[
     "docs/gpu-verification/whatif-repeats/summary.json",
     "docs/gpu-verification/whatif-placement/gt_summary.json",
+    "docs/gpu-verification/whatif-placement2/summary.json",
 ];
 /// Repeats of held-out pairs.
 const HELDOUT_REPEATS: &[&str] = &["docs/gpu-verification/whatif-placement/heldout_summary.json"];
@@ -669,9 +670,11 @@ fn table(
          (`garbage_collection_threshold:0.6` and `roundup_power2_divisions:4`) put them up to \
          its first release, it gives each run's own verdict and peak, 24 of 24. The price is \
          one verdict: that setting under the 3355 MiB cap ran \
-         out in 6 of 7 real runs and fit in one, at a 3354 MiB peak; the replay says it runs \
-         out (peak 3254 MiB; the real peaks were 3254, 3326 and 3354 MiB), and from the run \
-         that fit's own placement it predicts a fit at 3354 MiB. Where the driver puts a \
+         out in 29 of 31 real runs (24 of them run for this, \
+         `docs/gpu-verification/whatif-placement2/`) and fit in 2, at a 3354 MiB peak; the \
+         replay says it runs out (peak 3254 MiB; the real peaks were 3254 MiB in 24 runs, \
+         3262 to 3326 MiB in 5 and 3354 MiB in 2), and from the first run that fit's own placement \
+         it predicts a fit at 3354 MiB. Where the driver puts a \
          process's first segments differs from run to run (in `transformer_step` only 9 of 55 \
          kept their relative address over 6 runs), the trace shows one such run, and no draw \
          tried here reproduced which orders real runs have; so this verdict, whose real runs \
