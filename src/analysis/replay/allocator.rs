@@ -58,12 +58,13 @@ pub struct ModelOom {
 /// Where the driver could put a new segment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SegmentHints {
-    /// The address the real run's `cudaMalloc` returned for a segment of this size at this
-    /// same request: the model takes it first.
+    /// The address the real run's `cudaMalloc` returned for a segment made at this same
+    /// request (of this size, else of another): the model takes it first.
     pub same_request: Option<u64>,
-    /// Addresses the driver may give it when it does not reuse released address space (see
-    /// [`AddressHints::reuse_released`]), most likely first.
-    pub others: Vec<u64>,
+    /// The address the real run's segment of this size and ordinal got: where the driver may
+    /// put it when it does not reuse released address space (see
+    /// [`AddressHints::reuse_released`]).
+    pub same_size: Option<u64>,
 }
 
 /// Which released address range a new segment goes into, and at which end.
@@ -228,10 +229,10 @@ impl ReleasedSpace {
         self.by_length.insert((end - start, start));
     }
 
-    fn remove(&mut self, start: u64) -> Option<u64> {
-        let end = self.by_start.remove(&start)?;
-        self.by_length.remove(&(end - start, start));
-        Some(end)
+    fn remove(&mut self, start: u64) {
+        if let Some(end) = self.by_start.remove(&start) {
+            self.by_length.remove(&(end - start, start));
+        }
     }
 
     /// Records `start..end` as released, merged with adjacent released ranges.
@@ -457,33 +458,28 @@ impl AllocatorModel {
 
     /// An address for a new segment of `len` bytes. The real run's segment at this request
     /// first; else released address space, when the driver reuses it (see
-    /// [`Self::place_in_released`]); else the first other hint that does not overlap a live
-    /// range (cutting an older expandable reservation whose unused tail it falls into); else an
-    /// invented address above every real one.
+    /// [`Self::place_in_released`]); else the real run's segment of this size and ordinal; a
+    /// hint is taken when it does not overlap a live range (cutting an older expandable
+    /// reservation whose unused tail it falls into); else fresh space (see
+    /// [`Self::invent_range`]).
     fn place_segment(&mut self, len: u64, hints: &mut dyn AddressHints) -> u64 {
         let offered = hints.segment_addresses(len);
         let at = self
-            .place_at_hint(len, offered.same_request.iter().copied())
+            .place_at_hint(len, offered.same_request)
             .or_else(|| self.place_in_released(len, hints))
-            .or_else(|| self.place_at_hint(len, offered.others.iter().copied()))
+            .or_else(|| self.place_at_hint(len, offered.same_size))
             .unwrap_or_else(|| self.invent_range(len));
         self.released.take(at, at + len);
         at
     }
 
-    fn place_at_hint(&mut self, len: u64, hints: impl Iterator<Item = u64>) -> Option<u64> {
-        for hint in hints {
-            if hint == 0 {
-                continue;
-            }
-            if !self.range_is_free(hint, len) {
-                self.cut_reservation_holding(hint);
-            }
-            if self.range_is_free(hint, len) {
-                return Some(hint);
-            }
+    /// `hint`, when it is one and its `len` bytes are free.
+    fn place_at_hint(&mut self, len: u64, hint: Option<u64>) -> Option<u64> {
+        let hint = hint.filter(|&hint| hint != 0)?;
+        if !self.range_is_free(hint, len) {
+            self.cut_reservation_holding(hint);
         }
-        None
+        self.range_is_free(hint, len).then_some(hint)
     }
 
     /// The driver hands address space of segments freed earlier to new ones: in 279 real
@@ -1590,7 +1586,7 @@ mod tests {
         fn segment_addresses(&mut self, _size_bytes: u64) -> SegmentHints {
             SegmentHints {
                 same_request: None,
-                others: self.address.take().into_iter().collect(),
+                same_size: self.address.take(),
             }
         }
         fn reuse_released(&mut self) -> Option<ReusedRange> {

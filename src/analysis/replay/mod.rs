@@ -1519,13 +1519,11 @@ impl AddressHints for TraceHints<'_> {
             });
         SegmentHints {
             same_request,
-            others: self
+            same_size: self
                 .recorded_by_size
                 .get(&size_bytes)
                 .and_then(|recorded| recorded.get(ordinal))
-                .copied()
-                .into_iter()
-                .collect(),
+                .copied(),
         }
     }
 
