@@ -11,6 +11,8 @@ Reads PyTorch allocator snapshots (`.pickle`, or `.tar.xz` archives of them), ea
    segments alive at that moment (below every one, between two, above every one).
 
 Runs under `expandable_segments` are skipped: their addresses come from `cuMemAddressReserve`.
+3. The driver's 32 MiB chunks: how often the chunk rule the replay uses names the address.
+
 Usage: driver_address_survey.py PATH... (prints a report; used for `docs/whatif-validation.md`
 and `src/analysis/replay/allocator.rs`).
 """
@@ -26,6 +28,8 @@ RULES = [
     for choose in ("smallest", "highest", "lowest", "latest-freed")
     for end in ("low end", "high end")
 ]
+CHUNK = 32 << 20
+CHUNK_RULE = "32 MiB chunks (else the smallest range that fits, at its low end)"
 
 
 def snapshots(paths):
@@ -80,6 +84,32 @@ def rule_address(rule, fitting, size):
     return r[0] if end == "low end" else r[1] - size
 
 
+def chunk_rule_address(released, live, size):
+    """The driver's 32 MiB chunks, as `src/analysis/replay/allocator.rs` (`place_by_chunks`)
+    models them: a segment under 32 MiB goes into the lowest chunk that holds a live segment
+    and has released room, at the lowest address there; else, and for larger segments, at the
+    start of the highest chunk of released space free of live segments; else the smallest
+    released range that fits, at its low end."""
+    def overlaps_live(start, end):
+        return any(a < end and a + s > start for a, s in live.items())
+
+    if size < CHUNK:
+        for lo, hi, _ in sorted(released):
+            for chunk in (lo // CHUNK * CHUNK, (hi - 1) // CHUNK * CHUNK):
+                piece = max(lo, chunk)
+                if min(hi, chunk + CHUNK) - piece >= size and overlaps_live(chunk, chunk + CHUNK):
+                    return piece
+    for lo, hi, _ in sorted(released, reverse=True):
+        if hi - lo < size:
+            continue
+        at = (hi - size) // CHUNK * CHUNK
+        while at >= lo:
+            if not overlaps_live(at, -(-(at + size) // CHUNK) * CHUNK):
+                return at
+            at -= CHUNK
+    return rule_address(("smallest", "low end"), [r for r in released if r[1] - r[0] >= size], size)
+
+
 def main(paths):
     seen = set()
     runs = 0
@@ -112,6 +142,7 @@ def main(paths):
                         into_released += inside
                         for rule in RULES:
                             exact[rule] += rule_address(rule, fitting, size) == start
+                        exact[CHUNK_RULE] += chunk_rule_address(released, live, size) == start
                     if live and not inside:
                         lowest = min(live)
                         highest = max(a + s for a, s in live.items())
@@ -132,6 +163,7 @@ def main(paths):
     print("exact address named by each rule, of those", fits, "cases:")
     for rule in RULES:
         print(f"  {rule[0]} range that fits, at its {rule[1]}: {exact[rule]} ({100 * exact[rule] / max(fits, 1):.1f} %)")
+    print(f"  {CHUNK_RULE}: {exact[CHUNK_RULE]} ({100 * exact[CHUNK_RULE] / max(fits, 1):.1f} %)")
     total = sum(fresh.values())
     print(f"new segments outside released ranges, with live segments around: {total}")
     for where, count in fresh.most_common():
