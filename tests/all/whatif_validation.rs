@@ -604,8 +604,10 @@ fn table(
          placement of segments decides it: near a limit (the replay ran out, released cached \
          memory for a request, or peaked within a tenth of the limit) each setting is replayed \
          again under 8 drawn placements, in which each segment made while released address \
-         space could hold it goes, as the driver's did, into fresh space with probability 1/6 \
-         and otherwise into any of the released ranges that can hold it, at either end; a \
+         space could hold it goes where the driver's 32 MiB chunks say as often as the \
+         recorded run's driver followed them (from the 42 % of 375 surveyed runs, see the \
+         causes below), else, as the driver's did, into fresh space with probability 36 % and \
+         otherwise into any of the released ranges that can hold it, at either end; a \
          verdict some of them do not share is uncertain, its range widened by their peaks (see \
          the causes below). An uncertain verdict is counted apart: not wrong when the real runs' verdicts \
          differed from each other or every real peak lies within 5 % of \
@@ -621,20 +623,32 @@ fn table(
          gives a request the lowest-addressed of equal free blocks, so which of two equal cached \
          blocks is split depends on where `cudaMalloc` put their segments, and with it which \
          segments are still whole (releasable) later under a cap. The replay places a new \
-         segment as the driver was seen to (`scripts/whatif/driver_address_survey.py` over 279 \
+         segment as the driver was seen to (`scripts/whatif/driver_address_survey.py` over 375 \
          real runs' snapshots, `docs/gpu-verification/whatif-placement/driver_addresses.txt`): \
          (1) where the recorded run made a segment at the same request: one of the same size, \
          else one of another size (a setting that rounds differently asks for another size at \
          the same point; the driver gave it the same place in 58 of 124 such cases, against \
-         2,670 of 3,623 of the same size); (2) into address space that segments the replay \
-         released (`cudaFree`) left, when a range can hold it: the driver did so in 2,872 of \
-         3,450 such cases; which range and which end follow no rule found there (the best of \
-         eight candidates, the smallest range that fits at its low end, named the exact \
-         address in 26 %), so the replay takes that one and the placement check draws the \
-         others; (3) at the address of the recorded run's segment of the same size and ordinal \
+         2,670 of 3,623 of the same size, in the first 279 runs); (2) into address space that \
+         segments the replay released (`cudaFree`) left, when a range can hold it: the driver \
+         did so in 3,561 of 4,500 such cases. The replay takes the smallest range that fits, \
+         at its low end, which names the exact address in 1,084 (24 %), the most of eight \
+         rules by range (smallest, highest, lowest or latest-freed range, at either end). The \
+         driver's 32 MiB chunks name more, 1,911 (42 %): a segment under 32 MiB goes into the \
+         lowest chunk that holds a live segment and has released room, at the lowest address \
+         there, else to the start of the highest chunk free of live segments (else the \
+         smallest range, at its low end); they name 64 of the 68 in `small_churn`'s trace. \
+         Taken as the replay's own choice, they made `small_churn` under \
+         `roundup_power2_divisions:4` at 233 MiB run out at the real runs' allocation (31 of \
+         the 31 real OOMs at the same allocation), but replayed from 2 of the 6 surveyed real \
+         placements of `transformer_step` (see below) they made it fit under the 3353 and \
+         3355 MiB caps in 3 settings whose real runs all ran out, and from the capped \
+         run that fit, they made it run out; so the chunks are what the placement check \
+         draws, as often as the recorded run's driver followed them, and the other choices \
+         otherwise; \
+(3) at the address of the recorded run's segment of the same size and ordinal \
          (the n-th 20 MiB segment gets the recorded n-th 20 MiB segment's address); (4) in \
-         fresh space below every live segment, where the driver put 54 % of its new segments \
-         outside released ranges (38 % between two, 8 % above all). Rule (3) fixed `kv_cache` \
+         fresh space below every live segment, where the driver put 55 % of its new segments \
+         outside released ranges (38 % between two, 7 % above all). Rule (3) fixed `kv_cache` \
          under `roundup_power2_divisions:4` (248 MiB real, was predicted 228; the 230 MiB \
          cap's OOM, was missed): the real run made its 2 MiB and 20 MiB segments a few requests \
          earlier than the default run and the driver gave all 18 the default run's addresses \
@@ -679,8 +693,9 @@ fn table(
          kept their relative address over 6 runs), the trace shows one such run, and no draw \
          tried here reproduced which orders real runs have; so this verdict, whose real runs \
          disagreed, is counted wrong. `small_churn` under `roundup_power2_divisions:4` at \
-         233 MiB is uncertain (the released range chosen decides it in the draws) though its 7 \
-         real runs all ran out.\n\
+         233 MiB is uncertain though its 7 real runs all ran out: 1 of its 8 draws fits (4 \
+         did when every draw chose a released range at random; its trace's driver followed \
+         the chunks in 64 of 68 decisions, so its draws leave them in 7 % of theirs).\n\
          - Scratch buffers. A program can catch an out-of-memory error and go on, and PyTorch \
          itself does so for cuDNN's convolution workspace: it tries the next algorithm, down to \
          one needing none. The held-out `cnn_train` under `roundup_power2_divisions` and a cap \

@@ -30,6 +30,9 @@ const MAX_REQUEST_BYTES: u64 = 1 << 47;
 const SYNTHETIC_BASE: u64 = 1 << 52;
 /// Alignment of invented segment addresses (what `cudaMalloc` gives large allocations).
 const SYNTHETIC_ALIGN: u64 = 2 << 20;
+/// The CUDA driver lays `cudaMalloc`'s address space out in chunks of this size (see
+/// [`place_by_chunks`]).
+const DRIVER_CHUNK_BYTES: u64 = 32 << 20;
 
 /// Limits a replay runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,14 +70,15 @@ pub struct SegmentHints {
     pub same_size: Option<u64>,
 }
 
-/// Which released address range a new segment goes into, and at which end.
+/// Which released address space a new segment goes into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReusedRange {
-    /// Which of the released ranges large enough for the segment, smallest first (ties: lowest
-    /// address first): this number modulo how many there are (0: the smallest).
-    pub pick: u64,
-    /// At the range's high end instead of its low end.
-    pub at_top: bool,
+pub enum ReusedRange {
+    /// Where the driver's 32 MiB chunks put it (see [`place_by_chunks`]).
+    Chunked,
+    /// Of the released ranges large enough for the segment, smallest first (ties: lowest
+    /// address first), the one `pick` modulo how many there are names (0: the smallest), at
+    /// its high end when `at_top`, else at its low end.
+    Range { pick: u64, at_top: bool },
 }
 
 /// Where new segment addresses come from: the driver offers the addresses the real run's
@@ -288,6 +292,127 @@ impl ReleasedSpace {
     }
 }
 
+/// Where the CUDA driver puts a new segment of `len` bytes in `released` address space while
+/// the address ranges of `live` (start → end) are taken, as its 32 MiB chunks go (measured on
+/// every new segment of 375 real H200 runs by `scripts/whatif/driver_address_survey.py`: of
+/// the 4,500 made while released space could hold them, this, with the smallest range's low
+/// end where it names nothing, names the exact address of 1,911; that fallback alone, the best
+/// of eight rules by range, names 1,084). The driver lays its address space out in
+/// 32 MiB chunks: a segment under 32 MiB goes into the lowest chunk that holds a live segment
+/// and has room, at the lowest address there; else, and for larger segments, at the start of
+/// the highest chunk free of live segments. Only released space is offered: room the run's
+/// segments never had may be the driver's own, or another library's. `None` when no released
+/// space lies so.
+fn place_by_chunks(released: &ReleasedSpace, live: &BTreeMap<u64, u64>, len: u64) -> Option<u64> {
+    const CHUNK: u64 = DRIVER_CHUNK_BYTES;
+    let chunk_of = |address: u64| address / CHUNK * CHUNK;
+    let is_free = |start: u64, end: u64| {
+        live.range(..end)
+            .next_back()
+            .is_none_or(|(_, &range_end)| range_end <= start)
+    };
+    if len < CHUNK {
+        // Chunks holding a live segment, lowest first: only the chunks at a released range's
+        // two ends can hold one.
+        for (&start, &end) in &released.by_start {
+            for chunk in [chunk_of(start), chunk_of(end - 1)] {
+                let chunk_end = chunk.saturating_add(CHUNK);
+                let piece_start = start.max(chunk);
+                if end.min(chunk_end).saturating_sub(piece_start) >= len
+                    && !is_free(chunk, chunk_end)
+                {
+                    return Some(piece_start);
+                }
+            }
+        }
+    }
+    // Chunks free of live segments, highest first.
+    for (&start, &end) in released.by_start.iter().rev() {
+        let Some(mut at) = end.checked_sub(len).map(chunk_of) else {
+            continue;
+        };
+        while at >= start {
+            let chunks_end = at.saturating_add(len).div_ceil(CHUNK).saturating_mul(CHUNK);
+            if is_free(at, chunks_end) {
+                return Some(at);
+            }
+            let Some(lower) = at.checked_sub(CHUNK) else {
+                break;
+            };
+            at = lower;
+        }
+    }
+    None
+}
+
+/// How well [`place_by_chunks`] named where a real run's driver put its new segments.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkRuleRecord {
+    /// New segments made while released address space could hold them.
+    pub decisions: u32,
+    /// Of those, the ones the rule named the exact address of.
+    pub named: u32,
+}
+
+impl ChunkRuleRecord {
+    /// Surveyed by `scripts/whatif/driver_address_survey.py` over 375 real H200 runs
+    /// (`docs/gpu-verification/whatif-placement/driver_addresses.txt`): new segments made while
+    /// released space could hold them,
+    const SURVEY_DECISIONS: u32 = 4_500;
+    /// those whose address [`place_by_chunks`] named,
+    const SURVEY_NAMED: u32 = 1_911;
+    /// and those the driver put in fresh address space instead.
+    const SURVEY_FRESH: u32 = 939;
+    /// How many of a run's own decisions the survey's rate weighs as.
+    const SURVEY_WEIGHT: f64 = 2.0;
+
+    /// How often the driver goes where its chunks say, as far as this run showed: its own
+    /// rate, starting from the survey's weighed as two of its decisions (a run with no such
+    /// decision gets the survey's 42 %; one whose 68 decisions all followed the chunks, 99 %).
+    pub fn odds_followed(&self) -> f64 {
+        let survey = f64::from(Self::SURVEY_NAMED) / f64::from(Self::SURVEY_DECISIONS);
+        (f64::from(self.named) + survey * Self::SURVEY_WEIGHT)
+            / (f64::from(self.decisions) + Self::SURVEY_WEIGHT)
+    }
+
+    /// When the driver did not go where its chunks say, how often it took fresh address space
+    /// (939 of the survey's 2,589 such cases).
+    pub const ODDS_FRESH_WHEN_NOT_FOLLOWED: f64 =
+        Self::SURVEY_FRESH as f64 / (Self::SURVEY_DECISIONS - Self::SURVEY_NAMED) as f64;
+
+    /// Follows a real run's segments: `start` (address, size) live at the first event, then
+    /// its `segment_alloc` (true) and `segment_free` (false) events with address and size.
+    pub fn of_run(
+        start: impl IntoIterator<Item = (u64, u64)>,
+        events: impl IntoIterator<Item = (bool, u64, u64)>,
+    ) -> Self {
+        let mut live: BTreeMap<u64, u64> = start
+            .into_iter()
+            .map(|(address, size)| (address, address.saturating_add(size)))
+            .collect();
+        let mut released = ReleasedSpace::default();
+        let mut record = ChunkRuleRecord::default();
+        for (made, address, size) in events {
+            let end = address.saturating_add(size);
+            if !made {
+                if live.remove(&address).is_some() && size > 0 {
+                    released.add(address, end);
+                }
+                continue;
+            }
+            if size > 0 && released.holds(size) {
+                record.decisions += 1;
+                let named = place_by_chunks(&released, &live, size)
+                    .or_else(|| released.fitting(size, 0).map(|(start, _)| start));
+                record.named += u32::from(named == Some(address));
+            }
+            released.take(address, end);
+            live.insert(address, end);
+        }
+        record
+    }
+}
+
 /// The allocator of one device.
 pub struct AllocatorModel {
     rules: AllocatorRules,
@@ -482,25 +607,29 @@ impl AllocatorModel {
         self.range_is_free(hint, len).then_some(hint)
     }
 
-    /// The driver hands address space of segments freed earlier to new ones: in 279 real
-    /// H200 runs, a segment made while a released range could hold it went into one in 2,872
-    /// of 3,450 cases. Which range, and where in it, followed no simple rule: the best of
-    /// eight named the exact address in 26 % of them, so the hints choose
-    /// ([`AddressHints::reuse_released`]; `scripts/whatif/driver_address_survey.py`,
+    /// The driver hands address space of segments freed earlier to new ones: in 375 real
+    /// H200 runs, a segment made while a released range could hold it went into one in 3,561
+    /// of 4,500 cases. The hints choose where ([`AddressHints::reuse_released`];
+    /// `scripts/whatif/driver_address_survey.py`,
     /// `docs/gpu-verification/whatif-placement/driver_addresses.txt`).
     fn place_in_released(&mut self, len: u64, hints: &mut dyn AddressHints) -> Option<u64> {
         if !self.released.holds(len) {
             return None;
         }
-        let choice = hints.reuse_released()?;
-        let (start, end) = self.released.fitting(len, choice.pick)?;
-        let at = if choice.at_top { end - len } else { start };
+        let at = match hints.reuse_released()? {
+            ReusedRange::Chunked => place_by_chunks(&self.released, &self.ranges, len)
+                .or_else(|| self.released.fitting(len, 0).map(|(start, _)| start))?,
+            ReusedRange::Range { pick, at_top } => {
+                let (start, end) = self.released.fitting(len, pick)?;
+                if at_top { end - len } else { start }
+            }
+        };
         self.range_is_free(at, len).then_some(at)
     }
 
     /// An address for a segment no hint placed: fresh address space below every live segment,
-    /// where the driver puts most of them (of the 7,986 new segments outside released ranges
-    /// in the 279 real runs, 54 % went below every live segment, 38 % between two and 8 %
+    /// where the driver puts most of them (of the 12,311 new segments outside released ranges
+    /// in the 375 real runs, 55 % went below every live segment, 38 % between two and 7 %
     /// above all), or above every real address when there is no live segment.
     fn invent_range(&mut self, len: u64) -> u64 {
         if let Some((&lowest, _)) = self.ranges.first_key_value()
@@ -1664,20 +1793,114 @@ mod tests {
         assert_eq!(ranges(&space), vec![(100, 110), (420, 450)]);
     }
 
+    /// Chunk-aligned base of the driver-chunk tests.
+    const B: u64 = 0x7f00_0000_0000;
+
+    fn live_ranges(ranges: &[(u64, u64)]) -> BTreeMap<u64, u64> {
+        ranges
+            .iter()
+            .map(|&(start, len)| (start, start + len))
+            .collect()
+    }
+
+    #[test]
+    fn the_driver_chunks_fill_the_lowest_chunk_holding_a_segment_then_the_highest_empty_one() {
+        // Live: 2 MiB at the bottom of chunk B and of chunk B + 64 MiB. Released: 10 MiB above
+        // the first, 30 MiB above the second, and two whole chunks at B + 128 MiB.
+        let live = live_ranges(&[(B, 2 * MIB), (B + 64 * MIB, 2 * MIB)]);
+        let mut released = ReleasedSpace::default();
+        released.add(B + 2 * MIB, B + 12 * MIB);
+        released.add(B + 66 * MIB, B + 96 * MIB);
+        released.add(B + 128 * MIB, B + 192 * MIB);
+        // The lowest chunk with a live segment and room, at the lowest address there.
+        assert_eq!(
+            place_by_chunks(&released, &live, 8 * MIB),
+            Some(B + 2 * MIB)
+        );
+        // No room in the lowest: the next chunk holding a segment, though a whole chunk is free.
+        assert_eq!(
+            place_by_chunks(&released, &live, 20 * MIB),
+            Some(B + 66 * MIB)
+        );
+        // No chunk holding a segment has room: the start of the highest free chunk.
+        assert_eq!(
+            place_by_chunks(&released, &live, 31 * MIB),
+            Some(B + 160 * MIB)
+        );
+        // A segment of a chunk or more goes to free chunks only, from a chunk's start.
+        assert_eq!(
+            place_by_chunks(&released, &live, 40 * MIB),
+            Some(B + 128 * MIB)
+        );
+        assert_eq!(place_by_chunks(&released, &live, 65 * MIB), None);
+        // Released space that neither shares a chunk with a live segment nor starts a chunk is
+        // not where the chunks put anything.
+        let mut unaligned = ReleasedSpace::default();
+        unaligned.add(B + 40 * MIB, B + 60 * MIB);
+        assert_eq!(place_by_chunks(&unaligned, &live, 10 * MIB), None);
+    }
+
+    #[test]
+    fn a_runs_record_counts_the_segments_its_driver_put_where_the_chunks_say() {
+        let record = ChunkRuleRecord::of_run(
+            [(B, 20 * MIB)],
+            [
+                (true, B + 32 * MIB, 20 * MIB),
+                (false, B + 32 * MIB, 20 * MIB),
+                // Released space could hold it, and it went where the chunks say.
+                (true, B + 32 * MIB, 20 * MIB),
+                (false, B, 20 * MIB),
+                // The chunks say B (the free chunk), the driver chose fresh space.
+                (true, B + 96 * MIB, 2 * MIB),
+                // No released space left that could hold it: not a decision.
+                (true, B + 98 * MIB, 30 * MIB),
+            ],
+        );
+        assert_eq!(
+            record,
+            ChunkRuleRecord {
+                decisions: 2,
+                named: 1
+            }
+        );
+    }
+
+    #[test]
+    fn the_odds_of_following_the_chunks_go_from_the_surveys_to_the_runs_own() {
+        let survey = ChunkRuleRecord::default().odds_followed();
+        assert!((survey - 1_911.0 / 4_500.0).abs() < 1e-12, "{survey}");
+        let always = ChunkRuleRecord {
+            decisions: 68,
+            named: 68,
+        };
+        assert!(always.odds_followed() > 0.98 && always.odds_followed() < 1.0);
+        let never = ChunkRuleRecord {
+            decisions: 68,
+            named: 0,
+        };
+        assert!(never.odds_followed() < 0.02 && never.odds_followed() > 0.0);
+        let fresh = ChunkRuleRecord::ODDS_FRESH_WHEN_NOT_FOLLOWED;
+        assert!((fresh - 939.0 / 2_589.0).abs() < 1e-12, "{fresh}");
+    }
+
     #[test]
     fn a_new_segment_goes_where_the_driver_chose_in_released_address_space() {
-        let low_end = ReusedRange {
+        let low_end = ReusedRange::Range {
             pick: 0,
             at_top: false,
         };
         let (x, at) = segment_after_release(Some(low_end));
         assert_eq!(at, Some(x - 30 * MIB));
-        let high_end = ReusedRange {
+        let high_end = ReusedRange::Range {
             pick: 0,
             at_top: true,
         };
         let (x, at) = segment_after_release(Some(high_end));
         assert_eq!(at, Some(x + 30 * MIB - 50 * MIB));
+        // Where the chunks say: no chunk of the range X - 30 MiB .. X + 30 MiB is free for
+        // 50 MiB from its start, so the smallest range, at its low end.
+        let (x, at) = segment_after_release(Some(ReusedRange::Chunked));
+        assert_eq!(at, Some(x - 30 * MIB));
         // Fresh address space instead: below the live segment at X - 60 MiB.
         let (x, at) = segment_after_release(None);
         assert_eq!(at, Some(x - 110 * MIB));
