@@ -368,7 +368,7 @@ impl ChunkRuleRecord {
 
     /// How often the driver goes where its chunks say, as far as this run showed: its own
     /// rate, starting from the survey's weighed as two of its decisions (a run with no such
-    /// decision gets the survey's 42 %; one whose 68 decisions all followed the chunks, 99 %).
+    /// decision gets the survey's 42 %; one whose 68 decisions all followed the chunks, 98 %).
     pub fn odds_followed(&self) -> f64 {
         let survey = f64::from(Self::SURVEY_NAMED) / f64::from(Self::SURVEY_DECISIONS);
         (f64::from(self.named) + survey * Self::SURVEY_WEIGHT)
@@ -401,10 +401,12 @@ impl ChunkRuleRecord {
                 continue;
             }
             if size > 0 && released.holds(size) {
-                record.decisions += 1;
+                record.decisions = record.decisions.saturating_add(1);
                 let named = place_by_chunks(&released, &live, size)
                     .or_else(|| released.fitting(size, 0).map(|(start, _)| start));
-                record.named += u32::from(named == Some(address));
+                record.named = record
+                    .named
+                    .saturating_add(u32::from(named == Some(address)));
             }
             released.take(address, end);
             live.insert(address, end);
