@@ -73,7 +73,8 @@ pub struct SegmentHints {
 /// Which released address space a new segment goes into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReusedRange {
-    /// Where the driver's 32 MiB chunks put it (see [`place_by_chunks`]).
+    /// Where the driver's 32 MiB chunks put it, else the smallest range's low end (see
+    /// [`place_by_chunks`]).
     Chunked,
     /// Of the released ranges large enough for the segment, smallest first (ties: lowest
     /// address first), the one `pick` modulo how many there are names (0: the smallest), at
@@ -345,7 +346,19 @@ fn place_by_chunks(released: &ReleasedSpace, live: &BTreeMap<u64, u64>, len: u64
     None
 }
 
-/// How well [`place_by_chunks`] named where a real run's driver put its new segments.
+/// The address the driver's chunks give a new segment of `len` bytes ([`place_by_chunks`]),
+/// else the smallest released range that holds it, at its low end; `None` when none does.
+fn place_by_chunks_or_smallest(
+    released: &ReleasedSpace,
+    live: &BTreeMap<u64, u64>,
+    len: u64,
+) -> Option<u64> {
+    place_by_chunks(released, live, len)
+        .or_else(|| released.fitting(len, 0).map(|(start, _)| start))
+}
+
+/// How well [`place_by_chunks_or_smallest`] named where a real run's driver put its new
+/// segments.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ChunkRuleRecord {
     /// New segments made while released address space could hold them.
@@ -359,7 +372,7 @@ impl ChunkRuleRecord {
     /// (`docs/gpu-verification/whatif-placement/driver_addresses.txt`): new segments made while
     /// released space could hold them,
     const SURVEY_DECISIONS: u32 = 4_500;
-    /// those whose address [`place_by_chunks`] named,
+    /// those whose address [`place_by_chunks_or_smallest`] named,
     const SURVEY_NAMED: u32 = 1_911;
     /// and those the driver put in fresh address space instead.
     const SURVEY_FRESH: u32 = 939;
@@ -402,8 +415,7 @@ impl ChunkRuleRecord {
             }
             if size > 0 && released.holds(size) {
                 record.decisions = record.decisions.saturating_add(1);
-                let named = place_by_chunks(&released, &live, size)
-                    .or_else(|| released.fitting(size, 0).map(|(start, _)| start));
+                let named = place_by_chunks_or_smallest(&released, &live, size);
                 record.named = record
                     .named
                     .saturating_add(u32::from(named == Some(address)));
@@ -619,8 +631,7 @@ impl AllocatorModel {
             return None;
         }
         let at = match hints.reuse_released()? {
-            ReusedRange::Chunked => place_by_chunks(&self.released, &self.ranges, len)
-                .or_else(|| self.released.fitting(len, 0).map(|(start, _)| start))?,
+            ReusedRange::Chunked => place_by_chunks_or_smallest(&self.released, &self.ranges, len)?,
             ReusedRange::Range { pick, at_top } => {
                 let (start, end) = self.released.fitting(len, pick)?;
                 if at_top { end - len } else { start }

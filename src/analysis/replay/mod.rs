@@ -34,8 +34,8 @@ use crate::analysis::timetravel::{AllocatorState, BlockStatus, StateSegment, Tim
 use crate::model::allocator::{AllocatorSnapshot, DeviceTrace, PoolKind, StackId, TraceAction};
 use crate::model::{GIB, MIB, format_bytes};
 
-pub use allocator::{AddressHints, ChunkRuleRecord, Limits, ModelOom, ReusedRange, SegmentHints};
-use allocator::{AllocatorModel, BlockHandle};
+pub use allocator::{AddressHints, Limits, ModelOom, ReusedRange, SegmentHints};
+use allocator::{AllocatorModel, BlockHandle, ChunkRuleRecord};
 pub use conf::{AllocConf, ConfError};
 
 /// Virtual address space an expandable segment reserves when the device's memory is not known:
@@ -1493,15 +1493,13 @@ struct TraceHints<'a> {
     trace: &'a DeviceTrace,
     from: usize,
     to: usize,
-    /// The real run's segment addresses by size, in the order it made them.
-    recorded_by_size: &'a HashMap<u64, Vec<u64>>,
+    /// What the replays learnt of the trace: the real run's segment addresses by size, and
+    /// how often its driver followed its chunks in released address space.
+    facts: &'a TraceFacts,
     /// New segments the replay made so far, by size.
     made_by_size: &'a mut HashMap<u64, usize>,
     /// Under [`Placement::Drawn`]: the state of the generator the addresses are drawn from.
     drawn: Option<&'a mut u64>,
-    /// How often the recorded run's driver followed its chunks in released address space
-    /// (under [`Placement::Drawn`] only; unused otherwise).
-    chunk_rule: ChunkRuleRecord,
 }
 
 impl AddressHints for TraceHints<'_> {
@@ -1529,7 +1527,8 @@ impl AddressHints for TraceHints<'_> {
         SegmentHints {
             same_request,
             same_size: self
-                .recorded_by_size
+                .facts
+                .segments_by_size
                 .get(&size_bytes)
                 .and_then(|recorded| recorded.get(ordinal))
                 .copied(),
@@ -1549,7 +1548,8 @@ impl AddressHints for TraceHints<'_> {
             }),
             Some(state) => {
                 // Where the driver's chunks put it, as often as the driver went there.
-                if unit_interval(split_mix64(state)) < self.chunk_rule.odds_followed() {
+                let followed = self.facts.chunk_rule(self.trace).odds_followed();
+                if unit_interval(split_mix64(state)) < followed {
                     return Some(ReusedRange::Chunked);
                 }
                 // Else fresh address space as often as the surveyed driver took it when the
@@ -2037,12 +2037,8 @@ impl<'a> ReplayInput<'a> {
             trace: self.trace,
             from,
             to,
-            recorded_by_size: &self.facts.segments_by_size,
+            facts: self.facts,
             made_by_size,
-            chunk_rule: match drawn {
-                Some(_) => self.facts.chunk_rule(self.trace),
-                None => ChunkRuleRecord::default(),
-            },
             drawn,
         }
     }
@@ -2542,12 +2538,12 @@ pub fn format_table_bytes(bytes: u64) -> String {
     }
 }
 
-/// SplitMix64: a small, fast generator for drawn placements (reproducible from its seed).
 /// `bits` as a number in `0..1` (its upper 53 bits).
 fn unit_interval(bits: u64) -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// SplitMix64: a small, fast generator for drawn placements (reproducible from its seed).
 fn split_mix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
