@@ -293,6 +293,15 @@ impl ReleasedSpace {
     }
 }
 
+/// Whether `start..end` overlaps none of the disjoint `ranges` (start → end): the last range
+/// starting before `end` must end at or before `start`.
+fn overlaps_none(ranges: &BTreeMap<u64, u64>, start: u64, end: u64) -> bool {
+    ranges
+        .range(..end)
+        .next_back()
+        .is_none_or(|(_, &range_end)| range_end <= start)
+}
+
 /// Where the CUDA driver puts a new segment of `len` bytes in `released` address space while
 /// the address ranges of `live` (start → end) are taken, as its 32 MiB chunks go (measured on
 /// every new segment of 375 real H200 runs by `scripts/whatif/driver_address_survey.py`: of
@@ -307,11 +316,7 @@ impl ReleasedSpace {
 fn place_by_chunks(released: &ReleasedSpace, live: &BTreeMap<u64, u64>, len: u64) -> Option<u64> {
     const CHUNK: u64 = DRIVER_CHUNK_BYTES;
     let chunk_of = |address: u64| address / CHUNK * CHUNK;
-    let is_free = |start: u64, end: u64| {
-        live.range(..end)
-            .next_back()
-            .is_none_or(|(_, &range_end)| range_end <= start)
-    };
+    let is_free = |start: u64, end: u64| overlaps_none(live, start, end);
     if len < CHUNK {
         // Chunks holding a live segment, lowest first: only the chunks at a released range's
         // two ends can hold one.
@@ -587,12 +592,7 @@ impl AllocatorModel {
     }
 
     fn range_is_free(&self, start: u64, len: u64) -> bool {
-        let end = start.saturating_add(len);
-        // The last range starting before `end` must end at or before `start`.
-        match self.ranges.range(..end).next_back() {
-            Some((_, &range_end)) => range_end <= start,
-            None => true,
-        }
+        overlaps_none(&self.ranges, start, start.saturating_add(len))
     }
 
     /// An address for a new segment of `len` bytes. The real run's segment at this request
