@@ -84,21 +84,50 @@ def rule_address(rule, fitting, size):
     return r[0] if end == "low end" else r[1] - size
 
 
+def top_room(released, live, chunk):
+    """The room at the top of `chunk` that no segment has held, when what segments held there
+    (live or released) is one run from the chunk's bottom: the driver fills a chunk from its
+    bottom, so memory of its own or another library's in the chunk would have left a gap."""
+    end = chunk
+    while end < chunk + CHUNK:
+        covering = [hi for lo, hi, _ in released if lo <= end < hi]
+        covering += [a + s for a, s in live.items() if a <= end < a + s]
+        if not covering:
+            break
+        end = max(covering)
+    if end == chunk or end >= chunk + CHUNK:
+        return None
+    chunk_end = chunk + CHUNK
+    held_above = any(lo < chunk_end and hi > end for lo, hi, _ in released) or any(
+        a < chunk_end and a + s > end for a, s in live.items()
+    )
+    return None if held_above else (end, chunk_end)
+
+
 def chunk_rule_address(released, live, size):
     """The driver's 32 MiB chunks, as `src/analysis/replay/allocator.rs` (`place_by_chunks`)
     models them: a segment under 32 MiB goes into the lowest chunk that holds a live segment
-    and has released room, at the lowest address there; else, and for larger segments, at the
+    and has room (released, or above all a chunk's segments ever held when they held one run
+    from its bottom), at the lowest address there; else, and for larger segments, at the
     start of the highest chunk of released space free of live segments; else the smallest
     released range that fits, at its low end."""
     def overlaps_live(start, end):
         return any(a < end and a + s > start for a, s in live.items())
 
     if size < CHUNK:
-        for lo, hi, _ in sorted(released):
-            for chunk in (lo // CHUNK * CHUNK, (hi - 1) // CHUNK * CHUNK):
-                piece = max(lo, chunk)
-                if min(hi, chunk + CHUNK) - piece >= size and overlaps_live(chunk, chunk + CHUNK):
-                    return piece
+        chunks = sorted({a // CHUNK * CHUNK for a in live} | {(a + s - 1) // CHUNK * CHUNK for a, s in live.items()})
+        for chunk in chunks:
+            chunk_end = chunk + CHUNK
+            pieces = sorted([max(lo, chunk), min(hi, chunk_end)] for lo, hi, _ in released if lo < chunk_end and hi > chunk)
+            room = top_room(released, live, chunk)
+            if room:
+                if pieces and pieces[-1][1] == room[0]:
+                    pieces[-1][1] = room[1]
+                else:
+                    pieces.append(list(room))
+            for lo, hi in pieces:
+                if hi - lo >= size:
+                    return lo
     for lo, hi, _ in sorted(released, reverse=True):
         if hi - lo < size:
             continue
@@ -116,6 +145,7 @@ def main(paths):
     fits = into_released = 0
     exact = collections.Counter()
     fresh = collections.Counter()
+    fresh_not_named = 0
     for name, data in snapshots(paths):
         digest = hashlib.sha256(data).hexdigest()
         if digest in seen:
@@ -142,7 +172,9 @@ def main(paths):
                         into_released += inside
                         for rule in RULES:
                             exact[rule] += rule_address(rule, fitting, size) == start
-                        exact[CHUNK_RULE] += chunk_rule_address(released, live, size) == start
+                        named = chunk_rule_address(released, live, size) == start
+                        exact[CHUNK_RULE] += named
+                        fresh_not_named += not named and not inside
                     if live and not inside:
                         lowest = min(live)
                         highest = max(a + s for a, s in live.items())
@@ -164,6 +196,7 @@ def main(paths):
     for rule in RULES:
         print(f"  {rule[0]} range that fits, at its {rule[1]}: {exact[rule]} ({100 * exact[rule] / max(fits, 1):.1f} %)")
     print(f"  {CHUNK_RULE}: {exact[CHUNK_RULE]} ({100 * exact[CHUNK_RULE] / max(fits, 1):.1f} %)")
+    print(f"    of the {fits - exact[CHUNK_RULE]} it did not name, into fresh address space: {fresh_not_named}")
     total = sum(fresh.values())
     print(f"new segments outside released ranges, with live segments around: {total}")
     for where, count in fresh.most_common():

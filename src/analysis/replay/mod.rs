@@ -335,9 +335,9 @@ pub const DRAWN_PLACEMENTS: u32 = 8;
 /// but one of its choices the trace does not fix: where a segment made after a release goes
 /// when released address space could hold it. The replay takes the smallest range that fits,
 /// at its low end; the drawn placements go where the driver's 32 MiB chunks say (in 375 real
-/// H200 runs they named the driver's choice 1,911 of 4,500 times; fresh space took 939, and
-/// no rule by range named more than 1,084) as often as the recorded run's driver followed
-/// them, and otherwise choose at random. Where
+/// H200 runs they named the driver's choice 2,064 of 4,500 times; of the others fresh space
+/// took 693, and no rule by range named more than 1,084) as often as the recorded run's driver
+/// followed them, and otherwise choose at random. Where
 /// a process's first segments go also differs between runs, but replayed from 6 real
 /// placements of each of 9 workloads the verdicts never changed, while moving segments at
 /// random changed verdicts that 6 or 7 real runs agreed on, so that is not drawn
@@ -1538,7 +1538,7 @@ impl AddressHints for TraceHints<'_> {
     fn reuse_released(&mut self) -> Option<ReusedRange> {
         match self.drawn.as_deref_mut() {
             // The smallest range that fits, at its low end. The driver's chunks name its
-            // choice more often (1,911 of 4,500 surveyed times, against 1,084), but taken as
+            // choice more often (2,064 of 4,500 surveyed times, against 1,084), but taken as
             // the replay's own choice they made verdicts that every real run agreed on turn on
             // where a process's first segments went
             // (`docs/gpu-verification/whatif-placement/README.md`), so they are drawn.
