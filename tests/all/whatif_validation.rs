@@ -76,10 +76,13 @@ struct Row {
     predicted_allocated_peak: u64,
 }
 
-/// How a verdict counts: right, uncertain without being wrong, or wrong.
+/// How a verdict counts: right; certain where the real runs disagreed, and what the ground
+/// truth and most real runs did (no certain verdict matches every run then); uncertain without
+/// being wrong; or wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
     Right,
+    MostRealRuns,
     UncertainNotWrong,
     Wrong,
 }
@@ -106,9 +109,10 @@ impl Row {
         self.real.iter().any(|r| r.oom != self.real[0].oom)
     }
 
-    /// Right: a certain verdict every real run agrees with. An uncertain verdict is not wrong
-    /// only when reality did vary or every real peak lies within 5 % of the predicted range;
-    /// otherwise wrong.
+    /// Right: a certain verdict every real run agrees with. Where the real runs disagreed, a
+    /// certain verdict the ground truth and more than half of the real runs share counts apart.
+    /// An uncertain verdict is not wrong only when reality did vary or every real peak lies
+    /// within 5 % of the predicted range; otherwise wrong.
     fn verdict(&self) -> Verdict {
         if self.uncertain {
             if self.real_varied() || self.error() <= 0.05 {
@@ -118,9 +122,24 @@ impl Row {
             }
         } else if self.real.iter().all(|r| r.oom == self.predicted_oom) {
             Verdict::Right
+        } else if self.ground_truth().oom == self.predicted_oom
+            && 2 * self
+                .real
+                .iter()
+                .filter(|r| r.oom == self.predicted_oom)
+                .count()
+                > self.real.len()
+        {
+            Verdict::MostRealRuns
         } else {
             Verdict::Wrong
         }
+    }
+
+    /// The issue's measure: the verdict is certain and what the pair's ground-truth run (one
+    /// fresh process) did.
+    fn matches_ground_truth(&self) -> bool {
+        !self.uncertain && self.predicted_oom == self.ground_truth().oom
     }
 
     /// A right verdict, at the same allocation when the ground truth ran out.
@@ -470,20 +489,20 @@ fn summary_line(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "**{} pairs ({real_runs} real runs): peak reserved within 2 % for {} ({:.1} %), within 5 % \
-         for {}; OOM verdict right for {} of {}, uncertain but not wrong for {}, wrong for {} ({} \
-         of them where the real runs themselves disagreed); of the {} real OOMs, {} predicted at \
+         for {}; OOM verdict certain and the ground-truth run's for {} of {}; against every real \
+         run: right for {}, where the real runs disagreed the ground truth's and most runs' for \
+         {}, uncertain but not wrong for {}, wrong for {}; of the {} real OOMs, {} predicted at \
          the same allocation.**\n\n",
         rows.len(),
         within(0.02),
         100.0 * within(0.02) as f64 / rows.len().max(1) as f64,
         within(0.05),
-        count(Verdict::Right),
+        rows.iter().filter(|r| r.matches_ground_truth()).count(),
         rows.len(),
+        count(Verdict::Right),
+        count(Verdict::MostRealRuns),
         count(Verdict::UncertainNotWrong),
         count(Verdict::Wrong),
-        rows.iter()
-            .filter(|r| r.verdict() == Verdict::Wrong && r.real_varied())
-            .count(),
         rows.iter().filter(|r| r.ground_truth().oom).count(),
         rows.iter()
             .filter(|r| r.ground_truth().oom && r.predicted_oom && r.same_place)
@@ -496,10 +515,12 @@ fn summary_line(rows: &[Row]) -> String {
 fn misses_list(rows: &[Row]) -> String {
     let misses: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.error() > 0.05 || r.verdict() == Verdict::Wrong)
+        .filter(|r| {
+            r.error() > 0.05 || matches!(r.verdict(), Verdict::Wrong | Verdict::MostRealRuns)
+        })
         .collect();
     let mut out = format!(
-        "{} pairs miss the 5 % bound or the OOM verdict:\n\n",
+        "{} pairs miss the 5 % bound or the OOM verdict of some real run:\n\n",
         misses.len()
     );
     for row in &misses {
@@ -599,7 +620,11 @@ fn table(
          from it, relative to that real peak (0 when every real peak is inside); \"within 2 %\" \
          and \"within 5 %\" count pairs with an error up to that. A verdict is right when it is \
          certain and every real run agrees with it (whether the replay ran out at the same \
-         allocation as the ground truth is counted apart). A verdict is also uncertain when the \
+         allocation as the ground truth is counted apart). Where the real runs disagreed among \
+         themselves no certain verdict matches them all: one that is the ground truth's and \
+         more than half of the real runs' is counted apart. The issue's own measure, one fresh \
+         process per pair, is the first count: the verdict certain and the ground-truth run's. \
+         A verdict is also uncertain when the \
          setting ran out only on a scratch buffer the program may survive, or when the \
          placement of segments decides it: near a limit (the replay ran out, released cached \
          memory for a request, or peaked within a tenth of the limit) each setting is replayed \
@@ -641,7 +666,8 @@ fn table(
          bottom (the driver fills a chunk from its bottom, so memory of another's there would \
          show as a gap; room elsewhere that no segment had may hold such memory); they name \
          all 68 in `small_churn`'s trace, 4 of them in such a top (without the tops: 1,911 of \
-         4,500 and 64 of 68). Taken as the replay's own choice (with the tops or without), they made `small_churn` under \
+         4,500 and 64 of 68). Taken as the replay's own choice (with the tops or without), \
+         they made `small_churn` under \
          `roundup_power2_divisions:4` at 233 MiB run out at the real runs' allocation (31 of \
          the 31 real OOMs at the same allocation), but replayed from 2 of the 6 surveyed real \
          placements of `transformer_step` (see below) they made it fit under the 3353 and \
@@ -696,7 +722,12 @@ fn table(
          process's first segments differs from run to run (in `transformer_step` only 9 of 55 \
          kept their relative address over 6 runs), the trace shows one such run, and no draw \
          tried here reproduced which orders real runs have; so this verdict, whose real runs \
-         disagreed, is counted wrong. `small_churn` under `roundup_power2_divisions:4` at \
+         disagreed, is counted apart: certain, and what the ground truth and 29 of the 31 \
+         real runs did, which no certain verdict can be for all of them. A draw that did \
+         reproduce the real runs' variation would not settle it either: 4 of the 24 capped runs \
+         put the 32 MiB segment of event 168 among the first segments instead of below the \
+         others, and 1 of those 4 fit, so 8 such draws would catch a fit in about 3 of 10 \
+         questions (1 - (23/24)^8). `small_churn` under `roundup_power2_divisions:4` at \
          233 MiB, whose 7 real runs all ran out, was uncertain until the chunks' tops came \
          (2026-12-04): 4 of its 8 draws fit when every draw chose a released range at random, \
          and 1 when its draws followed the chunks as its trace's driver did in 64 of 68 \
@@ -889,17 +920,24 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         rows.len()
     );
     // A certain verdict may miss a real run only where the real runs disagreed among
-    // themselves (then no certain verdict matches them all): one pair, which ran out in 6 of
-    // its 7 real runs.
-    let wrong_where_real_agreed = rows
-        .iter()
-        .filter(|r| r.verdict() == Verdict::Wrong && !r.real_varied())
-        .count();
-    assert_eq!(
-        wrong_where_real_agreed, 0,
-        "OOM verdicts wrong where every real run agreed"
+    // themselves (then no certain verdict matches them all), and then it must be what the
+    // ground truth and most real runs did: one pair, which ran out in 29 of its 31 real runs.
+    assert_eq!(wrong, 0, "OOM verdicts wrong");
+    let most_real_runs = count_verdict(&rows, Verdict::MostRealRuns);
+    assert!(
+        most_real_runs <= 1,
+        "{most_real_runs} certain verdicts some real runs did not share (was 1)"
     );
-    assert!(wrong <= 1, "{wrong} OOM verdicts wrong (was 1)");
+    // The issue's measure: every pair's verdict certain and what its ground-truth run did.
+    let against_ground_truth: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.matches_ground_truth())
+        .map(|r| format!("{} `{}` cap {:?}", r.workload, r.conf, r.cap))
+        .collect();
+    assert!(
+        against_ground_truth.is_empty(),
+        "verdicts uncertain or not the ground truth's: {against_ground_truth:?}"
+    );
     // The held-out workloads: no verdict wrong, and the peaks may not get worse.
     let heldout_within_5 = count_within(&heldout, 0.05);
     let heldout_wrong = count_verdict(&heldout, Verdict::Wrong);
