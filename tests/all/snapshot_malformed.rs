@@ -167,6 +167,26 @@ fn memo_bombs_are_refused_with_bounded_work() {
 fn not_snapshots_say_so() {
     assert!(error_text(b"").contains("empty"));
     assert!(error_text(b"\x89PNG\r\n\x1a\n").contains("neither a pickle nor JSON"));
+    // Packed for sharing: the error names the format and how to unpack it.
+    let gzip = error_text(b"\x1f\x8b\x08\x00\x00\x00\x00\x00");
+    assert!(
+        gzip.contains("gzip-compressed") && gzip.contains("gunzip -k"),
+        "{gzip}"
+    );
+    let xz = error_text(b"\xfd7zXZ\x00\x00\x04");
+    assert!(
+        xz.contains("xz-compressed") && xz.contains("xz -dk"),
+        "{xz}"
+    );
+    let zstd = error_text(b"\x28\xb5\x2f\xfd\x00");
+    assert!(zstd.contains("zstd-compressed"), "{zstd}");
+    let bzip2 = error_text(b"BZh91AY&SY");
+    assert!(bzip2.contains("bzip2-compressed"), "{bzip2}");
+    let zip = error_text(b"PK\x03\x04\x14\x00");
+    assert!(
+        zip.contains("zip archive") && zip.contains("_dump_snapshot"),
+        "{zip}"
+    );
     // A capture given where a snapshot is expected says what it is and what to run instead.
     let capture = vramscope::formats::vramcap::write_bytes(&vramscope::model::Capture::new(
         vramscope::model::CaptureMeta::default(),

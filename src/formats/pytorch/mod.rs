@@ -99,6 +99,8 @@ pub fn read_bytes(
                 "it is a vramscope capture, not an allocator snapshot (run `vramscope inspect` on \
                  it, or open it in the app)"
                     .to_owned()
+            } else if let Some(kind) = Compression::of(bytes) {
+                kind.advice()
             } else {
                 "it is neither a pickle nor JSON".to_owned()
             },
@@ -138,6 +140,48 @@ pub fn read_file(
     }
 }
 
+/// A compressed or archived file a snapshot may have been packed into for sharing, told by its
+/// magic number: the error then says how to unpack it.
+#[derive(Clone, Copy)]
+enum Compression {
+    Gzip,
+    Xz,
+    Zstd,
+    Bzip2,
+    Zip,
+}
+
+impl Compression {
+    fn of(bytes: &[u8]) -> Option<Compression> {
+        const MAGIC: [(&[u8], Compression); 5] = [
+            (&[0x1f, 0x8b], Compression::Gzip),
+            (&[0xfd, b'7', b'z', b'X', b'Z', 0], Compression::Xz),
+            (&[0x28, 0xb5, 0x2f, 0xfd], Compression::Zstd),
+            (b"BZh", Compression::Bzip2),
+            (b"PK\x03\x04", Compression::Zip),
+        ];
+        MAGIC
+            .iter()
+            .find(|(magic, _)| bytes.starts_with(magic))
+            .map(|&(_, kind)| kind)
+    }
+
+    fn advice(self) -> String {
+        let (format, command) = match self {
+            Compression::Gzip => ("gzip", "gunzip -k FILE"),
+            Compression::Xz => ("xz", "xz -dk FILE"),
+            Compression::Zstd => ("zstd", "zstd -d FILE"),
+            Compression::Bzip2 => ("bzip2", "bunzip2 -k FILE"),
+            Compression::Zip => {
+                return "it is a zip archive (what `torch.save` writes), not a memory snapshot: \
+                        write one with `torch.cuda.memory._dump_snapshot(\"FILE.pickle\")`"
+                    .to_owned();
+            }
+        };
+        format!("it is {format}-compressed: unpack it first (`{command}`) and open the result")
+    }
+}
+
 /// What the first bytes say the data is.
 enum Encoding {
     Pickle,
@@ -148,6 +192,10 @@ enum Encoding {
 
 impl Encoding {
     fn sniff(bytes: &[u8]) -> Encoding {
+        // zstd's magic number starts with `(`, a protocol 0 pickle's MARK.
+        if Compression::of(bytes).is_some() {
+            return Encoding::Other;
+        }
         match (
             bytes.first(),
             bytes.iter().find(|b| !b.is_ascii_whitespace()),
