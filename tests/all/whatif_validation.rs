@@ -136,8 +136,8 @@ impl Row {
         }
     }
 
-    /// The measure: the verdict is certain and what the pair's ground-truth run (one
-    /// fresh process) did.
+    /// The measure this validation was specified with: the verdict is certain and what the
+    /// pair's ground-truth run (one fresh process) did.
     fn matches_ground_truth(&self) -> bool {
         !self.uncertain && self.predicted_oom == self.ground_truth().oom
     }
@@ -640,8 +640,9 @@ fn table(
          certain and every real run agrees with it (whether the replay ran out at the same \
          allocation as the ground truth is counted apart). Where the real runs disagreed among \
          themselves no certain verdict matches them all: one that is the ground truth's and \
-         more than half of the real runs' is counted apart. The issue's own measure, one fresh \
-         process per pair, is the first count: the verdict certain and the ground-truth run's. \
+         more than half of the real runs' is counted apart. The measure this validation was \
+         specified with, one fresh process per pair, is the first count: the verdict certain \
+         and the ground-truth run's. \
          A verdict is also uncertain when the \
          setting ran out only on a scratch buffer the program may survive, or when the \
          placement of segments decides it: near a limit (the replay ran out, released cached \
@@ -970,7 +971,8 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         most_real_runs <= 1,
         "{most_real_runs} certain verdicts some real runs did not share (was 1)"
     );
-    // The measure: every pair's verdict certain and what its ground-truth run did.
+    // The measure this validation was specified with: every pair's verdict certain and what
+    // its ground-truth run (one fresh process) did.
     let against_ground_truth: Vec<String> = rows
         .iter()
         .filter(|r| !r.matches_ground_truth())
