@@ -187,6 +187,20 @@ fn not_snapshots_say_so() {
         zip.contains("zip archive") && zip.contains("_dump_snapshot"),
         "{zip}"
     );
+    // The same from a file: the first bytes decide it, whatever follows.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let packed = dir.path().join("snapshot.pickle.xz");
+    let mut bytes = b"\xfd7zXZ\x00".to_vec();
+    bytes.resize(1 << 20, 0xAB);
+    std::fs::write(&packed, &bytes).expect("write");
+    let text = read_file(&packed, &|_| true)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        text.contains("snapshot.pickle.xz") && text.contains("xz-compressed"),
+        "{text}"
+    );
     // A capture given where a snapshot is expected says what it is and what to run instead.
     let capture = vramscope::formats::vramcap::write_bytes(&vramscope::model::Capture::new(
         vramscope::model::CaptureMeta::default(),

@@ -939,8 +939,8 @@ fn replay_predicts_real_runs_under_every_setting_and_cap() {
         "only {within_2} of {} runs within 2 %",
         rows.len()
     );
-    // Not yet met (see docs/whatif-validation.md, "Where the model is approximate"): every OOM
-    // verdict right (some are uncertain). Until it is, the results may not get worse.
+    // The results may not get worse (see docs/whatif-validation.md, "Where the model is
+    // approximate", for the pair whose real runs disagreed).
     let within_5 = count_within(&rows, 0.05);
     let right = rows.iter().filter(|r| r.right_at_the_right_place()).count();
     let wrong = count_verdict(&rows, Verdict::Wrong);

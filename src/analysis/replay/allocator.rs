@@ -70,11 +70,11 @@ pub struct SegmentHints {
     pub same_size: Option<u64>,
 }
 
-/// Which released address space a new segment goes into.
+/// Where a new segment goes when released address space could hold it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReusedRange {
-    /// Where the driver's 32 MiB chunks put it, else the smallest range's low end (see
-    /// [`place_by_chunks`]).
+    /// Where the driver's 32 MiB chunks put it (released space, or the top of a chunk no
+    /// segment had), else the smallest released range's low end (see [`place_by_chunks`]).
     Chunked,
     /// Of the released ranges large enough for the segment, smallest first (ties: lowest
     /// address first), the one `pick` modulo how many there are names (0: the smallest), at
@@ -90,7 +90,8 @@ pub trait AddressHints {
     fn segment_addresses(&mut self, size_bytes: u64) -> SegmentHints;
     /// Asked when segments this replay released (`cudaFree`) left an address range large
     /// enough for a new segment and the real run made none at this request: which one the
-    /// driver reuses, or `None` for fresh address space.
+    /// driver reuses (or, following its chunks, a chunk's top no segment had), or `None` for
+    /// fresh address space.
     fn reuse_released(&mut self) -> Option<ReusedRange>;
     /// Addresses of ranges the real run mapped at this point (expandable segments).
     fn mapped_addresses(&mut self) -> Vec<u64>;
@@ -685,7 +686,8 @@ impl AllocatorModel {
 
     /// The driver hands address space of segments freed earlier to new ones: in 375 real
     /// H200 runs, a segment made while a released range could hold it went into one in 3,561
-    /// of 4,500 cases. The hints choose where ([`AddressHints::reuse_released`];
+    /// of 4,500 cases. The hints choose where ([`AddressHints::reuse_released`]; its chunks
+    /// may name a chunk's top no segment had instead, see [`place_by_chunks`];
     /// `scripts/whatif/driver_address_survey.py`,
     /// `docs/gpu-verification/whatif-placement/driver_addresses.txt`).
     fn place_in_released(&mut self, len: u64, hints: &mut dyn AddressHints) -> Option<u64> {
@@ -1963,8 +1965,11 @@ mod tests {
                 // Released space could hold it, and it went where the chunks say.
                 (true, B + 32 * MIB, 20 * MIB),
                 (false, B, 20 * MIB),
-                // The chunks say B (the free chunk), the driver chose fresh space.
+                // The chunks say B + 52 MiB (the top of the live segment's chunk, which no
+                // segment had), the driver chose fresh space.
                 (true, B + 96 * MIB, 2 * MIB),
+                // It went to that top: where the chunks say.
+                (true, B + 52 * MIB, 2 * MIB),
                 // No released space left that could hold it: not a decision.
                 (true, B + 98 * MIB, 30 * MIB),
             ],
@@ -1972,8 +1977,8 @@ mod tests {
         assert_eq!(
             record,
             ChunkRuleRecord {
-                decisions: 2,
-                named: 1
+                decisions: 3,
+                named: 2
             }
         );
     }

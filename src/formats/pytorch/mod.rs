@@ -126,6 +126,10 @@ pub fn read_file(
         .take(64)
         .read_to_end(&mut head)
         .map_err(io_error)?;
+    if Compression::of(&head).is_some() {
+        // Says how to unpack it, without reading the rest.
+        return read_bytes(&head, &name, progress);
+    }
     match Encoding::sniff(&head) {
         Encoding::Pickle => {
             let mut reader = std::io::Cursor::new(head).chain(file);
