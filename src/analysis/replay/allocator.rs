@@ -294,6 +294,15 @@ impl ReleasedSpace {
     }
 }
 
+/// The one of the disjoint `ranges` (start → end) that holds `at`, if any.
+fn range_covering(ranges: &BTreeMap<u64, u64>, at: u64) -> Option<(u64, u64)> {
+    ranges
+        .range(..=at)
+        .next_back()
+        .filter(|&(_, &end)| end > at)
+        .map(|(&start, &end)| (start, end))
+}
+
 /// Whether `start..end` overlaps none of the disjoint `ranges` (start → end): the last range
 /// starting before `end` must end at or before `start`.
 fn overlaps_none(ranges: &BTreeMap<u64, u64>, start: u64, end: u64) -> bool {
@@ -364,12 +373,7 @@ fn room_in_chunk(
 ) -> Option<u64> {
     let chunk_end = chunk.saturating_add(DRIVER_CHUNK_BYTES);
     let top = top_room(released, live, chunk);
-    let first = released
-        .by_start
-        .range(..=chunk)
-        .next_back()
-        .filter(|&(_, &end)| end > chunk)
-        .map_or(chunk, |(&start, _)| start);
+    let first = range_covering(&released.by_start, chunk).map_or(chunk, |(start, _)| start);
     for (&start, &end) in released.by_start.range(first..chunk_end) {
         let (start, mut end) = (start.max(chunk), end.min(chunk_end));
         if let Some((top_start, top_end)) = top
@@ -393,12 +397,8 @@ fn room_in_chunk(
 /// name its address.
 fn top_room(released: &ReleasedSpace, live: &BTreeMap<u64, u64>, chunk: u64) -> Option<(u64, u64)> {
     let chunk_end = chunk.saturating_add(DRIVER_CHUNK_BYTES);
-    let covering_end = |ranges: &BTreeMap<u64, u64>, at: u64| {
-        ranges
-            .range(..=at)
-            .next_back()
-            .and_then(|(_, &end)| (end > at).then_some(end))
-    };
+    let covering_end =
+        |ranges: &BTreeMap<u64, u64>, at: u64| range_covering(ranges, at).map(|(_, end)| end);
     let mut held_end = chunk;
     while let Some(end) =
         covering_end(live, held_end).max(covering_end(&released.by_start, held_end))
