@@ -93,14 +93,16 @@ pub fn read_bytes(
             name: name.to_owned(),
             reason: "the file is empty".to_owned(),
         }),
+        Encoding::Packed(kind) => Err(SnapshotError::NotASnapshot {
+            name: name.to_owned(),
+            reason: kind.advice(),
+        }),
         Encoding::Other => Err(SnapshotError::NotASnapshot {
             name: name.to_owned(),
             reason: if bytes.starts_with(&crate::formats::vramcap::MAGIC) {
                 "it is a vramscope capture, not an allocator snapshot (run `vramscope inspect` on \
                  it, or open it in the app)"
                     .to_owned()
-            } else if let Some(kind) = Compression::of(bytes) {
-                kind.advice()
             } else {
                 "it is neither a pickle nor JSON".to_owned()
             },
@@ -126,16 +128,14 @@ pub fn read_file(
         .take(64)
         .read_to_end(&mut head)
         .map_err(io_error)?;
-    if Compression::of(&head).is_some() {
-        // Says how to unpack it, without reading the rest.
-        return read_bytes(&head, &name, progress);
-    }
     match Encoding::sniff(&head) {
         Encoding::Pickle => {
             let mut reader = std::io::Cursor::new(head).chain(file);
             let input = pickle::Input::new(&mut reader, total_len);
             read_pickle(input, &name, progress)
         }
+        // Says how to unpack it, without reading the rest.
+        Encoding::Packed(_) => read_bytes(&head, &name, progress),
         _ => {
             let mut bytes = head;
             file.read_to_end(&mut bytes).map_err(io_error)?;
@@ -191,14 +191,16 @@ enum Encoding {
     Pickle,
     Json,
     Empty,
+    /// Compressed or archived: unpacked, it may be a snapshot.
+    Packed(Compression),
     Other,
 }
 
 impl Encoding {
     fn sniff(bytes: &[u8]) -> Encoding {
         // zstd's magic number starts with `(`, a protocol 0 pickle's MARK.
-        if Compression::of(bytes).is_some() {
-            return Encoding::Other;
+        if let Some(kind) = Compression::of(bytes) {
+            return Encoding::Packed(kind);
         }
         match (
             bytes.first(),
