@@ -823,26 +823,24 @@ fn table(
          peak exact (now 3.6 % over: going on without the workspace, the replay's later state \
          differs from the real run's).\n\n",
     );
-    out.push_str(&summary_line(heldout));
-    out.push_str(&misses_list(heldout));
-    out.push('\n');
-    out.push_str(&rows_table(heldout));
+    out.push_str(&held_out_section(heldout));
     out.push_str(HELDOUT2_INTRO);
-    out.push_str(&summary_line(heldout2));
-    out.push_str(&misses_list(heldout2));
-    out.push('\n');
-    out.push_str(&rows_table(heldout2));
+    out.push_str(&held_out_section(heldout2));
     out.push_str(HELDOUT3_INTRO);
-    out.push_str(&summary_line(heldout3));
-    out.push_str(&misses_list(heldout3));
-    out.push('\n');
-    out.push_str(&rows_table(heldout3));
+    out.push_str(&held_out_section(heldout3));
     out.push_str(HELDOUT4_INTRO);
-    out.push_str(&summary_line(heldout4));
-    out.push_str(&misses_list(heldout4));
-    out.push('\n');
-    out.push_str(&rows_table(heldout4));
+    out.push_str(&held_out_section(heldout4));
     out
+}
+
+/// A held-out set's results: its summary, its misses and its table.
+fn held_out_section(rows: &[Row]) -> String {
+    format!(
+        "{}{}\n{}",
+        summary_line(rows),
+        misses_list(rows),
+        rows_table(rows)
+    )
 }
 
 /// What the fourth held-out set is.
