@@ -27,10 +27,10 @@ use std::time::{Duration, Instant};
 
 use egui::{Pos2, Rect, vec2};
 use synthetic_allocator::{Rng, Simulation};
-use vramscope::analysis::fragmentation;
-use vramscope::analysis::timetravel::TimeTravel;
-use vramscope::ui::allocator::block_map::{BlockMapLayout, MapView, visible_rects};
-use vramscope::ui::allocator::timeline::TimelineColumns;
+use vramscope_app::allocator::block_map::{BlockMapLayout, MapView, visible_rects};
+use vramscope_app::allocator::timeline::TimelineColumns;
+use vramscope_core::analysis::fragmentation;
+use vramscope_core::analysis::timetravel::TimeTravel;
 
 /// Times `work` three times and keeps the fastest run: on a shared machine a single run can be
 /// preempted for tens of milliseconds, which measures the scheduler, not the frame.

@@ -10,10 +10,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use vramscope::formats::vramcap::{self, Recorder};
-use vramscope::model::{Capture, format_bytes};
-use vramscope::source::demo::{DemoConfig, DemoSource, GENERATED_SLOW_INTERVAL_MS};
-use vramscope::source::{Source, Tiers};
+use vramscope_core::formats::vramcap::{self, Recorder};
+use vramscope_core::model::{Capture, format_bytes};
+use vramscope_core::source::demo::{DemoConfig, DemoSource, GENERATED_SLOW_INTERVAL_MS};
+use vramscope_core::source::{Source, Tiers};
 
 const START_MS: i64 = 1_767_225_600_000;
 
@@ -131,7 +131,7 @@ fn main() {
          is {} B); process tracks {} = {:.1} B per process sample",
         format_bytes(series_bytes as u64),
         series_bytes as f64 / capture.sample_count() as f64,
-        std::mem::size_of::<vramscope::model::DeviceSample>(),
+        std::mem::size_of::<vramscope_core::model::DeviceSample>(),
         format_bytes(track_bytes as u64),
         track_bytes as f64 / process_samples.max(1) as f64,
     );

@@ -11,10 +11,10 @@ mod common;
 use std::hint::black_box;
 use std::time::Duration;
 
-use vramscope::analysis::threshold::crossings;
-use vramscope::model::DeviceSample;
-use vramscope::source::demo::{DemoConfig, DemoSource, generate_capture};
-use vramscope::source::{Source, Tiers};
+use vramscope_core::analysis::threshold::crossings;
+use vramscope_core::model::DeviceSample;
+use vramscope_core::source::demo::{DemoConfig, DemoSource, generate_capture};
+use vramscope_core::source::{Source, Tiers};
 
 const START_MS: i64 = 1_780_000_000_000;
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;

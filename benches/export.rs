@@ -8,13 +8,13 @@
 
 use std::time::{Duration, Instant};
 
-use vramscope::formats::capture::read_bytes;
-use vramscope::formats::nvidia_smi::SmiReadOptions;
-use vramscope::formats::{perfetto, timeline_csv};
-use vramscope::model::{Capture, MIB, UtcDateTime, format_bytes};
-use vramscope::report::chart::{ReviewImageOptions, render_review_png};
-use vramscope::report::{Timeline, TimelineOptions};
-use vramscope::source::demo::{DemoConfig, generate_capture};
+use vramscope_core::formats::capture::read_bytes;
+use vramscope_core::formats::nvidia_smi::SmiReadOptions;
+use vramscope_core::formats::{perfetto, timeline_csv};
+use vramscope_core::model::{Capture, MIB, UtcDateTime, format_bytes};
+use vramscope_core::report::chart::{ReviewImageOptions, render_review_png};
+use vramscope_core::report::{Timeline, TimelineOptions};
+use vramscope_core::source::demo::{DemoConfig, generate_capture};
 
 const START_MS: i64 = 1_767_225_600_000;
 
@@ -35,7 +35,7 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, Duration, T) {
 /// The capture's GPU samples as an nvidia-smi `--query-gpu=timestamp,index,memory.used,
 /// memory.reserved,memory.total --format=csv` log.
 fn as_smi_log(capture: &Capture) -> String {
-    let mut rows: Vec<vramscope::model::DeviceSample> =
+    let mut rows: Vec<vramscope_core::model::DeviceSample> =
         capture.series.iter().flat_map(|s| s.iter()).collect();
     rows.sort_by_key(|s| (s.t_ms, s.device_index));
     let mut out = String::from(

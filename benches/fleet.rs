@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use common::{ms, thread_cpu_time};
 use frame_timing::{print_row, raw_input, time_frames, vertex_count};
-use vramscope::model::{
+use vramscope_app::command::CommandQueue;
+use vramscope_app::fleet::{FleetSort, FleetView};
+use vramscope_core::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, MIB, MemoryReading,
     SourceKind,
 };
-use vramscope::ui::command::CommandQueue;
-use vramscope::ui::fleet::{FleetSort, FleetView};
 
 const START_MS: i64 = 1_796_000_400_000;
 const STEP_MS: i64 = 15_000;
@@ -175,7 +175,7 @@ fn main() {
         .position(|a| a == "--save")
         .and_then(|i| args.get(i + 1))
     {
-        match vramscope::formats::vramcap::write_file(std::path::Path::new(path), &capture) {
+        match vramscope_core::formats::vramcap::write_file(std::path::Path::new(path), &capture) {
             Ok(()) => println!("fleet written to {path}"),
             Err(err) => panic!("cannot save the fleet: {err}"),
         }

@@ -14,7 +14,7 @@ mod common;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
-use vramscope::cuda::{CheckOptions, MemtestConfig, driver_library_present, run_checks};
+use vramscope_gpu::cuda::{CheckOptions, MemtestConfig, driver_library_present, run_checks};
 
 fn main() -> ExitCode {
     if !driver_library_present() {
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
         .unwrap_or_default();
     println!(
         "gpu_memtest: {device}, {:.2} GiB tested ({share_of_free_percent} % of free) in {} chunks, {} errors",
-        memtest.tested_bytes as f64 / vramscope::model::GIB as f64,
+        memtest.tested_bytes as f64 / vramscope_core::model::GIB as f64,
         memtest.chunk_count,
         memtest.total_errors
     );

@@ -7,7 +7,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use vramscope::diagnose::log::analyze_reader;
+use vramscope_core::diagnose::log::analyze_reader;
 
 /// Size of the measured log.
 const BENCH_BYTES: usize = 256 << 20;

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use egui::Vec2;
 use egui_kittest::Harness;
-use vramscope::source::demo::DemoSource;
-use vramscope::source::now_unix_ms;
-use vramscope::ui::dialogs::NoDialogs;
-use vramscope::ui::{AppOptions, VramscopeApp};
+use vramscope_app::dialogs::NoDialogs;
+use vramscope_app::{AppOptions, VramscopeApp};
+use vramscope_core::model::now_unix_ms;
+use vramscope_core::source::demo::DemoSource;
 
 #[path = "support/big_snapshot.rs"]
 mod big_snapshot;
@@ -40,7 +40,7 @@ fn manifest_dir() -> PathBuf {
 fn measure(path: &Path) -> Result<bool, String> {
     let options = AppOptions {
         files: Vec::new(),
-        live: Some(vramscope::ui::app::LiveStart {
+        live: Some(vramscope_app::app::LiveStart {
             source: Box::new(DemoSource::new(now_unix_ms())),
             demo_notice: Some("benchmark: the simulated machine, sampled live".to_owned()),
         }),
@@ -88,7 +88,7 @@ fn measure(path: &Path) -> Result<bool, String> {
         .notices
         .items()
         .iter()
-        .filter(|n| n.level == vramscope::ui::notices::NoticeLevel::Error)
+        .filter(|n| n.level == vramscope_app::notices::NoticeLevel::Error)
         .map(|n| n.text.clone())
         .collect();
     if views == 0 {

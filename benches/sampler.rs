@@ -40,9 +40,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use vramscope::model::DeviceSample;
-use vramscope::source::nvml::NvmlSource;
-use vramscope::source::{Source, Tiers, now_unix_ms};
+use vramscope_core::model::DeviceSample;
+use vramscope_core::model::now_unix_ms;
+use vramscope_core::source::{Source, Tiers};
+use vramscope_gpu::nvml::NvmlSource;
 
 /// Fields `nvidia-smi --query-gpu` shares with what vramscope samples.
 const SMI_FIELDS: &str = "timestamp,memory.used,memory.reserved,memory.free,memory.total,\
@@ -854,7 +855,7 @@ fn run_compositions(source: &mut NvmlSource, options: &Options) -> ExitCode {
                 source.set_process_refresh_max_ms(if every_tick {
                     0
                 } else {
-                    vramscope::source::nvml::DEFAULT_PROCESS_REFRESH_MAX_MS
+                    vramscope_gpu::nvml::DEFAULT_PROCESS_REFRESH_MAX_MS
                 });
                 let reads_start = source.process_list_reads();
                 let reads = std::cell::Cell::new(0);
@@ -895,7 +896,7 @@ fn run_compositions(source: &mut NvmlSource, options: &Options) -> ExitCode {
             }
         }
     }
-    source.set_process_refresh_max_ms(vramscope::source::nvml::DEFAULT_PROCESS_REFRESH_MAX_MS);
+    source.set_process_refresh_max_ms(vramscope_gpu::nvml::DEFAULT_PROCESS_REFRESH_MAX_MS);
     let json = serde_json::Value::Array(results.iter().map(Composition::json).collect());
     write_json(options.out.as_deref(), &json)
 }
@@ -968,7 +969,8 @@ fn record_csv(source: &mut NvmlSource, dir: &Path, options: &Options) -> Result<
 
 /// Converts a `.vramcap` into the same two CSV files.
 fn capture_to_csv(path: &Path, dir: &Path) -> Result<u64, String> {
-    let capture = vramscope::formats::vramcap::read_file(path).map_err(|err| err.to_string())?;
+    let capture =
+        vramscope_core::formats::vramcap::read_file(path).map_err(|err| err.to_string())?;
     let (mut memory, mut processes) = create_csv_files(dir)?;
     let mut rows = 0;
     for sample in capture.series.iter().flat_map(|s| s.iter()) {

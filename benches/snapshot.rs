@@ -14,13 +14,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use vramscope::analysis::deadline::Step;
-use vramscope::analysis::fragmentation;
-use vramscope::analysis::timetravel::TimeTravel;
-use vramscope::analysis::totals::device_totals;
-use vramscope::diagnose::oom::judged_ooms;
-use vramscope::diagnose::trajectory;
-use vramscope::formats::pytorch::read_file;
+use vramscope_core::analysis::deadline::Step;
+use vramscope_core::analysis::fragmentation;
+use vramscope_core::analysis::timetravel::TimeTravel;
+use vramscope_core::analysis::totals::device_totals;
+use vramscope_core::diagnose::oom::judged_ooms;
+use vramscope_core::diagnose::trajectory;
+use vramscope_core::formats::pytorch::read_file;
 
 #[path = "support/big_snapshot.rs"]
 mod big_snapshot;

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use egui::Vec2;
 use egui_kittest::Harness;
-use vramscope::source::demo::{Accelerated, DemoConfig, DemoSource};
-use vramscope::source::now_unix_ms;
-use vramscope::ui::dialogs::NoDialogs;
-use vramscope::ui::{AppOptions, VramscopeApp};
+use vramscope_app::dialogs::NoDialogs;
+use vramscope_app::{AppOptions, VramscopeApp};
+use vramscope_core::model::now_unix_ms;
+use vramscope_core::source::demo::{Accelerated, DemoConfig, DemoSource};
 
 const INTERVAL_MS: u32 = 250;
 
@@ -52,7 +52,7 @@ fn gui(dir: &Path, gpus: u32, hours: f64, speed: f64) -> Result<(), String> {
     );
     let options = AppOptions {
         files: Vec::new(),
-        live: Some(vramscope::ui::app::LiveStart {
+        live: Some(vramscope_app::app::LiveStart {
             source: Box::new(source),
             demo_notice: Some("soak: the simulated machine in time-lapse".to_owned()),
         }),
@@ -65,7 +65,7 @@ fn gui(dir: &Path, gpus: u32, hours: f64, speed: f64) -> Result<(), String> {
     harness.step();
     harness
         .state_mut()
-        .run_command(vramscope::ui::command::Command::ToggleRecording);
+        .run_command(vramscope_app::command::UiCommand::ToggleRecording);
     let day_ms = (hours * 3_600_000.0) as i64;
     let checkpoints = [day_ms / 48, day_ms / 2, day_ms];
     let mut next = 0;
@@ -100,7 +100,7 @@ fn gui(dir: &Path, gpus: u32, hours: f64, speed: f64) -> Result<(), String> {
     }
     harness
         .state_mut()
-        .run_command(vramscope::ui::command::Command::ToggleRecording);
+        .run_command(vramscope_app::command::UiCommand::ToggleRecording);
     harness.run_steps(2);
     Ok(())
 }
@@ -139,7 +139,7 @@ fn record(dir: &Path, gpus: u32, hours: f64, speed: f64) -> Result<(), String> {
     if !status.success() {
         return Err(format!("record exited with {status}"));
     }
-    let capture = vramscope::formats::vramcap::read_file(&path).map_err(|e| e.to_string())?;
+    let capture = vramscope_core::formats::vramcap::read_file(&path).map_err(|e| e.to_string())?;
     println!(
         "record: {} device samples in {:.0} MB",
         capture.sample_count(),

@@ -22,10 +22,10 @@ use frame_timing::{print_row, raw_input, time_frames, vertex_count};
 
 use egui_plot::{Line, Plot, PlotPoint, PlotPoints};
 
-use vramscope::source::demo::{DemoConfig, generate_capture};
-use vramscope::ui::settings::Settings;
-use vramscope::ui::timeline::data::TimelineData;
-use vramscope::ui::timeline::{TimelineInput, TimelineState, timeline_ui};
+use vramscope_app::settings::Settings;
+use vramscope_app::timeline::data::TimelineData;
+use vramscope_app::timeline::{TimelineInput, TimelineState, timeline_ui};
+use vramscope_core::source::demo::{DemoConfig, generate_capture};
 
 const START_MS: i64 = 1_796_000_400_000;
 const DAY_MS: u64 = 24 * 3600 * 1000;

@@ -16,9 +16,9 @@ use std::time::Instant;
 #[path = "common/mod.rs"]
 mod common;
 
-use vramscope::analysis::replay::{AllocConf, WhatIfRequest, replay_setting, what_if};
-use vramscope::analysis::timetravel::TimeTravel;
-use vramscope::formats::pytorch::read_file;
+use vramscope_core::analysis::replay::{AllocConf, WhatIfRequest, replay_setting, what_if};
+use vramscope_core::analysis::timetravel::TimeTravel;
+use vramscope_core::formats::pytorch::read_file;
 
 /// The validation's seven settings (docs/whatif-validation.md).
 const SWEEP: [&str; 7] = [

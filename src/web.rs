@@ -12,7 +12,7 @@
 
 use eframe::wasm_bindgen::JsCast as _;
 
-use crate::ui::{AppOptions, VramscopeApp, dialogs};
+use vramscope_app::{AppOptions, VramscopeApp, dialogs};
 
 /// Creates the canvas's WebGL context with the attributes the viewer wants (no multisampling, no
 /// depth buffer: egui uses neither) before eframe asks for one: a canvas hands out its first

@@ -9,14 +9,16 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::analysis::fragmentation::{self, FragmentationMetrics};
-use crate::analysis::oom::OomExplanation;
-use crate::analysis::timetravel::TimeTravel;
-use crate::analysis::totals::{DeviceTotals, PoolTotals, device_totals};
-use crate::diagnose::oom::{JudgedOom, judged_ooms};
-use crate::formats::pytorch::read_file;
-use crate::model::allocator::{AllocatorSnapshot, SnapshotContainer, SnapshotVintage, TraceAction};
-use crate::model::format_bytes;
+use vramscope_core::analysis::fragmentation::{self, FragmentationMetrics};
+use vramscope_core::analysis::oom::OomExplanation;
+use vramscope_core::analysis::timetravel::TimeTravel;
+use vramscope_core::analysis::totals::{DeviceTotals, PoolTotals, device_totals};
+use vramscope_core::diagnose::oom::{JudgedOom, judged_ooms};
+use vramscope_core::formats::pytorch::read_file;
+use vramscope_core::model::allocator::{
+    AllocatorSnapshot, SnapshotContainer, SnapshotVintage, TraceAction,
+};
+use vramscope_core::model::format_bytes;
 
 #[derive(Debug, clap::Args)]
 pub struct AnalyzeArgs {

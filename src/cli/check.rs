@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use crate::cuda::{
+use vramscope_gpu::cuda::{
     CHECK_REPORT_SCHEMA, CheckOptions, CheckProgress, CheckReport, CudaError, MemtestConfig,
     MemtestReport, format_mib, run_checks,
 };
@@ -143,7 +143,7 @@ impl ProgressPrinter {
     }
 }
 
-const GIB: f64 = crate::model::GIB as f64;
+const GIB: f64 = vramscope_core::model::GIB as f64;
 
 /// The report as text for people.
 pub(crate) fn render_text(report: &CheckReport) -> String {
@@ -259,7 +259,7 @@ pub(crate) fn render_text(report: &CheckReport) -> String {
     out
 }
 
-fn write_comparison(out: &mut String, comparison: &crate::cuda::Comparison) {
+fn write_comparison(out: &mut String, comparison: &vramscope_gpu::cuda::Comparison) {
     let _ = writeln!(
         out,
         "  {} {}: CUDA {} | NVML {}{}",
@@ -302,7 +302,7 @@ fn render_memtest(out: &mut String, device: usize, memtest: &MemtestReport) {
             test.throughput_gb_per_s
         );
     }
-    let (listed, not_listed) = crate::diagnose::gpu_checks::listed_mismatches(memtest);
+    let (listed, not_listed) = vramscope_core::diagnose::gpu_checks::listed_mismatches(memtest);
     for mismatch in listed {
         let _ = writeln!(out, "      {}: {}", mismatch.place, mismatch.reading);
     }
@@ -374,7 +374,7 @@ fn show(value: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::{
+    use vramscope_gpu::cuda::{
         Comparison, CudaDeviceFacts, DeviceCheck, LargestBlock, MemoryMismatch, MemtestKind,
         MemtestTestResult, NvmlSystemFacts,
     };

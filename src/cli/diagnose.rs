@@ -6,11 +6,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::diagnose::finding::Diagnosis;
-use crate::diagnose::{DiagnosisInput, NamedCapture, diagnose, log};
-use crate::model::Capture;
-use crate::report::{self, Report, ReportFormat, Timeline};
-use crate::source::{self, Source, Tiers};
+use vramscope_core::diagnose::finding::Diagnosis;
+use vramscope_core::diagnose::{DiagnosisInput, NamedCapture, diagnose, log};
+use vramscope_core::model::Capture;
+use vramscope_core::report::{self, Report, ReportFormat, Timeline};
+use vramscope_core::source::{self, Source, Tiers};
 
 #[derive(Debug, clap::Args)]
 #[command(group(
@@ -82,7 +82,7 @@ pub fn run(args: DiagnoseArgs) -> ExitCode {
         .find_map(|c| Timeline::from_capture(&c.name, &c.capture));
     let report = Report {
         title: "vramscope diagnosis".to_owned(),
-        generated_at_ms: source::now_unix_ms(),
+        generated_at_ms: vramscope_core::model::now_unix_ms(),
         diagnosis,
         timeline,
     };
@@ -111,7 +111,8 @@ fn gather(args: &DiagnoseArgs) -> Result<DiagnosisInput, String> {
             .logs
             .push(log::analyze_file(path).map_err(|e| e.to_string())?);
     }
-    let captures = crate::formats::capture::read_files(&args.capture).map_err(|e| e.to_string())?;
+    let captures =
+        vramscope_core::formats::capture::read_files(&args.capture).map_err(|e| e.to_string())?;
     for (name, capture) in captures {
         if let Some(recovery) = &capture.recovery {
             eprintln!(
@@ -137,7 +138,7 @@ fn gather(args: &DiagnoseArgs) -> Result<DiagnosisInput, String> {
 
 /// One reading of every tier from NVML, or a recorded simulated day with `--demo`.
 fn live_capture(demo: bool) -> Result<NamedCapture, String> {
-    let start_ms = source::now_unix_ms();
+    let start_ms = vramscope_core::model::now_unix_ms();
     if demo {
         let capture = source::demo::generate_capture(
             &source::demo::DemoConfig::default(),
@@ -150,11 +151,11 @@ fn live_capture(demo: bool) -> Result<NamedCapture, String> {
             capture,
         });
     }
-    let mut live = source::nvml::NvmlSource::open().map_err(|err| no_gpu_message(&err))?;
+    let mut live = vramscope_gpu::nvml::NvmlSource::open().map_err(|err| no_gpu_message(&err))?;
     let description = live.describe();
     let mut capture = Capture::new(description.meta, description.devices);
     capture.ingest(&live.poll(
-        source::now_unix_ms(),
+        vramscope_core::model::now_unix_ms(),
         Tiers {
             fast: true,
             slow: true,
@@ -229,14 +230,15 @@ fn text(d: &Diagnosis) -> String {
 mod snapshots {
     use std::path::PathBuf;
 
-    use crate::diagnose::leak::SnapshotFacts;
+    use vramscope_core::diagnose::leak::SnapshotFacts;
 
     /// Reads each PyTorch snapshot and extracts the facts the rules need, per device.
     pub fn facts(paths: &[PathBuf]) -> Result<Vec<SnapshotFacts>, String> {
         let mut facts = Vec::new();
         for path in paths {
             let snapshot = std::sync::Arc::new(
-                crate::formats::pytorch::read_file(path, &|_| true).map_err(|e| e.to_string())?,
+                vramscope_core::formats::pytorch::read_file(path, &|_| true)
+                    .map_err(|e| e.to_string())?,
             );
             // The file time orders snapshots whose trace recorded no times.
             let file_modified_ms = std::fs::metadata(path)
@@ -244,7 +246,7 @@ mod snapshots {
                 .ok()
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .and_then(|d| i64::try_from(d.as_millis()).ok());
-            let mut of_file = crate::diagnose::snapshot::facts(&snapshot);
+            let mut of_file = vramscope_core::diagnose::snapshot::facts(&snapshot);
             for fact in &mut of_file {
                 fact.identity.file_modified_ms = file_modified_ms;
             }

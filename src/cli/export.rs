@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use clap::ArgGroup;
 
-use crate::report::TimelineOptions;
-use crate::report::export::{ExportKind, default_file_name, export_files};
+use vramscope_core::report::TimelineOptions;
+use vramscope_core::report::export::{ExportKind, default_file_name, export_files};
 
 #[derive(Debug, clap::Args)]
 #[command(group(ArgGroup::new("format").required(true).multiple(true).args(["csv", "perfetto", "png"])))]
@@ -47,7 +47,7 @@ pub fn run(args: ExportArgs) -> ExitCode {
             args.threshold
         ));
     }
-    let (name, capture) = match crate::formats::capture::read_one(&args.files) {
+    let (name, capture) = match vramscope_core::formats::capture::read_one(&args.files) {
         Ok(one) => one,
         Err(err) => return super::fail(err),
     };
@@ -81,7 +81,7 @@ pub fn run(args: ExportArgs) -> ExitCode {
             kind,
             &options,
             &out,
-            crate::source::now_unix_ms(),
+            vramscope_core::model::now_unix_ms(),
         ) {
             Ok(made) => files.extend(made),
             Err(problem) => {
@@ -102,13 +102,13 @@ pub fn run(args: ExportArgs) -> ExitCode {
         }
     }
     for (path, bytes) in &files {
-        if let Err(err) = crate::formats::write_atomically(path, bytes) {
+        if let Err(err) = vramscope_core::formats::write_atomically(path, bytes) {
             return super::fail(format!("{}: cannot write the file: {err}", path.display()));
         }
         println!(
             "wrote {} ({})",
             path.display(),
-            crate::model::format_bytes(bytes.len() as u64)
+            vramscope_core::model::format_bytes(bytes.len() as u64)
         );
     }
     ExitCode::SUCCESS

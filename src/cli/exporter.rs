@@ -9,12 +9,12 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::source::open_real_or_demo;
-use crate::source::prometheus::exporter::{
+use vramscope_core::source::prometheus::exposition::ExporterState;
+use vramscope_gpu::open_real_or_demo;
+use vramscope_gpu::prometheus::exporter::{
     DEFAULT_PORT, MetricsPage, MetricsServer, resolve_listen_address,
 };
-use crate::source::prometheus::exposition::ExporterState;
-use crate::source::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
+use vramscope_gpu::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
 
 #[derive(Debug, clap::Args)]
 pub struct ExporterArgs {

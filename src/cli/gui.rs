@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::ui::app::LiveStart;
-use crate::ui::{AppOptions, VramscopeApp, dialogs};
+use vramscope_app::app::LiveStart;
+use vramscope_app::{AppOptions, VramscopeApp, dialogs};
 
 /// Opens the window. With files, shows them (read in the background); without, samples the live
 /// GPUs through NVML, or the simulated demo machine (with a visible notice saying why) when
@@ -42,13 +42,14 @@ pub fn run(
             Ok(pulled) => pulled,
             Err(err) => return super::fail(err),
         };
-        let source = crate::source::prometheus::PrometheusSource::new(reader, history, &range);
+        let source =
+            vramscope_core::source::prometheus::PrometheusSource::new(reader, history, &range);
         Some(LiveStart {
             source: Box::new(source),
             demo_notice: None,
         })
     } else if files.is_empty() || demo {
-        let (source, demo_notice) = crate::source::open_default(demo);
+        let (source, demo_notice) = vramscope_gpu::open_default(demo);
         if let (Some(speed), Some(pace)) = (demo_speed, source.demo_pace()) {
             pace.set_speed(speed);
         }
@@ -67,7 +68,7 @@ pub fn run(
         _ => "vramscope",
     };
     let native_options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default()
+        viewport: eframe::egui::ViewportBuilder::default()
             .with_title(title)
             .with_app_id("vramscope")
             .with_inner_size([1400.0, 900.0])

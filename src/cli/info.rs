@@ -17,10 +17,12 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::model::{
+use vramscope_core::model::now_unix_ms;
+use vramscope_core::model::{
     DeviceFacts, DeviceSample, FieldState, FieldStatus, HealthSample, ProcessSample, format_bytes,
 };
-use crate::source::{Source, Tiers, now_unix_ms, open_real_or_demo};
+use vramscope_core::source::{Source, Tiers};
+use vramscope_gpu::open_real_or_demo;
 
 /// Value of the `schema` field of `info --json`.
 pub const INFO_SCHEMA: &str = "vramscope.info/1";
@@ -284,7 +286,7 @@ fn device_info(
 
 /// Names of the set `nvmlClocksEventReason*` bits (nvml.h), in bit order.
 pub fn throttle_reason_names(bits: u64) -> Vec<&'static str> {
-    crate::diagnose::thresholds::throttle::ids(bits)
+    vramscope_core::diagnose::thresholds::throttle::ids(bits)
 }
 
 /// The human-readable form of the report.
@@ -453,10 +455,10 @@ fn health_lines(h: &HealthInfo) -> [(&'static str, String); 3] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{
+    use vramscope_core::model::{
         CaptureMeta, GIB, MIB, MemoryReading, ProcessKind, SampleBatch, SourceKind,
     };
-    use crate::source::SourceDescription;
+    use vramscope_core::source::SourceDescription;
 
     /// A one-GPU machine with fixed readings, standing in for NVML.
     struct FixedSource;

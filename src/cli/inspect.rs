@@ -8,7 +8,9 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::model::{Capture, EventKind, Recovery, SourceKind, UnixMs, UtcDateTime, format_bytes};
+use vramscope_core::model::{
+    Capture, EventKind, Recovery, SourceKind, UnixMs, UtcDateTime, format_bytes,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
@@ -22,7 +24,7 @@ pub struct InspectArgs {
 }
 
 pub fn run(args: InspectArgs) -> ExitCode {
-    let (name, capture) = match crate::formats::capture::read_one(&args.files) {
+    let (name, capture) = match vramscope_core::formats::capture::read_one(&args.files) {
         Ok(one) => one,
         Err(err) => return super::fail(err),
     };

@@ -36,7 +36,7 @@ pub struct Cli {
     /// Play the simulated machine's day N times faster than real time (its out-of-memory error
     /// comes after about 8 minutes at 1, 8 seconds at 60); implies --demo. View › Demo speed
     /// changes it while the app runs.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::source::demo::MAX_DEMO_PACE)))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(vramscope_core::source::demo::MAX_DEMO_PACE)))]
     pub demo_speed: Option<u32>,
     /// Watch this folder in the GUI: allocator snapshots written into it open as they appear
     /// (as File › Watch folder… does).

@@ -4,12 +4,12 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use crate::model::{Capture, UnixMs};
-use crate::source::now_unix_ms;
-use crate::source::prometheus::client::{Auth, PrometheusClient};
-use crate::source::prometheus::reader::{
+use vramscope_core::model::now_unix_ms;
+use vramscope_core::model::{Capture, UnixMs};
+use vramscope_core::source::prometheus::reader::{
     FleetReader, MAX_POINTS_PER_SERIES, ReadProgress, Selector, StepRange,
 };
+use vramscope_gpu::prometheus::client::{Auth, PrometheusClient};
 
 /// Default `--since`: the last hour.
 const DEFAULT_SINCE_MS: i64 = 3_600_000;
@@ -259,7 +259,7 @@ impl PrometheusArgs {
                 );
             }
         };
-        let capture = crate::source::prometheus::pull(&mut reader, &range, &mut progress)
+        let capture = vramscope_core::source::prometheus::pull(&mut reader, &range, &mut progress)
             .map_err(|err| err.to_string())?;
         if tty {
             eprintln!();

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::prometheus::PrometheusArgs;
-use crate::diagnose::finding::format_utc_ms as utc;
-use crate::model::format_bytes;
+use vramscope_core::diagnose::finding::format_utc_ms as utc;
+use vramscope_core::model::format_bytes;
 
 #[derive(Debug, clap::Args)]
 pub struct PullArgs {
@@ -38,7 +38,7 @@ pub fn run(args: PullArgs) -> ExitCode {
             reader.ignored_new_gpus
         );
     }
-    if let Err(err) = crate::formats::vramcap::write_file(&args.out, &capture) {
+    if let Err(err) = vramscope_core::formats::vramcap::write_file(&args.out, &capture) {
         return super::fail(err);
     }
     let hosts: BTreeSet<&str> = capture.devices.iter().map(|d| d.host.as_str()).collect();

@@ -10,10 +10,11 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::formats::vramcap::{Recorder, RecorderStatus, VramcapError};
-use crate::model::format_bytes;
-use crate::source::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
-use crate::source::{Source, open_demo, open_real_or_demo};
+use vramscope_core::formats::vramcap::{Recorder, RecorderStatus, VramcapError};
+use vramscope_core::model::format_bytes;
+use vramscope_core::source::Source;
+use vramscope_gpu::sampler::{MAX_FAST_INTERVAL_MS, MIN_FAST_INTERVAL_MS, Sampler, SamplerConfig};
+use vramscope_gpu::{open_demo, open_real_or_demo};
 
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
@@ -40,7 +41,7 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", requires = "demo", value_parser = parse_speed)]
     pub demo_speed: Option<f64>,
     /// Number of simulated GPUs (1 to 64, default 2).
-    #[arg(long, value_name = "N", requires = "demo", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::source::demo::MAX_DEMO_DEVICES)))]
+    #[arg(long, value_name = "N", requires = "demo", value_parser = clap::value_parser!(u32).range(1..=i64::from(vramscope_core::source::demo::MAX_DEMO_DEVICES)))]
     pub demo_gpus: Option<u32>,
     /// Replace FILE if it already exists.
     #[arg(long)]
@@ -56,7 +57,7 @@ fn parse_speed(text: &str) -> Result<f64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("'{text}' is not a number"))?;
-    let max = crate::source::demo::MAX_DEMO_SPEED;
+    let max = vramscope_core::source::demo::MAX_DEMO_SPEED;
     if !(1.0..=max).contains(&speed) {
         return Err(format!("must be from 1 to {max}"));
     }
@@ -256,8 +257,8 @@ fn format_elapsed(elapsed: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CaptureMeta, DeviceFacts, DeviceSample, GIB, SampleBatch, UnixMs};
-    use crate::source::{SourceDescription, Tiers};
+    use vramscope_core::model::{CaptureMeta, DeviceFacts, DeviceSample, GIB, SampleBatch, UnixMs};
+    use vramscope_core::source::{SourceDescription, Tiers};
 
     /// One GPU whose source panics on poll `panic_on_poll` (counting from 1), like a driver
     /// binding that hits a bug.
@@ -326,7 +327,7 @@ mod tests {
         );
         assert!(problem.contains("the 3 samples"), "{problem}");
         assert!(problem.contains("died.vramcap"), "{problem}");
-        let capture = crate::formats::vramcap::read_file(&out).expect("the file opens");
+        let capture = vramscope_core::formats::vramcap::read_file(&out).expect("the file opens");
         assert_eq!(capture.recovery, None, "closed cleanly");
         assert_eq!(capture.sample_count(), 3);
     }

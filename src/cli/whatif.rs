@@ -11,10 +11,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::analysis::replay::{AllocConf, WhatIfRequest, what_if_snapshot};
-use crate::diagnose::size::parse_size;
-use crate::formats::pytorch::read_file;
-use crate::report::whatif;
+use vramscope_core::analysis::replay::{AllocConf, WhatIfRequest, what_if_snapshot};
+use vramscope_core::diagnose::size::parse_size;
+use vramscope_core::formats::pytorch::read_file;
+use vramscope_core::report::whatif;
 
 #[derive(Debug, clap::Args)]
 pub struct WhatIfArgs {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use vramscope::formats::pytorch;
-use vramscope::ui::allocator::SnapshotWatcher;
+use vramscope_app::allocator::SnapshotWatcher;
+use vramscope_core::formats::pytorch;
 
 fn helper_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/python")
@@ -93,7 +93,7 @@ fn watcher_picks_up_each_complete_snapshot_the_helper_writes() {
         "{names:?}"
     );
     // Nothing is reported twice.
-    std::thread::sleep(vramscope::ui::allocator::watcher::SETTLE + Duration::from_millis(100));
+    std::thread::sleep(vramscope_app::allocator::watcher::SETTLE + Duration::from_millis(100));
     assert!(watcher.poll().is_empty());
 
     // A writer that writes in place (no rename) is reported once it closes the file (or, where

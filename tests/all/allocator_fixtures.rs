@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::path::PathBuf;
 
 use support::synthetic_allocator::Rng;
-use vramscope::analysis::fragmentation;
-use vramscope::analysis::oom::{self, FitFailure, OomExplanation};
-use vramscope::analysis::timetravel::TimeTravel;
-use vramscope::diagnose::Category;
-use vramscope::diagnose::oom::{JudgedOom, judge_explanation};
-use vramscope::diagnose::trajectory;
-use vramscope::formats::pytorch;
-use vramscope::model::allocator::{AllocatorSnapshot, PoolKind};
+use vramscope_core::analysis::fragmentation;
+use vramscope_core::analysis::oom::{self, FitFailure, OomExplanation};
+use vramscope_core::analysis::timetravel::TimeTravel;
+use vramscope_core::diagnose::Category;
+use vramscope_core::diagnose::oom::{JudgedOom, judge_explanation};
+use vramscope_core::diagnose::trajectory;
+use vramscope_core::formats::pytorch;
+use vramscope_core::model::allocator::{AllocatorSnapshot, PoolKind};
 
 const MIB: u64 = 1 << 20;
 
@@ -281,7 +281,7 @@ fn judged(travel: &TimeTravel, e: &OomExplanation) -> JudgedOom {
             .as_ref()
             .and_then(|s| s.expandable_segments),
         trajectory::of_trace(travel, Some(e.event_index)),
-        vramscope::diagnose::proof::replay_trace(travel, travel.device()).ok(),
+        vramscope_core::diagnose::proof::replay_trace(travel, travel.device()).ok(),
     )
 }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::collections::HashMap;
 
 use support::synthetic_allocator::{Rng, Simulation, StateShape};
-use vramscope::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
-use vramscope::model::allocator::TraceAction;
+use vramscope_core::analysis::timetravel::{AllocatorState, BlockStatus, TimeTravel};
+use vramscope_core::model::allocator::TraceAction;
 
 fn shape(state: &AllocatorState) -> StateShape {
     state

@@ -9,11 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use support::synthetic_allocator::{Rng, Simulation};
-use vramscope::analysis::deadline::{Deadline, Step};
-use vramscope::analysis::snapshot_analysis::{SnapshotAnalysisBuild, analyze};
-use vramscope::analysis::timetravel::{TimeTravel, TimeTravelBuild};
-use vramscope::formats::pytorch;
-use vramscope::model::allocator::{AllocatorSnapshot, TraceAction};
+use vramscope_core::analysis::deadline::{Deadline, Step};
+use vramscope_core::analysis::snapshot_analysis::{SnapshotAnalysisBuild, analyze};
+use vramscope_core::analysis::timetravel::{TimeTravel, TimeTravelBuild};
+use vramscope_core::formats::pytorch;
+use vramscope_core::model::allocator::{AllocatorSnapshot, TraceAction};
 
 fn simulated(seed: u64, events: usize) -> AllocatorSnapshot {
     let mut rng = Rng::new(seed);
@@ -86,7 +86,7 @@ fn assert_same(stepped: &TimeTravel, whole: &TimeTravel, what: &str) {
 fn check_every_device(snapshot: AllocatorSnapshot, what: &str) -> usize {
     let snapshot = Arc::new(snapshot);
     let mut most_steps = 0;
-    for device in vramscope::analysis::snapshot_analysis::snapshot_devices(&snapshot) {
+    for device in vramscope_core::analysis::snapshot_analysis::snapshot_devices(&snapshot) {
         let (travel, steps) = stepped(&snapshot, device);
         assert_same(
             &travel,

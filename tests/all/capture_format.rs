@@ -1,8 +1,8 @@
 //! `.vramcap` format: exact round trips, recovery from truncation and corruption, foreign files,
 //! future versions, forward compatibility and size.
 
-use vramscope::formats::vramcap::{self, MAGIC, Recorder, VramcapError};
-use vramscope::model::{
+use vramscope_core::formats::vramcap::{self, MAGIC, Recorder, VramcapError};
+use vramscope_core::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, FieldState, FieldStatus,
     GIB, HealthSample, MIB, MemoryReading, ProcessKind, ProcessSample, Recovery, SampleBatch,
     SourceKind,
@@ -299,12 +299,12 @@ fn hand_built_capture_round_trips_exactly() {
         free_bytes: 3,
         total_bytes: 1,
     });
-    let mut series = vramscope::model::DeviceSeries::new(77);
+    let mut series = vramscope_core::model::DeviceSeries::new(77);
     series.push(&odd);
     capture.series.push(series);
     capture
         .processes
-        .push(vramscope::model::capture::ProcessTrack {
+        .push(vramscope_core::model::capture::ProcessTrack {
             device_index: 3,
             pid: u32::MAX,
             name: "zombie 🧟".to_owned(),

@@ -7,7 +7,7 @@ use crate::support::cli::{text, vramscope};
 fn check_without_a_driver_says_so_and_fails() {
     let output = vramscope(&["check"]);
     let stderr = text(&output.stderr);
-    if vramscope::cuda::driver_library_present() {
+    if vramscope_gpu::cuda::driver_library_present() {
         // A GPU machine: the check runs; 0 = fine, 3 = problem found.
         assert!(matches!(output.status.code(), Some(0 | 3)), "{stderr}");
         assert!(text(&output.stdout).contains("Largest allocatable block"));
@@ -28,7 +28,7 @@ fn check_json_without_a_driver_is_a_machine_readable_error() {
     let json: serde_json::Value = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", text(&output.stdout)));
     assert_eq!(json["schema"], "vramscope.check/1");
-    if vramscope::cuda::driver_library_present() {
+    if vramscope_gpu::cuda::driver_library_present() {
         assert!(
             json["devices"]
                 .as_array()

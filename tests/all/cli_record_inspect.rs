@@ -5,9 +5,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::cli::text;
-use vramscope::formats::vramcap;
-use vramscope::model::Capture;
-use vramscope::source::now_unix_ms;
+use vramscope_core::formats::vramcap;
+use vramscope_core::model::Capture;
+use vramscope_core::model::now_unix_ms;
 
 fn vramscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vramscope"))

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::AtomicBool;
 
-use vramscope::cuda::{
+use vramscope_gpu::cuda::{
     CheckOptions, CudaError, MemtestConfig, MemtestKind, driver_library_present, driver_version,
     run_checks,
 };
@@ -23,7 +23,10 @@ fn every_entry_point_returns_no_driver_without_a_driver() {
     });
     assert_eq!(outcome, Err(CudaError::NoDriver));
     assert_eq!(driver_version(), Err(CudaError::NoDriver));
-    assert_eq!(vramscope::cuda::device_count(), Err(CudaError::NoDriver));
+    assert_eq!(
+        vramscope_gpu::cuda::device_count(),
+        Err(CudaError::NoDriver)
+    );
     assert!(stages.is_empty(), "no CUDA work may start: {stages:?}");
 }
 
@@ -139,7 +142,7 @@ fn cancelling_stops_the_memory_test_and_releases_memory() {
     };
     let mut phases_seen = 0;
     let report = run_checks(&options, &cancel, &mut |step| {
-        if let vramscope::cuda::CheckProgress::Memtest(_) = step {
+        if let vramscope_gpu::cuda::CheckProgress::Memtest(_) = step {
             phases_seen += 1;
             if phases_seen == 5 {
                 cancel.store(true, std::sync::atomic::Ordering::Relaxed);

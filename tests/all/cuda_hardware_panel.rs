@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
-use vramscope::ui::hardware::HardwarePanel;
+use vramscope_app::hardware::HardwarePanel;
 
 fn panel_harness() -> Harness<'static, HardwarePanel> {
     Harness::builder()
@@ -33,7 +33,7 @@ fn wait_until_finished(harness: &mut Harness<'static, HardwarePanel>) {
 fn without_a_driver_the_panel_says_so_before_and_after_running() {
     let mut harness = panel_harness();
     harness.run_steps(2);
-    if vramscope::cuda::driver_library_present() {
+    if vramscope_gpu::cuda::driver_library_present() {
         assert!(
             harness
                 .query_by_label_contains("No NVIDIA driver found")

@@ -1,7 +1,7 @@
 //! `open_default`: the demo when asked for, and the demo with a reason when no GPU can be opened.
 
-use vramscope::model::SourceKind;
-use vramscope::source::open_default;
+use vramscope_core::model::SourceKind;
+use vramscope_gpu::open_default;
 
 #[test]
 fn forced_demo_says_why() {

@@ -1,11 +1,11 @@
 //! The demo source: deterministic, labelled simulated everywhere, and containing every scripted
 //! incident within one cycle, found from the data it produces.
 
-use vramscope::analysis::threshold::crossings;
-use vramscope::model::{EventKind, FieldState, GIB, SampleBatch, SourceKind};
-use vramscope::source::demo::scenario::SCENARIO_CYCLE_MS;
-use vramscope::source::demo::{DemoConfig, DemoSource, generate_capture};
-use vramscope::source::{Source, Tiers};
+use vramscope_core::analysis::threshold::crossings;
+use vramscope_core::model::{EventKind, FieldState, GIB, SampleBatch, SourceKind};
+use vramscope_core::source::demo::scenario::SCENARIO_CYCLE_MS;
+use vramscope_core::source::demo::{DemoConfig, DemoSource, generate_capture};
+use vramscope_core::source::{Source, Tiers};
 
 const START_MS: i64 = 1_780_000_000_000;
 const BOTH: Tiers = Tiers {
@@ -343,7 +343,10 @@ fn eight_gpus_do_not_move_in_lockstep() {
         .describe()
         .devices
         .len();
-    assert_eq!(devices, vramscope::source::demo::MAX_DEMO_DEVICES as usize);
+    assert_eq!(
+        devices,
+        vramscope_core::source::demo::MAX_DEMO_DEVICES as usize
+    );
 }
 
 #[test]
@@ -401,7 +404,7 @@ fn used(batch: &SampleBatch) -> Vec<u64> {
 
 #[test]
 fn a_faster_pace_plays_the_same_day_sooner() {
-    use vramscope::source::demo::scenario::OOM_AT_MS;
+    use vramscope_core::source::demo::scenario::OOM_AT_MS;
     let speed = 60;
     let fast = DemoConfig {
         speed,

@@ -3,11 +3,13 @@
 
 use std::path::PathBuf;
 
-use vramscope::diagnose::leak::{SnapshotFacts, SnapshotIdentity};
-use vramscope::diagnose::log::{analyze_file, analyze_text};
-use vramscope::diagnose::trace_events::TraceEventSet;
-use vramscope::diagnose::{Category, Diagnosis, DiagnosisInput, NamedCapture, Severity, diagnose};
-use vramscope::model::{
+use vramscope_core::diagnose::leak::{SnapshotFacts, SnapshotIdentity};
+use vramscope_core::diagnose::log::{analyze_file, analyze_text};
+use vramscope_core::diagnose::trace_events::TraceEventSet;
+use vramscope_core::diagnose::{
+    Category, Diagnosis, DiagnosisInput, NamedCapture, Severity, diagnose,
+};
+use vramscope_core::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, GIB, HealthSample, MIB,
     MemoryReading, ProcessSample, SampleBatch,
 };
@@ -568,7 +570,7 @@ fn step_log(extra: &str) -> String {
 
 /// The log's per-step leak finding (an out-of-memory error the growth ended in has its own leak
 /// finding too, first).
-fn leak_finding(d: &Diagnosis) -> vramscope::diagnose::Finding {
+fn leak_finding(d: &Diagnosis) -> vramscope_core::diagnose::Finding {
     d.findings
         .iter()
         .find(|f| f.category == Category::Leak && f.title.contains("per step"))

@@ -96,13 +96,13 @@ fn demo_machine_is_labelled_simulated_and_shows_its_leak_and_oom() {
 fn a_recorded_capture_file_is_diagnosed() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let path = dir.path().join("day.vramcap");
-    let capture = vramscope::source::demo::generate_capture(
-        &vramscope::source::demo::DemoConfig::default(),
+    let capture = vramscope_core::source::demo::generate_capture(
+        &vramscope_core::source::demo::DemoConfig::default(),
         1_795_941_000_000,
         9 * 60 * 1000,
         1000,
     );
-    vramscope::formats::vramcap::write_file(&path, &capture).unwrap_or_else(|e| panic!("{e}"));
+    vramscope_core::formats::vramcap::write_file(&path, &capture).unwrap_or_else(|e| panic!("{e}"));
     let md = dir.path().join("report.md");
     let out = vramscope(&[
         "diagnose",
@@ -323,13 +323,13 @@ fn snapshots_of_unrelated_jobs_are_no_leak_and_each_keeps_its_oom() {
 fn a_twenty_second_demo_recording_is_no_leak() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let path = dir.path().join("demo20.vramcap");
-    let capture = vramscope::source::demo::generate_capture(
-        &vramscope::source::demo::DemoConfig::default(),
+    let capture = vramscope_core::source::demo::generate_capture(
+        &vramscope_core::source::demo::DemoConfig::default(),
         1_795_941_000_000,
         20 * 1000,
         1000,
     );
-    vramscope::formats::vramcap::write_file(&path, &capture).unwrap_or_else(|e| panic!("{e}"));
+    vramscope_core::formats::vramcap::write_file(&path, &capture).unwrap_or_else(|e| panic!("{e}"));
     let out = vramscope(&[
         "diagnose",
         "--capture",

@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
-use vramscope::diagnose::log::{
+use vramscope_core::diagnose::log::{
     Framework, LineKind, LogAnalysis, OtherProcess, analyze_file, analyze_text,
 };
-use vramscope::diagnose::{Category, Wizard};
-use vramscope::model::{GIB, MIB};
+use vramscope_core::diagnose::{Category, Wizard};
+use vramscope_core::model::{GIB, MIB};
 
 fn fixture(name: &str) -> LogAnalysis {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -280,12 +280,12 @@ fn binary_garbage_and_empty_input_are_harmless() {
     let mut bytes: Vec<u8> = b"epoch 1\n".repeat(1000);
     bytes.extend((1..=255u8).cycle().take(100_000));
     bytes.extend_from_slice(b"\nCUDA_ERROR_LAUNCH_FAILED\n");
-    let log = vramscope::diagnose::log::analyze_reader(bytes.as_slice(), "garbage.txt")
+    let log = vramscope_core::diagnose::log::analyze_reader(bytes.as_slice(), "garbage.txt")
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(log.matches.len(), 1);
     // Binary from the first byte is refused, not read as an empty (healthy) log.
     let binary: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
-    let refused = vramscope::diagnose::log::analyze_reader(binary.as_slice(), "garbage.bin");
+    let refused = vramscope_core::diagnose::log::analyze_reader(binary.as_slice(), "garbage.bin");
     assert!(
         refused
             .as_ref()
@@ -377,7 +377,7 @@ fn nvidia_smi_q_uncorrectable_counts_and_remap_flags_are_recognised() {
 
 #[test]
 fn per_step_figures_stay_bounded_and_cover_the_whole_log() {
-    use vramscope::diagnose::log::MAX_STEP_POINTS;
+    use vramscope_core::diagnose::log::MAX_STEP_POINTS;
     let steps = MAX_STEP_POINTS as u64 + 100_000;
     let mut text = String::new();
     for step in 0..steps {
@@ -405,8 +405,8 @@ fn per_step_figures_stay_bounded_and_cover_the_whole_log() {
 
 #[test]
 fn binary_files_given_as_logs_are_refused_saying_what_they_are() {
-    use vramscope::diagnose::log::{LogError, analyze_bytes, sniff_not_text};
-    use vramscope::formats::sniff::FileKind as NotTextKind;
+    use vramscope_core::diagnose::log::{LogError, analyze_bytes, sniff_not_text};
+    use vramscope_core::formats::sniff::FileKind as NotTextKind;
     let cases: [(&[u8], NotTextKind); 7] = [
         (b"\x80\x04\x95\x10\x00\x00\x00", NotTextKind::Pickle),
         (b"\x80\x02}q\x00", NotTextKind::Pickle),

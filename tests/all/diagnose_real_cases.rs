@@ -6,18 +6,18 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use vramscope::diagnose::leak::SnapshotFacts;
-use vramscope::diagnose::log::analyze_file;
-use vramscope::diagnose::{Category, DiagnosisInput, diagnose};
+use vramscope_core::diagnose::leak::SnapshotFacts;
+use vramscope_core::diagnose::log::analyze_file;
+use vramscope_core::diagnose::{Category, DiagnosisInput, diagnose};
 
 fn cases_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases")
 }
 
 fn snapshot_facts(path: &Path) -> Vec<SnapshotFacts> {
-    let snapshot =
-        vramscope::formats::pytorch::read_file(path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
-    vramscope::diagnose::snapshot::facts(&std::sync::Arc::new(snapshot))
+    let snapshot = vramscope_core::formats::pytorch::read_file(path, &|_| true)
+        .unwrap_or_else(|e| panic!("{e}"));
+    vramscope_core::diagnose::snapshot::facts(&std::sync::Arc::new(snapshot))
 }
 
 /// (category, first recommendation id or "none") of the primary finding.

@@ -14,8 +14,8 @@ use crate::validation;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use vramscope::diagnose::recommend;
-use vramscope::model::{GIB, MIB};
+use vramscope_core::diagnose::recommend;
+use vramscope_core::model::{GIB, MIB};
 
 use validation::mapping::{Change, Knob, recommended_change};
 use validation::truth::{Truth, Verdict, judge};
@@ -292,7 +292,7 @@ fn the_pipeline_diagnoses_maps_judges_and_tabulates() {
     let input = validation::evidence(dir.path(), &truths[0]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(input.logs.len(), 1);
     assert!(!input.snapshots.is_empty());
-    let diagnosis = vramscope::diagnose::diagnose(&input);
+    let diagnosis = vramscope_core::diagnose::diagnose(&input);
     let primary = diagnosis.primary().unwrap_or_else(|| panic!("no finding"));
     assert_eq!(result.diagnosed, primary.category.as_str());
     let first = primary

@@ -8,7 +8,7 @@ use std::process::Output;
 
 use crate::support::cli::vramscope;
 use serde_json::Value;
-use vramscope::model::MIB;
+use vramscope_core::model::MIB;
 
 fn succeeded(out: &Output) {
     assert!(

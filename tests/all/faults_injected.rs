@@ -1,5 +1,5 @@
 //! NVML faults in the middle of a run, injected by the source's fault layer
-//! (`vramscope::source::faults`, also reachable as `VRAMSCOPE_FAULTS=...`): a GPU that is lost and
+//! (`vramscope_core::source::faults`, also reachable as `VRAMSCOPE_FAULTS=...`): a GPU that is lost and
 //! comes back, a field whose calls fail, a call that hangs. Neither `record` nor the GUI panics or
 //! stops; the lost GPU is marked and picked up again when it returns.
 
@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use egui::Vec2;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use vramscope::formats::vramcap;
-use vramscope::model::{EventKind, FieldState, field_name};
-use vramscope::source::demo::DemoSource;
-use vramscope::source::faults::{FAULTS_ENV, FaultySource, parse_plan};
-use vramscope::source::now_unix_ms;
-use vramscope::ui::dialogs::NoDialogs;
-use vramscope::ui::{AppOptions, VramscopeApp};
+use vramscope_app::dialogs::NoDialogs;
+use vramscope_app::{AppOptions, VramscopeApp};
+use vramscope_core::formats::vramcap;
+use vramscope_core::model::now_unix_ms;
+use vramscope_core::model::{EventKind, FieldState, field_name};
+use vramscope_core::source::demo::DemoSource;
+use vramscope_core::source::faults::{FAULTS_ENV, FaultySource, parse_plan};
 
 const PLAN: &str = "fail gpu=0 field=temperature at=0.3s for=1s; lost gpu=1 at=0.6s for=1.2s; \
                     hang gpu=0 at=2.2s for=0.8s";
@@ -114,7 +114,7 @@ fn the_gui_marks_a_lost_gpu_stays_responsive_through_a_hang_and_takes_the_gpu_ba
     let source = FaultySource::new(Box::new(DemoSource::new(now_unix_ms())), plan);
     let options = AppOptions {
         files: Vec::new(),
-        live: Some(vramscope::ui::app::LiveStart {
+        live: Some(vramscope_app::app::LiveStart {
             source: Box::new(source),
             demo_notice: Some("fault-injection test: a simulated machine".to_owned()),
         }),
@@ -215,7 +215,7 @@ fn the_gui_marks_a_lost_gpu_stays_responsive_through_a_hang_and_takes_the_gpu_ba
 #[test]
 fn a_watched_folder_survives_a_corrupt_snapshot_and_one_still_being_written() {
     use std::io::Write;
-    use vramscope::ui::notices::NoticeLevel;
+    use vramscope_app::notices::NoticeLevel;
 
     let folder = tempfile::tempdir().expect("temporary directory");
     let good = std::fs::read(
@@ -275,7 +275,7 @@ fn a_watched_folder_survives_a_corrupt_snapshot_and_one_still_being_written() {
     file.write_all(&good[..good.len() / 2])
         .expect("write the first half");
     file.flush().expect("flush");
-    std::thread::sleep(vramscope::ui::allocator::watcher::SETTLE * 2);
+    std::thread::sleep(vramscope_app::allocator::watcher::SETTLE * 2);
     for _ in 0..10 {
         harness.step();
         std::thread::sleep(Duration::from_millis(50));

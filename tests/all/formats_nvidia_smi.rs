@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::support::cli::vramscope;
-use vramscope::formats::capture::{join_process_logs, read_bytes};
-use vramscope::formats::nvidia_smi::SmiReadOptions;
-use vramscope::model::{Capture, MIB};
+use vramscope_core::formats::capture::{join_process_logs, read_bytes};
+use vramscope_core::formats::nvidia_smi::SmiReadOptions;
+use vramscope_core::model::{Capture, MIB};
 
 /// Run 1's machine ran in UTC (`run.log`: `utc_offset +0000`).
 const UTC: SmiReadOptions = SmiReadOptions {

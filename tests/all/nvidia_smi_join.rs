@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use egui::Vec2;
 use egui_kittest::Harness;
 
-use vramscope::ui::dialogs::NoDialogs;
-use vramscope::ui::{AppOptions, VramscopeApp};
+use vramscope_app::dialogs::NoDialogs;
+use vramscope_app::{AppOptions, VramscopeApp};
 
 const GPU_LOG: &str = "docs/gpu-verification/h200-run1/smi-memory.csv";
 const APPS_LOG: &str = "docs/gpu-verification/h200-run1/smi-apps.csv";

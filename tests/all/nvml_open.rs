@@ -1,8 +1,8 @@
 //! Opening the default source on a machine without an NVIDIA driver falls back to the simulated
 //! machine and says why.
 
-use vramscope::model::SourceKind;
-use vramscope::source::open_default;
+use vramscope_core::model::SourceKind;
+use vramscope_gpu::open_default;
 
 #[test]
 fn without_a_driver_the_default_source_is_the_demo_with_a_reason() {

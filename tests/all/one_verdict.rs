@@ -8,14 +8,14 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crate::support::cli::case;
-use vramscope::analysis::oom;
-use vramscope::analysis::timetravel::TimeTravel;
-use vramscope::diagnose::oom::judge_explanation;
-use vramscope::diagnose::{
+use vramscope_core::analysis::oom;
+use vramscope_core::analysis::timetravel::TimeTravel;
+use vramscope_core::diagnose::oom::judge_explanation;
+use vramscope_core::diagnose::{
     Category, DiagnosisInput, NamedCapture, Severity, diagnose, snapshot, trajectory,
 };
-use vramscope::formats::pytorch;
-use vramscope::model::{
+use vramscope_core::formats::pytorch;
+use vramscope_core::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, GIB, MIB, MemoryReading, ProcessSample,
     SampleBatch,
 };
@@ -36,7 +36,7 @@ fn allocator_tab_verdict(path: &Path) -> Category {
             .as_ref()
             .and_then(|s| s.expandable_segments),
         trajectory::of_trace(&travel, Some(e.event_index)),
-        vramscope::diagnose::proof::replay_trace(&travel, 0).ok(),
+        vramscope_core::diagnose::proof::replay_trace(&travel, 0).ok(),
     )
     .category
 }
@@ -178,7 +178,7 @@ fn a_four_minute_fast_climb_next_to_a_steady_process_is_a_critical_leak() {
         "the steady process is not a leak"
     );
     // The process table's and the Leak wizard's growth is the same judgement.
-    let leaking = vramscope::diagnose::leak::leaking_processes(&c.capture);
+    let leaking = vramscope_core::diagnose::leak::leaking_processes(&c.capture);
     assert_eq!(leaking, vec![(0, 200)]);
 }
 

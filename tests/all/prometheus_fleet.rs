@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::support::cli::vramscope;
-use vramscope::formats::vramcap;
-use vramscope::model::{Capture, EventKind, MIB};
-use vramscope::source::demo::scenario;
+use vramscope_core::formats::vramcap;
+use vramscope_core::model::{Capture, EventKind, MIB};
+use vramscope_core::source::demo::scenario;
 
 const VRAMSCOPE: &str = env!("CARGO_BIN_EXE_vramscope");
 

@@ -225,9 +225,9 @@ fn mutated_fixtures_are_read_without_panic_or_hang() {
 /// the writer changes; otherwise they must match what the writer makes now.
 #[test]
 fn saved_capture_seeds_are_what_the_writer_makes() {
-    use vramscope::formats::vramcap;
-    use vramscope::model::Recovery;
-    use vramscope::source::demo::{DemoConfig, generate_capture};
+    use vramscope_core::formats::vramcap;
+    use vramscope_core::model::Recovery;
+    use vramscope_core::source::demo::{DemoConfig, generate_capture};
 
     let start_ms = 1_767_225_600_000;
     let whole = generate_capture(&DemoConfig::default(), start_ms, 150_000, 1000);

@@ -9,8 +9,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use vramscope::diagnose::log;
-use vramscope::formats::{pytorch, vramcap};
+use vramscope_core::diagnose::log;
+use vramscope_core::formats::{pytorch, vramcap};
 
 /// The system allocator, counting the live bytes of each thread and their peak.
 struct Counting;
@@ -124,9 +124,9 @@ fn pickle_cases() -> Vec<(&'static str, Vec<u8>)> {
 
 /// A minimal valid capture, to craft damaged ones from.
 fn capture_bytes() -> Vec<u8> {
-    let capture = vramscope::model::Capture::new(
-        vramscope::model::CaptureMeta::default(),
-        vec![vramscope::model::DeviceFacts::default()],
+    let capture = vramscope_core::model::Capture::new(
+        vramscope_core::model::CaptureMeta::default(),
+        vec![vramscope_core::model::DeviceFacts::default()],
     );
     vramcap::write_bytes(&capture)
 }

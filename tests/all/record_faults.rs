@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vramscope::formats::vramcap;
-use vramscope::source::now_unix_ms;
+use vramscope_core::formats::vramcap;
+use vramscope_core::model::now_unix_ms;
 
 const KILLS: usize = 100;
 const INTERVAL_MS: u32 = 20;

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 use quick_xml::events::Event as XmlEvent;
 use serde_json::Value;
-use vramscope::diagnose::log::analyze_text;
-use vramscope::diagnose::{DiagnosisInput, NamedCapture, diagnose};
-use vramscope::model::{
+use vramscope_core::diagnose::log::analyze_text;
+use vramscope_core::diagnose::{DiagnosisInput, NamedCapture, diagnose};
+use vramscope_core::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, GIB, MIB, MemoryReading, ProcessSample,
     SampleBatch,
 };
-use vramscope::report::{self, Report, ReportFormat, Timeline};
+use vramscope_core::report::{self, Report, ReportFormat, Timeline};
 
 const HOSTILE: &str = "<script>alert('x')</script> | # **bold** [link](http://e.vil) `tick`";
 
@@ -463,11 +463,12 @@ fn html_of_a_snapshot_diagnosis_embeds_the_block_map() {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases/fragmentation.pickle");
     let snapshot = std::sync::Arc::new(
-        vramscope::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}")),
+        vramscope_core::formats::pytorch::read_file(&path, &|_| true)
+            .unwrap_or_else(|e| panic!("{e}")),
     );
     let mut report = sample_report();
     report.diagnosis = diagnose(&DiagnosisInput {
-        snapshots: vramscope::diagnose::snapshot::facts(&snapshot),
+        snapshots: vramscope_core::diagnose::snapshot::facts(&snapshot),
         ..Default::default()
     });
     assert_eq!(report.diagnosis.allocator_states.len(), 1);
@@ -501,7 +502,7 @@ fn html_of_a_snapshot_diagnosis_embeds_the_block_map() {
 
 #[test]
 fn html_timeline_has_one_chart_per_gpu_with_its_events_marked() {
-    use vramscope::model::{Event, EventKind};
+    use vramscope_core::model::{Event, EventKind};
     let total = 80 * GIB;
     let mut capture = Capture::new(
         CaptureMeta::default(),
@@ -595,6 +596,6 @@ fn html_timeline_has_one_chart_per_gpu_with_its_events_marked() {
     // 2 GiB a minute: 72 GiB (90 %) at minute 36.
     assert!(html.contains("1970-01-01T00:36:00Z: used memory first reached 90% of 80.0 GiB"));
     // The process line is visible on GPU 1's chart (drawn over the GPU line).
-    let process = vramscope::report::chart::SERIES_COLORS[1];
+    let process = vramscope_core::report::chart::SERIES_COLORS[1];
     assert!(pngs[1].pixels().any(|p| p.0 == process));
 }

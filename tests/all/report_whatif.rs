@@ -7,12 +7,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use vramscope::analysis::replay::{WhatIfRequest, what_if_snapshot};
-use vramscope::diagnose::engine::{DiagnosisInput, diagnose};
-use vramscope::formats::pytorch;
-use vramscope::model::allocator::{AllocatorSnapshot, TraceAction};
-use vramscope::model::format_bytes;
-use vramscope::report::{Report, ReportFormat, render};
+use vramscope_core::analysis::replay::{WhatIfRequest, what_if_snapshot};
+use vramscope_core::diagnose::engine::{DiagnosisInput, diagnose};
+use vramscope_core::formats::pytorch;
+use vramscope_core::model::allocator::{AllocatorSnapshot, TraceAction};
+use vramscope_core::model::format_bytes;
+use vramscope_core::report::{Report, ReportFormat, render};
 
 fn open(name: &str) -> Arc<AllocatorSnapshot> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -23,7 +23,7 @@ fn open(name: &str) -> Arc<AllocatorSnapshot> {
 
 fn report_of(snapshot: &Arc<AllocatorSnapshot>) -> Report {
     let input = DiagnosisInput {
-        snapshots: vramscope::diagnose::snapshot::facts(snapshot),
+        snapshots: vramscope_core::diagnose::snapshot::facts(snapshot),
         ..Default::default()
     };
     Report {

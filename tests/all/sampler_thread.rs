@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use vramscope::model::{SampleBatch, SourceKind, UnixMs};
-use vramscope::source::demo::DemoSource;
-use vramscope::source::sampler::{Sampler, SamplerConfig};
-use vramscope::source::{Source, SourceDescription, Tiers};
+use vramscope_core::model::{SampleBatch, SourceKind, UnixMs};
+use vramscope_core::source::demo::DemoSource;
+use vramscope_core::source::{Source, SourceDescription, Tiers};
+use vramscope_gpu::sampler::{Sampler, SamplerConfig};
 
 /// One poll as the test source saw it.
 #[derive(Clone, Copy, Debug)]
@@ -263,7 +263,7 @@ fn recv_timeout_waits_for_a_batch_and_gives_up_after_the_timeout() {
 
 #[test]
 fn description_carries_start_time_and_interval_and_demo_batches_flow() {
-    let before_ms = vramscope::source::now_unix_ms();
+    let before_ms = vramscope_core::model::now_unix_ms();
     let sampler = Sampler::spawn(
         Box::new(DemoSource::new(before_ms)),
         SamplerConfig {

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
-use vramscope::analysis::totals::device_totals;
-use vramscope::formats::pytorch::{looks_like_snapshot, read_file};
-use vramscope::model::allocator::{
+use vramscope_core::analysis::totals::device_totals;
+use vramscope_core::formats::pytorch::{looks_like_snapshot, read_file};
+use vramscope_core::model::allocator::{
     AllocatorSnapshot, SnapshotContainer, SnapshotVintage, StackId, TraceAction,
 };
 
@@ -370,8 +370,8 @@ fn streamed_file_and_in_memory_reads_agree() {
     let path = fixture_dir().join("train.pickle");
     let bytes = std::fs::read(&path).expect("fixture");
     let streamed = load(&path);
-    let in_memory =
-        vramscope::formats::pytorch::read_bytes(&bytes, "train.pickle", &|_| true).expect("read");
+    let in_memory = vramscope_core::formats::pytorch::read_bytes(&bytes, "train.pickle", &|_| true)
+        .expect("read");
     assert_eq!(streamed.segments, in_memory.segments);
     assert_eq!(streamed.blocks, in_memory.blocks);
     assert_eq!(streamed.traces, in_memory.traces);

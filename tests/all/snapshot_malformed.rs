@@ -5,8 +5,8 @@ use std::cell::{Cell, RefCell};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use vramscope::formats::pytorch::{SnapshotError, looks_like_snapshot, read_bytes, read_file};
-use vramscope::model::allocator::{BlockState, TraceAction};
+use vramscope_core::formats::pytorch::{SnapshotError, looks_like_snapshot, read_bytes, read_file};
+use vramscope_core::model::allocator::{BlockState, TraceAction};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -15,7 +15,9 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn read(bytes: &[u8]) -> Result<vramscope::model::allocator::AllocatorSnapshot, SnapshotError> {
+fn read(
+    bytes: &[u8],
+) -> Result<vramscope_core::model::allocator::AllocatorSnapshot, SnapshotError> {
     read_bytes(bytes, "input.pickle", &|_| true)
 }
 
@@ -202,10 +204,11 @@ fn not_snapshots_say_so() {
         "{text}"
     );
     // A capture given where a snapshot is expected says what it is and what to run instead.
-    let capture = vramscope::formats::vramcap::write_bytes(&vramscope::model::Capture::new(
-        vramscope::model::CaptureMeta::default(),
-        Vec::new(),
-    ));
+    let capture =
+        vramscope_core::formats::vramcap::write_bytes(&vramscope_core::model::Capture::new(
+            vramscope_core::model::CaptureMeta::default(),
+            Vec::new(),
+        ));
     let text = error_text(&capture);
     assert!(
         text.contains("vramscope capture") && text.contains("vramscope inspect"),
@@ -260,7 +263,10 @@ fn unknown_keys_actions_and_states_are_tolerated() {
         TraceAction::Unknown(id) => assert_eq!(snapshot.string(id), "teleport"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(trace.pool_id(1), vramscope::model::allocator::PoolId(1, 2));
+    assert_eq!(
+        trace.pool_id(1),
+        vramscope_core::model::allocator::PoolId(1, 2)
+    );
     assert_eq!(trace.device_free_bytes(2), Some(1234));
     assert_eq!(trace.time_us(0), Some(7));
     assert_eq!(trace.time_us(1), None);
@@ -282,7 +288,7 @@ fn unknown_keys_actions_and_states_are_tolerated() {
     );
 
     // Pending frees count as active but not allocated.
-    let totals = vramscope::analysis::totals::device_totals(&snapshot);
+    let totals = vramscope_core::analysis::totals::device_totals(&snapshot);
     assert_eq!(totals[0].small_pool.allocated_bytes, 512);
     assert_eq!(totals[0].small_pool.active_bytes, 1024);
     assert_eq!(totals[0].small_pool.active_count, 2);

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use vramscope::formats::pytorch::{SnapshotError, SnapshotStream, read_bytes};
-use vramscope::model::allocator::{AllocatorSnapshot, FrameId, StackId, StringId};
+use vramscope_core::formats::pytorch::{SnapshotError, SnapshotStream, read_bytes};
+use vramscope_core::model::allocator::{AllocatorSnapshot, FrameId, StackId, StringId};
 
 fn fixture_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -121,7 +121,7 @@ fn every_fixture_read_in_slices_equals_the_fixture_read_whole() {
 fn a_big_real_snapshot_in_uneven_slices_equals_the_file_read() {
     let bytes = fixture("train.pickle");
     let from_file =
-        vramscope::formats::pytorch::read_file(&fixture_path("train.pickle"), &|_| true)
+        vramscope_core::formats::pytorch::read_file(&fixture_path("train.pickle"), &|_| true)
             .expect("train.pickle reads");
     // The file reader names the snapshot by its path; the stream by the name it was given.
     let whole = read_bytes(&bytes, "input.pickle", &|_| true).expect("train.pickle reads");

@@ -15,12 +15,12 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
 use crate::support::ui::{DroppedBytes, app_harness, notice_texts};
-use vramscope::formats::vramcap;
-use vramscope::model::{Capture, EventKind, SourceKind};
-use vramscope::source::demo::{DemoConfig, generate_capture};
-use vramscope::ui::dialogs::FileDialogs;
-use vramscope::ui::notices::NoticeLevel;
-use vramscope::ui::{AppOptions, VramscopeApp};
+use vramscope_app::dialogs::FileDialogs;
+use vramscope_app::notices::NoticeLevel;
+use vramscope_app::{AppOptions, VramscopeApp};
+use vramscope_core::formats::vramcap;
+use vramscope_core::model::{Capture, EventKind, SourceKind};
+use vramscope_core::source::demo::{DemoConfig, generate_capture};
 
 /// 2026-11-30 00:00:00 UTC: a fixed start, so every run draws the same thing.
 const START_MS: i64 = 1_796_000_400_000;
@@ -188,12 +188,15 @@ fn hover_shows_exact_values_of_the_nearest_sample() {
     let used = sample.memory.expect("memory").used_bytes;
     // The readout above the plots (and the same text in the plot's tooltip) has the exact bytes
     // of that sample and its absolute time.
-    let exact = format!("used {} ({used} B)", vramscope::model::format_bytes(used));
+    let exact = format!(
+        "used {} ({used} B)",
+        vramscope_core::model::format_bytes(used)
+    );
     assert!(
         harness.query_all_by_label_contains(&exact).count() > 0,
         "no readout with {exact}"
     );
-    let utc = vramscope::ui::format::format_utc_ms(sample.t_ms);
+    let utc = vramscope_app::format::format_utc_ms(sample.t_ms);
     assert!(
         harness.query_all_by_label_contains(&utc).count() > 0,
         "no readout with {utc}"
@@ -464,8 +467,8 @@ fn live_demo_source_is_sampled_recorded_and_says_simulated() {
     let dir = tempfile::tempdir().expect("temp dir");
     let dialogs = ScriptedDialogs::default();
     let mut options = options(&dialogs);
-    options.live = Some(vramscope::ui::app::LiveStart {
-        source: Box::new(vramscope::source::demo::DemoSource::new(START_MS)),
+    options.live = Some(vramscope_app::app::LiveStart {
+        source: Box::new(vramscope_core::source::demo::DemoSource::new(START_MS)),
         demo_notice: Some("no NVIDIA GPU could be opened: showing a simulated machine".to_owned()),
     });
     options.recordings_dir = Some(dir.path().to_owned());

@@ -9,8 +9,8 @@ use egui::{Key, Rect, Vec2};
 use egui_kittest::kittest::Queryable;
 use egui_kittest::{Harness, SnapshotOptions};
 
-use vramscope::model::allocator::BlockState;
-use vramscope::ui::allocator::AllocatorView;
+use vramscope_app::allocator::AllocatorView;
+use vramscope_core::model::allocator::BlockState;
 
 use crate::support::ui::frag_oom_view_harness;
 

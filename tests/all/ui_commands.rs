@@ -1,5 +1,5 @@
-//! UI tests of the command path: menu items, shortcuts and views all send `Command`s that the app
-//! runs in one place; items that cannot run are greyed out with the reason, shortcuts for them do
+//! UI tests of the command path: menu items, shortcuts, the command palette and views all send
+//! `UiCommand`s that the app runs in one place; items that cannot run are greyed out with the reason, shortcuts for them do
 //! nothing.
 
 use std::path::PathBuf;
@@ -10,13 +10,14 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT as _, Queryable};
 
 use crate::support::ui::{app_harness, slow_snapshot_bytes};
-use vramscope::model::Capture;
-use vramscope::source::demo::{DemoConfig, generate_capture};
-use vramscope::ui::command::Command;
-use vramscope::ui::dialogs::FileDialogs;
-use vramscope::ui::export::TimelineExport;
-use vramscope::ui::views::View;
-use vramscope::ui::{AppOptions, VramscopeApp};
+use vramscope_app::command::{AppEvent, UiCommand};
+use vramscope_app::dialogs::FileDialogs;
+use vramscope_app::export::TimelineExport;
+use vramscope_app::palette::SEARCH_LABEL;
+use vramscope_app::views::View;
+use vramscope_app::{AppOptions, VramscopeApp};
+use vramscope_core::model::Capture;
+use vramscope_core::source::demo::{DemoConfig, generate_capture};
 
 /// 2026-11-30 00:00:00 UTC, so every run draws the same thing.
 const START_MS: i64 = 1_796_000_400_000;
@@ -64,7 +65,7 @@ fn asked(dialogs: &CountingDialogs) -> Vec<&'static str> {
 }
 
 /// A menu item's label: the command's text and its shortcut ("Export timeline as PNG… Ctrl+E").
-fn menu_label(harness: &Harness<'static, VramscopeApp>, command: &Command) -> String {
+fn menu_label(harness: &Harness<'static, VramscopeApp>, command: &UiCommand) -> String {
     match command.shortcut_text(&harness.ctx) {
         Some(shortcut) => format!("{} {shortcut}", command.label()),
         None => command.label().to_owned(),
@@ -72,7 +73,7 @@ fn menu_label(harness: &Harness<'static, VramscopeApp>, command: &Command) -> St
 }
 
 /// Opens the File menu and returns whether the item of `command` is enabled.
-fn file_item_enabled(harness: &mut Harness<'static, VramscopeApp>, command: &Command) -> bool {
+fn file_item_enabled(harness: &mut Harness<'static, VramscopeApp>, command: &UiCommand) -> bool {
     harness.get_by_label("File").click();
     harness.run_steps(2);
     let label = menu_label(harness, command);
@@ -87,7 +88,7 @@ fn an_export_that_cannot_run_is_greyed_out_and_its_shortcut_does_nothing() {
     let dialogs = CountingDialogs::default();
     let mut harness = harness(&dialogs, None);
     harness.run_steps(2);
-    let png = Command::ExportTimeline(TimelineExport::Png);
+    let png = UiCommand::ExportTimelinePng;
     assert!(
         !file_item_enabled(&mut harness, &png),
         "nothing to export yet"
@@ -117,14 +118,14 @@ fn the_menu_the_shortcut_and_run_command_do_the_same() {
     // The menu item…
     harness.get_by_label("File").click();
     harness.run_steps(2);
-    let open = menu_label(&harness, &Command::Open);
+    let open = menu_label(&harness, &UiCommand::Open);
     harness.get_by_label(&open).click();
     harness.run_steps(2);
     // …the shortcut…
     harness.key_press_modifiers(Modifiers::COMMAND, Key::O);
     harness.run_steps(2);
     // …and the command sent directly all ask for a file.
-    harness.state_mut().run_command(Command::Open);
+    harness.state_mut().run_command(UiCommand::Open);
     harness.run_steps(1);
     assert_eq!(asked(&dialogs), vec!["open", "open", "open"]);
 }
@@ -143,11 +144,11 @@ fn ctrl_comma_opens_the_settings_and_views_switch_by_command() {
     );
     harness
         .state_mut()
-        .run_command(Command::ShowView(View::HardwareChecks));
+        .run_command(UiCommand::ShowHardwareChecks);
     harness.run_steps(1);
     assert_eq!(harness.state().view(), View::HardwareChecks);
     // The tab's tooltip is the command's, with its shortcut.
-    let tooltip = Command::ShowView(View::Diagnose).tooltip();
+    let tooltip = UiCommand::show(View::Diagnose).tooltip();
     assert!(tooltip.contains("Guided diagnosis"), "{tooltip}");
 }
 
@@ -220,7 +221,7 @@ fn clicking_a_process_row_selects_it_and_highlights_it_in_the_timeline() {
 fn with_only_a_snapshot_open_the_timeline_says_where_it_is() {
     let dialogs = CountingDialogs::default();
     let mut harness = harness(&dialogs, None);
-    let snapshot = vramscope::formats::pytorch::read_file(
+    let snapshot = vramscope_core::formats::pytorch::read_file(
         &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch/frag_oom.pickle"),
         &|_| true,
     )
@@ -252,14 +253,14 @@ fn with_only_a_snapshot_open_the_timeline_says_where_it_is() {
 
 #[test]
 fn the_demo_machine_speed_is_chosen_in_the_view_menu() {
-    use vramscope::source::Source as _;
-    use vramscope::source::demo::DemoSource;
+    use vramscope_core::source::Source as _;
+    use vramscope_core::source::demo::DemoSource;
     let source = DemoSource::new(START_MS);
     let pace = source.demo_pace().expect("the demo has a pace");
     let dialogs = CountingDialogs::default();
     let options = AppOptions {
         files: Vec::new(),
-        live: Some(vramscope::ui::app::LiveStart {
+        live: Some(vramscope_app::app::LiveStart {
             source: Box::new(source),
             demo_notice: Some("test: showing a simulated machine".to_owned()),
         }),
@@ -281,15 +282,57 @@ fn the_demo_machine_speed_is_chosen_in_the_view_menu() {
         "the sampler's source runs at the chosen pace"
     );
     assert_eq!(harness.state().demo_speed(), Some(60));
-    // Without a demo machine the command is refused with the reason.
+    // Without a demo machine the request is refused with the reason.
     let dialogs = CountingDialogs::default();
     let mut harness = self::harness(&dialogs, Some(demo_capture()));
     harness.run_steps(1);
     assert_eq!(harness.state().demo_speed(), None);
-    let context = harness.state().command_context();
+    harness.state_mut().handle_event(AppEvent::SetDemoSpeed(60));
+    harness.run_steps(1);
+    assert_eq!(harness.state().demo_speed(), None);
     assert!(
-        !Command::SetDemoSpeed(60)
-            .availability(&context)
-            .is_enabled()
+        harness
+            .query_by_label_contains("Only the simulated demo machine runs at a chosen speed")
+            .is_some()
     );
+}
+
+#[test]
+fn ctrl_shift_p_finds_a_command_by_name_and_enter_runs_it() {
+    let dialogs = CountingDialogs::default();
+    let mut harness = harness(&dialogs, Some(demo_capture()));
+    harness.run_steps(2);
+    harness.key_press_modifiers(
+        Modifiers {
+            shift: true,
+            ..Modifiers::COMMAND
+        },
+        Key::P,
+    );
+    harness.run_steps(2);
+    assert!(
+        harness.query_by_label(SEARCH_LABEL).is_some(),
+        "the palette is open with its search field"
+    );
+    harness.get_by_label(SEARCH_LABEL).type_text("csv");
+    harness.run_steps(2);
+    assert!(harness.query_by_label("Export timeline as CSV…").is_some());
+    assert!(
+        harness.query_by_label("Quit").is_none(),
+        "only matching commands are listed"
+    );
+    harness.key_press(Key::Enter);
+    harness.run_steps(2);
+    assert_eq!(asked(&dialogs), vec!["csv"], "Enter ran the first match");
+    assert!(
+        harness.query_by_label(SEARCH_LABEL).is_none(),
+        "the palette closed"
+    );
+    // Escape closes it without running anything.
+    harness.state_mut().run_command(UiCommand::CommandPalette);
+    harness.run_steps(2);
+    harness.key_press(Key::Escape);
+    harness.run_steps(2);
+    assert!(harness.query_by_label(SEARCH_LABEL).is_none());
+    assert_eq!(asked(&dialogs), vec!["csv"]);
 }

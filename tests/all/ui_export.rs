@@ -13,12 +13,12 @@ use egui_kittest::kittest::{NodeT, Queryable};
 
 use crate::support::cli::case;
 use crate::support::ui::{app_harness, notice_texts, step_until};
-use vramscope::model::Capture;
-use vramscope::source::demo::{DemoConfig, generate_capture};
-use vramscope::ui::VramscopeApp;
-use vramscope::ui::dialogs::FileDialogs;
-use vramscope::ui::export::TimelineExport;
-use vramscope::ui::notices::NoticeLevel;
+use vramscope_app::VramscopeApp;
+use vramscope_app::dialogs::FileDialogs;
+use vramscope_app::export::TimelineExport;
+use vramscope_app::notices::NoticeLevel;
+use vramscope_core::model::Capture;
+use vramscope_core::source::demo::{DemoConfig, generate_capture};
 
 /// 2026-11-30 00:00:00 UTC: a fixed start, as in the other UI tests.
 const START_MS: i64 = 1_796_000_400_000;

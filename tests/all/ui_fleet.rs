@@ -9,12 +9,12 @@ use egui::Vec2;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-use vramscope::model::{
+use vramscope_app::dialogs::NoDialogs;
+use vramscope_app::{AppOptions, VramscopeApp};
+use vramscope_core::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, GIB, MemoryReading,
     SampleBatch, SourceKind,
 };
-use vramscope::ui::dialogs::NoDialogs;
-use vramscope::ui::{AppOptions, VramscopeApp};
 
 /// Three hosts × four GPUs over two hours at a minute; node-b GPU 2 runs at 97 %.
 fn fleet() -> Capture {

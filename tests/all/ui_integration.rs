@@ -14,13 +14,13 @@ use egui_kittest::kittest::Queryable;
 
 use crate::support::cli::case;
 use crate::support::ui::{DroppedBytes, notice_texts, slow_snapshot_bytes, step_until};
-use vramscope::diagnose::finding::Category;
-use vramscope::report::{self, ReportFormat};
-use vramscope::ui::dialogs::FileDialogs;
-use vramscope::ui::notices::NoticeLevel;
-use vramscope::ui::views::View;
-use vramscope::ui::wizard::Step;
-use vramscope::ui::{AppOptions, VramscopeApp};
+use vramscope_app::dialogs::FileDialogs;
+use vramscope_app::notices::NoticeLevel;
+use vramscope_app::views::View;
+use vramscope_app::wizard::Step;
+use vramscope_app::{AppOptions, VramscopeApp};
+use vramscope_core::diagnose::finding::Category;
+use vramscope_core::report::{self, ReportFormat};
 
 /// Dialogs that answer from a script.
 #[derive(Clone, Default)]
@@ -285,7 +285,7 @@ fn diagnose_walks_from_log_and_snapshot_to_a_fragmentation_report() {
 
 #[test]
 fn hardware_checks_say_whether_there_is_a_driver() {
-    let driver = vramscope::cuda::driver_library_present();
+    let driver = vramscope_gpu::cuda::driver_library_present();
     let dialogs = ScriptedDialogs::default();
     let mut harness = harness(&dialogs, Vec::new());
     harness.run_steps(1);
@@ -358,14 +358,14 @@ fn ctrl_1_to_4_switch_views_and_tabs_are_clickable() {
 
 #[test]
 fn at_most_a_few_allocator_views_stay_open() {
-    use vramscope::ui::app::MAX_ALLOCATOR_VIEWS;
+    use vramscope_app::app::MAX_ALLOCATOR_VIEWS;
     let path = case("fragmentation.pickle");
     let dialogs = ScriptedDialogs::default();
     let mut harness = harness(&dialogs, Vec::new());
     harness.run_steps(1);
     for i in 0..=MAX_ALLOCATOR_VIEWS {
         let snapshot =
-            vramscope::formats::pytorch::read_file(&path, &|_| true).expect("fixture reads");
+            vramscope_core::formats::pytorch::read_file(&path, &|_| true).expect("fixture reads");
         harness
             .state_mut()
             .show_snapshot(&format!("step-{i}.pickle"), snapshot);
@@ -386,8 +386,8 @@ fn at_most_a_few_allocator_views_stay_open() {
 
 #[test]
 fn the_live_capture_is_offered_to_diagnose() {
-    use vramscope::source::demo::DemoSource;
-    use vramscope::ui::app::LiveStart;
+    use vramscope_app::app::LiveStart;
+    use vramscope_core::source::demo::DemoSource;
     let options = AppOptions {
         files: Vec::new(),
         live: Some(LiveStart {

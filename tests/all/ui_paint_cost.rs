@@ -11,11 +11,11 @@ use std::sync::Arc;
 use egui::epaint::{ClippedPrimitive, Primitive};
 use egui::{Pos2, Rect, Shape, Vec2};
 use egui_kittest::Harness;
-use vramscope::ui::VramscopeApp;
-use vramscope::ui::allocator::AllocatorView;
-use vramscope::ui::allocator::tabs::AllocatorTabs;
-use vramscope::ui::dialogs::NoDialogs;
-use vramscope::ui::views::View;
+use vramscope_app::VramscopeApp;
+use vramscope_app::allocator::AllocatorView;
+use vramscope_app::allocator::tabs::AllocatorTabs;
+use vramscope_app::dialogs::NoDialogs;
+use vramscope_app::views::View;
 
 use crate::support::ui::{app_harness, frag_oom_view_harness, step_until};
 

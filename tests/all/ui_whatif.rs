@@ -16,12 +16,12 @@ use egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::{Harness, SnapshotOptions};
 
-use vramscope::analysis::replay::{AllocConf, WhatIfRequest, replay_state_at, what_if};
-use vramscope::analysis::timetravel::TimeTravel;
-use vramscope::formats::pytorch;
-use vramscope::model::allocator::AllocatorSnapshot;
-use vramscope::model::format_bytes;
-use vramscope::ui::allocator::AllocatorView;
+use vramscope_app::allocator::AllocatorView;
+use vramscope_core::analysis::replay::{AllocConf, WhatIfRequest, replay_state_at, what_if};
+use vramscope_core::analysis::timetravel::TimeTravel;
+use vramscope_core::formats::pytorch;
+use vramscope_core::model::allocator::AllocatorSnapshot;
+use vramscope_core::model::format_bytes;
 
 use crate::support::ui::frag_oom;
 

@@ -9,13 +9,13 @@ use egui::{Key, Modifiers, Vec2};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-use vramscope::diagnose::NamedCapture;
-use vramscope::diagnose::finding::Category;
-use vramscope::model::{
+use vramscope_app::wizard::{Step, WizardKind, WizardView};
+use vramscope_core::diagnose::NamedCapture;
+use vramscope_core::diagnose::finding::Category;
+use vramscope_core::model::{
     Capture, CaptureMeta, DeviceFacts, DeviceSample, Event, EventKind, GIB, HealthSample, MIB,
     MemoryReading, ProcessSample, SampleBatch,
 };
-use vramscope::ui::wizard::{Step, WizardKind, WizardView};
 
 fn harness(view: WizardView) -> Harness<'static, WizardView> {
     Harness::builder()
@@ -287,21 +287,21 @@ fn fragmentation_wizard_recommends_the_allocator_setting() {
 fn fragmentation_wizard_shows_the_allocator_metrics_and_block_map_of_a_snapshot() {
     let cases = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
     let snapshot = std::sync::Arc::new(
-        vramscope::formats::pytorch::read_file(&cases.join("fragmentation.pickle"), &|_| true)
+        vramscope_core::formats::pytorch::read_file(&cases.join("fragmentation.pickle"), &|_| true)
             .unwrap_or_else(|e| panic!("fragmentation.pickle: {e}")),
     );
     let log_path = cases.join("fragmentation.log");
     let log_text = std::fs::read_to_string(&log_path)
         .unwrap_or_else(|e| panic!("{}: {e}", log_path.display()));
-    let facts = vramscope::diagnose::snapshot::facts(&snapshot);
+    let facts = vramscope_core::diagnose::snapshot::facts(&snapshot);
     let summary = facts
         .first()
         .and_then(|f| f.final_state.as_ref())
-        .map(|state| vramscope::analysis::fragmentation::analyze(state).summary)
+        .map(|state| vramscope_core::analysis::fragmentation::analyze(state).summary)
         .unwrap_or_else(|| panic!("fragmentation.pickle has no final allocator state"));
     let mut view = WizardView::with_kind(WizardKind::Fragmentation);
     view.add_snapshot_facts(facts);
-    view.add_log(vramscope::diagnose::log::analyze_text(
+    view.add_log(vramscope_core::diagnose::log::analyze_text(
         &log_text,
         "fragmentation.log",
     ));
@@ -350,8 +350,8 @@ fn fragmentation_wizard_shows_the_allocator_metrics_and_block_map_of_a_snapshot(
 #[test]
 fn the_user_can_ask_about_one_gpu_of_a_multi_gpu_capture() {
     // The demo day: GPU 0 trains and runs out of memory, GPU 1's server leaks slowly.
-    let capture = vramscope::source::demo::generate_capture(
-        &vramscope::source::demo::DemoConfig::default(),
+    let capture = vramscope_core::source::demo::generate_capture(
+        &vramscope_core::source::demo::DemoConfig::default(),
         1_796_000_000_000,
         15 * 60 * 1000,
         1000,
@@ -397,10 +397,10 @@ fn the_user_leaves_an_unrelated_snapshot_out_of_the_diagnosis() {
     let cases = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
     let facts = |name: &str| {
         let snapshot = std::sync::Arc::new(
-            vramscope::formats::pytorch::read_file(&cases.join(name), &|_| true)
+            vramscope_core::formats::pytorch::read_file(&cases.join(name), &|_| true)
                 .unwrap_or_else(|e| panic!("{name}: {e}")),
         );
-        vramscope::diagnose::snapshot::facts(&snapshot)
+        vramscope_core::diagnose::snapshot::facts(&snapshot)
     };
     let mut view = WizardView::with_kind(WizardKind::OutOfMemory);
     view.add_snapshot_facts(facts("fragmentation.pickle"));

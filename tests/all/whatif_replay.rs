@@ -7,12 +7,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use vramscope::analysis::replay::{
+use vramscope_core::analysis::replay::{
     AllocConf, ReplayStart, WhatIfRequest, replay_state_at, what_if, what_if_snapshot,
 };
-use vramscope::analysis::timetravel::TimeTravel;
-use vramscope::formats::pytorch::read_file;
-use vramscope::model::allocator::{AllocatorSnapshot, TraceAction};
+use vramscope_core::analysis::timetravel::TimeTravel;
+use vramscope_core::formats::pytorch::read_file;
+use vramscope_core::model::allocator::{AllocatorSnapshot, TraceAction};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -176,7 +176,7 @@ fn a_wrapped_ring_buffer_starts_from_the_reconstructed_state_and_says_so() {
     // Seeded from the reconstruction, the replay still ends in the snapshot's own state.
     assert!(report.self_check.reliable, "{:?}", report.self_check);
     assert!(report.self_check.final_state_matches);
-    let text = vramscope::report::whatif::self_check_line(&report.self_check);
+    let text = vramscope_core::report::whatif::self_check_line(&report.self_check);
     assert!(text.contains("ring buffer wrapped"), "{text}");
 }
 
@@ -217,7 +217,7 @@ fn a_trace_that_contradicts_its_state_stops_there_and_is_unreliable() {
         assert_eq!(incomplete.event_index, stopped_at);
         assert!(outcome.events_replayed <= stopped_at);
     }
-    let json = vramscope::report::whatif::to_json(&report, &open("pytorch/train.pickle"));
+    let json = vramscope_core::report::whatif::to_json(&report, &open("pytorch/train.pickle"));
     assert!(json.contains("\"reliable\": false"), "{json}");
 }
 
@@ -249,7 +249,7 @@ fn progress_reaches_the_end_and_cancelling_stops_the_replay() {
     let cancelled = what_if_snapshot(snapshot, &only_recorded(), &|_| false);
     assert_eq!(
         cancelled.err(),
-        Some(vramscope::analysis::replay::ReplayError::Cancelled)
+        Some(vramscope_core::analysis::replay::ReplayError::Cancelled)
     );
 }
 
@@ -307,7 +307,7 @@ fn a_trace_with_cpp_frames_tells_caught_workspaces_and_who_asked() {
         what_if_snapshot(Arc::clone(&snapshot), &request("default"), &|_| true).expect("report");
     let outcome = &report.recorded;
     assert!(outcome.scratch_oom_caught && outcome.runs(), "{outcome:?}");
-    let words = vramscope::report::whatif::outcome_words(outcome, &report);
+    let words = vramscope_core::report::whatif::outcome_words(outcome, &report);
     assert!(
         words.starts_with("runs") && words.contains("cuDNN convolution workspace"),
         "{words}"
@@ -323,7 +323,8 @@ fn a_trace_with_cpp_frames_tells_caught_workspaces_and_who_asked() {
     let outcome = &report.results[0];
     assert!(outcome.runs(), "{outcome:?}");
     let failed = outcome.scratch_oom.expect("a workspace that did not fit");
-    let frame = vramscope::report::whatif::telling_frame(&snapshot, failed.stack).expect("a frame");
+    let frame =
+        vramscope_core::report::whatif::telling_frame(&snapshot, failed.stack).expect("a frame");
     assert!(
         frame.contains("at::native::") && !frame.contains("unwind"),
         "{frame}"

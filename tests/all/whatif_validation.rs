@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use vramscope::analysis::replay::{
+use vramscope_core::analysis::replay::{
     AllocConf, CapSource, LimitsUsed, WhatIfRequest, replay_setting, what_if,
 };
-use vramscope::analysis::timetravel::TimeTravel;
-use vramscope::formats::pytorch::{read_bytes, read_file};
-use vramscope::model::allocator::TraceAction;
+use vramscope_core::analysis::timetravel::TimeTravel;
+use vramscope_core::formats::pytorch::{read_bytes, read_file};
+use vramscope_core::model::allocator::TraceAction;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif")
@@ -229,7 +229,7 @@ fn predict(
     travel: &TimeTravel,
     conf: &AllocConf,
     cap: Option<u64>,
-) -> vramscope::analysis::replay::SettingOutcome {
+) -> vramscope_core::analysis::replay::SettingOutcome {
     let limits = LimitsUsed {
         cap_bytes: cap,
         cap_source: if cap.is_some() {
@@ -250,7 +250,7 @@ fn parse_conf(text: &str) -> AllocConf {
 /// under its own settings: the self-check must pass.
 fn open_self_checked(
     path: &std::path::Path,
-) -> (TimeTravel, vramscope::analysis::replay::WhatIfReport) {
+) -> (TimeTravel, vramscope_core::analysis::replay::WhatIfReport) {
     let snapshot = if path.extension().is_some_and(|e| e == "xz") {
         let compressed = std::fs::read(path).expect("read snapshot");
         let mut bytes = Vec::new();
@@ -278,7 +278,7 @@ fn open_self_checked(
 }
 
 /// The predicted half of a row from a replay's outcome.
-fn with_prediction(row: Row, outcome: &vramscope::analysis::replay::SettingOutcome) -> Row {
+fn with_prediction(row: Row, outcome: &vramscope_core::analysis::replay::SettingOutcome) -> Row {
     Row {
         predicted_peak: outcome.peak_reserved_bytes,
         predicted_range: outcome
@@ -1098,8 +1098,9 @@ fn self_check_folder(folder: &std::path::Path) -> (usize, Vec<String>) {
             cap_bytes: cap,
             device_memory_bytes: None,
         };
-        let report = vramscope::analysis::replay::what_if_snapshot(snapshot, &request, &|_| true)
-            .expect("what-if");
+        let report =
+            vramscope_core::analysis::replay::what_if_snapshot(snapshot, &request, &|_| true)
+                .expect("what-if");
         if !report.self_check.reliable || report.self_check.cap_bytes != cap {
             failures.push(format!(
                 "{}: {:?} (self-check cap {:?})",

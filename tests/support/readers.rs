@@ -9,12 +9,12 @@
 
 use std::sync::{Arc, OnceLock};
 
-use vramscope::analysis::{fragmentation, oom, timetravel::TimeTravel, totals::device_totals};
-use vramscope::diagnose::log;
-use vramscope::formats::nvidia_smi::{self, SmiReadOptions};
-use vramscope::formats::{capture, pytorch, vramcap};
-use vramscope::model::{Capture, UnixMs};
-use vramscope::source::prometheus::{self, api, reader as fleet};
+use vramscope_core::analysis::{fragmentation, oom, timetravel::TimeTravel, totals::device_totals};
+use vramscope_core::diagnose::log;
+use vramscope_core::formats::nvidia_smi::{self, SmiReadOptions};
+use vramscope_core::formats::{capture, pytorch, vramcap};
+use vramscope_core::model::{Capture, UnixMs};
+use vramscope_core::source::prometheus::{self, api, reader as fleet};
 
 /// One reader under test.
 pub struct Reader {

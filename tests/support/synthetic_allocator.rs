@@ -2,8 +2,8 @@
 //! snapshot, so that time travel can be checked against states known for sure and benchmarked on
 //! millions of events. Shared by `tests/allocator_*.rs` and `benches/blockmap.rs`.
 
-use vramscope::analysis::allocator_rules::AllocatorRules;
-use vramscope::model::allocator::{
+use vramscope_core::analysis::allocator_rules::AllocatorRules;
+use vramscope_core::model::allocator::{
     AllocatorSnapshot, Block, BlockState, DeviceAllocState, DeviceTrace, PoolId, PoolKind, Segment,
     StackId, StringId, TraceAction,
 };

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use egui::Vec2;
 use egui_kittest::Harness;
-use vramscope::formats::pytorch;
-use vramscope::model::Capture;
-use vramscope::model::allocator::AllocatorSnapshot;
-use vramscope::ui::allocator::AllocatorView;
-use vramscope::ui::dialogs::FileDialogs;
-use vramscope::ui::notices::NoticeLevel;
-use vramscope::ui::{AppOptions, VramscopeApp};
+use vramscope_app::allocator::AllocatorView;
+use vramscope_app::dialogs::FileDialogs;
+use vramscope_app::notices::NoticeLevel;
+use vramscope_app::{AppOptions, VramscopeApp};
+use vramscope_core::formats::pytorch;
+use vramscope_core::model::Capture;
+use vramscope_core::model::allocator::AllocatorSnapshot;
 
 /// The real `frag_oom` snapshot (`tests/fixtures/pytorch/frag_oom.pickle`).
 pub fn frag_oom() -> Arc<AllocatorSnapshot> {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use regex::Regex;
-use vramscope::diagnose::Recommendation;
+use vramscope_core::diagnose::Recommendation;
 
 /// Which size a scale change multiplies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +57,9 @@ impl Change {
                 .map(|(k, v)| format!("{k}:{v}"))
                 .collect::<Vec<_>>()
                 .join(","),
-            Change::Cap(Some(bytes)) => format!("cap {}", vramscope::model::format_bytes(*bytes)),
+            Change::Cap(Some(bytes)) => {
+                format!("cap {}", vramscope_core::model::format_bytes(*bytes))
+            }
             Change::Cap(None) => "no cap".to_owned(),
             Change::Scale { knob, factor } => format!(
                 "{} x{factor}",

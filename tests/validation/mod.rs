@@ -10,9 +10,9 @@ pub mod truth;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use vramscope::diagnose::leak::SnapshotFacts;
-use vramscope::diagnose::log::analyze_file;
-use vramscope::diagnose::{DiagnosisInput, NamedCapture, diagnose};
+use vramscope_core::diagnose::leak::SnapshotFacts;
+use vramscope_core::diagnose::log::analyze_file;
+use vramscope_core::diagnose::{DiagnosisInput, NamedCapture, diagnose};
 
 use mapping::recommended_change;
 use truth::{Truth, Verdict};
@@ -35,9 +35,11 @@ pub fn load_truths(dir: &Path) -> Result<Vec<Truth>, String> {
 }
 
 fn snapshot_facts(path: &Path) -> Result<Vec<SnapshotFacts>, String> {
-    let snapshot = vramscope::formats::pytorch::read_file(path, &|_| true)
+    let snapshot = vramscope_core::formats::pytorch::read_file(path, &|_| true)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(vramscope::diagnose::snapshot::facts(&Arc::new(snapshot)))
+    Ok(vramscope_core::diagnose::snapshot::facts(&Arc::new(
+        snapshot,
+    )))
 }
 
 /// Which recording of a live case stands for the capture.
@@ -90,7 +92,7 @@ pub fn evidence_with(
         Recording::Vramscope => {
             if let Some(capture) = &truth.artifacts.capture {
                 let path = dir.join(capture);
-                let read = vramscope::formats::vramcap::read_file(&path)
+                let read = vramscope_core::formats::vramcap::read_file(&path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
                 input.captures.push(NamedCapture {
                     name: capture.clone(),
@@ -104,7 +106,7 @@ pub fn evidence_with(
                 .flatten()
                 .map(|f| dir.join(f))
                 .collect();
-            let captures = vramscope::formats::capture::read_files(&paths)
+            let captures = vramscope_core::formats::capture::read_files(&paths)
                 .map_err(|e| format!("{}: {e}", truth.case))?;
             for (name, capture) in captures {
                 input.captures.push(NamedCapture { name, capture });
@@ -172,7 +174,7 @@ pub fn evaluate_with(
     let mut leaking_pids: Vec<u32> = input
         .captures
         .iter()
-        .flat_map(|c| vramscope::diagnose::leak::leaking_processes(&c.capture))
+        .flat_map(|c| vramscope_core::diagnose::leak::leaking_processes(&c.capture))
         .map(|(_, pid)| pid)
         .collect();
     leaking_pids.sort_unstable();

@@ -1,0 +1,149 @@
+//! Allocation stacks as people want to read them: noise frames (the unwinder, the CPython
+//! interpreter loop, the dispatcher's boxing wrappers, the allocator itself) filtered out, as
+//! PyTorch's viewers do (`_frame_filter` in `torch/cuda/_memory_viz.py`, `frameFilter` in
+//! `torch/utils/viz/MemoryViz.js`, github.com/pytorch/pytorch).
+
+use vramscope_core::model::allocator::{AllocatorSnapshot, StackId};
+
+/// Function-name fragments of frames that say nothing about the user's code.
+const NOISE_FUNCTIONS: &[&str] = &[
+    "unwind::unwind",
+    "CapturedTraceback::gather",
+    "gather_with_cpp",
+    "CUDACachingAllocator",
+    "_start",
+    "__libc_start_main",
+    "__libc_init_first",
+    "Py_BytesMain",
+    "Py_RunMain",
+    "_PyRun_",
+    "PyRun_",
+    "PyEval_",
+    "_PyEval_",
+    "PyObject_",
+    "_PyObject_",
+    "PyFunction_",
+    "PyCMethod_New",
+    "c10::impl::wrap_kernel_functor",
+    "c10::impl::BoxedKernelWrapper",
+    "c10::Dispatcher::",
+];
+
+/// File-name fragments of frames that say nothing about the user's code.
+const NOISE_FILES: &[&str] = &[
+    "core/boxing",
+    "Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
+];
+
+/// True for frames that the stack views hide.
+pub fn is_noise_frame(name: &str, filename: &str) -> bool {
+    NOISE_FUNCTIONS.iter().any(|noise| name.contains(noise))
+        || NOISE_FILES.iter().any(|noise| filename.contains(noise))
+}
+
+/// One frame as the stack views and tooltips show it: `name (file:line)`, `name (file)` without
+/// a line, the bare name without a file.
+pub fn frame_line(name: &str, filename: &str, line: i64) -> String {
+    match (filename, line) {
+        ("" | "??", _) => name.to_string(),
+        (file, 0) => format!("{name} ({file})"),
+        (file, line) => format!("{name} ({file}:{line})"),
+    }
+}
+
+/// The filtered frames of a stack as display lines, innermost first (see [`frame_line`]).
+pub fn stack_lines(snapshot: &AllocatorSnapshot, stack: StackId) -> Vec<String> {
+    snapshot
+        .frames
+        .stack(stack)
+        .iter()
+        .filter_map(|&id| snapshot.frames.frame(id))
+        .filter_map(|frame| {
+            let name = snapshot.string(frame.name);
+            let filename = snapshot.string(frame.filename);
+            if is_noise_frame(name, filename) {
+                return None;
+            }
+            Some(frame_line(name, filename, frame.line))
+        })
+        .collect()
+}
+
+/// True when any frame of the stack (noise included) has `needle_lower` in its file name or in
+/// its line as the tooltip shows it (so `name`, `file:line` and `name (file:line)` all match);
+/// `needle_lower` must already be lower case.
+pub fn stack_mentions(snapshot: &AllocatorSnapshot, stack: StackId, needle_lower: &str) -> bool {
+    snapshot
+        .frames
+        .stack(stack)
+        .iter()
+        .filter_map(|&id| snapshot.frames.frame(id))
+        .any(|frame| {
+            let name = snapshot.string(frame.name);
+            let filename = snapshot.string(frame.filename);
+            filename.to_lowercase().contains(needle_lower)
+                || frame_line(name, filename, frame.line)
+                    .to_lowercase()
+                    .contains(needle_lower)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramscope_core::model::allocator::Frame;
+
+    #[test]
+    fn interpreter_and_unwinder_frames_are_noise() {
+        assert!(is_noise_frame("torch::unwind::unwind()", "??"));
+        assert!(is_noise_frame("_PyEval_EvalFrameDefault", "??"));
+        assert!(is_noise_frame(
+            "at::(anonymous namespace)::wrapper_CUDA_empty",
+            "RegisterCUDA_0.cpp"
+        ));
+        assert!(!is_noise_frame(
+            "<module>",
+            "/home/user/project/train_fixture.py"
+        ));
+        assert!(!is_noise_frame("forward", "model.py"));
+    }
+
+    #[test]
+    fn stack_lines_keep_user_frames_with_locations() {
+        let mut snapshot = AllocatorSnapshot::default();
+        let mut frame = |name: &str, file: &str, line: i64| {
+            let frame = Frame {
+                name: snapshot.strings.intern(name),
+                filename: snapshot.strings.intern(file),
+                line,
+            };
+            snapshot.frames.intern_frame(frame)
+        };
+        let frames = [
+            frame("torch::unwind::unwind()", "??", 0),
+            frame("forward", "model.py", 12),
+            frame("_PyEval_EvalFrameDefault", "??", 0),
+            frame("at::native::empty_cuda", "??", 0),
+        ];
+        let stack = snapshot.frames.intern_stack(&frames);
+        assert_eq!(
+            stack_lines(&snapshot, stack),
+            vec!["forward (model.py:12)", "at::native::empty_cuda"]
+        );
+        assert!(stack_mentions(&snapshot, stack, "model.py"));
+        assert!(stack_mentions(&snapshot, stack, "forward"));
+        assert!(!stack_mentions(&snapshot, stack, "backward"));
+        // What the tooltip shows can be searched for, whole or in part.
+        assert!(stack_mentions(&snapshot, stack, "model.py:12"));
+        assert!(stack_mentions(&snapshot, stack, "forward (model.py:12)"));
+        assert!(!stack_mentions(&snapshot, stack, "model.py:13"));
+    }
+}
