@@ -23,6 +23,7 @@
 mod allocator;
 pub mod conf;
 
+use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
 
 use foldhash::HashMap;
@@ -1431,6 +1432,60 @@ struct Pass {
     finished: bool,
 }
 
+/// A [`Pass`] while [`ReplayInput::advance`] replays a slice of its events: the pass's
+/// collections borrowed apart, its settings copied, and where it stands held by value (so that
+/// the hot loop keeps it in registers); `advance` writes the position back into the pass when
+/// the slice ends.
+struct Replaying<'p> {
+    result: &'p mut RunResult,
+    live: &'p mut HashMap<u64, BlockHandle>,
+    skipped: &'p mut HashSet<u64>,
+    sync_completions: &'p mut Vec<BlockHandle>,
+    early_completions: &'p mut Vec<BlockHandle>,
+    segments_made: &'p mut HashMap<u64, usize>,
+    mode: Mode,
+    timing: Timing,
+    limits: Limits,
+    last_alloc: usize,
+    /// The event being replayed.
+    index: usize,
+    window_start: usize,
+    completion_run: (usize, bool),
+    real_reserved: u64,
+    drawn_state: Option<u64>,
+}
+
+/// Where [`ReplayInput::advance`] goes after an event it replayed and the pass goes on (a
+/// `ControlFlow::Break` ends the pass).
+#[derive(Clone, Copy)]
+enum Then {
+    /// On to the event after [`Replaying::index`].
+    NextEvent,
+    /// [`Replaying::index`] already names the next event to replay (a run of releases was
+    /// taken whole).
+    Jumped,
+}
+
+impl Replaying<'_> {
+    /// Under [`Mode::Check`], the divergence when the model's reserved bytes after event
+    /// `index` are not the trace's.
+    #[inline]
+    fn reserved_differs(&self, index: usize) -> Option<(usize, String)> {
+        let model = &self.result.model;
+        let real = self.real_reserved;
+        (self.mode == Mode::Check && model.reserved_bytes() != real).then(|| {
+            (
+                index,
+                format!(
+                    "after this event the real allocator held {} reserved, the replay {}",
+                    format_bytes(real),
+                    format_bytes(model.reserved_bytes())
+                ),
+            )
+        })
+    }
+}
+
 impl RunResult {
     fn outcome(&self, conf: &AllocConf, recorded: bool, limits: &Limits) -> SettingOutcome {
         let stats = self.model.stats;
@@ -2075,35 +2130,29 @@ impl<'a> ReplayInput<'a> {
             next_event,
             finished,
         } = pass;
-        let (mode, timing, limits, stop_at, last_alloc) =
-            (*mode, *timing, *limits, *stop_at, *last_alloc);
-        let mut window_start = *saved_window_start;
-        let mut completion_run = *saved_completion_run;
-        let mut real_reserved = *saved_real_reserved;
-        let mut drawn_state = *saved_drawn_state;
-        let mut index = *next_event;
-        let trace = self.trace;
-        let len = trace.len();
-        let actions = &trace.actions;
-        let address_at = |i: usize| trace.addresses.get(i).copied().unwrap_or(0);
-        let size_at = |i: usize| trace.sizes_bytes.get(i).copied().unwrap_or(0);
-        let stream_at = |i: usize| self.stream_rank(trace.streams.get(i).copied().unwrap_or(0));
-        let stack_at = |i: usize| trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY);
-        let reserved_differs = |model: &AllocatorModel, real: u64, index: usize| {
-            (mode == Mode::Check && model.reserved_bytes() != real).then(|| {
-                (
-                    index,
-                    format!(
-                        "after this event the real allocator held {} reserved, the replay {}",
-                        format_bytes(real),
-                        format_bytes(model.reserved_bytes())
-                    ),
-                )
-            })
+        let stop_at = *stop_at;
+        let mut slice = Replaying {
+            result,
+            live,
+            skipped,
+            sync_completions,
+            early_completions,
+            segments_made,
+            mode: *mode,
+            timing: *timing,
+            limits: *limits,
+            last_alloc: *last_alloc,
+            index: *next_event,
+            window_start: *saved_window_start,
+            completion_run: *saved_completion_run,
+            real_reserved: *saved_real_reserved,
+            drawn_state: *saved_drawn_state,
         };
-        let slice_end = index.saturating_add(events);
+        let len = self.trace.len();
+        let slice_end = slice.index.saturating_add(events);
         let mut paused = false;
-        while index < len {
+        while slice.index < len {
+            let index = slice.index;
             if index >= slice_end {
                 paused = true;
                 break;
@@ -2114,239 +2163,347 @@ impl<'a> ReplayInput<'a> {
             if stop_at == Some(index) {
                 break;
             }
-            result.model.event = index;
-            let model = &mut result.model;
-            // The request at this event (an allocation, or one the real run failed), served in
-            // the real allocator's order.
-            let mut serve = |model: &mut AllocatorModel, size: u64| {
-                malloc_in_trace_order(
-                    model,
-                    (size, stream_at(index), index),
-                    &mut self.trace_hints(window_start, index, segments_made, drawn_state.as_mut()),
-                    early_completions,
-                    sync_completions,
-                )
-            };
-            match actions[index] {
-                TraceAction::Alloc => {
-                    let address = address_at(index);
-                    let served = serve(model, size_at(index));
-                    match served {
-                        Ok(handle) => {
-                            if mode == Mode::Check && model.block_address(handle) != Some(address) {
-                                result.divergence = Some((
-                                    index,
-                                    format!(
-                                        "the trace's allocation got address {address:#x}, the \
-                                         replay handed out {:#x}",
-                                        model.block_address(handle).unwrap_or(0)
-                                    ),
-                                ));
-                                break;
-                            }
-                            if let Some(difference) = reserved_differs(model, real_reserved, index)
-                            {
-                                result.divergence = Some(difference);
-                                break;
-                            }
-                            if live.insert(address, handle).is_some() {
-                                result.incomplete = Some(Incomplete {
-                                    event_index: index,
-                                    reason: format!(
-                                        "the trace allocates at {address:#x}, which an earlier \
-                                         allocation still holds"
-                                    ),
-                                });
-                                break;
-                            }
-                        }
-                        Err(oom) => {
-                            let point = self.oom_point(index, oom, model, stack_at(index));
-                            result.replay_ooms.push(index);
-                            if mode == Mode::WhatIf && self.is_scratch(index) {
-                                // Perhaps caught (a library's workspace): go on without it.
-                                result.scratch_oom.get_or_insert(point);
-                                result.scratch_oom_uncaught |= !self.retried_by_torch(index);
-                                skipped.insert(address);
-                            } else {
-                                result.oom = Some(point);
-                                if mode == Mode::Check {
-                                    result.divergence = Some((
-                                        index,
-                                        format!(
-                                            "the replay ran out of memory on a {} request that \
-                                             the real run served",
-                                            format_bytes(oom.request_bytes)
-                                        ),
-                                    ));
-                                }
-                                break;
-                            }
-                        }
-                    }
-                    window_start = index + 1;
+            slice.result.model.event = index;
+            match self.replay_event(&mut slice) {
+                ControlFlow::Continue(Then::NextEvent) => {
+                    slice.index += 1;
+                    slice.result.events_replayed = slice.index;
                 }
-                TraceAction::FreeRequested if skipped.contains(&address_at(index)) => {
-                    // A scratch buffer this setting went on without: the program never had it.
-                    let address = address_at(index);
-                    if actions.get(index + 1) == Some(&TraceAction::FreeCompleted)
-                        && address_at(index + 1) == address
-                    {
-                        skipped.remove(&address);
-                        index += 1;
-                    }
-                    window_start = index + 1;
-                }
-                TraceAction::FreeCompleted if skipped.remove(&address_at(index)) => {
-                    window_start = index + 1;
-                }
-                TraceAction::FreeRequested => {
-                    let address = address_at(index);
-                    let immediate = actions.get(index + 1) == Some(&TraceAction::FreeCompleted)
-                        && address_at(index + 1) == address;
-                    let handle = live.get(&address).copied();
-                    let freed = handle.is_some_and(|handle| model.free(handle, !immediate));
-                    if let Some(handle) = handle
-                        && freed
-                        && !immediate
-                        && timing == Timing::Early
-                    {
-                        early_completions.push(handle);
-                    }
-                    if !freed {
-                        result.incomplete = Some(Incomplete {
-                            event_index: index,
-                            reason: format!(
-                                "the trace frees {address:#x}, which no allocation the replay \
-                                 knows holds"
-                            ),
-                        });
-                        break;
-                    }
-                    if immediate {
-                        live.remove(&address);
-                        index += 1;
-                    }
-                    window_start = index + 1;
-                }
-                TraceAction::FreeCompleted => {
-                    let address = address_at(index);
-                    if index >= completion_run.0 && timing == Timing::Recorded {
-                        completion_run = self.completes_in_failure_path(
-                            index,
-                            window_start,
-                            real_reserved,
-                            &limits,
-                        );
-                    }
-                    match live.remove(&address) {
-                        // Completed at the request after its free already; the trace's
-                        // completion only ends the allocation's life.
-                        Some(_) if timing == Timing::Early => {}
-                        Some(handle) if completion_run.1 => {
-                            sync_completions.push(handle);
-                        }
-                        Some(handle) => model.complete_free(handle),
-                        None => {
-                            result.incomplete = Some(Incomplete {
-                                event_index: index,
-                                reason: format!(
-                                    "the trace completes a free of {address:#x}, which the \
-                                     replay does not know"
-                                ),
-                            });
-                            break;
-                        }
-                    }
-                    window_start = index + 1;
-                }
-                TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
-                    // A run of releases: the allocator's own (inside a request that needed
-                    // memory) or the program's empty_cache().
-                    let end = self.release_run_end(index);
-                    real_reserved =
-                        real_reserved.saturating_sub((index..end).map(size_at).sum::<u64>());
-                    if self.releases_are_empty_cache(index, end, &limits) {
-                        model.empty_cache();
-                        window_start = end;
-                        if let Some(difference) = reserved_differs(model, real_reserved, end - 1) {
-                            result.divergence = Some(difference);
-                            break;
-                        }
-                    }
-                    index = end;
-                    continue;
-                }
-                TraceAction::Oom => {
-                    let size = size_at(index);
-                    result.real_ooms.push(index);
-                    let served = serve(model, size);
-                    match served {
-                        Ok(_) => {
-                            if mode == Mode::Check {
-                                result.divergence = Some((
-                                    index,
-                                    format!(
-                                        "the real run ran out of memory on a {} request here, \
-                                         the replay did not",
-                                        format_bytes(size)
-                                    ),
-                                ));
-                                break;
-                            }
-                            // The request this setting served stays allocated: the real
-                            // program never got it, so it never frees it.
-                            result.survived_real_ooms += 1;
-                        }
-                        Err(oom) => {
-                            let point = self.oom_point(index, oom, model, stack_at(index));
-                            result.replay_ooms.push(index);
-                            if mode == Mode::WhatIf {
-                                if index < last_alloc {
-                                    // The real program caught this failure and went on (it
-                                    // allocated again later): failing here too, the setting
-                                    // goes on exactly as the real run did. Only a failure the
-                                    // real run did not survive ends the what-if.
-                                    result.shared_caught_ooms += 1;
-                                    window_start = index + 1;
-                                    index += 1;
-                                    result.events_replayed = index;
-                                    continue;
-                                }
-                                result.oom = Some(point);
-                                break;
-                            }
-                            result.oom.get_or_insert(point);
-                            if let Some(difference) = reserved_differs(model, real_reserved, index)
-                            {
-                                result.divergence = Some(difference);
-                                break;
-                            }
-                        }
-                    }
-                    window_start = index + 1;
-                }
-                TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
-                    real_reserved = real_reserved.saturating_add(size_at(index));
-                }
-                TraceAction::Snapshot
-                | TraceAction::UserDefined
-                | TraceAction::Annotate
-                | TraceAction::Unknown(_) => {}
+                ControlFlow::Continue(Then::Jumped) => {}
+                ControlFlow::Break(()) => break,
             }
-            index += 1;
-            result.events_replayed = index;
         }
-        result.events_replayed = index.min(len);
-        *saved_window_start = window_start;
-        *saved_completion_run = completion_run;
-        *saved_real_reserved = real_reserved;
-        *saved_drawn_state = drawn_state;
+        let index = slice.index;
+        slice.result.events_replayed = index.min(len);
+        *saved_window_start = slice.window_start;
+        *saved_completion_run = slice.completion_run;
+        *saved_real_reserved = slice.real_reserved;
+        *saved_drawn_state = slice.drawn_state;
         #[cfg(any(test, feature = "test-fixtures"))]
         EVENTS_REPLAYED.with(|count| count.set(count.get() + (index - *next_event)));
         *next_event = index;
         *finished = !paused;
         Ok(*finished)
+    }
+
+    /// The step [`Self::advance`] takes per event: replays the event at `s.index`, one step of
+    /// its own per kind of event. A break ends the pass (the result says why).
+    #[inline]
+    fn replay_event(&self, s: &mut Replaying) -> ControlFlow<(), Then> {
+        let index = s.index;
+        match self.trace.actions[index] {
+            TraceAction::Alloc => self.replay_request(s),
+            TraceAction::FreeRequested if s.skipped.contains(&self.address_at(index)) => {
+                self.skip_scratch_free(s)
+            }
+            TraceAction::FreeCompleted if s.skipped.remove(&self.address_at(index)) => {
+                s.window_start = index + 1;
+                ControlFlow::Continue(Then::NextEvent)
+            }
+            TraceAction::FreeRequested => self.replay_free(s),
+            TraceAction::FreeCompleted => self.replay_free_completion(s),
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => self.replay_release_run(s),
+            TraceAction::Oom => self.replay_recorded_oom(s),
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
+                s.real_reserved = s.real_reserved.saturating_add(self.size_at(index));
+                ControlFlow::Continue(Then::NextEvent)
+            }
+            TraceAction::Snapshot
+            | TraceAction::UserDefined
+            | TraceAction::Annotate
+            | TraceAction::Unknown(_) => ControlFlow::Continue(Then::NextEvent),
+        }
+    }
+
+    /// The address of event `index` (0 when the trace has none for it).
+    #[inline]
+    fn address_at(&self, index: usize) -> u64 {
+        self.trace.addresses.get(index).copied().unwrap_or(0)
+    }
+
+    /// The size of event `index` in bytes (0 when the trace has none for it).
+    #[inline]
+    fn size_at(&self, index: usize) -> u64 {
+        self.trace.sizes_bytes.get(index).copied().unwrap_or(0)
+    }
+
+    /// The rank of event `index`'s stream among the trace's (see [`Self::stream_rank`]).
+    #[inline]
+    fn stream_at(&self, index: usize) -> u16 {
+        self.stream_rank(self.trace.streams.get(index).copied().unwrap_or(0))
+    }
+
+    /// Whether the event after `index` completes the free of `address` that event `index`
+    /// requested: a free with no other stream's work to wait for, done at once.
+    #[inline]
+    fn completed_next(&self, index: usize, address: u64) -> bool {
+        self.trace.actions.get(index + 1) == Some(&TraceAction::FreeCompleted)
+            && self.address_at(index + 1) == address
+    }
+
+    /// The request of `size` bytes at `s.index` (an allocation, or one the real run failed),
+    /// served in the real allocator's order (see [`malloc_in_trace_order`]), its new segments
+    /// placed where the trace's segment events since the previous request say.
+    #[inline]
+    fn serve(&self, s: &mut Replaying, size: u64) -> Result<BlockHandle, ModelOom> {
+        let index = s.index;
+        malloc_in_trace_order(
+            &mut s.result.model,
+            (size, self.stream_at(index), index),
+            &mut self.trace_hints(
+                s.window_start,
+                index,
+                s.segments_made,
+                s.drawn_state.as_mut(),
+            ),
+            s.early_completions,
+            s.sync_completions,
+        )
+    }
+
+    /// The trace's allocation at `s.index`: served ([`Self::serve`]) and held live
+    /// ([`Self::hold_served`]), or failed ([`Self::request_failed`]).
+    #[inline]
+    fn replay_request(&self, s: &mut Replaying) -> ControlFlow<(), Then> {
+        let index = s.index;
+        let address = self.address_at(index);
+        let served = self.serve(s, self.size_at(index));
+        match served {
+            Ok(handle) => self.hold_served(s, address, handle)?,
+            Err(oom) => self.request_failed(s, address, oom)?,
+        }
+        s.window_start = index + 1;
+        ControlFlow::Continue(Then::NextEvent)
+    }
+
+    /// Checks the block the model served for the allocation at `s.index` against the trace
+    /// (under [`Mode::Check`]: the trace's address, the trace's reserved bytes), then holds it
+    /// live at the trace's `address`. A break records the divergence, or the contradiction of
+    /// an address allocated twice.
+    #[inline]
+    fn hold_served(&self, s: &mut Replaying, address: u64, handle: BlockHandle) -> ControlFlow<()> {
+        let index = s.index;
+        let model = &s.result.model;
+        if s.mode == Mode::Check && model.block_address(handle) != Some(address) {
+            s.result.divergence = Some((
+                index,
+                format!(
+                    "the trace's allocation got address {address:#x}, the replay handed out {:#x}",
+                    model.block_address(handle).unwrap_or(0)
+                ),
+            ));
+            return ControlFlow::Break(());
+        }
+        if let Some(difference) = s.reserved_differs(index) {
+            s.result.divergence = Some(difference);
+            return ControlFlow::Break(());
+        }
+        if s.live.insert(address, handle).is_some() {
+            s.result.incomplete = Some(Incomplete {
+                event_index: index,
+                reason: format!(
+                    "the trace allocates at {address:#x}, which an earlier allocation still holds"
+                ),
+            });
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The model could not serve the allocation at `s.index` (at the trace's `address`). Under
+    /// [`Mode::WhatIf`] a library's scratch buffer may have been caught (a workspace): the
+    /// replay goes on without it and skips its frees. Anything else ends the pass at this
+    /// out-of-memory, a divergence under [`Mode::Check`] (the real run served it).
+    fn request_failed(&self, s: &mut Replaying, address: u64, oom: ModelOom) -> ControlFlow<()> {
+        let index = s.index;
+        let point = self.oom_point(index, oom, &mut s.result.model, self.stack_of(index));
+        s.result.replay_ooms.push(index);
+        if s.mode == Mode::WhatIf && self.is_scratch(index) {
+            // Perhaps caught (a library's workspace): go on without it.
+            s.result.scratch_oom.get_or_insert(point);
+            s.result.scratch_oom_uncaught |= !self.retried_by_torch(index);
+            s.skipped.insert(address);
+            return ControlFlow::Continue(());
+        }
+        s.result.oom = Some(point);
+        if s.mode == Mode::Check {
+            s.result.divergence = Some((
+                index,
+                format!(
+                    "the replay ran out of memory on a {} request that the real run served",
+                    format_bytes(oom.request_bytes)
+                ),
+            ));
+        }
+        ControlFlow::Break(())
+    }
+
+    /// The free at `s.index` of a scratch buffer this setting went on without (see
+    /// [`Self::request_failed`]): the program never had it, so nothing is freed; a completion
+    /// right after it is taken along.
+    #[inline]
+    fn skip_scratch_free(&self, s: &mut Replaying) -> ControlFlow<(), Then> {
+        let address = self.address_at(s.index);
+        if self.completed_next(s.index, address) {
+            s.skipped.remove(&address);
+            s.index += 1;
+        }
+        s.window_start = s.index + 1;
+        ControlFlow::Continue(Then::NextEvent)
+    }
+
+    /// The free the trace requests at `s.index`: completed at once when the next event
+    /// completes it (both events taken), else deferred until the trace's completion (under
+    /// [`Timing::Early`], until the next request). A break records a free of a block the
+    /// replay does not know.
+    #[inline]
+    fn replay_free(&self, s: &mut Replaying) -> ControlFlow<(), Then> {
+        let index = s.index;
+        let address = self.address_at(index);
+        let immediate = self.completed_next(index, address);
+        let handle = s.live.get(&address).copied();
+        let freed = handle.is_some_and(|handle| s.result.model.free(handle, !immediate));
+        if let Some(handle) = handle
+            && freed
+            && !immediate
+            && s.timing == Timing::Early
+        {
+            s.early_completions.push(handle);
+        }
+        if !freed {
+            s.result.incomplete = Some(Incomplete {
+                event_index: index,
+                reason: format!(
+                    "the trace frees {address:#x}, which no allocation the replay knows holds"
+                ),
+            });
+            return ControlFlow::Break(());
+        }
+        if immediate {
+            s.live.remove(&address);
+            s.index += 1;
+        }
+        s.window_start = s.index + 1;
+        ControlFlow::Continue(Then::NextEvent)
+    }
+
+    /// The completion at `s.index` of a deferred free: the model completes it now, or (in a
+    /// run of completions the real allocator made inside the next request's failure path, see
+    /// [`Self::completes_in_failure_path`]) at that request; under [`Timing::Early`] the free
+    /// completed already, and this only ends the allocation's life. A break records a
+    /// completion of a free the replay does not know.
+    #[inline]
+    fn replay_free_completion(&self, s: &mut Replaying) -> ControlFlow<(), Then> {
+        let index = s.index;
+        let address = self.address_at(index);
+        if index >= s.completion_run.0 && s.timing == Timing::Recorded {
+            s.completion_run =
+                self.completes_in_failure_path(index, s.window_start, s.real_reserved, &s.limits);
+        }
+        match s.live.remove(&address) {
+            // Completed at the request after its free already; the trace's completion only
+            // ends the allocation's life.
+            Some(_) if s.timing == Timing::Early => {}
+            Some(handle) if s.completion_run.1 => {
+                s.sync_completions.push(handle);
+            }
+            Some(handle) => s.result.model.complete_free(handle),
+            None => {
+                s.result.incomplete = Some(Incomplete {
+                    event_index: index,
+                    reason: format!(
+                        "the trace completes a free of {address:#x}, which the replay does not \
+                         know"
+                    ),
+                });
+                return ControlFlow::Break(());
+            }
+        }
+        s.window_start = index + 1;
+        ControlFlow::Continue(Then::NextEvent)
+    }
+
+    /// The run of segment releases starting at `s.index`, taken whole: the allocator's own
+    /// (inside a request that needed memory, which the model makes itself) or the program's
+    /// `empty_cache()`, which the model is told. The cursor moves past the run; a break records
+    /// a divergence of the reserved bytes after an `empty_cache()` (under [`Mode::Check`]).
+    #[inline]
+    fn replay_release_run(&self, s: &mut Replaying) -> ControlFlow<(), Then> {
+        let index = s.index;
+        let end = self.release_run_end(index);
+        s.real_reserved = s
+            .real_reserved
+            .saturating_sub((index..end).map(|i| self.size_at(i)).sum::<u64>());
+        if self.releases_are_empty_cache(index, end, &s.limits) {
+            s.result.model.empty_cache();
+            s.window_start = end;
+            if let Some(difference) = s.reserved_differs(end - 1) {
+                s.result.divergence = Some(difference);
+                return ControlFlow::Break(());
+            }
+        }
+        s.index = end;
+        ControlFlow::Continue(Then::Jumped)
+    }
+
+    /// An out-of-memory the real run hit at `s.index`: the model tries the request too.
+    /// Served, it is a divergence under [`Mode::Check`]; otherwise it stays allocated (the
+    /// real program never got it, so it never frees it). Failed too, see
+    /// [`Self::recorded_oom_failed_too`].
+    #[inline]
+    fn replay_recorded_oom(&self, s: &mut Replaying) -> ControlFlow<(), Then> {
+        let index = s.index;
+        let size = self.size_at(index);
+        s.result.real_ooms.push(index);
+        let served = self.serve(s, size);
+        match served {
+            Ok(_) => {
+                if s.mode == Mode::Check {
+                    s.result.divergence = Some((
+                        index,
+                        format!(
+                            "the real run ran out of memory on a {} request here, the replay did \
+                             not",
+                            format_bytes(size)
+                        ),
+                    ));
+                    return ControlFlow::Break(());
+                }
+                // The request this setting served stays allocated: the real program never got
+                // it, so it never frees it.
+                s.result.survived_real_ooms += 1;
+            }
+            Err(oom) => self.recorded_oom_failed_too(s, oom)?,
+        }
+        s.window_start = index + 1;
+        ControlFlow::Continue(Then::NextEvent)
+    }
+
+    /// The model failed the request at `s.index` that the real run failed too. Under
+    /// [`Mode::WhatIf`] the replay goes on as the real run did when the program caught it
+    /// (allocated again later), and ends at it otherwise; a self-check goes on, breaking only
+    /// where the reserved bytes differ.
+    fn recorded_oom_failed_too(&self, s: &mut Replaying, oom: ModelOom) -> ControlFlow<()> {
+        let index = s.index;
+        let point = self.oom_point(index, oom, &mut s.result.model, self.stack_of(index));
+        s.result.replay_ooms.push(index);
+        if s.mode == Mode::WhatIf {
+            if index < s.last_alloc {
+                // The real program caught this failure and went on (it allocated again
+                // later): failing here too, the setting goes on exactly as the real run did.
+                // Only a failure the real run did not survive ends the what-if.
+                s.result.shared_caught_ooms += 1;
+                return ControlFlow::Continue(());
+            }
+            s.result.oom = Some(point);
+            return ControlFlow::Break(());
+        }
+        s.result.oom.get_or_insert(point);
+        if let Some(difference) = s.reserved_differs(index) {
+            s.result.divergence = Some(difference);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
     }
 
     /// Whether the request at `index` is a library's scratch buffer: made inside PyTorch's own
