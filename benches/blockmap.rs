@@ -13,6 +13,11 @@
 //! drag frame includes cloning the previous state). Run: `cargo bench --bench blockmap`
 //! (`BLOCKMAP_EVENTS=N` changes the trace length). Under `cargo test` (no `--bench` argument)
 //! it runs once on 20,000 events as a smoke test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

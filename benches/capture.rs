@@ -4,6 +4,11 @@
 //! Run: `cargo bench --bench capture` (release build). The data comes from the deterministic demo
 //! machine, polled as the sampler would (slow tier every 5 s), and is written by the real
 //! [`Recorder`] (batches) and by [`vramcap::write_bytes`] (a saved capture).
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

@@ -4,6 +4,11 @@
 //!
 //! Run: `cargo bench --bench demo_generate`. Under `cargo test --all-targets` (no `--bench`
 //! argument) it runs a smoke test instead: 1,000 polls and one hour of capture, each once.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

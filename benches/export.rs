@@ -5,6 +5,11 @@
 //! Also reading a day of nvidia-smi `--query-gpu` CSV (8 GPUs at 1 s) as a capture.
 //!
 //! Run: `cargo bench --bench export` (release build).
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 use std::time::{Duration, Instant};
 

@@ -5,6 +5,11 @@
 //!
 //! Run: `cargo bench --bench exporter` (numbers in `docs/benchmarks.md`). Under `cargo test
 //! --all-targets` (no `--bench` argument) it runs a smoke test: 20 scrapes.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

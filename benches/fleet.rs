@@ -11,6 +11,11 @@
 //! --all-targets` (no `--bench` argument) it runs a smoke test: 16 GPUs × 1 hour. With
 //! `-- --save FILE.vramcap` it also writes the fleet it measures (simulated GPUs), for looking at
 //! the view (`vramscope FILE.vramcap`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

@@ -7,6 +7,11 @@
 //! CI machines. Under `cargo test --all-targets` (no `--bench` argument) on a machine with a GPU
 //! it runs a smoke test instead: 1 % of free memory, and only the error count is checked (the
 //! bandwidth ratio needs the full-size run to mean anything).
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

@@ -8,6 +8,11 @@
 //! measured is the app's own work per frame (input, layout, every panel, the live timeline), the
 //! part a slow load could block; drawing the triangles is the GPU's. Under `cargo test` (no
 //! `--bench` argument) it loads a small fixture as a smoke run.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -30,6 +30,11 @@
 //!
 //! Without `--bench` (as `cargo test --all-targets` runs it) it only polls a few times, and on a
 //! machine without an NVIDIA driver it prints why it cannot measure and exits successfully.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

@@ -5,6 +5,11 @@
 //! `cargo bench --bench snapshot [-- PATH]`. Without PATH it builds `target/bench/big_snapshot.pickle`
 //! (≥ 250 MB, a real H200 trace repeated with shifted times) with `scripts/make_big_snapshot.py`.
 //! Under `cargo test` (no `--bench` argument) it only opens a small fixture once, as a smoke test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

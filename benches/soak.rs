@@ -8,6 +8,11 @@
 //! part). Under `cargo test` (no `--bench` argument) it plays one hour of 2 GPUs quickly, as a
 //! smoke run. The GUI runs through egui_kittest without a renderer: the app's state, timeline
 //! pyramids and recording are the real ones; a window's textures would add a constant.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};

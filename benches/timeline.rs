@@ -10,6 +10,11 @@
 //! Run: `cargo bench --bench timeline` (numbers and machine in `docs/benchmarks.md`). Under
 //! `cargo test --all-targets` (no `--bench` argument) it runs a smoke test instead: 2 GPUs sampled
 //! once a minute, two frames per view.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

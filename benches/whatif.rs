@@ -7,6 +7,11 @@
 //! ≥ 260 MB by `scripts/make_big_snapshot.py --consistent` (each repetition in its own address
 //! range and ending in an `empty_cache()`, so that the whole trace replays and the self-check
 //! passes). Under `cargo test` it replays a small fixture once, as a smoke test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -6,20 +6,26 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use vramscope_core::diagnose::NamedCapture;
 use vramscope_core::diagnose::finding::Diagnosis;
-use vramscope_core::diagnose::{DiagnosisInput, NamedCapture, diagnose, log};
+use vramscope_core::evidence::{Evidence, Opened, Unwatched};
+use vramscope_core::formats::sniff::Route;
 use vramscope_core::model::Capture;
-use vramscope_core::report::{self, Report, ReportFormat, Timeline};
+use vramscope_core::report::{self, ReportFormat};
 use vramscope_core::source::{self, Source, Tiers};
 
 #[derive(Debug, clap::Args)]
 #[command(group(
     clap::ArgGroup::new("input")
-        .args(["live", "capture", "snapshot", "log", "prometheus"])
+        .args(["files", "live", "capture", "snapshot", "log", "prometheus"])
         .required(true)
         .multiple(true)
 ))]
 pub struct DiagnoseArgs {
+    /// Evidence files of any kind, told apart by their content: captures (.vramcap, nvidia-smi
+    /// CSV), PyTorch snapshots, logs.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// Read the GPUs now (memory, processes, ECC, remapped rows, throttling) through NVML.
     #[arg(long)]
     pub live: bool,
@@ -71,21 +77,11 @@ pub fn run(args: DiagnoseArgs) -> ExitCode {
             path.display()
         ));
     }
-    let input = match gather(&args) {
-        Ok(input) => input,
+    let evidence = match gather(&args) {
+        Ok(evidence) => evidence,
         Err(message) => return super::fail(message),
     };
-    let diagnosis = diagnose(&input);
-    let timeline = input
-        .captures
-        .iter()
-        .find_map(|c| Timeline::from_capture(&c.name, &c.capture));
-    let report = Report {
-        title: "vramscope diagnosis".to_owned(),
-        generated_at_ms: vramscope_core::model::now_unix_ms(),
-        diagnosis,
-        timeline,
-    };
+    let report = evidence.report("vramscope diagnosis", vramscope_core::model::now_unix_ms());
     if args.json {
         println!("{}", report::json::render(&report));
     } else {
@@ -100,40 +96,48 @@ pub fn run(args: DiagnoseArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Reads every input; the first unreadable one is an error naming the file.
-fn gather(args: &DiagnoseArgs) -> Result<DiagnosisInput, String> {
-    let mut input = DiagnosisInput {
-        framework_cuda: args.cuda,
-        ..Default::default()
+/// Reads every input through the evidence pipeline (each file sniffed by its content, named by
+/// its path as given); the first unreadable one is an error naming the file.
+fn gather(args: &DiagnoseArgs) -> Result<Evidence, String> {
+    let mut evidence = Evidence::new(args.cuda);
+    let given = |paths: &[PathBuf], kind: Option<Route>| {
+        paths
+            .iter()
+            .map(move |path| (path.clone(), kind))
+            .collect::<Vec<_>>()
     };
-    for path in &args.log {
-        input
-            .logs
-            .push(log::analyze_file(path).map_err(|e| e.to_string())?);
-    }
-    let captures =
-        vramscope_core::formats::capture::read_files(&args.capture).map_err(|e| e.to_string())?;
-    for (name, capture) in captures {
-        if let Some(recovery) = &capture.recovery {
+    // Positional files are told apart by content; a flag says what its files are.
+    let files: Vec<(PathBuf, Option<Route>)> = [
+        given(&args.files, None),
+        given(&args.log, Some(Route::Log)),
+        given(&args.capture, Some(Route::Capture)),
+        given(&args.snapshot, Some(Route::Snapshot)),
+    ]
+    .concat();
+    let opened =
+        vramscope_core::evidence::open_paths(&files, &Unwatched).map_err(|e| e.to_string())?;
+    for file in &opened {
+        if let Opened::Capture(named) = file
+            && let Some(recovery) = &named.capture.recovery
+        {
             eprintln!(
-                "vramscope: warning: {name} is damaged ({}); diagnosing the {} chunks before the damage",
-                recovery.problem, recovery.chunks_recovered
+                "vramscope: warning: {} is damaged ({}); diagnosing the {} chunks before the damage",
+                named.name, recovery.problem, recovery.chunks_recovered
             );
         }
-        input.captures.push(NamedCapture { name, capture });
+        evidence.add(file);
     }
-    input.snapshots = snapshots::facts(&args.snapshot)?;
     if args.live {
-        input.captures.push(live_capture(args.demo)?);
+        evidence.add_capture(live_capture(args.demo)?);
     }
     if let Some(url) = &args.prometheus.prometheus {
         let (_, _, capture) = args.prometheus.pull()?;
-        input.captures.push(NamedCapture {
+        evidence.add_capture(NamedCapture {
             name: format!("Prometheus {url}"),
             capture,
         });
     }
-    Ok(input)
+    Ok(evidence)
 }
 
 /// One reading of every tier from NVML, or a recorded simulated day with `--demo`.
@@ -225,35 +229,6 @@ fn text(d: &Diagnosis) -> String {
         out.push('\n');
     }
     out
-}
-
-mod snapshots {
-    use std::path::PathBuf;
-
-    use vramscope_core::diagnose::leak::SnapshotFacts;
-
-    /// Reads each PyTorch snapshot and extracts the facts the rules need, per device.
-    pub fn facts(paths: &[PathBuf]) -> Result<Vec<SnapshotFacts>, String> {
-        let mut facts = Vec::new();
-        for path in paths {
-            let snapshot = std::sync::Arc::new(
-                vramscope_core::formats::pytorch::read_file(path, &|_| true)
-                    .map_err(|e| e.to_string())?,
-            );
-            // The file time orders snapshots whose trace recorded no times.
-            let file_modified_ms = std::fs::metadata(path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .and_then(|d| i64::try_from(d.as_millis()).ok());
-            let mut of_file = vramscope_core::diagnose::snapshot::facts(&snapshot);
-            for fact in &mut of_file {
-                fact.identity.file_modified_ms = file_modified_ms;
-            }
-            facts.extend(of_file);
-        }
-        Ok(facts)
-    }
 }
 
 #[cfg(test)]

@@ -437,3 +437,30 @@ fn fragmentation_split_limit_makes_the_failing_request_oversize() {
         assert!(detail.starts_with("replayed: peak"), "{setting}");
     }
 }
+
+/// Files given without a flag are told apart by their content and diagnosed as if each had its
+/// flag: the same findings, the same inputs.
+#[test]
+fn files_without_flags_are_sniffed_and_give_the_flagged_diagnosis() {
+    let cases = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases");
+    let p = |name: &str| cases.join(name).display().to_string();
+    let flagged = json_of(&vramscope(&[
+        "diagnose",
+        "--log",
+        &p("leak.log"),
+        "--snapshot",
+        &p("leak_step10.pickle"),
+        &p("leak.pickle"),
+        "--json",
+    ]));
+    let sniffed = json_of(&vramscope(&[
+        "diagnose",
+        &p("leak.log"),
+        &p("leak_step10.pickle"),
+        &p("leak.pickle"),
+        "--json",
+    ]));
+    assert_eq!(findings_of(&sniffed), findings_of(&flagged));
+    assert_eq!(sniffed["inputs"], flagged["inputs"]);
+    assert_eq!(sniffed["findings"][0]["category"], "leak");
+}

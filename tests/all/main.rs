@@ -7,6 +7,11 @@
 //! state (the current directory, environment variables) that another could read, and what
 //! one measures of the process (`reader_memory_bounds` counts allocations) counts only its own
 //! thread.
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines,
+    reason = "test and bench code: a panic is the failure report, and a test reads best as one story"
+)]
 
 // Helpers shared by the modules below (and, file by file, by benches and the fuzz target).
 #[path = "../support/mod.rs"]

@@ -2,9 +2,10 @@
 //! writing a capture, an image or a report) run here on the [`Runner`], off the UI thread; results
 //! wake the UI with a repaint.
 //!
-//! Files are routed by content, not only by name ([`route`], shared with the command line's
-//! readers): captures (`.vramcap`, nvidia-smi CSV logs), then snapshots, then the extension, then
-//! "is it text?" (a log). Every read shows up in
+//! Files are opened through the core's evidence pipeline ([`vramscope_core::evidence`], shared
+//! with the command line and the web viewer), which routes them by content, not only by name:
+//! captures (`.vramcap`, nvidia-smi CSV logs), then snapshots, then the extension, then "is it
+//! text?" (a log). Every read shows up in
 //! [`Jobs::reads`] with its progress and a cancel flag until its result is collected.
 
 use std::path::{Path, PathBuf};
@@ -13,10 +14,9 @@ use std::sync::Arc;
 use vramscope_core::analysis::snapshot_analysis::DeviceAnalysis;
 use vramscope_core::diagnose::NamedCapture;
 use vramscope_core::diagnose::leak::SnapshotFacts;
-use vramscope_core::diagnose::log::{LogAnalysis, analyze_bytes};
+use vramscope_core::diagnose::log::LogAnalysis;
 use vramscope_core::diagnose::oom::LastFailureEvidence;
-use vramscope_core::formats::sniff::{Route, SNIFF_BYTES, route};
-use vramscope_core::formats::{capture, pytorch};
+use vramscope_core::evidence::{self, OpenError, Opened, ReadProgress};
 use vramscope_core::model::allocator::AllocatorSnapshot;
 
 use super::allocator::JudgedDevice;
@@ -41,27 +41,20 @@ impl OpenedSnapshot {
         file_name: &str,
     ) -> Self {
         let facts = vramscope_core::diagnose::snapshot::facts_from(&snapshot, &analysis);
-        Self::with_facts(snapshot, analysis, facts, file_name)
+        Self::judged(evidence::OpenedSnapshot::from_parts(
+            snapshot, analysis, facts, file_name,
+        ))
     }
 
-    /// [`OpenedSnapshot::new`] with the doctor's facts already made from `analysis` (the web
-    /// viewer makes them in steps, `diagnose::snapshot::FactsBuild`).
-    pub fn with_facts(
-        snapshot: Arc<AllocatorSnapshot>,
-        analysis: Vec<DeviceAnalysis>,
-        mut facts: Vec<SnapshotFacts>,
-        file_name: &str,
-    ) -> Self {
-        for fact in &mut facts {
-            file_name.clone_into(&mut fact.name);
-            if let Some(what_if) = &mut fact.what_if {
-                file_name.clone_into(&mut what_if.name);
-                // Not shared yet (just made), so this renames in place.
-                file_name.clone_into(&mut Arc::make_mut(&mut what_if.report).snapshot);
-            }
-        }
-        // The verdicts on the last OOM stand on the same history and replay as the facts: taken
-        // from them, so that opening replays each device's trace once.
+    /// The allocator view's verdicts on a snapshot the evidence pipeline opened: the verdicts on
+    /// the last OOM stand on the same history and replay as the facts, taken from them, so that
+    /// opening replays each device's trace once.
+    pub fn judged(opened: evidence::OpenedSnapshot) -> Self {
+        let evidence::OpenedSnapshot {
+            snapshot,
+            analysis,
+            facts,
+        } = opened;
         let analysis = analysis
             .into_iter()
             .map(|device| {
@@ -82,9 +75,6 @@ impl OpenedSnapshot {
         }
     }
 }
-
-/// The stage a snapshot read shows once the file is read and its analysis runs.
-pub const ANALYSING_STAGE: &str = "analysing";
 
 /// What reading a file gave.
 pub enum OpenOutcome {
@@ -208,7 +198,7 @@ impl Jobs {
         self.reads.push(ReadStatus { id, file_name, job });
     }
 
-    /// Reads and prepares the capture, snapshot or log at `path` (routed by [`route`]).
+    /// Reads and prepares the capture, snapshot or log at `path` (routed by its content).
     #[cfg(feature = "native")]
     pub fn open_path(&mut self, path: PathBuf) {
         let file_name = display_name(&path);
@@ -338,130 +328,45 @@ impl Jobs {
     }
 }
 
-/// Reads a file from disk. Regular files are sniffed first; anything else (a pipe) is routed by
-/// its name, since its first bytes can be read only once.
+/// Reads a file from disk through the evidence pipeline (sniffed by content).
 #[cfg(feature = "native")]
 pub(super) fn read_path(path: &Path, file_name: &str, progress: &Progress) -> OpenOutcome {
-    let kind = if path.is_file() {
-        match read_head(path) {
-            Ok(head) => route(file_name, &head),
-            Err(err) => {
-                return OpenOutcome::Failed(format!("{file_name}: cannot read the file: {err}"));
-            }
-        }
-    } else {
-        route(file_name, &[])
-    };
-    match kind {
-        Route::Capture => capture_outcome(
-            capture::read_file(path).map_err(|err| err.to_string()),
-            file_name,
-            progress,
-        ),
-        Route::Snapshot => snapshot_outcome(
-            pytorch::read_file(path, &|fraction| progress.set_fraction(fraction)),
-            file_name,
-            progress,
-        ),
-        Route::Log => {
-            let analysis = std::fs::File::open(path).and_then(|file| {
-                vramscope_core::diagnose::log::analyze_reader(
-                    std::io::BufReader::new(file),
-                    file_name,
-                )
-            });
-            match analysis {
-                Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
-                Ok(log) => OpenOutcome::Log(Box::new(log)),
-                Err(err) => OpenOutcome::Failed(format!("{file_name}: cannot read the log: {err}")),
-            }
-        }
-    }
-}
-
-/// The first [`SNIFF_BYTES`] of a file.
-#[cfg(feature = "native")]
-fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut head = Vec::with_capacity(SNIFF_BYTES);
-    std::fs::File::open(path)?
-        .take(SNIFF_BYTES as u64)
-        .read_to_end(&mut head)?;
-    Ok(head)
+    outcome(evidence::open_path(path, file_name, progress))
 }
 
 /// Reads a file handed over as bytes (dropped on the window, or a capture or log dropped on the
-/// web page).
+/// web page) through the evidence pipeline.
 pub(super) fn read_bytes(bytes: &[u8], file_name: &str, progress: &Progress) -> OpenOutcome {
-    match route(file_name, &bytes[..bytes.len().min(SNIFF_BYTES)]) {
-        Route::Capture => capture_outcome(
-            capture::read_bytes(bytes, file_name, capture::read_options_now())
-                .map_err(|err| err.to_string()),
-            file_name,
-            progress,
-        ),
-        Route::Snapshot => snapshot_outcome(
-            pytorch::read_bytes(bytes, file_name, &|fraction| {
-                progress.set_fraction(fraction)
-            }),
-            file_name,
-            progress,
-        ),
-        Route::Log => match analyze_bytes(bytes, file_name) {
-            Err(err) => OpenOutcome::Failed(err.to_string()),
-            Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
-            Ok(log) => OpenOutcome::Log(Box::new(log)),
+    outcome(evidence::open_bytes(bytes, file_name, progress))
+}
+
+/// What the app makes of an opened file: a capture prepared for the timeline (and a copy for
+/// the doctor), a snapshot with the allocator view's verdicts, a log.
+pub(super) fn outcome(opened: Result<Opened, OpenError>) -> OpenOutcome {
+    match opened {
+        Ok(Opened::Capture(evidence)) => OpenOutcome::Capture {
+            prepared: Box::new(PreparedCapture::new(evidence.capture.clone())),
+            evidence,
         },
-    }
-}
-
-fn capture_outcome(
-    read: Result<vramscope_core::model::Capture, String>,
-    file_name: &str,
-    progress: &Progress,
-) -> OpenOutcome {
-    match read {
-        Err(message) => OpenOutcome::Failed(message),
-        Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
-        Ok(capture) => {
-            let evidence = NamedCapture {
-                name: file_name.to_owned(),
-                capture: capture.clone(),
-            };
-            OpenOutcome::Capture {
-                prepared: Box::new(PreparedCapture::new(capture)),
-                evidence: Box::new(evidence),
-            }
+        Ok(Opened::Snapshot(opened)) => {
+            OpenOutcome::Snapshot(Box::new(OpenedSnapshot::judged(*opened)))
         }
+        Ok(Opened::Log(log)) => OpenOutcome::Log(log),
+        Err(OpenError::Cancelled) => OpenOutcome::Cancelled,
+        Err(OpenError::Failed(message)) => OpenOutcome::Failed(message),
     }
 }
 
-fn snapshot_outcome(
-    read: Result<AllocatorSnapshot, pytorch::SnapshotError>,
-    file_name: &str,
-    progress: &Progress,
-) -> OpenOutcome {
-    match read {
-        Err(err) => snapshot_error_outcome(err),
-        Ok(_) if progress.is_cancelled() => OpenOutcome::Cancelled,
-        Ok(snapshot) => {
-            let snapshot = Arc::new(snapshot);
-            progress.set_stage(ANALYSING_STAGE);
-            let analysis = vramscope_core::analysis::snapshot_analysis::analyze(&snapshot);
-            if progress.is_cancelled() {
-                return OpenOutcome::Cancelled;
-            }
-            OpenOutcome::Snapshot(Box::new(OpenedSnapshot::new(snapshot, analysis, file_name)))
-        }
+/// The app's job progress reports a read's progress.
+impl ReadProgress for Progress {
+    fn set_fraction(&self, fraction: f32) -> bool {
+        Progress::set_fraction(self, fraction)
     }
-}
-
-/// What a failed snapshot read gives: cancelled, or the error (which starts with the file's
-/// name).
-pub(super) fn snapshot_error_outcome(err: pytorch::SnapshotError) -> OpenOutcome {
-    match err {
-        pytorch::SnapshotError::Cancelled { .. } => OpenOutcome::Cancelled,
-        err => OpenOutcome::Failed(err.to_string()),
+    fn set_stage(&self, stage: &str) {
+        Progress::set_stage(self, stage);
+    }
+    fn is_cancelled(&self) -> bool {
+        Progress::is_cancelled(self)
     }
 }
 

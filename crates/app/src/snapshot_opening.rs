@@ -6,11 +6,12 @@
 
 use std::sync::Arc;
 
-use super::jobs::{ANALYSING_STAGE, OpenOutcome, OpenedSnapshot, snapshot_error_outcome};
+use super::jobs::{OpenOutcome, OpenedSnapshot, outcome};
 use super::runner::Progress;
 use vramscope_core::analysis::deadline::{Deadline, Step};
 use vramscope_core::analysis::snapshot_analysis::{DeviceAnalysis, SnapshotAnalysisBuild};
 use vramscope_core::diagnose::snapshot::FactsBuild;
+use vramscope_core::evidence::{self, ANALYSING_STAGE};
 use vramscope_core::formats::pytorch::SnapshotStream;
 use vramscope_core::model::allocator::AllocatorSnapshot;
 
@@ -62,7 +63,7 @@ impl SnapshotOpening {
             .push(slice, &|fraction| {
                 progress.set_fraction(fraction * STEPPED_READ_SHARE)
             })
-            .map_err(snapshot_error_outcome)?;
+            .map_err(|err| outcome(Err(evidence::snapshot_error(err))))?;
         if progress.is_cancelled() {
             return Err(OpenOutcome::Cancelled);
         }
@@ -84,7 +85,7 @@ impl SnapshotOpening {
                             let build = SnapshotAnalysisBuild::new(Arc::clone(&snapshot));
                             OpeningStage::Analysing { snapshot, build }
                         }
-                        Err(err) => return Step::Done(snapshot_error_outcome(err)),
+                        Err(err) => return Step::Done(outcome(Err(evidence::snapshot_error(err)))),
                     }
                 }
                 OpeningStage::Analysing { snapshot, build } => match build.run(deadline) {
@@ -118,12 +119,12 @@ impl SnapshotOpening {
                     }
                     if build.step(&snapshot, &analysis) {
                         return Step::Done(OpenOutcome::Snapshot(Box::new(
-                            OpenedSnapshot::with_facts(
+                            OpenedSnapshot::judged(evidence::OpenedSnapshot::from_parts(
                                 snapshot,
                                 analysis,
                                 build.into_facts(),
                                 &self.file_name,
-                            ),
+                            )),
                         )));
                     }
                     OpeningStage::Facts {

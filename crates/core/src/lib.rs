@@ -13,6 +13,7 @@
 
 pub mod analysis;
 pub mod diagnose;
+pub mod evidence;
 pub mod formats;
 pub mod model;
 pub mod report;

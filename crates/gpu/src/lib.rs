@@ -15,7 +15,6 @@ use vramscope_core::source::{Source, demo, faults};
 /// What a headless command samples: the simulated demo machine when `demo` is set, otherwise the
 /// machine's GPUs. Unlike [`open_default`] (the GUI), no driver is an error here: a scripted
 /// command must never pass simulated data off as real. The second value is the demo's notice.
-
 pub fn open_real_or_demo(
     demo: bool,
 ) -> Result<(Box<dyn Source>, Option<String>), nvml::NvmlOpenError> {
@@ -29,7 +28,6 @@ pub fn open_real_or_demo(
 /// The simulated demo machine with `device_count` GPUs (default 2), optionally in time-lapse
 /// (`(speed, simulated interval_ms)`, see [`demo::Accelerated`]), wrapped in the fault plan of
 /// [`faults::FAULTS_ENV`] when that is set. The second value is the demo's notice.
-
 pub fn open_demo(
     device_count: Option<u32>,
     time_lapse: Option<(f64, u32)>,
@@ -56,7 +54,6 @@ pub fn open_demo(
 /// or NVML cannot be loaded. The second value says why the demo is used (shown to the user), and is
 /// `None` when real GPUs are being sampled. Either is wrapped in the fault plan of
 /// [`faults::FAULTS_ENV`] when that is set.
-
 pub fn open_default(force_demo: bool) -> (Box<dyn Source>, Option<String>) {
     if force_demo {
         return open_demo(None, None);

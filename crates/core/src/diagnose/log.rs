@@ -271,14 +271,24 @@ pub fn sniff_not_text(head: &[u8]) -> Option<FileKind> {
 
 /// Reads and analyses a log file. A binary file is refused ([`LogError::NotText`]).
 pub fn analyze_file(path: &Path) -> Result<LogAnalysis, LogError> {
-    let name = path.display().to_string();
+    analyze_path(path, &path.display().to_string())
+}
+
+/// [`analyze_file`] with the log named `name` in the analysis and in errors.
+pub fn analyze_path(path: &Path, name: &str) -> Result<LogAnalysis, LogError> {
     let file = std::fs::File::open(path).map_err(|source| LogError::Io {
-        file: name.clone(),
+        file: name.to_owned(),
         source,
     })?;
-    analyze_reader(BufReader::new(file), &name).map_err(|source| match not_text_kind(&source) {
-        Some(kind) => LogError::NotText { file: name, kind },
-        None => LogError::Io { file: name, source },
+    analyze_reader(BufReader::new(file), name).map_err(|source| match not_text_kind(&source) {
+        Some(kind) => LogError::NotText {
+            file: name.to_owned(),
+            kind,
+        },
+        None => LogError::Io {
+            file: name.to_owned(),
+            source,
+        },
     })
 }
 

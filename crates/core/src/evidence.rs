@@ -1,0 +1,497 @@
+//! The one evidence pipeline: open any set of files (sniffed by content: captures, PyTorch
+//! snapshots, logs), analyse each, and gather them into one [`Evidence`] that produces one
+//! [`Diagnosis`]. The desktop app's jobs, the web viewer, `vramscope diagnose` and the commands
+//! that follow (`run`, `compare`) all open files through here, so a file reads, is named and is
+//! judged the same way everywhere.
+//!
+//! Whoever calls decides where the work runs (a thread of the app's runner, a browser task, the
+//! command line's own thread) and hands in a [`ReadProgress`] through which the work reports how
+//! far it got and learns whether it should stop.
+
+use std::sync::Arc;
+
+use crate::analysis::snapshot_analysis::{self, DeviceAnalysis};
+use crate::diagnose::leak::SnapshotFacts;
+use crate::diagnose::log::{LogAnalysis, analyze_bytes};
+use crate::diagnose::{DiagnosisInput, NamedCapture, diagnose, finding::Diagnosis};
+use crate::formats::sniff::{Route, SNIFF_BYTES, route};
+use crate::formats::{capture, pytorch};
+use crate::model::allocator::AllocatorSnapshot;
+use crate::model::{Capture, UnixMs};
+
+/// How a long read reports progress and learns that it should stop. The app's job runner, the
+/// web viewer's stepped tasks and the command line each implement it their way.
+pub trait ReadProgress {
+    /// Records the fraction done (0 to 1); returns whether to go on (false once cancelled), so
+    /// that it can be a reader's progress callback as it is.
+    fn set_fraction(&self, fraction: f32) -> bool;
+    /// Records what the work is doing now ("analysing").
+    fn set_stage(&self, stage: &str);
+    /// Whether the caller asked the work to stop.
+    fn is_cancelled(&self) -> bool;
+}
+
+/// Progress nobody watches and nobody cancels: the command line's.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unwatched;
+
+impl ReadProgress for Unwatched {
+    fn set_fraction(&self, _fraction: f32) -> bool {
+        true
+    }
+    fn set_stage(&self, _stage: &str) {}
+    fn is_cancelled(&self) -> bool {
+        false
+    }
+}
+
+/// The stage a snapshot read reports once the file is read and its analysis runs.
+pub const ANALYSING_STAGE: &str = "analysing";
+
+/// A PyTorch snapshot read and analysed: the allocator view's per-device analysis (time travel,
+/// OOM explanations) and the doctor's facts, made from the same replay of its trace.
+pub struct OpenedSnapshot {
+    pub snapshot: Arc<AllocatorSnapshot>,
+    pub analysis: Vec<DeviceAnalysis>,
+    pub facts: Vec<SnapshotFacts>,
+}
+
+impl OpenedSnapshot {
+    /// Analyses `snapshot` (once: the facts reuse the analysis) and names its facts `name`.
+    /// `None` when cancelled on the way.
+    pub fn analyse(
+        snapshot: Arc<AllocatorSnapshot>,
+        name: &str,
+        progress: &dyn ReadProgress,
+    ) -> Option<Self> {
+        progress.set_stage(ANALYSING_STAGE);
+        let analysis = snapshot_analysis::analyze(&snapshot);
+        if progress.is_cancelled() {
+            return None;
+        }
+        let facts = crate::diagnose::snapshot::facts_from(&snapshot, &analysis);
+        Some(Self::from_parts(snapshot, analysis, facts, name))
+    }
+
+    /// An opened snapshot from facts already made (the web viewer makes them in steps,
+    /// `diagnose::snapshot::FactsBuild`), named `name` everywhere the diagnosis shows them.
+    pub fn from_parts(
+        snapshot: Arc<AllocatorSnapshot>,
+        analysis: Vec<DeviceAnalysis>,
+        mut facts: Vec<SnapshotFacts>,
+        name: &str,
+    ) -> Self {
+        for fact in &mut facts {
+            name.clone_into(&mut fact.name);
+            if let Some(what_if) = &mut fact.what_if {
+                name.clone_into(&mut what_if.name);
+                // Not shared yet (just made), so this renames in place.
+                name.clone_into(&mut Arc::make_mut(&mut what_if.report).snapshot);
+            }
+        }
+        OpenedSnapshot {
+            snapshot,
+            analysis,
+            facts,
+        }
+    }
+
+    /// Records when the file was last written, which orders snapshots whose trace recorded no
+    /// times.
+    pub fn set_file_modified_ms(&mut self, modified_ms: Option<UnixMs>) {
+        for fact in &mut self.facts {
+            fact.identity.file_modified_ms = modified_ms;
+        }
+    }
+}
+
+/// One file, opened and analysed.
+pub enum Opened {
+    Capture(Box<NamedCapture>),
+    Snapshot(Box<OpenedSnapshot>),
+    Log(Box<LogAnalysis>),
+}
+
+/// Why a file gave no evidence.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// The caller asked the read to stop.
+    #[error("cancelled")]
+    Cancelled,
+    /// The file could not be read; the message names the file and the problem.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Reads a file handed over as bytes (dropped on the window or the web page), routed by its
+/// content and `name`, and analyses it. `name` names the evidence in findings and errors.
+pub fn open_bytes(
+    bytes: &[u8],
+    name: &str,
+    progress: &dyn ReadProgress,
+) -> Result<Opened, OpenError> {
+    match route(name, &bytes[..bytes.len().min(SNIFF_BYTES)]) {
+        Route::Capture => capture_opened(
+            capture::read_bytes(bytes, name, capture::read_options_now())
+                .map_err(|err| err.to_string()),
+            name,
+            progress,
+        ),
+        Route::Snapshot => {
+            let read =
+                pytorch::read_bytes(bytes, name, &|fraction| progress.set_fraction(fraction));
+            snapshot_opened(read, name, None, progress)
+        }
+        Route::Log => match analyze_bytes(bytes, name) {
+            Err(err) => Err(OpenError::Failed(err.to_string())),
+            Ok(_) if progress.is_cancelled() => Err(OpenError::Cancelled),
+            Ok(log) => Ok(Opened::Log(Box::new(log))),
+        },
+    }
+}
+
+/// A capture read, as evidence named `name`.
+fn capture_opened(
+    read: Result<Capture, String>,
+    name: &str,
+    progress: &dyn ReadProgress,
+) -> Result<Opened, OpenError> {
+    let capture = read.map_err(OpenError::Failed)?;
+    if progress.is_cancelled() {
+        return Err(OpenError::Cancelled);
+    }
+    Ok(Opened::Capture(Box::new(NamedCapture {
+        name: name.to_owned(),
+        capture,
+    })))
+}
+
+/// A snapshot read, analysed as evidence named `name`.
+fn snapshot_opened(
+    read: Result<AllocatorSnapshot, pytorch::SnapshotError>,
+    name: &str,
+    file_modified_ms: Option<UnixMs>,
+    progress: &dyn ReadProgress,
+) -> Result<Opened, OpenError> {
+    let snapshot = read.map_err(snapshot_error)?;
+    if progress.is_cancelled() {
+        return Err(OpenError::Cancelled);
+    }
+    let mut opened =
+        OpenedSnapshot::analyse(Arc::new(snapshot), name, progress).ok_or(OpenError::Cancelled)?;
+    opened.set_file_modified_ms(file_modified_ms);
+    Ok(Opened::Snapshot(Box::new(opened)))
+}
+
+/// What a failed snapshot read gives: cancelled, or the error (which starts with the file's
+/// name).
+pub fn snapshot_error(err: pytorch::SnapshotError) -> OpenError {
+    match err {
+        pytorch::SnapshotError::Cancelled { .. } => OpenError::Cancelled,
+        err => OpenError::Failed(err.to_string()),
+    }
+}
+
+#[cfg(feature = "native")]
+pub use files::{file_modified_ms, open_path, open_path_as, open_paths};
+
+#[cfg(feature = "native")]
+mod files {
+    use std::path::{Path, PathBuf};
+
+    use super::{OpenError, Opened, ReadProgress, capture_opened, snapshot_opened};
+    use crate::diagnose::NamedCapture;
+    use crate::formats::sniff::{Route, SNIFF_BYTES, route};
+    use crate::formats::{capture, pytorch};
+    use crate::model::UnixMs;
+
+    /// When `path` was last written, in Unix milliseconds.
+    pub fn file_modified_ms(path: &Path) -> Option<UnixMs> {
+        std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_millis()).ok())
+    }
+
+    /// How `path` is read: regular files by their first bytes; anything else (a pipe) by its
+    /// name, since its first bytes can be read only once.
+    fn route_path(path: &Path, name: &str) -> Result<Route, OpenError> {
+        if !path.is_file() {
+            return Ok(route(name, &[]));
+        }
+        read_head(path)
+            .map(|head| route(name, &head))
+            .map_err(|err| OpenError::Failed(format!("{name}: cannot read the file: {err}")))
+    }
+
+    /// The first [`SNIFF_BYTES`] of a file.
+    fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        let mut head = Vec::with_capacity(SNIFF_BYTES);
+        std::fs::File::open(path)?
+            .take(SNIFF_BYTES as u64)
+            .read_to_end(&mut head)?;
+        Ok(head)
+    }
+
+    /// Reads the file at `path`, routed by its content, and analyses it as evidence named
+    /// `name` (the app passes the file's name, the command line the path as given).
+    pub fn open_path(
+        path: &Path,
+        name: &str,
+        progress: &dyn ReadProgress,
+    ) -> Result<Opened, OpenError> {
+        let kind = route_path(path, name)?;
+        open_path_as(path, name, kind, progress)
+    }
+
+    /// Reads the file at `path` as `kind` whatever its content says (the user said what it is:
+    /// a file given as a log that is not text is refused, not read as something else).
+    pub fn open_path_as(
+        path: &Path,
+        name: &str,
+        kind: Route,
+        progress: &dyn ReadProgress,
+    ) -> Result<Opened, OpenError> {
+        match kind {
+            Route::Capture => capture_opened(
+                capture::read_file(path).map_err(|err| err.to_string()),
+                name,
+                progress,
+            ),
+            Route::Snapshot => snapshot_opened(
+                pytorch::read_file(path, &|fraction| progress.set_fraction(fraction)),
+                name,
+                file_modified_ms(path),
+                progress,
+            ),
+            Route::Log => match crate::diagnose::log::analyze_path(path, name) {
+                Ok(_) if progress.is_cancelled() => Err(OpenError::Cancelled),
+                Ok(log) => Ok(Opened::Log(Box::new(log))),
+                Err(err) => Err(OpenError::Failed(err.to_string())),
+            },
+        }
+    }
+
+    /// Opens every file of `files`, each named by its path as given, as the kind given with it
+    /// or, where none is, as its content says. The captures among them are read together, so
+    /// that an nvidia-smi `--query-compute-apps` log joins the `--query-gpu` log of the same run.
+    /// Returns what opened, in the order given (joined captures where their first file was), and
+    /// stops at the first file that cannot be read.
+    pub fn open_paths(
+        files: &[(PathBuf, Option<Route>)],
+        progress: &dyn ReadProgress,
+    ) -> Result<Vec<Opened>, OpenError> {
+        let mut routes = Vec::with_capacity(files.len());
+        for (path, kind) in files {
+            routes.push(match kind {
+                Some(kind) => *kind,
+                None => route_path(path, &path.display().to_string())?,
+            });
+        }
+        let capture_paths: Vec<PathBuf> = files
+            .iter()
+            .zip(&routes)
+            .filter(|(_, kind)| **kind == Route::Capture)
+            .map(|((path, _), _)| path.clone())
+            .collect();
+        let mut captures = capture::read_files(&capture_paths)
+            .map_err(|err| OpenError::Failed(err.to_string()))?
+            .into_iter();
+        let mut opened = Vec::with_capacity(files.len());
+        for ((path, _), kind) in files.iter().zip(routes) {
+            if kind == Route::Capture {
+                // The joined captures come back in the order of their first files.
+                if let Some((name, capture)) = captures.next() {
+                    opened.push(Opened::Capture(Box::new(NamedCapture { name, capture })));
+                }
+                continue;
+            }
+            opened.push(open_path_as(
+                path,
+                &path.display().to_string(),
+                kind,
+                progress,
+            )?);
+        }
+        Ok(opened)
+    }
+}
+
+/// Everything opened for one diagnosis: captures, snapshots' facts and logs, plus what the user
+/// said about their setup.
+#[derive(Clone, Default)]
+pub struct Evidence {
+    pub input: DiagnosisInput,
+}
+
+impl Evidence {
+    /// Evidence with the CUDA version the user's framework was built for, when they give it.
+    pub fn new(framework_cuda: Option<(u32, u32)>) -> Self {
+        Evidence {
+            input: DiagnosisInput {
+                framework_cuda,
+                ..DiagnosisInput::default()
+            },
+        }
+    }
+
+    /// Adds what one file gave: a capture, a snapshot's facts (one per device) or a log.
+    pub fn add(&mut self, opened: &Opened) {
+        match opened {
+            Opened::Capture(capture) => self.input.captures.push((**capture).clone()),
+            Opened::Snapshot(snapshot) => {
+                self.input.snapshots.extend(snapshot.facts.iter().cloned());
+            }
+            Opened::Log(log) => self.input.logs.push((**log).clone()),
+        }
+    }
+
+    /// Adds a capture that did not come from a file (the live machine, a Prometheus pull).
+    pub fn add_capture(&mut self, capture: NamedCapture) {
+        self.input.captures.push(capture);
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.input.captures.is_empty()
+            && self.input.snapshots.is_empty()
+            && self.input.logs.is_empty()
+    }
+
+    /// The diagnosis of all the evidence.
+    pub fn diagnose(&self) -> Diagnosis {
+        diagnose(&self.input)
+    }
+
+    /// The report of the diagnosis, titled `title`, with the first capture's timeline.
+    pub fn report(&self, title: &str, generated_at_ms: UnixMs) -> crate::report::Report {
+        crate::report::Report {
+            title: title.to_owned(),
+            generated_at_ms,
+            diagnosis: self.diagnose(),
+            timeline: self
+                .input
+                .captures
+                .iter()
+                .find_map(|c| crate::report::Timeline::from_capture(&c.name, &c.capture)),
+        }
+    }
+}
+
+#[cfg(all(test, feature = "native"))]
+mod tests {
+    use super::*;
+
+    /// Progress that counts what it was told and cancels on demand.
+    #[derive(Default)]
+    struct Recorded {
+        fractions: std::sync::Mutex<Vec<f32>>,
+        stages: std::sync::Mutex<Vec<String>>,
+        cancel: std::sync::atomic::AtomicBool,
+    }
+
+    impl ReadProgress for Recorded {
+        fn set_fraction(&self, fraction: f32) -> bool {
+            if let Ok(mut fractions) = self.fractions.lock() {
+                fractions.push(fraction);
+            }
+            !self.is_cancelled()
+        }
+        fn set_stage(&self, stage: &str) {
+            if let Ok(mut stages) = self.stages.lock() {
+                stages.push(stage.to_owned());
+            }
+        }
+        fn is_cancelled(&self) -> bool {
+            self.cancel.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn a_snapshot_opens_by_content_with_progress_its_name_and_file_time() {
+        let path = crate::test_fixtures::pytorch_path("frag_oom.pickle");
+        let progress = Recorded::default();
+        let opened = open_path(&path, "renamed.bin", &progress).expect("opens");
+        let Opened::Snapshot(snapshot) = opened else {
+            panic!("not read as a snapshot");
+        };
+        assert!(!snapshot.facts.is_empty());
+        assert!(snapshot.facts.iter().all(|f| f.name == "renamed.bin"));
+        assert!(
+            snapshot
+                .facts
+                .iter()
+                .all(|f| f.identity.file_modified_ms == file_modified_ms(&path))
+        );
+        assert!(progress.fractions.lock().is_ok_and(|f| !f.is_empty()));
+        assert_eq!(
+            progress
+                .stages
+                .lock()
+                .map(|s| s.clone())
+                .unwrap_or_default(),
+            [ANALYSING_STAGE]
+        );
+        // The same bytes handed over give the same facts.
+        let bytes = std::fs::read(&path).expect("fixture");
+        let Ok(Opened::Snapshot(from_bytes)) = open_bytes(&bytes, "renamed.bin", &Unwatched) else {
+            panic!("bytes not read as a snapshot");
+        };
+        assert_eq!(
+            format!("{:?}", from_bytes.facts[0].oom),
+            format!("{:?}", snapshot.facts[0].oom)
+        );
+    }
+
+    #[test]
+    fn a_cancelled_read_gives_no_evidence_and_a_bad_file_names_itself() {
+        let path = crate::test_fixtures::pytorch_path("frag_oom.pickle");
+        let progress = Recorded::default();
+        progress
+            .cancel
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            open_path(&path, "frag_oom.pickle", &progress).err(),
+            Some(OpenError::Cancelled)
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bad = dir.path().join("broken.pickle");
+        std::fs::write(&bad, b"\x80\x04\x95 not a whole pickle").expect("written");
+        match open_path(&bad, "broken.pickle", &Unwatched) {
+            Err(OpenError::Failed(message)) => {
+                assert!(message.contains("broken.pickle"), "{message}")
+            }
+            _ => panic!("a broken file opened"),
+        }
+    }
+
+    #[test]
+    fn evidence_of_several_files_gives_one_diagnosis() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("train.log");
+        std::fs::write(
+            &log,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a \
+             total capacity of 79.19 GiB of which 1.02 GiB is free.\n",
+        )
+        .expect("written");
+        let snapshot = crate::test_fixtures::pytorch_path("frag_oom.pickle");
+        let opened =
+            open_paths(&[(log.clone(), None), (snapshot, None)], &Unwatched).expect("both open");
+        assert_eq!(opened.len(), 2);
+        assert!(matches!(opened[0], Opened::Log(_)));
+        assert!(matches!(opened[1], Opened::Snapshot(_)));
+        let mut evidence = Evidence::default();
+        for file in &opened {
+            evidence.add(file);
+        }
+        assert!(!evidence.is_empty());
+        assert_eq!(evidence.input.logs.len(), 1);
+        let diagnosis = evidence.diagnose();
+        assert!(!diagnosis.findings.is_empty(), "an OOM gives findings");
+        let report = evidence.report("t", 0);
+        assert_eq!(report.diagnosis.findings.len(), diagnosis.findings.len());
+    }
+}
