@@ -3,7 +3,9 @@
 //! and labelled event markers, no widgets). Both draw panels the same way ([`draw_panel`]) with
 //! axes from [`super::axis`].
 
-use super::axis::{byte_ticks, format_duration_ms, time_ticks};
+use tiny_skia::Mask;
+
+use super::axis::{Tick, byte_ticks, format_duration_ms, time_ticks};
 use super::figure::{Align, Area, Canvas, FigureError, Rgb, Weight};
 pub use super::palette::{
     CAPACITY_COLOR, HARDWARE_COLOR, NOTE_COLOR, OOM_COLOR, SERIES_COLORS, THRESHOLD_COLOR,
@@ -88,24 +90,80 @@ pub fn draw_panel(
     x_labels: bool,
 ) {
     let y_ticks = byte_ticks(y_max(panel), ((area.height / 38.0) as usize).clamp(2, 8));
-    let y_top = y_ticks.last().map_or(1, |t| t.value).max(1) as f64;
-    let label_width = y_ticks
-        .iter()
-        .map(|t| canvas.text_width(&t.label, TICK_PT))
-        .fold(0.0, f32::max);
-    let plot = Area {
-        x: area.x + label_width + 8.0,
-        y: area.y + TICK_PT * 0.6,
-        width: (area.width - label_width - 8.0 - 6.0).max(10.0),
-        height: (area.height - TICK_PT * 0.6 - if x_labels { 20.0 } else { 4.0 }).max(10.0),
-    };
-    let t_span = (t_max - t_min).max(1) as f64;
-    let x_of = |t: UnixMs| plot.x + ((t - t_min) as f64 / t_span * f64::from(plot.width)) as f32;
-    let y_of = |bytes: u64| plot.bottom() - (bytes as f64 / y_top * f64::from(plot.height)) as f32;
+    let space = PlotSpace::new(canvas, &y_ticks, area, (t_min, t_max), x_labels);
+    draw_grid(canvas, space, &y_ticks, (t_min, t_max), x_labels);
+    let mask = canvas.clip_mask(space.plot);
+    let mask = mask.as_ref();
+    draw_capacity_lines(canvas, panel, space, threshold_fraction, mask);
+    draw_series(canvas, panel, space, (t_min, t_max), mask);
+    draw_markers(canvas, panel, space, (t_min, t_max), mask);
+    draw_frame(canvas, space.plot);
+}
 
-    // Grid and axes.
-    for tick in &y_ticks {
-        let y = y_of(tick.value);
+/// Where a panel's plot lies in the image, and how its times and bytes map to points.
+#[derive(Clone, Copy)]
+struct PlotSpace {
+    plot: Area,
+    t_min: UnixMs,
+    /// The time range's length in ms (at least 1).
+    t_span: f64,
+    /// The bytes at the plot's top: the y axis's last tick.
+    y_top: f64,
+}
+
+impl PlotSpace {
+    /// The plot inside a panel's `area`: right of the widest y tick label, below half a tick
+    /// label's height, above the time labels (when `x_labels`).
+    fn new(
+        canvas: &Canvas,
+        y_ticks: &[Tick<u64>],
+        area: Area,
+        (t_min, t_max): (UnixMs, UnixMs),
+        x_labels: bool,
+    ) -> Self {
+        let y_top = y_ticks.last().map_or(1, |t| t.value).max(1) as f64;
+        let label_width = y_ticks
+            .iter()
+            .map(|t| canvas.text_width(&t.label, TICK_PT))
+            .fold(0.0, f32::max);
+        let plot = Area {
+            x: area.x + label_width + 8.0,
+            y: area.y + TICK_PT * 0.6,
+            width: (area.width - label_width - 8.0 - 6.0).max(10.0),
+            height: (area.height - TICK_PT * 0.6 - if x_labels { 20.0 } else { 4.0 }).max(10.0),
+        };
+        let t_span = (t_max - t_min).max(1) as f64;
+        PlotSpace {
+            plot,
+            t_min,
+            t_span,
+            y_top,
+        }
+    }
+
+    /// The x of time `t`.
+    fn x_of(&self, t: UnixMs) -> f32 {
+        self.plot.x + ((t - self.t_min) as f64 / self.t_span * f64::from(self.plot.width)) as f32
+    }
+
+    /// The y of `bytes`.
+    fn y_of(&self, bytes: u64) -> f32 {
+        self.plot.bottom() - (bytes as f64 / self.y_top * f64::from(self.plot.height)) as f32
+    }
+}
+
+/// The grid and axes: a line and a label per y tick, a line and a tick mark per time tick
+/// (labelled when `x_labels`). Drawn first, under everything else.
+fn draw_grid(
+    canvas: &mut Canvas,
+    space: PlotSpace,
+    y_ticks: &[Tick<u64>],
+    (t_min, t_max): (UnixMs, UnixMs),
+    x_labels: bool,
+) {
+    let plot = space.plot;
+    for tick in y_ticks {
+        let y = space.y_of(tick.value);
         canvas.polyline(&[(plot.x, y), (plot.right(), y)], GRID, 1.0, None, None);
         canvas.text(
             &tick.label,
@@ -118,7 +176,7 @@ pub fn draw_panel(
     }
     let x_ticks = time_ticks(t_min, t_max, ((plot.width / 95.0) as usize).max(2));
     for tick in &x_ticks {
-        let x = x_of(tick.value);
+        let x = space.x_of(tick.value);
         canvas.polyline(&[(x, plot.y), (x, plot.bottom())], GRID, 1.0, None, None);
         canvas.polyline(
             &[(x, plot.bottom()), (x, plot.bottom() + 4.0)],
@@ -138,11 +196,20 @@ pub fn draw_panel(
             );
         }
     }
-    let mask = canvas.clip_mask(plot);
-    let mask = mask.as_ref();
+}
 
+/// The device's capacity and the threshold (a `threshold_fraction` of it, dashed), when the
+/// capacity is known.
+fn draw_capacity_lines(
+    canvas: &mut Canvas,
+    panel: &TimelinePanel,
+    space: PlotSpace,
+    threshold_fraction: f64,
+    mask: Option<&Mask>,
+) {
     if panel.total_bytes > 0 {
-        let y = y_of(panel.total_bytes);
+        let plot = space.plot;
+        let y = space.y_of(panel.total_bytes);
         canvas.polyline(
             &[(plot.x, y), (plot.right(), y)],
             CAPACITY_COLOR,
@@ -150,7 +217,7 @@ pub fn draw_panel(
             None,
             mask,
         );
-        let y = y_of((panel.total_bytes as f64 * threshold_fraction) as u64);
+        let y = space.y_of((panel.total_bytes as f64 * threshold_fraction) as u64);
         canvas.polyline(
             &[(plot.x, y), (plot.right(), y)],
             THRESHOLD_COLOR,
@@ -159,13 +226,24 @@ pub fn draw_panel(
             mask,
         );
     }
+}
 
+/// The used memory as a line over a tinted area, then the processes' lines on top, each
+/// decimated to the plot's pixel columns.
+fn draw_series(
+    canvas: &mut Canvas,
+    panel: &TimelinePanel,
+    space: PlotSpace,
+    (t_min, t_max): (UnixMs, UnixMs),
+    mask: Option<&Mask>,
+) {
+    let plot = space.plot;
     let px_per_point = canvas.scale();
     let columns = (plot.width * px_per_point).max(1.0) as usize;
     let to_screen = |points: &[(UnixMs, u64)]| -> Vec<(f32, f32)> {
         decimate(points, (t_min, t_max), columns)
             .into_iter()
-            .map(|(t, b)| (x_of(t), y_of(b)))
+            .map(|(t, b)| (space.x_of(t), space.y_of(b)))
             .collect()
     };
     if let Some(used) = panel.series.first() {
@@ -189,16 +267,26 @@ pub fn draw_panel(
             mask,
         );
     }
+}
 
-    // Markers: a line each, and a label in the first of three rows where it does not overlap.
-    // All lines first, then the labels, so that no line crosses another marker's label.
+/// The markers inside the time range: a line each, and a label in the first of three rows
+/// where it does not overlap (left out where none is free). All lines first, then the labels,
+/// so that no line crosses another marker's label.
+fn draw_markers(
+    canvas: &mut Canvas,
+    panel: &TimelinePanel,
+    space: PlotSpace,
+    (t_min, t_max): (UnixMs, UnixMs),
+    mask: Option<&Mask>,
+) {
+    let plot = space.plot;
     let visible: Vec<_> = panel
         .markers
         .iter()
         .filter(|m| m.t_ms >= t_min && m.t_ms <= t_max)
         .collect();
     for marker in &visible {
-        let x = x_of(marker.t_ms);
+        let x = space.x_of(marker.t_ms);
         let dash =
             matches!(marker.kind, MarkerKind::NearFull | MarkerKind::Note).then_some([5.0, 3.0]);
         let color = marker_color(marker.kind);
@@ -206,7 +294,7 @@ pub fn draw_panel(
     }
     let mut rows: [Vec<(f32, f32)>; 3] = Default::default();
     for marker in visible {
-        let x = x_of(marker.t_ms);
+        let x = space.x_of(marker.t_ms);
         let color = marker_color(marker.kind);
         let text = marker_text(marker.kind, &marker.label);
         let width = canvas.text_width(&text, LABEL_PT) + 8.0;
@@ -241,7 +329,10 @@ pub fn draw_panel(
             Align::Left,
         );
     }
-    // The frame last, over everything that reached the edges.
+}
+
+/// The frame around the plot: drawn last, over everything that reached the edges.
+fn draw_frame(canvas: &mut Canvas, plot: Area) {
     canvas.polyline(
         &[
             (plot.x, plot.y),
@@ -428,35 +519,92 @@ pub fn review_subtitle(timeline: &Timeline, (t_min, t_max): (UnixMs, UnixMs)) ->
     text
 }
 
+/// The margin around a review image's contents, in points.
+const REVIEW_MARGIN: f32 = 28.0;
+/// The height of a review image's key to the lines and markers.
+const REVIEW_KEY_HEIGHT: f32 = 30.0;
+/// The height of a review image's footer.
+const REVIEW_FOOTER_HEIGHT: f32 = 26.0;
+
 /// The whole timeline as an image for a review: title, UTC range, one labelled chart per GPU
 /// with its legend, a key to the lines and markers, and a footer. Returns PNG bytes.
 pub fn render_review_png(
     timeline: &Timeline,
     options: &ReviewImageOptions,
 ) -> Result<Vec<u8>, FigureError> {
-    let Some(range) = timeline.time_range() else {
+    let Some(range) = review_range(timeline) else {
         return Err(FigureError::Size {
             width: 0,
             height: 0,
         });
     };
-    let range = if range.1 > range.0 {
+    let width = options.width.clamp(480.0, 4000.0);
+    let margin = REVIEW_MARGIN;
+    let inner = width - 2.0 * margin;
+    let plot_height = review_plot_height(timeline.panels.len().max(1));
+    let measure = Canvas::new(1.0, 1.0, 1.0)?;
+    let legend_rows = review_legends(timeline, range);
+    let height = review_height(timeline, &legend_rows, plot_height, (&measure, inner));
+    let mut canvas = Canvas::new(width, height, options.scale)?;
+
+    let mut y = draw_review_header(&mut canvas, timeline, range);
+    for (i, (panel, entries)) in timeline.panels.iter().zip(&legend_rows).enumerate() {
+        let x_labels = review_x_labels(timeline, i);
+        y = draw_review_panel_title(&mut canvas, panel, range, y);
+        y = draw_legend(&mut canvas, entries, inner, y);
+        let chart_height = plot_height + if x_labels { 26.0 } else { 10.0 };
+        draw_panel(
+            &mut canvas,
+            panel,
+            Area {
+                x: margin,
+                y,
+                width: inner,
+                height: chart_height,
+            },
+            range,
+            timeline.threshold_fraction,
+            x_labels,
+        );
+        y += chart_height + 8.0;
+    }
+    y += 4.0;
+    draw_review_key(&mut canvas, timeline, y);
+    y += REVIEW_KEY_HEIGHT;
+    draw_review_footer(&mut canvas, timeline, options, y);
+    canvas.encode_png()
+}
+
+/// The time range a review image shows: the timeline's, widened to a second around its one
+/// moment when it has no length. None for a timeline without samples.
+fn review_range(timeline: &Timeline) -> Option<(UnixMs, UnixMs)> {
+    let range = timeline.time_range()?;
+    Some(if range.1 > range.0 {
         range
     } else {
         (range.0 - 500, range.0 + 500)
-    };
-    let width = options.width.clamp(480.0, 4000.0);
-    let margin = 28.0;
-    let inner = width - 2.0 * margin;
-    let panels = timeline.panels.len().max(1);
-    let plot_height = match panels {
+    })
+}
+
+/// The height of each GPU's plot in a review image of `panels` GPUs: the fewer, the taller.
+fn review_plot_height(panels: usize) -> f32 {
+    match panels {
         1 => 320.0,
         2 => 230.0,
         n => (660.0 / n as f32).max(130.0),
-    };
-    // Each panel: a title line, its legend line(s), the chart.
-    let measure = Canvas::new(1.0, 1.0, 1.0)?;
-    let legend_rows: Vec<Vec<(String, Rgb)>> = timeline
+    }
+}
+
+/// Whether the review image labels panel `i`'s time axis: the last panel's, or every panel's
+/// when there are only two.
+fn review_x_labels(timeline: &Timeline, i: usize) -> bool {
+    i + 1 == timeline.panels.len() || timeline.panels.len() <= 2
+}
+
+/// Each panel's legend: a label and colour per line, the used memory first, each with its peak
+/// inside `range`.
+fn review_legends(timeline: &Timeline, range: (UnixMs, UnixMs)) -> Vec<Vec<(String, Rgb)>> {
+    timeline
         .panels
         .iter()
         .map(|panel| {
@@ -481,39 +629,57 @@ pub fn render_review_png(
                 })
                 .collect()
         })
-        .collect();
-    let legend_lines = |entries: &[(String, Rgb)]| -> usize {
-        let mut lines = 1;
-        let mut x = 0.0;
-        for (label, _) in entries {
-            let w = 18.0 + measure.text_width(label, LABEL_PT) + 16.0;
-            if x + w > inner && x > 0.0 {
-                lines += 1;
-                x = 0.0;
-            }
-            x += w;
+        .collect()
+}
+
+/// How many lines a legend of `entries` takes in `inner` points (as [`draw_legend`] wraps
+/// them), measured on `measure`.
+fn legend_line_count(measure: &Canvas, entries: &[(String, Rgb)], inner: f32) -> usize {
+    let mut lines = 1;
+    let mut x = 0.0;
+    for (label, _) in entries {
+        let w = 18.0 + measure.text_width(label, LABEL_PT) + 16.0;
+        if x + w > inner && x > 0.0 {
+            lines += 1;
+            x = 0.0;
         }
-        lines
-    };
+        x += w;
+    }
+    lines
+}
+
+/// The review image's height, laid out before it is drawn: margin, header, each panel (its
+/// title line, its legend's lines as wide as `inner` on `measure`, its chart), key and footer.
+fn review_height(
+    timeline: &Timeline,
+    legend_rows: &[Vec<(String, Rgb)>],
+    plot_height: f32,
+    (measure, inner): (&Canvas, f32),
+) -> f32 {
     let header_height = 36.0 + 24.0 + if timeline.simulated { 22.0 } else { 0.0 } + 10.0;
     let panel_heights: Vec<f32> = legend_rows
         .iter()
         .enumerate()
         .map(|(i, entries)| {
-            let x_labels = i + 1 == timeline.panels.len() || timeline.panels.len() <= 2;
-            24.0 + legend_lines(entries) as f32 * 18.0
+            let x_labels = review_x_labels(timeline, i);
+            24.0 + legend_line_count(measure, entries, inner) as f32 * 18.0
                 + 4.0
                 + plot_height
                 + if x_labels { 20.0 } else { 4.0 }
                 + 14.0
         })
         .collect();
-    let key_height = 30.0;
-    let footer_height = 26.0;
-    let height =
-        margin + header_height + panel_heights.iter().sum::<f32>() + key_height + footer_height;
-    let mut canvas = Canvas::new(width, height, options.scale)?;
+    REVIEW_MARGIN
+        + header_height
+        + panel_heights.iter().sum::<f32>()
+        + REVIEW_KEY_HEIGHT
+        + REVIEW_FOOTER_HEIGHT
+}
 
+/// The review image's header: title, time range and, for the demo's data, the SIMULATED
+/// banner. Returns the y below it.
+fn draw_review_header(canvas: &mut Canvas, timeline: &Timeline, range: (UnixMs, UnixMs)) -> f32 {
+    let margin = REVIEW_MARGIN;
     let mut y = margin;
     canvas.text(
         &review_title(timeline),
@@ -556,90 +722,90 @@ pub fn render_review_png(
         );
         y += 22.0;
     }
-    y += 10.0;
+    y + 10.0
+}
 
-    for (i, (panel, entries)) in timeline.panels.iter().zip(&legend_rows).enumerate() {
-        let x_labels = i + 1 == timeline.panels.len() || timeline.panels.len() <= 2;
-        let mut title = format!("GPU {}", panel.device_index);
-        if !panel.device_name.is_empty() {
-            title.push_str(&format!(" · {}", panel.device_name));
+/// A panel's title line at `y`: the GPU's index and name, then its peak inside `range` (and
+/// what share of the capacity that is). Returns the y below it.
+fn draw_review_panel_title(
+    canvas: &mut Canvas,
+    panel: &TimelinePanel,
+    range: (UnixMs, UnixMs),
+    y: f32,
+) -> f32 {
+    let margin = REVIEW_MARGIN;
+    let mut title = format!("GPU {}", panel.device_index);
+    if !panel.device_name.is_empty() {
+        title.push_str(&format!(" · {}", panel.device_name));
+    }
+    let title_width = canvas.text(
+        &title,
+        (margin, y + PANEL_TITLE_PT),
+        PANEL_TITLE_PT,
+        TEXT,
+        Weight::Bold,
+        Align::Left,
+    );
+    let peak = panel.peak_bytes_in(range);
+    let summary = if panel.total_bytes > 0 {
+        format!(
+            "peak {} of {} ({:.0} %)",
+            format_bytes(peak),
+            format_bytes(panel.total_bytes),
+            peak as f64 / panel.total_bytes as f64 * 100.0
+        )
+    } else {
+        format!("peak {}", format_bytes(peak))
+    };
+    canvas.text(
+        &summary,
+        (margin + title_width + 12.0, y + PANEL_TITLE_PT),
+        LABEL_PT + 1.0,
+        MUTED,
+        Weight::Regular,
+        Align::Left,
+    );
+    y + 24.0
+}
+
+/// A panel's legend from `y`: a colour swatch and label per entry, wrapped at `inner` points.
+/// Returns the y below it.
+fn draw_legend(canvas: &mut Canvas, entries: &[(String, Rgb)], inner: f32, mut y: f32) -> f32 {
+    let margin = REVIEW_MARGIN;
+    let mut x = margin;
+    for (label, color) in entries {
+        let w = 18.0 + canvas.text_width(label, LABEL_PT) + 16.0;
+        if x + w > margin + inner && x > margin {
+            x = margin;
+            y += 18.0;
         }
-        let title_width = canvas.text(
-            &title,
-            (margin, y + PANEL_TITLE_PT),
-            PANEL_TITLE_PT,
-            TEXT,
-            Weight::Bold,
-            Align::Left,
+        canvas.fill_rect(
+            Area {
+                x,
+                y: y + 2.0,
+                width: 12.0,
+                height: 12.0,
+            },
+            *color,
+            1.0,
         );
-        let peak = panel.peak_bytes_in(range);
-        let summary = if panel.total_bytes > 0 {
-            format!(
-                "peak {} of {} ({:.0} %)",
-                format_bytes(peak),
-                format_bytes(panel.total_bytes),
-                peak as f64 / panel.total_bytes as f64 * 100.0
-            )
-        } else {
-            format!("peak {}", format_bytes(peak))
-        };
         canvas.text(
-            &summary,
-            (margin + title_width + 12.0, y + PANEL_TITLE_PT),
-            LABEL_PT + 1.0,
-            MUTED,
+            label,
+            (x + 18.0, y + 12.5),
+            LABEL_PT,
+            TEXT,
             Weight::Regular,
             Align::Left,
         );
-        y += 24.0;
-        let mut x = margin;
-        for (label, color) in entries {
-            let w = 18.0 + canvas.text_width(label, LABEL_PT) + 16.0;
-            if x + w > margin + inner && x > margin {
-                x = margin;
-                y += 18.0;
-            }
-            canvas.fill_rect(
-                Area {
-                    x,
-                    y: y + 2.0,
-                    width: 12.0,
-                    height: 12.0,
-                },
-                *color,
-                1.0,
-            );
-            canvas.text(
-                label,
-                (x + 18.0, y + 12.5),
-                LABEL_PT,
-                TEXT,
-                Weight::Regular,
-                Align::Left,
-            );
-            x += w;
-        }
-        y += 22.0;
-        let chart_height = plot_height + if x_labels { 26.0 } else { 10.0 };
-        draw_panel(
-            &mut canvas,
-            panel,
-            Area {
-                x: margin,
-                y,
-                width: inner,
-                height: chart_height,
-            },
-            range,
-            timeline.threshold_fraction,
-            x_labels,
-        );
-        y += chart_height + 8.0;
+        x += w;
     }
+    y + 22.0
+}
 
-    // The key to the lines and markers.
-    y += 4.0;
-    let mut x = margin;
+/// The key to the lines and markers at `y`: capacity and threshold always, each kind of
+/// marker only where some panel has one.
+fn draw_review_key(canvas: &mut Canvas, timeline: &Timeline, y: f32) {
+    let mut x = REVIEW_MARGIN;
     let threshold_label = format!("{:.0} % threshold", timeline.threshold_fraction * 100.0);
     let present = |kind: MarkerKind| {
         timeline
@@ -687,7 +853,16 @@ pub fn render_review_png(
         );
         x += 28.0 + w + 22.0;
     }
-    y += key_height;
+}
+
+/// The footer at `y`: what the lines measure, the version, when the image was made, and how
+/// many GPUs were left out.
+fn draw_review_footer(
+    canvas: &mut Canvas,
+    timeline: &Timeline,
+    options: &ReviewImageOptions,
+    y: f32,
+) {
     let mut footer = format!(
         "Memory used per GPU (NVML v2 'used': without the driver's reserve) and per process \
          (its whole footprint). vramscope {}",
@@ -704,13 +879,12 @@ pub fn render_review_png(
     }
     canvas.text(
         &footer,
-        (margin, y + 12.0),
+        (REVIEW_MARGIN, y + 12.0),
         TICK_PT,
         MUTED,
         Weight::Regular,
         Align::Left,
     );
-    canvas.encode_png()
 }
 
 #[cfg(test)]
