@@ -141,59 +141,85 @@ impl ExporterState {
         labels
     }
 
-    /// The whole `/metrics` page.
+    /// The whole `/metrics` page: the memory readings, each process's memory, the Xid counts,
+    /// the memory's health, the other readings, and the exporter's own line.
     pub fn render(&self) -> String {
         let mut page = String::with_capacity(4096 + 2048 * self.devices.len());
         let labels: Vec<String> = self.devices.iter().map(|d| self.gpu_labels(d)).collect();
-        let each = |page: &mut String,
-                    name: &str,
-                    help: &str,
-                    kind: &str,
-                    value: &dyn Fn(&GpuState) -> Option<f64>| {
-            header(page, name, help, kind);
-            for (gpu, labels) in self.gpus.iter().zip(&labels) {
-                if let Some(v) = value(gpu) {
-                    line(page, name, labels, v);
-                }
+        self.render_memory(&mut page, &labels);
+        self.render_process_memory(&mut page, &labels);
+        self.render_xid_counts(&mut page, &labels);
+        self.render_health(&mut page, &labels);
+        self.render_readings(&mut page, &labels);
+        self.render_exporter_info(&mut page);
+        page
+    }
+
+    /// One metric's header, then a line per GPU (labelled with its `labels`) that has a
+    /// `value` for it.
+    fn per_gpu(
+        &self,
+        page: &mut String,
+        labels: &[String],
+        name: &str,
+        help: &str,
+        kind: &str,
+        value: &dyn Fn(&GpuState) -> Option<f64>,
+    ) {
+        header(page, name, help, kind);
+        for (gpu, labels) in self.gpus.iter().zip(labels) {
+            if let Some(v) = value(gpu) {
+                line(page, name, labels, v);
             }
-        };
+        }
+    }
+
+    /// The memory readings per GPU: used, reserved, free and total bytes.
+    fn render_memory(&self, page: &mut String, labels: &[String]) {
         let memory = |gpu: &GpuState| gpu.sample.as_ref().and_then(|s| s.memory);
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::MEMORY_USED_BYTES,
             "GPU memory used by processes (NVML v2: without the driver's reserve).",
             "gauge",
             &|g| memory(g).map(|m| m.used_bytes as f64),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::MEMORY_RESERVED_BYTES,
             "GPU memory reserved by the driver and firmware.",
             "gauge",
             &|g| memory(g).map(|m| m.reserved_bytes as f64),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::MEMORY_FREE_BYTES,
             "GPU memory free for allocations.",
             "gauge",
             &|g| memory(g).map(|m| m.free_bytes as f64),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::MEMORY_TOTAL_BYTES,
             "GPU memory installed, as NVML reports it.",
             "gauge",
             &|g| memory(g).map(|m| m.total_bytes as f64),
         );
+    }
 
+    /// The memory of each process (that reports it) per GPU, labelled with its PID and name.
+    fn render_process_memory(&self, page: &mut String, labels: &[String]) {
         header(
-            &mut page,
+            page,
             names::PROCESS_MEMORY_USED_BYTES,
             "GPU memory of one process: its allocator's reserved memory plus its CUDA context.",
             "gauge",
         );
-        for (gpu, labels) in self.gpus.iter().zip(&labels) {
+        for (gpu, labels) in self.gpus.iter().zip(labels) {
             for process in &gpu.processes {
                 let Some(used) = process.used_bytes else {
                     continue;
@@ -202,121 +228,142 @@ impl ExporterState {
                 push_label(&mut with_process, "pid", &process.pid.to_string());
                 push_label(&mut with_process, "process_name", &process.name);
                 line(
-                    &mut page,
+                    page,
                     names::PROCESS_MEMORY_USED_BYTES,
                     &with_process,
                     used as f64,
                 );
             }
         }
+    }
 
+    /// The Xid errors counted per GPU, a line per Xid code.
+    fn render_xid_counts(&self, page: &mut String, labels: &[String]) {
         header(
-            &mut page,
+            page,
             names::XID_ERRORS_TOTAL,
             "Xid errors reported by the driver since the exporter started, per Xid code (every one is counted).",
             "counter",
         );
-        for (gpu, labels) in self.gpus.iter().zip(&labels) {
+        for (gpu, labels) in self.gpus.iter().zip(labels) {
             for (code, count) in &gpu.xid_counts {
                 let mut with_code = labels.clone();
                 push_label(&mut with_code, "xid", &code.to_string());
-                line(
-                    &mut page,
-                    names::XID_ERRORS_TOTAL,
-                    &with_code,
-                    *count as f64,
-                );
+                line(page, names::XID_ERRORS_TOTAL, &with_code, *count as f64);
             }
         }
+    }
 
+    /// The memory's health per GPU: ECC errors (since the driver loaded and over the GPU's
+    /// lifetime) and remapped rows.
+    fn render_health(&self, page: &mut String, labels: &[String]) {
         let sample = |gpu: &GpuState| gpu.sample;
         let health = |gpu: &GpuState| gpu.health.clone();
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::ECC_CORRECTED_VOLATILE_TOTAL,
             "Corrected (single-bit) ECC errors since the driver loaded.",
             "counter",
             &|g| sample(g)?.ecc_corrected_volatile.map(|v| v as f64),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::ECC_UNCORRECTED_VOLATILE_TOTAL,
             "Uncorrected (double-bit) ECC errors since the driver loaded.",
             "counter",
             &|g| sample(g)?.ecc_uncorrected_volatile.map(|v| v as f64),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::ECC_CORRECTED_AGGREGATE_TOTAL,
             "Corrected ECC errors over the GPU's lifetime.",
             "counter",
             &|g| health(g)?.ecc_corrected_aggregate.map(|v| v as f64),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::ECC_UNCORRECTED_AGGREGATE_TOTAL,
             "Uncorrected ECC errors over the GPU's lifetime.",
             "counter",
             &|g| health(g)?.ecc_uncorrected_aggregate.map(|v| v as f64),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::REMAPPED_ROWS_CORRECTABLE_TOTAL,
             "Memory rows remapped for correctable errors.",
             "counter",
             &|g| health(g)?.remapped_rows_correctable.map(|v| v as f64),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::REMAPPED_ROWS_UNCORRECTABLE_TOTAL,
             "Memory rows remapped for uncorrectable errors.",
             "counter",
             &|g| health(g)?.remapped_rows_uncorrectable.map(|v| v as f64),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::REMAPPED_ROWS_PENDING,
             "1 when a row remap waits for the next GPU reset.",
             "gauge",
             &|g| health(g)?.remapped_rows_pending.map(bool_value),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::REMAPPED_ROWS_FAILURE,
             "1 when row remapping failed (the GPU needs service).",
             "gauge",
             &|g| health(g)?.remapped_rows_failure.map(bool_value),
         );
-        each(
-            &mut page,
+    }
+
+    /// The other readings per GPU: temperature, power, utilisation, whether it answers, and
+    /// when it was last read.
+    fn render_readings(&self, page: &mut String, labels: &[String]) {
+        let sample = |gpu: &GpuState| gpu.sample;
+        self.per_gpu(
+            page,
+            labels,
             names::TEMPERATURE_CELSIUS,
             "GPU temperature.",
             "gauge",
             &|g| sample(g)?.temperature_c.map(f64::from),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::POWER_WATTS,
             "GPU power draw.",
             "gauge",
             &|g| sample(g)?.power_mw.map(|mw| f64::from(mw) / 1000.0),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::UTILIZATION_RATIO,
             "Share of the last sample period a kernel ran (0 to 1).",
             "gauge",
             &|g| sample(g)?.gpu_util_pct.map(|p| f64::from(p) / 100.0),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::MEMORY_UTILIZATION_RATIO,
             "Share of the last sample period memory was read or written (0 to 1).",
             "gauge",
             &|g| sample(g)?.mem_util_pct.map(|p| f64::from(p) / 100.0),
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::UP,
             "1 while the GPU answers; 0 once it is lost or its memory cannot be read.",
             "gauge",
@@ -326,16 +373,21 @@ impl ExporterState {
                 ))
             },
         );
-        each(
-            &mut page,
+        self.per_gpu(
+            page,
+            labels,
             names::SAMPLE_TIMESTAMP_SECONDS,
             "When the GPU's latest sample was read (Unix time).",
             "gauge",
             &|g| g.sample.as_ref().map(|s| s.t_ms as f64 / 1000.0),
         );
+    }
 
+    /// The exporter's own line: its version, the driver, the host, and whether the GPUs are
+    /// simulated.
+    fn render_exporter_info(&self, page: &mut String) {
         header(
-            &mut page,
+            page,
             names::EXPORTER_INFO,
             "The exporter: its version, the driver, and whether the GPUs are simulated.",
             "gauge",
@@ -349,8 +401,7 @@ impl ExporterState {
             "simulated",
             if self.simulated { "true" } else { "false" },
         );
-        line(&mut page, names::EXPORTER_INFO, &info, 1.0);
-        page
+        line(page, names::EXPORTER_INFO, &info, 1.0);
     }
 }
 
