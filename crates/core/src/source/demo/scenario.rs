@@ -341,127 +341,181 @@ enum Activity {
     },
 }
 
-/// The state of GPU `device_index` at `time`.
+/// The state of GPU `device_index` at `time`: its processes and temperature from its role
+/// ([`training_gpu`], [`serving_gpu`]), then the load ([`activity_load`]), power and clocks
+/// ([`clocks`]) its activity makes.
 pub fn device_state(device_index: u32, time: ScenarioTime) -> DeviceState {
     let at = time.at_ms;
     let n = |channel: u64| noise(device_index, channel, time, at);
     let mut processes = [None, None];
     let (activity, temperature_c) = match Role::of(device_index) {
-        Role::Training => {
-            let first_run = pid(device_index, 0, time.cycle);
-            let restarted = pid(device_index, 1, time.cycle);
-            let training = |since_ms: i64, amplitude: f64, min_share: f64| {
-                let phase = (since_ms.rem_euclid(STEP_MS)) as f64 / STEP_MS as f64;
-                let share = activation_share(phase).max(min_share);
-                let jitter = n(1) * 192.0 * MIB as f64;
-                let bytes = TRAIN_BASE_BYTES as f64 + share * amplitude + jitter;
-                (bytes.max(0.0) as u64, Activity::Training { share })
-            };
-            let (job, bytes_and_activity) = if at < TRAIN_LOAD_MS {
-                (
-                    Some(first_run),
-                    Some((
-                        loading_bytes(at, TRAIN_LOAD_MS, TRAIN_WEIGHTS_BYTES),
-                        Activity::Loading,
-                    )),
-                )
-            } else if at < OOM_AT_MS {
-                let since = at - TRAIN_LOAD_MS;
-                let growth = ((at - GROWTH_START_MS) as f64 / (OOM_AT_MS - GROWTH_START_MS) as f64)
-                    .clamp(0.0, 1.0);
-                let amplitude =
-                    ACTIVATIONS_BYTES + growth * (ACTIVATIONS_GROWN_BYTES - ACTIVATIONS_BYTES);
-                // The failing step's long sequence fills the card early and holds it, so the
-                // readings just before the OOM show it full, as a real capture would.
-                let min_share = if at >= OOM_AT_MS - OOM_FULL_BEFORE_MS {
-                    1.0
-                } else {
-                    0.0
-                };
-                (Some(first_run), Some(training(since, amplitude, min_share)))
-            } else if at < OOM_AT_MS + OOM_EXIT_DELAY_MS {
-                // The failed allocation left everything else allocated while the traceback prints.
-                let held = TRAIN_BASE_BYTES as f64 + ACTIVATIONS_GROWN_BYTES;
-                (Some(first_run), Some((held as u64, Activity::Idle)))
-            } else if at < RESTART_AT_MS {
-                (None, None)
-            } else if at < RESTART_AT_MS + TRAIN_LOAD_MS {
-                let since = at - RESTART_AT_MS;
-                (
-                    Some(restarted),
-                    Some((
-                        loading_bytes(since, TRAIN_LOAD_MS, TRAIN_WEIGHTS_BYTES),
-                        Activity::Loading,
-                    )),
-                )
-            } else if at < JOB_END_MS {
-                let since = at - RESTART_AT_MS - TRAIN_LOAD_MS;
-                (
-                    Some(restarted),
-                    Some(training(since, ACTIVATIONS_RESTART_BYTES, 0.0)),
-                )
-            } else {
-                (None, None)
-            };
-            let activity = match (job, bytes_and_activity) {
-                (Some(pid), Some((used_bytes, activity))) => {
-                    processes[0] = Some(ProcessState {
-                        pid,
-                        name: "python train.py (simulated)",
-                        used_bytes,
-                    });
-                    activity
-                }
-                _ => Activity::Idle,
-            };
-            let mut temperature = cycle_temperature(&TRAINING_THERMAL, at);
-            if let Activity::Training { share } = activity {
-                temperature += 2.0 * share;
-            }
-            (activity, temperature)
-        }
-        Role::Serving => {
-            let server = pid(device_index, 0, time.cycle);
-            let activity = if at < SERVE_END_MS {
-                let (used_bytes, activity) = if at < SERVE_LOAD_MS {
-                    (
-                        loading_bytes(at, SERVE_LOAD_MS, SERVE_WEIGHTS_BYTES),
-                        Activity::Loading,
-                    )
-                } else {
-                    let since = at - SERVE_LOAD_MS;
-                    let leaked = SERVE_LEAK_BYTES_PER_S * since as f64 / 1000.0;
-                    let burst = (since % SERVE_BURST_MS) as f64 / SERVE_BURST_MS as f64;
-                    let load = (0.45 + 0.25 * (since as f64 / 23_000.0).sin() + 0.1 * n(2))
-                        .clamp(0.05, 1.0);
-                    let bytes =
-                        SERVE_WEIGHTS_BYTES as f64 + leaked + burst * load * SERVE_BURST_BYTES;
-                    (bytes as u64, Activity::Serving { load })
-                };
-                processes[0] = Some(ProcessState {
-                    pid: server,
-                    name: "python serve.py (simulated)",
-                    used_bytes,
-                });
-                activity
-            } else {
-                Activity::Idle
-            };
-            if device_index == FAULTY_DEVICE_INDEX
-                && (KERNEL_TEST_START_MS..KERNEL_TEST_END_MS).contains(&at)
-            {
-                processes[1] = Some(ProcessState {
-                    pid: pid(device_index, 1, time.cycle),
-                    name: "python kernel_test.py (simulated)",
-                    used_bytes: KERNEL_TEST_BYTES,
-                });
-            }
-            (activity, cycle_temperature(&SERVING_THERMAL, at))
-        }
+        Role::Training => training_gpu(device_index, time, &n, &mut processes),
+        Role::Serving => serving_gpu(device_index, time, &n, &mut processes),
     };
 
     // Utilization, power and clocks follow the activity; power above the cap pulls clocks down.
-    let (gpu_util, mem_util, wanted_power_mw) = match activity {
+    let (gpu_util, mem_util, wanted_power_mw) = activity_load(&activity, &n);
+    let power_capped = wanted_power_mw > POWER_CAP_MW;
+    let power_mw = wanted_power_mw.min(POWER_CAP_MW - 1_500.0 * n(6).abs());
+    let (sm_clock_mhz, throttle_reasons) = clocks(&activity, power_capped, wanted_power_mw);
+    DeviceState {
+        processes,
+        gpu_util_pct: gpu_util.clamp(0.0, 100.0).round() as u32,
+        mem_util_pct: mem_util.clamp(0.0, 100.0).round() as u32,
+        temperature_c: (temperature_c + 0.6 * n(7)).round() as u32,
+        power_mw: power_mw.max(0.0) as u32,
+        sm_clock_mhz,
+        mem_clock_mhz: MEM_CLOCK_MHZ,
+        throttle_reasons,
+    }
+}
+
+/// A training GPU at `time` (noise from `n`): its job, if one runs ([`training_phase`]), goes
+/// into `processes`; returns what the GPU is doing and its temperature (warmer with more of a
+/// step's activations alive).
+fn training_gpu(
+    device_index: u32,
+    time: ScenarioTime,
+    n: &impl Fn(u64) -> f64,
+    processes: &mut [Option<ProcessState>; 2],
+) -> (Activity, f64) {
+    let at = time.at_ms;
+    let first_run = pid(device_index, 0, time.cycle);
+    let restarted = pid(device_index, 1, time.cycle);
+    let training = |since_ms: i64, amplitude: f64, min_share: f64| {
+        let phase = (since_ms.rem_euclid(STEP_MS)) as f64 / STEP_MS as f64;
+        let share = activation_share(phase).max(min_share);
+        let jitter = n(1) * 192.0 * MIB as f64;
+        let bytes = TRAIN_BASE_BYTES as f64 + share * amplitude + jitter;
+        (bytes.max(0.0) as u64, Activity::Training { share })
+    };
+    let (job, bytes_and_activity) = training_phase(at, (first_run, restarted), &training);
+    let activity = match (job, bytes_and_activity) {
+        (Some(pid), Some((used_bytes, activity))) => {
+            processes[0] = Some(ProcessState {
+                pid,
+                name: "python train.py (simulated)",
+                used_bytes,
+            });
+            activity
+        }
+        _ => Activity::Idle,
+    };
+    let mut temperature = cycle_temperature(&TRAINING_THERMAL, at);
+    if let Activity::Training { share } = activity {
+        temperature += 2.0 * share;
+    }
+    (activity, temperature)
+}
+
+/// Which training job runs `at` ms into the cycle (the first run, or the one `restarted` after
+/// the out-of-memory), with its memory and activity: loading, then training steps (`training`
+/// from the step's start, its activations' amplitude and least share) whose activations grow
+/// until the OOM, the failed step's memory held while the traceback prints, nothing until the
+/// restart, and the restarted job until the end.
+fn training_phase(
+    at: i64,
+    (first_run, restarted): (u32, u32),
+    training: &impl Fn(i64, f64, f64) -> (u64, Activity),
+) -> (Option<u32>, Option<(u64, Activity)>) {
+    if at < TRAIN_LOAD_MS {
+        (
+            Some(first_run),
+            Some((
+                loading_bytes(at, TRAIN_LOAD_MS, TRAIN_WEIGHTS_BYTES),
+                Activity::Loading,
+            )),
+        )
+    } else if at < OOM_AT_MS {
+        let since = at - TRAIN_LOAD_MS;
+        let growth =
+            ((at - GROWTH_START_MS) as f64 / (OOM_AT_MS - GROWTH_START_MS) as f64).clamp(0.0, 1.0);
+        let amplitude = ACTIVATIONS_BYTES + growth * (ACTIVATIONS_GROWN_BYTES - ACTIVATIONS_BYTES);
+        // The failing step's long sequence fills the card early and holds it, so the readings
+        // just before the OOM show it full, as a real capture would.
+        let min_share = if at >= OOM_AT_MS - OOM_FULL_BEFORE_MS {
+            1.0
+        } else {
+            0.0
+        };
+        (Some(first_run), Some(training(since, amplitude, min_share)))
+    } else if at < OOM_AT_MS + OOM_EXIT_DELAY_MS {
+        // The failed allocation left everything else allocated while the traceback prints.
+        let held = TRAIN_BASE_BYTES as f64 + ACTIVATIONS_GROWN_BYTES;
+        (Some(first_run), Some((held as u64, Activity::Idle)))
+    } else if at < RESTART_AT_MS {
+        (None, None)
+    } else if at < RESTART_AT_MS + TRAIN_LOAD_MS {
+        let since = at - RESTART_AT_MS;
+        (
+            Some(restarted),
+            Some((
+                loading_bytes(since, TRAIN_LOAD_MS, TRAIN_WEIGHTS_BYTES),
+                Activity::Loading,
+            )),
+        )
+    } else if at < JOB_END_MS {
+        let since = at - RESTART_AT_MS - TRAIN_LOAD_MS;
+        (
+            Some(restarted),
+            Some(training(since, ACTIVATIONS_RESTART_BYTES, 0.0)),
+        )
+    } else {
+        (None, None)
+    }
+}
+
+/// A serving GPU at `time` (noise from `n`): the server (loading, then serving a varying load
+/// with bursts and a slow leak) and, on the faulty GPU, the kernel test go into `processes`;
+/// returns what the GPU is doing and its temperature.
+fn serving_gpu(
+    device_index: u32,
+    time: ScenarioTime,
+    n: &impl Fn(u64) -> f64,
+    processes: &mut [Option<ProcessState>; 2],
+) -> (Activity, f64) {
+    let at = time.at_ms;
+    let server = pid(device_index, 0, time.cycle);
+    let activity = if at < SERVE_END_MS {
+        let (used_bytes, activity) = if at < SERVE_LOAD_MS {
+            (
+                loading_bytes(at, SERVE_LOAD_MS, SERVE_WEIGHTS_BYTES),
+                Activity::Loading,
+            )
+        } else {
+            let since = at - SERVE_LOAD_MS;
+            let leaked = SERVE_LEAK_BYTES_PER_S * since as f64 / 1000.0;
+            let burst = (since % SERVE_BURST_MS) as f64 / SERVE_BURST_MS as f64;
+            let load =
+                (0.45 + 0.25 * (since as f64 / 23_000.0).sin() + 0.1 * n(2)).clamp(0.05, 1.0);
+            let bytes = SERVE_WEIGHTS_BYTES as f64 + leaked + burst * load * SERVE_BURST_BYTES;
+            (bytes as u64, Activity::Serving { load })
+        };
+        processes[0] = Some(ProcessState {
+            pid: server,
+            name: "python serve.py (simulated)",
+            used_bytes,
+        });
+        activity
+    } else {
+        Activity::Idle
+    };
+    if device_index == FAULTY_DEVICE_INDEX
+        && (KERNEL_TEST_START_MS..KERNEL_TEST_END_MS).contains(&at)
+    {
+        processes[1] = Some(ProcessState {
+            pid: pid(device_index, 1, time.cycle),
+            name: "python kernel_test.py (simulated)",
+            used_bytes: KERNEL_TEST_BYTES,
+        });
+    }
+    (activity, cycle_temperature(&SERVING_THERMAL, at))
+}
+
+/// The GPU and memory utilization (%) and the power (mW, before the cap) that `activity` makes,
+/// with noise from `n`.
+fn activity_load(activity: &Activity, n: &impl Fn(u64) -> f64) -> (f64, f64, f64) {
+    match *activity {
         Activity::Idle => (0.0, 0.0, IDLE_POWER_MW + 3_000.0 * n(3)),
         Activity::Loading => (
             12.0 + 6.0 * n(4),
@@ -485,10 +539,13 @@ pub fn device_state(device_index: u32, time: ScenarioTime) -> DeviceState {
             30.0 * load + 2.0 * n(5),
             160_000.0 + 260_000.0 * load + 10_000.0 * n(3),
         ),
-    };
-    let power_capped = wanted_power_mw > POWER_CAP_MW;
-    let power_mw = wanted_power_mw.min(POWER_CAP_MW - 1_500.0 * n(6).abs());
-    let (sm_clock_mhz, throttle_reasons) = match activity {
+    }
+}
+
+/// The SM clock (MHz) and the throttle reasons: idle clocks when idle, pulled down by how far
+/// the `wanted_power_mw` overshoots the cap when `power_capped`, else the maximum.
+fn clocks(activity: &Activity, power_capped: bool, wanted_power_mw: f64) -> (u32, u64) {
+    match activity {
         Activity::Idle => (IDLE_SM_CLOCK_MHZ, CLOCKS_EVENT_GPU_IDLE),
         _ if power_capped => {
             let overshoot = (wanted_power_mw - POWER_CAP_MW) / POWER_CAP_MW;
@@ -498,16 +555,6 @@ pub fn device_state(device_index: u32, time: ScenarioTime) -> DeviceState {
             )
         }
         _ => (MAX_SM_CLOCK_MHZ as u32, 0),
-    };
-    DeviceState {
-        processes,
-        gpu_util_pct: gpu_util.clamp(0.0, 100.0).round() as u32,
-        mem_util_pct: mem_util.clamp(0.0, 100.0).round() as u32,
-        temperature_c: (temperature_c + 0.6 * n(7)).round() as u32,
-        power_mw: power_mw.max(0.0) as u32,
-        sm_clock_mhz,
-        mem_clock_mhz: MEM_CLOCK_MHZ,
-        throttle_reasons,
     }
 }
 
