@@ -104,7 +104,7 @@ impl FragmentationSummary {
             releasable_bytes: metrics.releasable_bytes,
             fragmentation_ratio: metrics.fragmentation_ratio(),
             fragmentation_ratio_text: metrics.fragmentation_ratio_text(),
-            summary: fragmentation::summarize(metrics),
+            summary: vramscope_core::diagnose::fragmentation::summarize(metrics),
         }
     }
 }

@@ -154,9 +154,10 @@ fn frag_oom_fragmentation_numbers_checked_by_hand() {
     assert_eq!(d.releasable_bytes, 0);
     assert_eq!(d.segment_count, 142);
     assert!(
-        report.summary.contains("most unused memory is stranded"),
+        vramscope_core::diagnose::fragmentation::summarize(&report.device)
+            .contains("most unused memory is stranded"),
         "{}",
-        report.summary
+        vramscope_core::diagnose::fragmentation::summarize(&report.device)
     );
     assert!(d.fragmentation_ratio() > 0.9, "{}", d.fragmentation_ratio());
 }
@@ -262,11 +263,10 @@ fn train_has_no_oom_and_mostly_releasable_cache() {
     assert_eq!(d.stranded_bytes, d.inactive_split_bytes);
     assert!(d.releasable_bytes * 100 / d.reserved_bytes >= 98, "{d:?}");
     assert!(
-        report
-            .summary
+        vramscope_core::diagnose::fragmentation::summarize(&report.device)
             .contains("most unused memory is in cached free segments"),
         "{}",
-        report.summary
+        vramscope_core::diagnose::fragmentation::summarize(&report.device)
     );
 }
 

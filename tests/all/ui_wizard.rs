@@ -297,7 +297,11 @@ fn fragmentation_wizard_shows_the_allocator_metrics_and_block_map_of_a_snapshot(
     let summary = facts
         .first()
         .and_then(|f| f.final_state.as_ref())
-        .map(|state| vramscope_core::analysis::fragmentation::analyze(state).summary)
+        .map(|state| {
+            vramscope_core::diagnose::fragmentation::summarize(
+                &vramscope_core::analysis::fragmentation::analyze(state).device,
+            )
+        })
         .unwrap_or_else(|| panic!("fragmentation.pickle has no final allocator state"));
     let mut view = WizardView::with_kind(WizardKind::Fragmentation);
     view.add_snapshot_facts(facts);

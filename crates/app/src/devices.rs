@@ -179,16 +179,19 @@ pub fn health_badges(capture: &Capture, device: &DeviceFacts) -> Vec<Badge> {
         let mut codes = xids.clone();
         codes.sort_unstable();
         codes.dedup();
-        let list: Vec<String> = codes.iter().map(u64::to_string).collect();
+        // Each code as the diagnosis's Xid table names it.
+        let described: Vec<String> = codes
+            .iter()
+            .map(|&code| vramscope_core::diagnose::xid::describe(code))
+            .collect();
         Badge {
             label: format!("Xid ×{}", xids.len()),
             state: BadgeState::judged(judged.xid),
             explanation: format!(
-                "The driver reported {} Xid error(s) for this GPU (codes {}). Xids are the driver's \
-                 error reports: 31 is a memory page fault (often an application bug), 48/63/64 are \
-                 ECC problems, 79 means the GPU fell off the bus. See the markers on the timeline.",
+                "The driver reported {} Xid error(s) for this GPU:\n{}\nSee the markers on the \
+                 timeline and the Hardware and driver wizard.",
                 xids.len(),
-                list.join(", ")
+                described.join("\n")
             ),
         }
     };
@@ -377,7 +380,14 @@ mod tests {
             (badges[2].label.as_str(), badges[2].state),
             ("Xid ×1", BadgeState::Warn)
         );
-        assert!(badges[2].explanation.contains("codes 31"));
+        // Named from the diagnosis's Xid table, not from text of the app's own.
+        assert!(
+            badges[2]
+                .explanation
+                .contains(&vramscope_core::diagnose::xid::describe(31)),
+            "{}",
+            badges[2].explanation
+        );
     }
 
     #[test]

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use egui::{RichText, Ui};
 use egui_extras::{Column, TableBuilder};
 
-use vramscope_core::diagnose::Severity;
 use vramscope_core::diagnose::growth::{Shape, duration_text};
 use vramscope_core::diagnose::leak::{SeriesGrowth, process_growth};
 use vramscope_core::model::capture::ProcessTrack;
@@ -146,14 +145,6 @@ pub fn growths_of(capture: &Capture) -> Vec<Option<SeriesGrowth>> {
         .collect()
 }
 
-/// Whether a process's growth is a finding (a warning or worse): the table and the timeline
-/// highlight it.
-pub fn is_leaking(growth: Option<&SeriesGrowth>) -> bool {
-    growth
-        .and_then(SeriesGrowth::severity)
-        .is_some_and(|s| s != Severity::Info)
-}
-
 /// The growth column's text: "+1.20 GiB/min", or what the judgement says instead.
 fn growth_text(growth: Option<&SeriesGrowth>) -> String {
     match growth.map(|g| &g.shape) {
@@ -286,7 +277,7 @@ pub fn process_table_ui(
                 let track = &capture.processes[track_index];
                 row.set_selected(state.selected == Some(track_index));
                 let growth = growths.get(track_index).copied().flatten();
-                let leaking = is_leaking(growth.as_ref());
+                let leaking = growth.as_ref().is_some_and(SeriesGrowth::is_leaking);
                 row.col(|ui| {
                     let pid = RichText::new(track.pid.to_string());
                     if leaking {
@@ -521,8 +512,8 @@ mod tests {
                 .position(|p| p.pid == pid)
                 .and_then(|i| growths[i])
         };
-        assert!(is_leaking(by_pid(8).as_ref()));
-        assert!(!is_leaking(by_pid(7).as_ref()));
+        assert!(by_pid(8).as_ref().is_some_and(SeriesGrowth::is_leaking));
+        assert!(!by_pid(7).as_ref().is_some_and(SeriesGrowth::is_leaking));
         assert_eq!(growth_text(by_pid(7).as_ref()), "flat");
         assert_eq!(growth_text(by_pid(8).as_ref()), "+2.93 GiB/min");
         // Full in: free at the end / rate, soonest first when sorted ascending.

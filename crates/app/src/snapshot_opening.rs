@@ -13,6 +13,7 @@ use vramscope_core::analysis::snapshot_analysis::{DeviceAnalysis, SnapshotAnalys
 use vramscope_core::diagnose::snapshot::FactsBuild;
 use vramscope_core::evidence::{self, ANALYSING_STAGE};
 use vramscope_core::formats::pytorch::SnapshotStream;
+use vramscope_core::model::UnixMs;
 use vramscope_core::model::allocator::AllocatorSnapshot;
 
 /// Share of the progress bar for reading a snapshot opened in steps; the analysis has the rest.
@@ -26,6 +27,8 @@ const FACTS_FROM: f32 = 0.97;
 /// outcome is what the desktop's one-go read gives for the same file (tested below).
 pub struct SnapshotOpening {
     file_name: String,
+    /// When the file was last written, which orders snapshots whose trace recorded no times.
+    file_modified_ms: Option<UnixMs>,
     stage: OpeningStage,
 }
 
@@ -45,10 +48,12 @@ enum OpeningStage {
 }
 
 impl SnapshotOpening {
-    /// Starts opening the snapshot `file_name` of `size_bytes` bytes.
-    pub fn new(file_name: &str, size_bytes: u64) -> Self {
+    /// Starts opening the snapshot `file_name` of `size_bytes` bytes, last written at
+    /// `file_modified_ms`.
+    pub fn new(file_name: &str, size_bytes: u64, file_modified_ms: Option<UnixMs>) -> Self {
         SnapshotOpening {
             file_name: file_name.to_owned(),
+            file_modified_ms,
             stage: OpeningStage::Reading(SnapshotStream::new(file_name, size_bytes)),
         }
     }
@@ -118,13 +123,15 @@ impl SnapshotOpening {
                         return Step::Done(OpenOutcome::Cancelled);
                     }
                     if build.step(&snapshot, &analysis) {
+                        let mut opened = evidence::OpenedSnapshot::from_parts(
+                            snapshot,
+                            analysis,
+                            build.into_facts(),
+                            &self.file_name,
+                        );
+                        opened.set_file_modified_ms(self.file_modified_ms);
                         return Step::Done(OpenOutcome::Snapshot(Box::new(
-                            OpenedSnapshot::judged(evidence::OpenedSnapshot::from_parts(
-                                snapshot,
-                                analysis,
-                                build.into_facts(),
-                                &self.file_name,
-                            )),
+                            OpenedSnapshot::judged(opened),
                         )));
                     }
                     OpeningStage::Facts {
@@ -196,7 +203,11 @@ mod tests {
             let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
             for slice_bytes in [1 << 10, 4 << 20] {
                 let progress = Progress::new(egui::Context::default());
-                let mut opening = SnapshotOpening::new(name, bytes.len() as u64);
+                let mut opening = SnapshotOpening::new(
+                    name,
+                    bytes.len() as u64,
+                    evidence::file_modified_ms(&path),
+                );
                 for slice in bytes.chunks(slice_bytes) {
                     if opening.push(slice, &progress).is_err() {
                         panic!("{name}: a slice failed");

@@ -140,7 +140,9 @@ impl WebOpen {
                         too_big(file_name, size_bytes, MAX_SNAPSHOT_BYTES),
                     )),
                     Route::Snapshot => {
-                        let opening = SnapshotOpening::new(file_name, size_bytes);
+                        // The browser's last-modified time of the file, as the desktop reads it.
+                        let modified_ms = Some(self.file.last_modified() as i64);
+                        let opening = SnapshotOpening::new(file_name, size_bytes, modified_ms);
                         if size_bytes == 0 {
                             return Ok(WebStage::Analysing(opening));
                         }

@@ -7,7 +7,7 @@
 //! between frames in the web viewer), from the first frame the view is drawn.
 
 pub mod block_map;
-pub mod frames;
+
 pub mod panels;
 pub mod tabs;
 pub mod timeline;
@@ -227,11 +227,9 @@ impl DeviceView {
                     }
                     let snapshot = self.travel.snapshot();
                     let (stack, _) = panels::block_stack(snapshot, &self.travel, block);
-                    let matches = *self
-                        .stack_matches
-                        .1
-                        .entry(stack)
-                        .or_insert_with(|| frames::stack_mentions(snapshot, stack, &needle));
+                    let matches = *self.stack_matches.1.entry(stack).or_insert_with(|| {
+                        vramscope_core::analysis::frames::stack_mentions(snapshot, stack, &needle)
+                    });
                     if matches {
                         self.search_matches.push(block.address);
                     }
@@ -520,7 +518,12 @@ impl AllocatorView {
                 panels::verdict_ui(ui, judged);
             });
         }
-        ui.label(RichText::new(&device.report.summary).strong());
+        ui.label(
+            RichText::new(vramscope_core::diagnose::fragmentation::summarize(
+                &device.report.device,
+            ))
+            .strong(),
+        );
         let check = device.travel.check();
         if !check.matches_final_state
             && let Some(problem) = &check.first_problem

@@ -3,12 +3,13 @@
 
 use egui::{Color32, RichText, Ui};
 
-use super::frames::stack_lines;
 use vramscope_core::analysis::fragmentation::{FragmentationMetrics, FragmentationReport};
+use vramscope_core::analysis::frames::stack_lines;
 use vramscope_core::analysis::oom::OomExplanation;
 use vramscope_core::analysis::timetravel::{
     BlockOrigin, BlockStatus, StateBlock, StateSegment, TimeTravel,
 };
+use vramscope_core::diagnose::fragmentation::summarize;
 use vramscope_core::diagnose::oom::{JudgedOom, OomCause};
 use vramscope_core::model::allocator::{AllocatorSnapshot, StackId};
 use vramscope_core::model::format_bytes;
@@ -20,7 +21,7 @@ pub const TOOLTIP_STACK_LINES: usize = 14;
 
 /// The fragmentation summary: the sentence, the device totals and one row per pool and stream.
 pub fn fragmentation_ui(ui: &mut Ui, report: &FragmentationReport) {
-    ui.label(RichText::new(&report.summary).strong());
+    ui.label(RichText::new(summarize(&report.device)).strong());
     ui.add_space(6.0);
     egui::Grid::new("fragmentation_device")
         .num_columns(2)

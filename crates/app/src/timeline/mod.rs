@@ -161,7 +161,10 @@ pub fn timeline_ui(
     let growths = crate::processes::process_growths(ui, input.capture);
     let leaking: Vec<bool> = growths
         .iter()
-        .map(|g| crate::processes::is_leaking(g.as_ref()))
+        .map(|g| {
+            g.as_ref()
+                .is_some_and(vramscope_core::diagnose::leak::SeriesGrowth::is_leaking)
+        })
         .collect();
     growing_processes_ui(ui, input.capture, &growths, &leaking);
     ui.separator();

@@ -160,8 +160,6 @@ pub struct FragmentationReport {
     pub streams: Vec<(StreamKey, FragmentationMetrics)>,
     /// Per segment, in the state's segment order.
     pub segments: Vec<FragmentationMetrics>,
-    /// One sentence saying what dominates the unused reserved memory.
-    pub summary: String,
 }
 
 /// Computes the metrics of every segment, pool, stream and the device.
@@ -190,14 +188,12 @@ pub fn analyze(state: &AllocatorState) -> FragmentationReport {
     }
     pools.sort_by_key(|(key, _)| *key);
     streams.sort_by_key(|(key, _)| *key);
-    let summary = summarize(&device);
     FragmentationReport {
         device_index: state.device,
         device,
         pools,
         streams,
         segments,
-        summary,
     }
 }
 
@@ -214,81 +210,10 @@ fn add_to_group<K: PartialEq + Copy>(
 
 /// Below this share of reserved memory, unused memory is not worth a warning (nor free memory a
 /// fragmentation ratio).
-const NEGLIGIBLE_UNUSED_FRACTION: f64 = 0.05;
-
-/// One sentence on where the reserved memory that tensors do not use is. A description, not a
-/// verdict: why an allocation failed is `diagnose`'s to say (the Allocator tab shows its verdict
-/// above this sentence).
-pub fn summarize(metrics: &FragmentationMetrics) -> String {
-    if metrics.reserved_bytes == 0 {
-        return "Nothing is reserved: the allocator holds no memory.".to_string();
-    }
-    let reserved = metrics.reserved_bytes as f64;
-    let percent = |bytes: u64| 100.0 * bytes as f64 / reserved;
-    let unused = metrics.unused_bytes();
-    let head = format!(
-        "{} reserved, {:.1}% in use by tensors",
-        format_bytes(metrics.reserved_bytes),
-        percent(metrics.requested_bytes)
-    );
-    if (unused as f64) < NEGLIGIBLE_UNUSED_FRACTION * reserved {
-        return format!(
-            "{head}; only {} ({:.1}%) is not in use by tensors.",
-            format_bytes(unused),
-            percent(unused)
-        );
-    }
-    let candidates = [
-        (metrics.stranded_bytes, Waste::Stranded),
-        (metrics.releasable_bytes, Waste::Releasable),
-        (metrics.rounding_waste_bytes, Waste::Rounding),
-        (metrics.pending_free_bytes, Waste::PendingFree),
-    ];
-    let (bytes, waste) = candidates
-        .iter()
-        .copied()
-        .max_by_key(|(bytes, _)| *bytes)
-        .unwrap_or((0, Waste::Stranded));
-    let detail = match waste {
-        Waste::Stranded => format!(
-            "most unused memory is stranded: {} ({:.1}%) is free in partly used segments, \
-             and the largest free block is only {}",
-            format_bytes(bytes),
-            percent(bytes),
-            format_bytes(metrics.largest_free_bytes)
-        ),
-        Waste::Releasable => format!(
-            "most unused memory is in cached free segments: {} ({:.1}%) sits in entirely free \
-             segments that empty_cache() would return",
-            format_bytes(bytes),
-            percent(bytes)
-        ),
-        Waste::Rounding => format!(
-            "most unused memory is rounding: {} ({:.1}%) is lost rounding requests up to block \
-             sizes",
-            format_bytes(bytes),
-            percent(bytes)
-        ),
-        Waste::PendingFree => format!(
-            "most unused memory is pending frees: {} ({:.1}%) is freed but waits for other \
-             streams (record_stream)",
-            format_bytes(bytes),
-            percent(bytes)
-        ),
-    };
-    format!("{head}; {detail}.")
-}
-
-#[derive(Clone, Copy)]
-enum Waste {
-    Stranded,
-    Releasable,
-    Rounding,
-    PendingFree,
-}
+pub const NEGLIGIBLE_UNUSED_FRACTION: f64 = 0.05;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::analysis::timetravel::StateBlock;
 
@@ -309,7 +234,7 @@ mod tests {
 
     /// Two large segments on stream 0 (one split: 16 MiB used of which 1 MiB rounding, 4 MiB
     /// stranded; one entirely free 20 MiB) and a small segment on stream 7 with a pending free.
-    fn sample_state() -> AllocatorState {
+    pub(crate) fn sample_state() -> AllocatorState {
         let base = 0x7f00_0000_0000;
         AllocatorState {
             device: 0,
@@ -394,32 +319,5 @@ mod tests {
         assert_eq!(small.free_bytes, MIB);
         assert_eq!(report.segments[0].stranded_bytes, 4 * MIB);
         assert_eq!(report.segments[1].releasable_bytes, 20 * MIB);
-    }
-
-    #[test]
-    fn summary_names_the_dominant_waste() {
-        let report = analyze(&sample_state());
-        assert!(
-            report
-                .summary
-                .contains("most unused memory is in cached free segments"),
-            "{}",
-            report.summary
-        );
-        let mut state = sample_state();
-        state.segments.remove(1);
-        let summary = analyze(&state).summary;
-        assert!(
-            summary.contains("most unused memory is stranded"),
-            "{summary}"
-        );
-        assert!(
-            summary.contains("largest free block is only 4.00 MiB"),
-            "{summary}"
-        );
-        assert_eq!(
-            summarize(&FragmentationMetrics::default()),
-            "Nothing is reserved: the allocator holds no memory."
-        );
     }
 }

@@ -7,6 +7,7 @@ pub mod allocator_rules;
 pub mod deadline;
 pub mod fleet;
 pub mod fragmentation;
+pub mod frames;
 pub mod lod;
 pub mod oom;
 pub mod replay;

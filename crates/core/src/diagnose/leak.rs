@@ -200,6 +200,12 @@ pub struct SeriesGrowth {
 }
 
 impl SeriesGrowth {
+    /// Whether this growth is a finding (a warning or worse): the process table and the
+    /// timeline highlight such a process as leaking.
+    pub fn is_leaking(&self) -> bool {
+        self.severity().is_some_and(|s| s != Severity::Info)
+    }
+
     /// The growth, when growing.
     pub fn growth(&self) -> Option<&Growth> {
         match &self.shape {

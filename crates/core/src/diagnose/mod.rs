@@ -11,7 +11,7 @@ pub mod cuda_errors;
 pub mod engine;
 pub mod finding;
 pub mod fleet;
-#[cfg(feature = "native")]
+pub mod fragmentation;
 pub mod gpu_checks;
 pub mod growth;
 pub mod hardware;

@@ -17,7 +17,7 @@ use crate::analysis::fragmentation;
 use crate::analysis::replay::{WhatIfReport, WhatIfRequest, WhatIfSteps, what_if};
 use crate::analysis::snapshot_analysis::{self, DeviceAnalysis};
 use crate::analysis::timetravel::TimeTravel;
-use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState, StackId};
+use crate::model::allocator::{AllocatorSnapshot, BlockState, DeviceAllocState};
 
 /// Call sites listed per snapshot, largest first.
 const MAX_CALL_SITES: usize = 50;
@@ -238,7 +238,12 @@ fn allocated_by_call_site(
     for segment in snapshot.device_segments(device) {
         for block in snapshot.segment_blocks(segment) {
             if block.state == BlockState::ActiveAllocated {
-                *by_site.entry(call_site(snapshot, block.stack)).or_default() += block.size_bytes;
+                *by_site
+                    .entry(crate::analysis::frames::user_call_site(
+                        snapshot,
+                        block.stack,
+                    ))
+                    .or_default() += block.size_bytes;
             }
         }
     }
@@ -361,35 +366,6 @@ fn identity_step(
         segments,
         settings,
     })
-}
-
-/// The innermost frame of user code (a `.py` file outside torch and site-packages), as
-/// `file.py:line name`; the innermost Python frame when all are library code.
-fn call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
-    let frames: Vec<_> = snapshot
-        .frames
-        .stack(stack)
-        .iter()
-        .filter_map(|&id| snapshot.frames.frame(id))
-        .filter(|f| snapshot.string(f.filename).ends_with(".py"))
-        .collect();
-    let is_library = |filename: &str| {
-        filename.contains("/torch/")
-            || filename.contains("site-packages")
-            || filename.starts_with('<')
-    };
-    let chosen = frames
-        .iter()
-        .find(|f| !is_library(snapshot.string(f.filename)))
-        .or_else(|| frames.first());
-    match chosen {
-        Some(f) => {
-            let file = snapshot.string(f.filename);
-            let base = file.rsplit('/').next().unwrap_or(file);
-            format!("{base}:{} {}", f.line, snapshot.string(f.name))
-        }
-        None => "(no stack recorded)".to_owned(),
-    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::analysis::frames::stack_lines;
 use crate::analysis::replay::{
     CapSource, OomPoint, ReplayStart, SelfCheck, SettingOutcome, WhatIfReport, format_table_bytes,
 };
@@ -107,24 +108,6 @@ struct JsonPlacement {
 struct JsonIncomplete {
     event: usize,
     reason: String,
-}
-
-/// Frames of a stack as `file:line in function`, innermost first.
-pub fn stack_lines(snapshot: &AllocatorSnapshot, stack: StackId) -> Vec<String> {
-    snapshot
-        .frames
-        .stack(stack)
-        .iter()
-        .filter_map(|&id| snapshot.frames.frame(id))
-        .map(|f| {
-            format!(
-                "{}:{} in {}",
-                snapshot.string(f.filename),
-                f.line,
-                snapshot.string(f.name)
-            )
-        })
-        .collect()
 }
 
 /// Parts of the names of C++ frames that record the stack, hand out the memory or make an

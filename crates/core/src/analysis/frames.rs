@@ -1,9 +1,10 @@
-//! Allocation stacks as people want to read them: noise frames (the unwinder, the CPython
+//! Allocation stacks as people want to read them, the same in the app, the reports and the
+//! command line: noise frames (the unwinder, the CPython
 //! interpreter loop, the dispatcher's boxing wrappers, the allocator itself) filtered out, as
 //! PyTorch's viewers do (`_frame_filter` in `torch/cuda/_memory_viz.py`, `frameFilter` in
 //! `torch/utils/viz/MemoryViz.js`, github.com/pytorch/pytorch).
 
-use vramscope_core::model::allocator::{AllocatorSnapshot, StackId};
+use crate::model::allocator::{AllocatorSnapshot, StackId};
 
 /// Function-name fragments of frames that say nothing about the user's code.
 const NOISE_FUNCTIONS: &[&str] = &[
@@ -96,10 +97,39 @@ pub fn stack_mentions(snapshot: &AllocatorSnapshot, stack: StackId, needle_lower
         })
 }
 
+/// The innermost frame of user code (a `.py` file outside torch and site-packages), as
+/// `file.py:line name`; the innermost Python frame when all are library code.
+pub fn user_call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
+    let frames: Vec<_> = snapshot
+        .frames
+        .stack(stack)
+        .iter()
+        .filter_map(|&id| snapshot.frames.frame(id))
+        .filter(|f| snapshot.string(f.filename).ends_with(".py"))
+        .collect();
+    let is_library = |filename: &str| {
+        filename.contains("/torch/")
+            || filename.contains("site-packages")
+            || filename.starts_with('<')
+    };
+    let chosen = frames
+        .iter()
+        .find(|f| !is_library(snapshot.string(f.filename)))
+        .or_else(|| frames.first());
+    match chosen {
+        Some(f) => {
+            let file = snapshot.string(f.filename);
+            let base = file.rsplit('/').next().unwrap_or(file);
+            format!("{base}:{} {}", f.line, snapshot.string(f.name))
+        }
+        None => "(no stack recorded)".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vramscope_core::model::allocator::Frame;
+    use crate::model::allocator::Frame;
 
     #[test]
     fn interpreter_and_unwinder_frames_are_noise() {
