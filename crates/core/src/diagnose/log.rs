@@ -890,7 +890,10 @@ fn oom(framework: Framework, numbers: OomNumbers, meaning: String) -> Classified
     )
 }
 
-/// Recognises one line; the first pattern that matches wins, most specific first.
+/// Recognises one line; the first pattern that matches wins, most specific first: PyTorch's and
+/// TensorFlow's out-of-memory messages, the other allocators' ([`classify_allocator_oom`]), Xid
+/// errors and a GPU fallen off the bus, cuDNN's and cuBLAS's statuses
+/// ([`classify_library_status`]), CUDA errors ([`classify_cuda_line`]), ECC errors.
 fn classify(line: &str) -> Option<Classified> {
     if (line.contains("out of memory") || line.contains("Out of memory"))
         && let Some(c) = classify_pytorch_oom(line)
@@ -900,6 +903,49 @@ fn classify(line: &str) -> Option<Classified> {
     if line.contains("OOM when allocating") {
         return classify_tf_oom(line);
     }
+    if let Some(c) = classify_allocator_oom(line) {
+        return Some(c);
+    }
+    if line.contains("Xid")
+        && let Some(caps) = XID.captures(line)
+    {
+        return classify_xid(&caps);
+    }
+    if FELL_OFF_BUS.is_match(line) {
+        return Some((
+            LineKind::FallenOffBus,
+            "The GPU stopped answering on PCIe (goes with Xid 79): a hardware, power or thermal problem. Reboot the node; check PCIe seating, power and temperatures.".to_owned(),
+            Category::Xid,
+            Wizard::HardwareAndDriver,
+        ));
+    }
+    if let Some(c) = classify_library_status(line, &CUDNN, &CUDNN_STATUS, "cuDNN", |status| {
+        LineKind::Cudnn { status }
+    }) {
+        return Some(c);
+    }
+    if let Some(c) = classify_library_status(line, &CUBLAS, &CUBLAS_STATUS, "cuBLAS", |status| {
+        LineKind::Cublas { status }
+    }) {
+        return Some(c);
+    }
+    if let Some(c) = classify_cuda_line(line) {
+        return Some(c);
+    }
+    if ECC.is_match(line) {
+        return Some((
+            LineKind::Ecc,
+            "The GPU reported an ECC memory error. Uncorrectable errors kill the job; check `nvidia-smi -q -d ECC,ROW_REMAPPER` and the kernel log for Xid 48/63/64/94/95.".to_owned(),
+            Category::Ecc,
+            Wizard::HardwareAndDriver,
+        ));
+    }
+    None
+}
+
+/// Out-of-memory messages of the allocators other than PyTorch's, in this order: TensorFlow/XLA's
+/// BFC allocator (current and old wordings), TensorFlow's stream executor, JAX/XLA.
+fn classify_allocator_oom(line: &str) -> Option<Classified> {
     if let Some(caps) = BFC_OOM.captures(line) {
         let numbers = OomNumbers {
             requested_bytes: number(&caps, "rounded").or_else(|| size(&caps, "size")),
@@ -914,33 +960,7 @@ fn classify(line: &str) -> Option<Classified> {
         return Some(oom(Framework::TensorFlow, numbers, meaning));
     }
     if let Some(caps) = BFC_OLD_OOM.captures(line) {
-        let non_fatal = caps.name("nonfatal").is_some();
-        let numbers = OomNumbers {
-            requested_bytes: size(&caps, "size"),
-            ..Default::default()
-        };
-        let meaning = if non_fatal {
-            format!(
-                "TensorFlow's allocator wanted {} more but says this is not a failure (only a possible slowdown).",
-                describe_opt(numbers.requested_bytes)
-            )
-        } else {
-            format!(
-                "TensorFlow's BFC allocator ran out of memory allocating {}.",
-                describe_opt(numbers.requested_bytes)
-            )
-        };
-        return Some((
-            LineKind::OutOfMemory {
-                framework: Framework::TensorFlow,
-                numbers,
-                non_fatal,
-                host_memory: false,
-            },
-            meaning,
-            Category::Capacity,
-            Wizard::OutOfMemory,
-        ));
+        return Some(classify_bfc_old_oom(&caps));
     }
     if let Some(caps) = TF_DRV_OOM.captures(line) {
         let numbers = OomNumbers {
@@ -957,88 +977,107 @@ fn classify(line: &str) -> Option<Classified> {
         .captures(line)
         .or_else(|| XLA_OOM_BARE.captures(line))
     {
-        let host = caps.name("host").is_some();
-        let numbers = OomNumbers {
-            requested_bytes: size(&caps, "size"),
-            device_index: number(&caps, "dev"),
-            ..Default::default()
-        };
-        let meaning = if host {
-            format!(
-                "XLA ran out of host (CPU) memory allocating {}; raise XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB.",
-                describe_opt(numbers.requested_bytes)
-            )
-        } else {
-            format!(
-                "JAX/XLA could not allocate {}{}. JAX preallocates 75% of the GPU by default.",
-                describe_opt(numbers.requested_bytes),
-                numbers
-                    .device_index
-                    .map(|d| format!(" on GPU {d}"))
-                    .unwrap_or_default()
-            )
-        };
-        return Some((
-            LineKind::OutOfMemory {
-                framework: Framework::Jax,
-                numbers,
-                non_fatal: false,
-                host_memory: host,
-            },
-            meaning,
-            Category::Capacity,
-            Wizard::OutOfMemory,
-        ));
+        return Some(classify_xla_oom(&caps));
     }
-    if line.contains("Xid")
-        && let Some(caps) = XID.captures(line)
-    {
-        return classify_xid(&caps);
+    None
+}
+
+/// The old BFC allocator's message: a failure, or (when it says so) only a possible slowdown.
+fn classify_bfc_old_oom(caps: &regex::Captures) -> Classified {
+    let non_fatal = caps.name("nonfatal").is_some();
+    let numbers = OomNumbers {
+        requested_bytes: size(caps, "size"),
+        ..Default::default()
+    };
+    let meaning = if non_fatal {
+        format!(
+            "TensorFlow's allocator wanted {} more but says this is not a failure (only a possible slowdown).",
+            describe_opt(numbers.requested_bytes)
+        )
+    } else {
+        format!(
+            "TensorFlow's BFC allocator ran out of memory allocating {}.",
+            describe_opt(numbers.requested_bytes)
+        )
+    };
+    (
+        LineKind::OutOfMemory {
+            framework: Framework::TensorFlow,
+            numbers,
+            non_fatal,
+            host_memory: false,
+        },
+        meaning,
+        Category::Capacity,
+        Wizard::OutOfMemory,
+    )
+}
+
+/// JAX/XLA out of memory: on a GPU (JAX preallocates most of it), or out of host memory.
+fn classify_xla_oom(caps: &regex::Captures) -> Classified {
+    let host = caps.name("host").is_some();
+    let numbers = OomNumbers {
+        requested_bytes: size(caps, "size"),
+        device_index: number(caps, "dev"),
+        ..Default::default()
+    };
+    let meaning = if host {
+        format!(
+            "XLA ran out of host (CPU) memory allocating {}; raise XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB.",
+            describe_opt(numbers.requested_bytes)
+        )
+    } else {
+        format!(
+            "JAX/XLA could not allocate {}{}. JAX preallocates 75% of the GPU by default.",
+            describe_opt(numbers.requested_bytes),
+            numbers
+                .device_index
+                .map(|d| format!(" on GPU {d}"))
+                .unwrap_or_default()
+        )
+    };
+    (
+        LineKind::OutOfMemory {
+            framework: Framework::Jax,
+            numbers,
+            non_fatal: false,
+            host_memory: host,
+        },
+        meaning,
+        Category::Capacity,
+        Wizard::OutOfMemory,
+    )
+}
+
+/// A line of `library` (cuDNN, cuBLAS; recognised by `pattern`) with the status
+/// `status_pattern` finds in it, as `kind` of the status: an allocation failure is a capacity
+/// problem, any other status the library's.
+fn classify_library_status(
+    line: &str,
+    pattern: &Regex,
+    status_pattern: &Regex,
+    library: &str,
+    kind: impl FnOnce(String) -> LineKind,
+) -> Option<Classified> {
+    if !pattern.is_match(line) {
+        return None;
     }
-    if FELL_OFF_BUS.is_match(line) {
-        return Some((
-            LineKind::FallenOffBus,
-            "The GPU stopped answering on PCIe (goes with Xid 79): a hardware, power or thermal problem. Reboot the node; check PCIe seating, power and temperatures.".to_owned(),
-            Category::Xid,
-            Wizard::HardwareAndDriver,
-        ));
-    }
-    if CUDNN.is_match(line) {
-        let status = CUDNN_STATUS
-            .find(line)
-            .map(|m| m.as_str().to_owned())
-            .unwrap_or_default();
-        let meaning = library_meaning("cuDNN", &status);
-        let category = if status.contains("ALLOC") {
-            Category::Capacity
-        } else {
-            Category::Library
-        };
-        return Some((
-            LineKind::Cudnn { status },
-            meaning,
-            category,
-            library_wizard(category),
-        ));
-    }
-    if CUBLAS.is_match(line) {
-        let status = CUBLAS_STATUS
-            .find(line)
-            .map(|m| m.as_str().to_owned())
-            .unwrap_or_default();
-        let meaning = library_meaning("cuBLAS", &status);
-        let category = if status.contains("ALLOC") {
-            Category::Capacity
-        } else {
-            Category::Library
-        };
-        return Some((
-            LineKind::Cublas { status },
-            meaning,
-            category,
-            library_wizard(category),
-        ));
-    }
+    let status = status_pattern
+        .find(line)
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_default();
+    let meaning = library_meaning(library, &status);
+    let category = if status.contains("ALLOC") {
+        Category::Capacity
+    } else {
+        Category::Library
+    };
+    Some((kind(status), meaning, category, library_wizard(category)))
+}
+
+/// A CUDA error, in this order: PyTorch's `CUDA error: …` message, an error code, an error's
+/// name, one of CUDA's error messages.
+fn classify_cuda_line(line: &str) -> Option<Classified> {
     if let Some(caps) = PT_CUDA_ERR.captures(line) {
         let message = caps["msg"].trim().trim_end_matches('.');
         return Some(classify_cuda_error(cuda_errors::lookup(message), message));
@@ -1056,14 +1095,6 @@ fn classify(line: &str) -> Option<Classified> {
     if let Some(m) = CUDA_MESSAGES.find(line) {
         let message = m.as_str();
         return Some(classify_cuda_error(cuda_errors::lookup(message), message));
-    }
-    if ECC.is_match(line) {
-        return Some((
-            LineKind::Ecc,
-            "The GPU reported an ECC memory error. Uncorrectable errors kill the job; check `nvidia-smi -q -d ECC,ROW_REMAPPER` and the kernel log for Xid 48/63/64/94/95.".to_owned(),
-            Category::Ecc,
-            Wizard::HardwareAndDriver,
-        ));
     }
     None
 }
