@@ -427,10 +427,38 @@ fn process_label(pid: u32, bytes: u64) -> String {
     }
 }
 
+/// The evidence a finding about `case` shows, in this order: the device's figures and its
+/// processes ([`device_evidence`]), the framework's ([`framework_evidence`]), the live set's
+/// history ([`history_evidence`]), what the what-if replay found ([`replay_evidence`]), and how
+/// often the failure was reported.
 fn evidence(case: &OomCase, verdict: &Verdict) -> Vec<Evidence> {
+    let mut ev = Vec::new();
+    device_evidence(case, &mut ev);
+    framework_evidence(case, &mut ev);
+    if let Some((trajectory, source)) = &case.history {
+        history_evidence(trajectory, source, &mut ev);
+    }
+    if let Some(replay) = &case.replay {
+        replay_evidence(replay, verdict, &mut ev);
+    }
+    if case.occurrences > 1 {
+        ev.push(Evidence::number(
+            "out-of-memory reports",
+            case.occurrences as f64,
+            Unit::Count,
+            format!("{} reports", case.occurrences),
+            case.source.clone(),
+        ));
+    }
+    ev
+}
+
+/// The device's side of the failure: the request, the capacity, what was free, the cap, this
+/// process's use and the other processes' (as the message lists them, else as the capture
+/// does, else what none of them accounts for).
+fn device_evidence(case: &OomCase, ev: &mut Vec<Evidence>) {
     let n = &case.numbers;
     let src = || case.source.clone();
-    let mut ev = Vec::new();
     if let Some(r) = n.requested_bytes {
         ev.push(Evidence::bytes("requested", r, src()));
     }
@@ -477,6 +505,13 @@ fn evidence(case: &OomCase, verdict: &Verdict) -> Vec<Evidence> {
             ev.push(Evidence::bytes(label, *bytes, source.clone()));
         }
     }
+}
+
+/// The framework's side: what its tensors held, its private pools, its cache (and how much of
+/// it this request could use), and the largest free block in the cache.
+fn framework_evidence(case: &OomCase, ev: &mut Vec<Evidence>) {
+    let n = &case.numbers;
+    let src = || case.source.clone();
     if let Some(a) = n.allocated_bytes {
         ev.push(Evidence::bytes(
             "allocated by the framework (live tensors)",
@@ -508,119 +543,121 @@ fn evidence(case: &OomCase, verdict: &Verdict) -> Vec<Evidence> {
     if let Some((l, s)) = &case.largest_free_block {
         ev.push(Evidence::bytes("largest cached free block", *l, s.clone()));
     }
-    if let Some((trajectory, source)) = &case.history {
-        ev.push(Evidence::number(
-            "iterations completed before the failure",
-            trajectory.iterations.len() as f64,
-            Unit::Count,
-            trajectory.iterations.len().to_string(),
+}
+
+/// The live set's history before the failure (from `source`): how many iterations completed,
+/// and how the live set grew.
+fn history_evidence(trajectory: &Trajectory, source: &EvidenceSource, ev: &mut Vec<Evidence>) {
+    ev.push(Evidence::number(
+        "iterations completed before the failure",
+        trajectory.iterations.len() as f64,
+        Unit::Count,
+        trajectory.iterations.len().to_string(),
+        source.clone(),
+    ));
+    match trajectory.growth {
+        LiveGrowth::Growing {
+            per_iteration_bytes,
+            r_squared,
+            confidence,
+            ..
+        } => ev.push(Evidence::number(
+            "live set growth per iteration",
+            per_iteration_bytes as f64,
+            Unit::Bytes,
+            format!(
+                "{} (R² {r_squared:.2}, confidence {})",
+                format_bytes(per_iteration_bytes),
+                confidence.as_str()
+            ),
             source.clone(),
-        ));
-        match trajectory.growth {
-            LiveGrowth::Growing {
-                per_iteration_bytes,
-                r_squared,
-                confidence,
-                ..
-            } => ev.push(Evidence::number(
-                "live set growth per iteration",
-                per_iteration_bytes as f64,
-                Unit::Bytes,
-                format!(
-                    "{} (R² {r_squared:.2}, confidence {})",
-                    format_bytes(per_iteration_bytes),
-                    confidence.as_str()
-                ),
-                source.clone(),
-            )),
-            LiveGrowth::Steady { peak_bytes } => ev.push(Evidence::bytes(
-                "live set peak per iteration (steady)",
-                peak_bytes,
-                source.clone(),
-            )),
-            LiveGrowth::RoseWithoutFallingBack {
-                from_bytes,
-                to_bytes,
-                ..
-            } => ev.push(Evidence::text(
-                "live set, never falling back",
-                format!("{} → {}", format_bytes(from_bytes), format_bytes(to_bytes)),
-                source.clone(),
-            )),
-            LiveGrowth::Unknown => {}
-        }
+        )),
+        LiveGrowth::Steady { peak_bytes } => ev.push(Evidence::bytes(
+            "live set peak per iteration (steady)",
+            peak_bytes,
+            source.clone(),
+        )),
+        LiveGrowth::RoseWithoutFallingBack {
+            from_bytes,
+            to_bytes,
+            ..
+        } => ev.push(Evidence::text(
+            "live set, never falling back",
+            format!("{} → {}", format_bytes(from_bytes), format_bytes(to_bytes)),
+            source.clone(),
+        )),
+        LiveGrowth::Unknown => {}
     }
-    if let Some(replay) = &case.replay {
-        if let Some(reason) = &replay.not_run {
-            ev.push(Evidence::text(
-                "what-if replay (not run)",
-                reason.clone(),
-                EvidenceSource::Derived,
-            ));
-        } else if let Some(proof) = proof::judge(replay) {
-            // Settings that get past the failing request are recommended under a fragmentation
-            // verdict; under any other the live set's growth or size uses up what they save.
-            if verdict.cause.category() != Category::Fragmentation {
-                for postpones in &proof.helps {
-                    ev.push(Evidence::text(
-                        format!(
-                            "tried by replay: only gets past this request: {}",
-                            postpones.conf
-                        ),
-                        format!(
-                            "{}; {}",
-                            proof::proven_text(postpones, proof.limit_bytes),
-                            match verdict.cause.category() {
-                                _ if verdict.growth_outpaces_waste => {
-                                    "the live set keeps growing, so the next iterations run out anyway"
-                                }
-                                Category::MemoryCap => "the job still needs more than its memory cap",
-                                Category::OtherProcess => {
-                                    "the job still needs more than the other processes leave it"
-                                }
-                                _ => "the job still needs more than the card",
-                            }
-                        ),
-                        EvidenceSource::Derived,
-                    ));
-                }
-            }
-            for useless in &proof.useless {
+}
+
+/// What the what-if replay found: why it did not run, or (when reliable) each setting tried by
+/// what it did, or that it was unreliable. Settings that only get past this request are
+/// evidence here unless the verdict is fragmentation, which recommends them instead.
+fn replay_evidence(replay: &ReplayEvidence, verdict: &Verdict, ev: &mut Vec<Evidence>) {
+    if let Some(reason) = &replay.not_run {
+        ev.push(Evidence::text(
+            "what-if replay (not run)",
+            reason.clone(),
+            EvidenceSource::Derived,
+        ));
+    } else if let Some(proof) = proof::judge(replay) {
+        // Settings that get past the failing request are recommended under a fragmentation
+        // verdict; under any other the live set's growth or size uses up what they save.
+        if verdict.cause.category() != Category::Fragmentation {
+            for postpones in &proof.helps {
                 ev.push(Evidence::text(
-                    format!("tried by replay: does not help: {}", useless.conf),
-                    proof::useless_text(useless),
-                    EvidenceSource::Derived,
-                ));
-            }
-            for layout in &proof.layout_only {
-                ev.push(Evidence::text(
-                    format!("tried by replay: not counted as proof: {}", layout.conf),
+                    format!(
+                        "tried by replay: only gets past this request: {}",
+                        postpones.conf
+                    ),
                     format!(
                         "{}; {}",
-                        proof::proven_text(layout, proof.limit_bytes),
-                        proof::LAYOUT_ONLY_WHY
+                        proof::proven_text(postpones, proof.limit_bytes),
+                        still_fails_because(verdict)
                     ),
                     EvidenceSource::Derived,
                 ));
             }
-        } else {
+        }
+        for useless in &proof.useless {
             ev.push(Evidence::text(
-                "what-if replay (unreliable, not used)",
-                replay.self_check.clone(),
+                format!("tried by replay: does not help: {}", useless.conf),
+                proof::useless_text(useless),
                 EvidenceSource::Derived,
             ));
         }
-    }
-    if case.occurrences > 1 {
-        ev.push(Evidence::number(
-            "out-of-memory reports",
-            case.occurrences as f64,
-            Unit::Count,
-            format!("{} reports", case.occurrences),
-            src(),
+        for layout in &proof.layout_only {
+            ev.push(Evidence::text(
+                format!("tried by replay: not counted as proof: {}", layout.conf),
+                format!(
+                    "{}; {}",
+                    proof::proven_text(layout, proof.limit_bytes),
+                    proof::LAYOUT_ONLY_WHY
+                ),
+                EvidenceSource::Derived,
+            ));
+        }
+    } else {
+        ev.push(Evidence::text(
+            "what-if replay (unreliable, not used)",
+            replay.self_check.clone(),
+            EvidenceSource::Derived,
         ));
     }
-    ev
+}
+
+/// Why a setting that gets past the failing request does not save the run, by the verdict: the
+/// live set keeps growing, or the job needs more than the cap, the other processes or the card
+/// leave it.
+fn still_fails_because(verdict: &Verdict) -> &'static str {
+    match verdict.cause.category() {
+        _ if verdict.growth_outpaces_waste => {
+            "the live set keeps growing, so the next iterations run out anyway"
+        }
+        Category::MemoryCap => "the job still needs more than its memory cap",
+        Category::OtherProcess => "the job still needs more than the other processes leave it",
+        _ => "the job still needs more than the card",
+    }
 }
 
 /// How much more the request needed than was free; `None` when unknown or not positive.
