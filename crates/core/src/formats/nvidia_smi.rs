@@ -361,15 +361,59 @@ pub fn sniff(head: &str) -> Option<SmiLogKind> {
 }
 
 /// The columns of a headerless log, recognised from the shapes of its first rows, with the
-/// assumption made (for the capture's note).
+/// assumption made (for the capture's note): each column by its shape ([`columns_by_shape`]),
+/// then, among the numeric ones, a process list's pid and memory ([`place_process_columns`]) or
+/// a GPU log's index ([`take_index_column`]), total ([`total_column`]) and other memory columns
+/// ([`memory_column_order`]).
 fn infer_columns(
     rows: &[Vec<&str>],
     kind: SmiLogKind,
     file: &str,
 ) -> Result<(Vec<Column>, String), SmiError> {
     let width = rows.first().map_or(0, Vec::len);
-    // Each column's shape: the first non-missing one in the rows looked at.
-    let shapes: Vec<Shape> = (0..width)
+    let shapes = column_shapes(rows, width);
+    let (mut columns, mut memory) = columns_by_shape(&shapes, kind, width);
+    if kind == SmiLogKind::ComputeApps {
+        return place_process_columns(columns, &memory, file);
+    }
+    let mut assumption = Vec::new();
+    if take_index_column(rows, &mut columns, &mut memory) {
+        assumption.push("index counts the GPUs of each tick");
+    }
+    let total_at = total_column(rows, &memory);
+    let rest: Vec<usize> = memory
+        .iter()
+        .copied()
+        .filter(|&i| Some(i) != total_at)
+        .collect();
+    if let Some(total) = total_at {
+        columns[total] = Column::MemoryTotal;
+    }
+    let order = memory_column_order(rows, &rest, total_at);
+    if order.is_empty() {
+        return Err(SmiError::NotSmiCsv {
+            file: file.to_owned(),
+            problem: "no memory column found in a log without a header; log with the header \
+                      (--format=csv) or query memory.used"
+                .to_owned(),
+        });
+    }
+    let mut named = Vec::new();
+    for (&i, (column, name)) in rest.iter().zip(order) {
+        columns[i] = column.clone();
+        named.push(*name);
+    }
+    if total_at.is_some() {
+        named.push("memory.total (the largest, constant column)");
+    }
+    let named = format!("numeric columns read as {}", named.join(", "));
+    assumption.push(&named);
+    Ok((columns, assumption.join("; ")))
+}
+
+/// Each of the `width` columns' shape: the first non-missing one in `rows`.
+fn column_shapes(rows: &[Vec<&str>], width: usize) -> Vec<Shape> {
+    (0..width)
         .map(|i| {
             rows.iter()
                 .filter_map(|row| row.get(i))
@@ -377,15 +421,24 @@ fn infer_columns(
                 .find(|s| *s != Shape::Missing)
                 .unwrap_or(Shape::Missing)
         })
-        .collect();
-    let numbers_of = |i: usize| -> Vec<f64> {
-        rows.iter()
-            .filter_map(|row| match parse_cell(row.get(i)?) {
-                Cell::Number(v) => Some(v),
-                _ => None,
-            })
-            .collect()
-    };
+        .collect()
+}
+
+/// The numbers in column `i` of `rows` (missing values and text left out).
+fn numbers_of(rows: &[Vec<&str>], i: usize) -> Vec<f64> {
+    rows.iter()
+        .filter_map(|row| match parse_cell(row.get(i)?) {
+            Cell::Number(v) => Some(v),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The columns a shape tells by itself (timestamp, UUID, bus id, power; the first percentage
+/// is the GPU's utilization, the second the memory's; the first clock the SM's, the second the
+/// memory's; text a process or GPU name), and the numeric columns left to tell apart (the
+/// memory columns, a pid, an index).
+fn columns_by_shape(shapes: &[Shape], kind: SmiLogKind, width: usize) -> (Vec<Column>, Vec<usize>) {
     let mut columns = vec![Column::Other; width];
     let mut memory = Vec::new();
     let (mut percents, mut clocks) = (0, 0);
@@ -424,38 +477,46 @@ fn infer_columns(
             Shape::Missing => Column::Other,
         };
     }
-    let mut assumption = Vec::new();
-    if kind == SmiLogKind::ComputeApps {
-        // nvidia-smi's order: pid, then the process name, then its memory.
-        let name_at = columns.iter().position(|c| *c == Column::ProcessName);
-        let pid_at = memory
-            .iter()
-            .copied()
-            .rev()
-            .find(|&i| name_at.is_none_or(|n| i < n));
-        let used_at = memory
-            .iter()
-            .copied()
-            .find(|&i| Some(i) != pid_at && name_at.is_none_or(|n| i > n));
-        match (pid_at, used_at) {
-            (Some(pid), Some(used)) => {
-                columns[pid] = Column::Pid;
-                columns[used] = Column::ProcessUsedMemory;
-                assumption.push("pid before the process name, used_memory after it");
-            }
-            _ => {
-                return Err(SmiError::NotSmiCsv {
-                    file: file.to_owned(),
-                    problem: "a process list without a header needs a pid and a memory column; \
-                              log with the header (--format=csv) to be sure which is which"
-                        .to_owned(),
-                });
-            }
+    (columns, memory)
+}
+
+/// A headerless process list's pid and used memory among its numeric columns (`memory`), in
+/// nvidia-smi's order: the pid before the process name, its memory after it.
+fn place_process_columns(
+    mut columns: Vec<Column>,
+    memory: &[usize],
+    file: &str,
+) -> Result<(Vec<Column>, String), SmiError> {
+    let name_at = columns.iter().position(|c| *c == Column::ProcessName);
+    let pid_at = memory
+        .iter()
+        .copied()
+        .rev()
+        .find(|&i| name_at.is_none_or(|n| i < n));
+    let used_at = memory
+        .iter()
+        .copied()
+        .find(|&i| Some(i) != pid_at && name_at.is_none_or(|n| i > n));
+    match (pid_at, used_at) {
+        (Some(pid), Some(used)) => {
+            columns[pid] = Column::Pid;
+            columns[used] = Column::ProcessUsedMemory;
+            let assumption = "pid before the process name, used_memory after it";
+            Ok((columns, assumption.to_owned()))
         }
-        return Ok((columns, assumption.join("; ")));
+        _ => Err(SmiError::NotSmiCsv {
+            file: file.to_owned(),
+            problem: "a process list without a header needs a pid and a memory column; \
+                      log with the header (--format=csv) to be sure which is which"
+                .to_owned(),
+        }),
     }
-    // GPU log. Ticks are groups of rows with one timestamp; with several GPUs per tick, the
-    // index is the numeric column that counts 0, 1, 2, … within each tick.
+}
+
+/// Finds a headerless GPU log's index column and takes it out of `memory`: ticks are groups of
+/// rows with one timestamp; with several GPUs per tick, the index is the numeric column that
+/// counts 0, 1, 2, … within each tick. True when found.
+fn take_index_column(rows: &[Vec<&str>], columns: &mut [Column], memory: &mut Vec<usize>) -> bool {
     let timestamp_at = columns.iter().position(|c| *c == Column::Timestamp);
     let gpus_per_tick = timestamp_at.map_or(1, |t| {
         rows.iter()
@@ -464,7 +525,7 @@ fn infer_columns(
     });
     if gpus_per_tick > 1
         && let Some(position) = memory.iter().position(|&i| {
-            let values = numbers_of(i);
+            let values = numbers_of(rows, i);
             values.len() >= gpus_per_tick
                 && values
                     .iter()
@@ -474,15 +535,20 @@ fn infer_columns(
         })
     {
         columns[memory.remove(position)] = Column::Index;
-        assumption.push("index counts the GPUs of each tick");
+        return true;
     }
-    // The total is the largest column, the same in every row of a GPU.
-    let total_at = memory
+    false
+}
+
+/// The total among a GPU log's memory columns: the largest column, the same in every row of a
+/// GPU (at least 1 GiB; none with fewer than two memory columns).
+fn total_column(rows: &[Vec<&str>], memory: &[usize]) -> Option<usize> {
+    memory
         .iter()
         .copied()
         .filter(|_| memory.len() >= 2)
         .filter(|&i| {
-            let values = numbers_of(i);
+            let values = numbers_of(rows, i);
             let others_smaller = rows.iter().all(|row| {
                 let Some(Cell::Number(total)) = row.get(i).map(|t| parse_cell(t)) else {
                     return true;
@@ -496,20 +562,20 @@ fn infer_columns(
             });
             others_smaller && values.iter().all(|&v| v >= 1024.0)
         })
-        .max();
-    let rest: Vec<usize> = memory
-        .iter()
-        .copied()
-        .filter(|&i| Some(i) != total_at)
-        .collect();
-    if let Some(total) = total_at {
-        columns[total] = Column::MemoryTotal;
-    }
-    // The other memory columns: the driver's reserve is the one that never changes, and used
-    // and free add up to about the total (used + reserved + free = total on current drivers);
-    // otherwise they are taken in the order nvidia-smi documents them.
+        .max()
+}
+
+/// What the memory columns other than the total (`rest`, in order) are, with the names the
+/// note gives them: the driver's reserve is the one that never changes, and used and free add
+/// up to about the total (used + reserved + free = total on current drivers); otherwise they
+/// are taken in the order nvidia-smi documents them. Empty when there are none.
+fn memory_column_order(
+    rows: &[Vec<&str>],
+    rest: &[usize],
+    total_at: Option<usize>,
+) -> &'static [(Column, &'static str)] {
     let constant = |i: usize| {
-        let values = numbers_of(i);
+        let values = numbers_of(rows, i);
         values.windows(2).all(|w| w[0] == w[1])
     };
     let sums_to_total = |a: usize, b: usize| {
@@ -526,7 +592,7 @@ fn infer_columns(
             })
         })
     };
-    let order: &[(Column, &str)] = match rest.as_slice() {
+    match rest {
         [] => &[],
         [_] => &[(Column::MemoryUsed, "memory.used")],
         [a, b] if !sums_to_total(*a, *b) && constant(*b) && !constant(*a) => &[
@@ -546,26 +612,7 @@ fn infer_columns(
             (Column::MemoryUsed, "memory.used"),
             (Column::MemoryFree, "memory.free"),
         ],
-    };
-    if order.is_empty() {
-        return Err(SmiError::NotSmiCsv {
-            file: file.to_owned(),
-            problem: "no memory column found in a log without a header; log with the header \
-                      (--format=csv) or query memory.used"
-                .to_owned(),
-        });
     }
-    let mut named = Vec::new();
-    for (&i, (column, name)) in rest.iter().zip(order) {
-        columns[i] = column.clone();
-        named.push(*name);
-    }
-    if total_at.is_some() {
-        named.push("memory.total (the largest, constant column)");
-    }
-    let named = format!("numeric columns read as {}", named.join(", "));
-    assumption.push(&named);
-    Ok((columns, assumption.join("; ")))
 }
 
 /// One parsed row, keyed for grouping.
@@ -789,14 +836,63 @@ fn device_key(row: &Row<'_>) -> DeviceKey {
     }
 }
 
+/// The capture of a log's `rows`: its ticks ([`assign_ticks`], untimed rows placed one second
+/// apart before `options.untimed_end_ms`), its devices ([`device_keys`], [`device_facts`]),
+/// then one batch of samples or processes per tick ([`tick_batch`]).
 fn build_capture(
     kind: SmiLogKind,
     mut rows: Vec<Row<'_>>,
     note: String,
     options: SmiReadOptions,
 ) -> Capture {
-    // Ticks: consecutive rows with one timestamp; without timestamps, a new tick starts when a
-    // device (or, for processes, a pid) repeats within the current one.
+    let (tick_of_row, tick_count) = assign_ticks(kind, &rows);
+    for (row, &tick) in rows.iter_mut().zip(&tick_of_row) {
+        if row.t_ms.is_none() {
+            row.t_ms = Some(options.untimed_end_ms - (tick_count - 1 - tick) as i64 * 1000);
+        }
+    }
+    let keys = device_keys(&rows);
+    let (facts, driver_version) = device_facts(kind, &rows, &keys);
+    let times: Vec<UnixMs> = rows.iter().filter_map(|r| r.t_ms).collect();
+    let started_ms = times.iter().copied().min().unwrap_or(0);
+    let meta = CaptureMeta {
+        source: SourceKind::Live,
+        host: String::new(),
+        driver_version,
+        cuda_driver_version: None,
+        started_ms,
+        interval_ms: tick_interval_ms(&rows, &tick_of_row),
+        writer: note,
+    };
+    let mut capture = Capture::new(meta, facts.into_values().collect());
+    let mut reported_missing: Vec<(u32, &'static str)> = Vec::new();
+    // nvidia-smi prints `[No data]` for the name of a process that is exiting: it keeps the
+    // name it had, so that its track does not split in two.
+    let mut process_names: BTreeMap<(u32, u32), String> = BTreeMap::new();
+    let mut start = 0;
+    while start < rows.len() {
+        let tick = tick_of_row[start];
+        let end = tick_of_row[start..]
+            .iter()
+            .position(|&t| t != tick)
+            .map_or(rows.len(), |n| start + n);
+        let batch = tick_batch(
+            kind,
+            &rows[start..end],
+            (&keys, started_ms),
+            &mut reported_missing,
+            &mut process_names,
+        );
+        capture.ingest(&batch);
+        start = end;
+    }
+    capture
+}
+
+/// Each row's tick, and how many ticks there are: consecutive rows with one timestamp; without
+/// timestamps, a new tick starts when a device (or, for processes, a pid) repeats within the
+/// current one.
+fn assign_ticks(kind: SmiLogKind, rows: &[Row<'_>]) -> (Vec<usize>, usize) {
     let mut tick_of_row = Vec::with_capacity(rows.len());
     let mut tick = 0usize;
     let mut seen_in_tick: Vec<(DeviceKey, Option<u32>)> = Vec::new();
@@ -820,31 +916,40 @@ fn build_capture(
         seen_in_tick.push(key);
         tick_of_row.push(tick);
     }
-    let tick_count = tick + 1;
-    for (row, &tick) in rows.iter_mut().zip(&tick_of_row) {
-        if row.t_ms.is_none() {
-            row.t_ms = Some(options.untimed_end_ms - (tick_count - 1 - tick) as i64 * 1000);
-        }
-    }
+    (tick_of_row, tick + 1)
+}
 
-    // Devices, numbered by their index, else in order of first appearance.
+/// The log's devices in order of first appearance.
+fn device_keys(rows: &[Row<'_>]) -> Vec<DeviceKey> {
     let mut keys: Vec<DeviceKey> = Vec::new();
-    for row in &rows {
+    for row in rows {
         let key = device_key(row);
         if !keys.contains(&key) {
             keys.push(key);
         }
     }
-    let index_of = |key: &DeviceKey| -> u32 {
-        match key {
-            DeviceKey::Index(index) => *index,
-            other => keys.iter().position(|k| k == other).unwrap_or(0) as u32,
-        }
-    };
+    keys
+}
+
+/// A device's number: its index, else its place among the log's devices (`keys`).
+fn device_number(keys: &[DeviceKey], key: &DeviceKey) -> u32 {
+    match key {
+        DeviceKey::Index(index) => *index,
+        other => keys.iter().position(|k| k == other).unwrap_or(0) as u32,
+    }
+}
+
+/// What the rows say about each device (UUID, bus id, name, the largest total), by number, and
+/// the driver's version (the last one given).
+fn device_facts(
+    kind: SmiLogKind,
+    rows: &[Row<'_>],
+    keys: &[DeviceKey],
+) -> (BTreeMap<u32, DeviceFacts>, String) {
     let mut facts: BTreeMap<u32, DeviceFacts> = BTreeMap::new();
     let mut driver_version = String::new();
-    for row in &rows {
-        let index = index_of(&device_key(row));
+    for row in rows {
+        let index = device_number(keys, &device_key(row));
         let device = facts.entry(index).or_insert_with(|| DeviceFacts {
             index,
             ..Default::default()
@@ -871,89 +976,76 @@ fn build_capture(
             driver_version = (*version).to_owned();
         }
     }
+    (facts, driver_version)
+}
 
-    let times: Vec<UnixMs> = rows.iter().filter_map(|r| r.t_ms).collect();
-    let started_ms = times.iter().copied().min().unwrap_or(0);
-    let meta = CaptureMeta {
-        source: SourceKind::Live,
-        host: String::new(),
-        driver_version,
-        cuda_driver_version: None,
-        started_ms,
-        interval_ms: tick_interval_ms(&rows, &tick_of_row),
-        writer: note,
-    };
-    let mut capture = Capture::new(meta, facts.into_values().collect());
-    let mut reported_missing: Vec<(u32, &'static str)> = Vec::new();
-    // nvidia-smi prints `[No data]` for the name of a process that is exiting: it keeps the
-    // name it had, so that its track does not split in two.
-    let mut process_names: BTreeMap<(u32, u32), String> = BTreeMap::new();
-    let mut start = 0;
-    while start < rows.len() {
-        let tick = tick_of_row[start];
-        let end = tick_of_row[start..]
-            .iter()
-            .position(|&t| t != tick)
-            .map_or(rows.len(), |n| start + n);
-        let mut batch = SampleBatch::default();
-        for row in &rows[start..end] {
-            let device_index = index_of(&device_key(row));
-            let t_ms = row.t_ms.unwrap_or(started_ms);
-            for (column, cell, _) in &row.cells {
-                if let (Cell::Missing { not_supported }, Some(field)) = (cell, column.field_name())
-                    && !reported_missing.contains(&(device_index, field))
-                {
-                    reported_missing.push((device_index, field));
-                    batch.field_changes.push(FieldStatus {
-                        device_index,
-                        field: field.to_owned(),
-                        state: if *not_supported {
-                            FieldState::NotSupported
-                        } else {
-                            FieldState::Failed(format!(
-                                "nvidia-smi did not report it (line {})",
-                                row.line
-                            ))
-                        },
-                    });
-                }
-            }
-            match kind {
-                SmiLogKind::Gpu => batch.devices.push(device_sample(row, device_index, t_ms)),
-                SmiLogKind::ComputeApps => {
-                    let Some(pid) = row.number(&Column::Pid) else {
-                        continue;
-                    };
-                    let pid = pid as u32;
-                    let name = match row.name {
-                        Some(name) => {
-                            process_names.insert((device_index, pid), name.to_owned());
-                            name.to_owned()
-                        }
-                        None => process_names
-                            .get(&(device_index, pid))
-                            .cloned()
-                            .unwrap_or_default(),
-                    };
-                    batch
-                        .processes
-                        .get_or_insert_with(Vec::new)
-                        .push(ProcessSample {
-                            t_ms,
-                            device_index,
-                            pid,
-                            name,
-                            used_bytes: row.bytes(&Column::ProcessUsedMemory),
-                            kind: ProcessKind::Compute,
-                            mig_instance: None,
-                        });
-                }
+/// The batch of one tick's `rows` (devices numbered among `keys`; a row without a time at
+/// `started_ms`): a sample per GPU, or the processes (a row without a pid left out), and each
+/// field a device first misses (`reported_missing` remembers them) as not supported or failed.
+/// `process_names` keeps each process's last name.
+fn tick_batch(
+    kind: SmiLogKind,
+    rows: &[Row<'_>],
+    (keys, started_ms): (&[DeviceKey], UnixMs),
+    reported_missing: &mut Vec<(u32, &'static str)>,
+    process_names: &mut BTreeMap<(u32, u32), String>,
+) -> SampleBatch {
+    let mut batch = SampleBatch::default();
+    for row in rows {
+        let device_index = device_number(keys, &device_key(row));
+        let t_ms = row.t_ms.unwrap_or(started_ms);
+        for (column, cell, _) in &row.cells {
+            if let (Cell::Missing { not_supported }, Some(field)) = (cell, column.field_name())
+                && !reported_missing.contains(&(device_index, field))
+            {
+                reported_missing.push((device_index, field));
+                batch.field_changes.push(FieldStatus {
+                    device_index,
+                    field: field.to_owned(),
+                    state: if *not_supported {
+                        FieldState::NotSupported
+                    } else {
+                        FieldState::Failed(format!(
+                            "nvidia-smi did not report it (line {})",
+                            row.line
+                        ))
+                    },
+                });
             }
         }
-        capture.ingest(&batch);
-        start = end;
+        match kind {
+            SmiLogKind::Gpu => batch.devices.push(device_sample(row, device_index, t_ms)),
+            SmiLogKind::ComputeApps => {
+                let Some(pid) = row.number(&Column::Pid) else {
+                    continue;
+                };
+                let pid = pid as u32;
+                let name = match row.name {
+                    Some(name) => {
+                        process_names.insert((device_index, pid), name.to_owned());
+                        name.to_owned()
+                    }
+                    None => process_names
+                        .get(&(device_index, pid))
+                        .cloned()
+                        .unwrap_or_default(),
+                };
+                batch
+                    .processes
+                    .get_or_insert_with(Vec::new)
+                    .push(ProcessSample {
+                        t_ms,
+                        device_index,
+                        pid,
+                        name,
+                        used_bytes: row.bytes(&Column::ProcessUsedMemory),
+                        kind: ProcessKind::Compute,
+                        mig_instance: None,
+                    });
+            }
+        }
     }
-    capture
+    batch
 }
 
 fn device_sample(row: &Row<'_>, device_index: u32, t_ms: UnixMs) -> DeviceSample {
