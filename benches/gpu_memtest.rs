@@ -19,11 +19,14 @@ mod common;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
+#[path = "../tests/support/skip.rs"]
+mod skip;
+
 use vramscope_gpu::cuda::{CheckOptions, MemtestConfig, driver_library_present, run_checks};
 
 fn main() -> ExitCode {
     if !driver_library_present() {
-        println!("gpu_memtest: skipped, no NVIDIA driver on this machine");
+        skip::skipped("bench gpu_memtest", "no NVIDIA driver on this machine");
         return ExitCode::SUCCESS;
     }
     let benchmarking = common::measuring();

@@ -7,7 +7,10 @@ use vramscope_gpu::open_default;
 #[test]
 fn without_a_driver_the_default_source_is_the_demo_with_a_reason() {
     if std::path::Path::new("/dev/nvidiactl").exists() {
-        return;
+        return crate::support::skip::skipped(
+            "nvml_open::without_a_driver_the_default_source_is_the_demo_with_a_reason",
+            "this machine has an NVIDIA driver",
+        );
     }
     let (source, reason) = open_default(false);
     let reason = reason.expect("falling back to the demo must give a reason");
