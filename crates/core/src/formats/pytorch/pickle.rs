@@ -380,6 +380,188 @@ impl Machine {
             what,
         })
     }
+
+    /// MARK: remembers where the stack stands, for the opcode that takes the values above it,
+    /// and pushes the mark.
+    #[inline(always)]
+    fn mark(&mut self) -> VmResult<()> {
+        if self.marks.len() >= self.max_stack {
+            return Err(self.malformed("too many MARKs"));
+        }
+        self.marks.push(self.stack.len());
+        self.push(Value::Mark)
+    }
+
+    /// POP: drops the top of the stack; a MARK on top goes with its remembered position.
+    #[inline(always)]
+    fn pop_discarding(&mut self) -> VmResult<()> {
+        if self.stack.last() == Some(&Value::Mark) {
+            self.stack.pop();
+            self.marks.pop();
+        } else {
+            self.pop()?;
+        }
+        Ok(())
+    }
+
+    /// POP_MARK: drops the values above the last MARK and the mark.
+    #[inline(always)]
+    fn pop_mark(&mut self) -> VmResult<()> {
+        let mark = self.mark_position()?;
+        self.stack.truncate(mark);
+        Ok(())
+    }
+
+    /// DUP: pushes the top of the stack again.
+    #[inline(always)]
+    fn dup(&mut self) -> VmResult<()> {
+        let top = self.top()?;
+        self.push(top)
+    }
+
+    /// Pushes the string of `bytes` (text, or a Python 2 str read as text) as the builder
+    /// interns it.
+    #[inline(always)]
+    fn push_string(&mut self, bytes: &[u8]) -> VmResult<()> {
+        let v = self.builder.string(bytes);
+        self.push(v)
+    }
+
+    /// Pushes the empty container `make` has the builder make (refused, as malformed, where the
+    /// builder refuses it).
+    #[inline(always)]
+    fn push_new(
+        &mut self,
+        make: impl FnOnce(&mut Builder) -> Result<Value, String>,
+    ) -> VmResult<()> {
+        let result = make(&mut self.builder);
+        let v = self.build(result)?;
+        self.push(v)
+    }
+
+    /// TUPLE1, TUPLE2, TUPLE3: the top `n` values replaced by their tuple.
+    #[inline(always)]
+    fn tuple_of_top(&mut self, n: usize) -> VmResult<()> {
+        if self.stack.len() < n || self.stack[self.stack.len() - n..].contains(&Value::Mark) {
+            return Err(self.malformed("TUPLE needs more values than the stack holds"));
+        }
+        let start = self.stack.len() - n;
+        let result = self.builder.new_tuple(&self.stack[start..]);
+        let v = self.build(result)?;
+        self.stack.truncate(start);
+        self.push(v)
+    }
+
+    /// TUPLE: the values above the last MARK, and the mark, replaced by their tuple.
+    #[inline(always)]
+    fn tuple_from_mark(&mut self) -> VmResult<()> {
+        let mark = self.mark_position()?;
+        let result = self.builder.new_tuple(&self.stack[mark + 1..]);
+        let v = self.build(result)?;
+        self.stack.truncate(mark);
+        self.push(v)
+    }
+
+    /// LIST, FROZENSET: the values above the last MARK, and the mark, replaced by a list of
+    /// them.
+    #[inline(always)]
+    fn list_from_mark(&mut self) -> VmResult<()> {
+        let mark = self.mark_position()?;
+        let result = self.builder.new_list();
+        let list = self.build(result)?;
+        let result = self.builder.list_append(list, &self.stack[mark + 1..]);
+        self.build(result)?;
+        self.stack.truncate(mark);
+        self.push(list)
+    }
+
+    /// DICT: the keys and values above the last MARK, and the mark, replaced by a dict of them.
+    #[inline(always)]
+    fn dict_from_mark(&mut self) -> VmResult<()> {
+        let mark = self.mark_position()?;
+        let result = self.builder.new_dict();
+        let dict = self.build(result)?;
+        let result = self.builder.dict_set(dict, &self.stack[mark + 1..]);
+        self.build(result)?;
+        self.stack.truncate(mark);
+        self.push(dict)
+    }
+
+    /// APPEND: the top value appended to the list below it.
+    #[inline(always)]
+    fn append(&mut self) -> VmResult<()> {
+        let item = self.pop()?;
+        let list = self.top()?;
+        let result = self.builder.list_append(list, &[item]);
+        self.build(result)?;
+        Ok(())
+    }
+
+    /// APPENDS, ADDITEMS: the values above the last MARK appended to the list below the mark,
+    /// and dropped with the mark.
+    #[inline(always)]
+    fn appends(&mut self) -> VmResult<()> {
+        let mark = self.mark_position()?;
+        if mark == 0 {
+            return Err(self.malformed("APPENDS without a list below the MARK"));
+        }
+        let list = self.stack[mark - 1];
+        let result = self.builder.list_append(list, &self.stack[mark + 1..]);
+        self.build(result)?;
+        self.stack.truncate(mark);
+        Ok(())
+    }
+
+    /// SETITEM: the top key and value set in the dict below them.
+    #[inline(always)]
+    fn setitem(&mut self) -> VmResult<()> {
+        let value = self.pop()?;
+        let key = self.pop()?;
+        let dict = self.top()?;
+        let result = self.builder.dict_set(dict, &[key, value]);
+        self.build(result)?;
+        Ok(())
+    }
+
+    /// SETITEMS: the keys and values above the last MARK set in the dict below the mark, and
+    /// dropped with the mark.
+    #[inline(always)]
+    fn setitems(&mut self) -> VmResult<()> {
+        let mark = self.mark_position()?;
+        if mark == 0 {
+            return Err(self.malformed("SETITEMS without a dict below the MARK"));
+        }
+        let dict = self.stack[mark - 1];
+        let result = self.builder.dict_set(dict, &self.stack[mark + 1..]);
+        self.build(result)?;
+        self.stack.truncate(mark);
+        Ok(())
+    }
+
+    /// STACK_GLOBAL refused: a snapshot holds no Python class. Names the class the module and
+    /// name on the stack give, where they are text.
+    fn stack_global_refused(&mut self) -> Box<VmError> {
+        let name = self
+            .pop()
+            .ok()
+            .and_then(|v| self.builder.text(v).map(str::to_owned));
+        let module = self
+            .pop()
+            .ok()
+            .and_then(|v| self.builder.text(v).map(str::to_owned));
+        let what = match (module, name) {
+            (Some(module), Some(name)) => format!("Python class {module}.{name}"),
+            _ => "a Python class (STACK_GLOBAL)".to_owned(),
+        };
+        self.code(what)
+    }
+
+    /// An opcode pickle does not have.
+    fn unknown_opcode(&self, op: u8) -> Box<VmError> {
+        self.malformed(format!(
+            "unknown pickle opcode 0x{op:02x}; this is not a pickle or it is damaged"
+        ))
+    }
 }
 
 /// Decodes a pickle read from `input`'s reader and returns the builder it filled, the root
@@ -467,6 +649,9 @@ impl Decoder {
 
     /// Decodes one opcode; `Some` is the root value at `STOP`. Every opcode reads all its bytes
     /// before it changes the machine, so one cut short by a fed input can run again.
+    ///
+    /// One arm per opcode: the arm reads the opcode's argument from `input`, and an opcode that
+    /// works on the stack is a step of the [`Machine`] of its own (inlined, as this is).
     #[inline(always)]
     fn step(&mut self, input: &mut Input<'_>) -> VmResult<Option<Value>> {
         let vm = &mut self.vm;
@@ -494,33 +679,11 @@ impl Decoder {
                 let root = vm.pop()?;
                 return Ok(Some(root));
             }
-            // MARK
-            b'(' => {
-                if vm.marks.len() >= vm.max_stack {
-                    return Err(vm.malformed("too many MARKs"));
-                }
-                vm.marks.push(vm.stack.len());
-                vm.push(Value::Mark)?;
-            }
-            // POP
-            b'0' => {
-                if vm.stack.last() == Some(&Value::Mark) {
-                    vm.stack.pop();
-                    vm.marks.pop();
-                } else {
-                    vm.pop()?;
-                }
-            }
-            // POP_MARK
-            b'1' => {
-                let mark = vm.mark_position()?;
-                vm.stack.truncate(mark);
-            }
-            // DUP
-            b'2' => {
-                let top = vm.top()?;
-                vm.push(top)?;
-            }
+            // MARK, POP, POP_MARK, DUP
+            b'(' => vm.mark()?,
+            b'0' => vm.pop_discarding()?,
+            b'1' => vm.pop_mark()?,
+            b'2' => vm.dup()?,
             // NONE, NEWTRUE, NEWFALSE
             b'N' => vm.push(Value::None)?,
             0x88 => vm.push(Value::Bool(true))?,
@@ -530,10 +693,7 @@ impl Decoder {
                 let v = i32::from_le_bytes(input.array("BININT")?);
                 vm.push(Value::Int(i64::from(v)))?;
             }
-            b'K' => {
-                let v = input.u8("BININT1")?;
-                vm.push(Value::Int(i64::from(v)))?;
-            }
+            b'K' => vm.push(Value::Int(i64::from(input.u8("BININT1")?)))?,
             b'M' => {
                 let v = u16::from_le_bytes(input.array("BININT2")?);
                 vm.push(Value::Int(i64::from(v)))?;
@@ -558,67 +718,45 @@ impl Decoder {
                 vm.push(value)?;
             }
             // BINFLOAT (big-endian), FLOAT (text)
-            b'G' => {
-                let v = f64::from_be_bytes(input.array("BINFLOAT")?);
-                vm.push(Value::Float(v))?;
-            }
+            b'G' => vm.push(Value::Float(f64::from_be_bytes(input.array("BINFLOAT")?)))?,
             b'F' => {
                 let line = input.line("FLOAT")?;
-                let v = std::str::from_utf8(line)
-                    .ok()
-                    .and_then(|t| t.trim().parse::<f64>().ok())
-                    .ok_or_else(|| vm.malformed("FLOAT is not a number"))?;
+                let v = text_float(line).ok_or_else(|| vm.malformed("FLOAT is not a number"))?;
                 vm.push(Value::Float(v))?;
             }
             // SHORT_BINUNICODE, BINUNICODE, BINUNICODE8
             0x8c => {
                 let n = input.u8("SHORT_BINUNICODE")? as usize;
-                let bytes = input.take(n, "SHORT_BINUNICODE")?;
-                let v = vm.builder.string(bytes);
-                vm.push(v)?;
+                vm.push_string(input.take(n, "SHORT_BINUNICODE")?)?;
             }
             b'X' => {
                 let n = input.u32("BINUNICODE")? as usize;
-                let bytes = input.take(n, "BINUNICODE")?;
-                let v = vm.builder.string(bytes);
-                vm.push(v)?;
+                vm.push_string(input.take(n, "BINUNICODE")?)?;
             }
             0x8d => {
                 let n = input.u64("BINUNICODE8")?;
                 let n = input.length(n, "BINUNICODE8")?;
-                let bytes = input.take(n, "BINUNICODE8")?;
-                let v = vm.builder.string(bytes);
-                vm.push(v)?;
+                vm.push_string(input.take(n, "BINUNICODE8")?)?;
             }
             // UNICODE (text, raw-unicode-escape)
             b'V' => {
                 let line = input.line("UNICODE")?;
                 let text = raw_unicode_unescape(line);
-                let v = vm.builder.string(text.as_bytes());
-                vm.push(v)?;
+                vm.push_string(text.as_bytes())?;
             }
             // STRING (text), BINSTRING, SHORT_BINSTRING: Python 2 str, read as text.
             b'S' => {
                 let line = input.line("STRING")?;
-                let inner = line
-                    .strip_prefix(b"'")
-                    .and_then(|l| l.strip_suffix(b"'"))
-                    .or_else(|| line.strip_prefix(b"\"").and_then(|l| l.strip_suffix(b"\"")))
-                    .ok_or_else(|| vm.malformed("STRING is not quoted"))?;
-                let v = vm.builder.string(inner);
-                vm.push(v)?;
+                let inner = unquoted(line).ok_or_else(|| vm.malformed("STRING is not quoted"))?;
+                vm.push_string(inner)?;
             }
             b'T' => {
                 let n = input.u32("BINSTRING")? as usize;
-                let bytes = input.take(n, "BINSTRING")?;
-                let v = vm.builder.string(bytes);
-                vm.push(v)?;
+                vm.push_string(input.take(n, "BINSTRING")?)?;
             }
             b'U' => {
                 let n = input.u8("SHORT_BINSTRING")? as usize;
-                let bytes = input.take(n, "SHORT_BINSTRING")?;
-                let v = vm.builder.string(bytes);
-                vm.push(v)?;
+                vm.push_string(input.take(n, "SHORT_BINSTRING")?)?;
             }
             // SHORT_BINBYTES, BINBYTES, BINBYTES8, BYTEARRAY8
             b'C' => {
@@ -641,120 +779,31 @@ impl Decoder {
                 return Err(vm.malformed("the pickle uses out-of-band buffers (protocol 5)"));
             }
             // EMPTY_DICT, EMPTY_LIST, EMPTY_SET
-            b'}' => {
-                let result = vm.builder.new_dict();
-                let v = vm.build(result)?;
-                vm.push(v)?;
-            }
-            b']' | 0x8f => {
-                let result = vm.builder.new_list();
-                let v = vm.build(result)?;
-                vm.push(v)?;
-            }
+            b'}' => vm.push_new(Builder::new_dict)?,
+            b']' | 0x8f => vm.push_new(Builder::new_list)?,
             // EMPTY_TUPLE, TUPLE1, TUPLE2, TUPLE3, TUPLE
-            b')' => {
-                let result = vm.builder.new_tuple(&[]);
-                let v = vm.build(result)?;
-                vm.push(v)?;
-            }
-            0x85..=0x87 => {
-                let n = (op - 0x84) as usize;
-                if vm.stack.len() < n || vm.stack[vm.stack.len() - n..].contains(&Value::Mark) {
-                    return Err(vm.malformed("TUPLE needs more values than the stack holds"));
-                }
-                let start = vm.stack.len() - n;
-                let result = vm.builder.new_tuple(&vm.stack[start..]);
-                let v = vm.build(result)?;
-                vm.stack.truncate(start);
-                vm.push(v)?;
-            }
-            b't' => {
-                let mark = vm.mark_position()?;
-                let result = vm.builder.new_tuple(&vm.stack[mark + 1..]);
-                let v = vm.build(result)?;
-                vm.stack.truncate(mark);
-                vm.push(v)?;
-            }
-            // LIST, FROZENSET (from MARK)
-            b'l' | 0x91 => {
-                let mark = vm.mark_position()?;
-                let result = vm.builder.new_list();
-                let list = vm.build(result)?;
-                let result = vm.builder.list_append(list, &vm.stack[mark + 1..]);
-                vm.build(result)?;
-                vm.stack.truncate(mark);
-                vm.push(list)?;
-            }
-            // DICT (from MARK)
-            b'd' => {
-                let mark = vm.mark_position()?;
-                let result = vm.builder.new_dict();
-                let dict = vm.build(result)?;
-                let result = vm.builder.dict_set(dict, &vm.stack[mark + 1..]);
-                vm.build(result)?;
-                vm.stack.truncate(mark);
-                vm.push(dict)?;
-            }
-            // APPEND
-            b'a' => {
-                let item = vm.pop()?;
-                let list = vm.top()?;
-                let result = vm.builder.list_append(list, &[item]);
-                vm.build(result)?;
-            }
-            // APPENDS, ADDITEMS
-            b'e' | 0x90 => {
-                let mark = vm.mark_position()?;
-                if mark == 0 {
-                    return Err(vm.malformed("APPENDS without a list below the MARK"));
-                }
-                let list = vm.stack[mark - 1];
-                let result = vm.builder.list_append(list, &vm.stack[mark + 1..]);
-                vm.build(result)?;
-                vm.stack.truncate(mark);
-            }
-            // SETITEM
-            b's' => {
-                let value = vm.pop()?;
-                let key = vm.pop()?;
-                let dict = vm.top()?;
-                let result = vm.builder.dict_set(dict, &[key, value]);
-                vm.build(result)?;
-            }
-            // SETITEMS
-            b'u' => {
-                let mark = vm.mark_position()?;
-                if mark == 0 {
-                    return Err(vm.malformed("SETITEMS without a dict below the MARK"));
-                }
-                let dict = vm.stack[mark - 1];
-                let result = vm.builder.dict_set(dict, &vm.stack[mark + 1..]);
-                vm.build(result)?;
-                vm.stack.truncate(mark);
-            }
+            b')' => vm.push_new(|builder| builder.new_tuple(&[]))?,
+            0x85..=0x87 => vm.tuple_of_top((op - 0x84) as usize)?,
+            b't' => vm.tuple_from_mark()?,
+            // LIST, FROZENSET (from MARK), DICT (from MARK)
+            b'l' | 0x91 => vm.list_from_mark()?,
+            b'd' => vm.dict_from_mark()?,
+            // APPEND, APPENDS (and ADDITEMS), SETITEM, SETITEMS
+            b'a' => vm.append()?,
+            b'e' | 0x90 => vm.appends()?,
+            b's' => vm.setitem()?,
+            b'u' => vm.setitems()?,
             // BINGET, LONG_BINGET, GET
-            b'h' => {
-                let index = input.u8("BINGET")?;
-                vm.memo_get(u64::from(index))?;
-            }
-            b'j' => {
-                let index = input.u32("LONG_BINGET")?;
-                vm.memo_get(u64::from(index))?;
-            }
+            b'h' => vm.memo_get(u64::from(input.u8("BINGET")?))?,
+            b'j' => vm.memo_get(u64::from(input.u32("LONG_BINGET")?))?,
             b'g' => {
                 let line = input.line("GET")?;
                 let index = text_index(line).ok_or_else(|| vm.malformed("GET index"))?;
                 vm.memo_get(index)?;
             }
             // BINPUT, LONG_BINPUT, PUT, MEMOIZE
-            b'q' => {
-                let index = input.u8("BINPUT")?;
-                vm.memo_put(u64::from(index))?;
-            }
-            b'r' => {
-                let index = input.u32("LONG_BINPUT")?;
-                vm.memo_put(u64::from(index))?;
-            }
+            b'q' => vm.memo_put(u64::from(input.u8("BINPUT")?))?,
+            b'r' => vm.memo_put(u64::from(input.u32("LONG_BINPUT")?))?,
             b'p' => {
                 let line = input.line("PUT")?;
                 let index = text_index(line).ok_or_else(|| vm.malformed("PUT index"))?;
@@ -764,42 +813,40 @@ impl Decoder {
                 let index = vm.memo_count;
                 vm.memo_put(index)?;
             }
-            // GLOBAL, INST: module and name as text lines.
-            b'c' | b'i' => {
-                let module = String::from_utf8_lossy(input.line("GLOBAL")?).into_owned();
-                let name = String::from_utf8_lossy(input.line("GLOBAL")?).into_owned();
-                return Err(vm.code(format!("Python class {module}.{name}")));
-            }
-            // STACK_GLOBAL: module and name from the stack.
-            0x93 => {
-                let name = vm
-                    .pop()
-                    .ok()
-                    .and_then(|v| vm.builder.text(v).map(str::to_owned));
-                let module = vm
-                    .pop()
-                    .ok()
-                    .and_then(|v| vm.builder.text(v).map(str::to_owned));
-                let what = match (module, name) {
-                    (Some(module), Some(name)) => format!("Python class {module}.{name}"),
-                    _ => "a Python class (STACK_GLOBAL)".to_owned(),
-                };
-                return Err(vm.code(what));
-            }
+            // GLOBAL, INST: module and name as text lines. STACK_GLOBAL: from the stack.
+            b'c' | b'i' => return Err(vm.code(global_class(input)?)),
+            0x93 => return Err(vm.stack_global_refused()),
             b'R' | b'b' | b'o' | 0x81 | 0x92 | b'P' | b'Q' | 0x82..=0x84 => {
                 return Err(vm.code(format!(
                     "Python objects or code ({} opcode)",
                     forbidden_name(op)
                 )));
             }
-            other => {
-                return Err(vm.malformed(format!(
-                    "unknown pickle opcode 0x{other:02x}; this is not a pickle or it is damaged"
-                )));
-            }
+            other => return Err(vm.unknown_opcode(other)),
         }
         Ok(None)
     }
+}
+
+/// GLOBAL, INST: the class their module and name lines name (refused: a snapshot holds none).
+fn global_class(input: &mut Input<'_>) -> VmResult<String> {
+    let module = String::from_utf8_lossy(input.line("GLOBAL")?).into_owned();
+    let name = String::from_utf8_lossy(input.line("GLOBAL")?).into_owned();
+    Ok(format!("Python class {module}.{name}"))
+}
+
+/// FLOAT's text.
+fn text_float(line: &[u8]) -> Option<f64> {
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|t| t.trim().parse::<f64>().ok())
+}
+
+/// STRING's text inside its single or double quotes.
+fn unquoted(line: &[u8]) -> Option<&[u8]> {
+    line.strip_prefix(b"'")
+        .and_then(|l| l.strip_suffix(b"'"))
+        .or_else(|| line.strip_prefix(b"\"").and_then(|l| l.strip_suffix(b"\"")))
 }
 
 fn forbidden_name(op: u8) -> &'static str {
