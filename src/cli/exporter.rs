@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::alerts::LiveHooks;
 use vramscope_core::source::prometheus::exposition::ExporterState;
 use vramscope_gpu::open_real_or_demo;
 use vramscope_gpu::prometheus::exporter::{
@@ -33,6 +34,12 @@ pub struct ExporterArgs {
     /// "(simulated)", and vramscope_exporter_info has simulated="true").
     #[arg(long)]
     pub demo: bool,
+    /// Play the simulated machine N times faster than real time (1 to 3600; implies --demo):
+    /// its memory crosses 90 % and its leak fills the GPU within seconds, for testing alerts.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(vramscope_core::source::demo::MAX_DEMO_PACE)))]
+    pub demo_speed: Option<u32>,
+    #[command(flatten)]
+    pub alerts: super::alerts::AlertHookArgs,
 }
 
 pub fn run(args: ExporterArgs) -> ExitCode {
@@ -44,7 +51,7 @@ pub fn run(args: ExporterArgs) -> ExitCode {
         Ok(flag) => flag,
         Err(code) => return code,
     };
-    let (source, demo_reason) = match open_real_or_demo(args.demo) {
+    let (source, demo_reason) = match open_real_or_demo(args.demo || args.demo_speed.is_some()) {
         Ok(opened) => opened,
         Err(err) => {
             return super::fail(format_args!(
@@ -52,8 +59,20 @@ pub fn run(args: ExporterArgs) -> ExitCode {
             ));
         }
     };
+    if let (Some(speed), Some(pace)) = (args.demo_speed, source.demo_pace()) {
+        pace.set_speed(speed);
+    }
     let description = source.describe();
     let mut state = ExporterState::new(description.meta.clone(), description.devices.clone());
+    let mut hooks = match LiveHooks::new(
+        &args.alerts,
+        &description.meta.host,
+        &description.devices,
+        "vramscope diagnose --live (on this host)",
+    ) {
+        Ok(hooks) => hooks,
+        Err(err) => return super::fail(err),
+    };
     let page = MetricsPage::default();
     page.set(state.render());
     // Listen before sampling, so that a port in use fails at once and touches no GPU.
@@ -81,9 +100,17 @@ pub fn run(args: ExporterArgs) -> ExitCode {
         match sampler.recv_timeout(Duration::from_millis(200)) {
             Some(batch) => {
                 state.apply(&batch);
+                hooks.apply(&batch);
                 // Later batches already queued replace this page at once: render the newest.
                 for queued in sampler.drain() {
                     state.apply(&queued);
+                    hooks.apply(&queued);
+                }
+                for device in &description.devices {
+                    state.set_time_to_full(
+                        device.index,
+                        hooks.alerts().time_to_full_seconds(device.index),
+                    );
                 }
                 page.set(state.render());
             }

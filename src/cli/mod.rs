@@ -4,6 +4,7 @@
 //! 3 a check ran and found a problem (`vramscope check`), 130 interrupted before anything useful
 //! was done.
 
+mod alerts;
 mod analyze;
 mod check;
 mod diagnose;
@@ -74,6 +75,10 @@ pub enum Command {
     /// Save a range of a Prometheus server's GPU series (dcgm-exporter, nvitop-exporter,
     /// vramscope exporter) as a .vramcap capture.
     Pull(pull::PullArgs),
+    /// Write Prometheus alerting rules (memory near full, full within the hour, Xid, ECC, row
+    /// remaps, lost GPU, throttling, exporter gone) for vramscope exporter, dcgm-exporter or
+    /// nvitop-exporter.
+    Alerts(alerts::AlertsArgs),
 }
 
 /// Entry point of the binary.
@@ -110,6 +115,7 @@ pub fn main() -> ExitCode {
         Some(Command::Whatif(args)) => whatif::run(args),
         Some(Command::Exporter(args)) => exporter::run(args),
         Some(Command::Pull(args)) => pull::run(args),
+        Some(Command::Alerts(args)) => alerts::run(args),
     }
 }
 

@@ -187,6 +187,14 @@ impl PrometheusArgs {
 
     /// A reader of the server with the given authentication.
     pub fn reader(&self) -> Result<FleetReader, String> {
+        Ok(FleetReader::new(
+            self.client()?,
+            Selector::new(self.match_selector.as_deref().unwrap_or("")),
+        ))
+    }
+
+    /// A client of the server with the given authentication.
+    pub fn client(&self) -> Result<PrometheusClient, String> {
         let url = self
             .prometheus
             .as_deref()
@@ -223,16 +231,12 @@ impl PrometheusArgs {
             .as_ref()
             .map(|f| f.display().to_string())
             .unwrap_or_default();
-        let client = PrometheusClient::new(
+        PrometheusClient::new(
             url,
             auth,
             ca_cert.as_deref().map(|pem| (ca_name.as_str(), pem)),
         )
-        .map_err(|err| err.to_string())?;
-        Ok(FleetReader::new(
-            client,
-            Selector::new(self.match_selector.as_deref().unwrap_or("")),
-        ))
+        .map_err(|err| err.to_string())
     }
 
     /// Reads the range into a capture, with a progress line on stderr; no GPU is an error.

@@ -46,6 +46,8 @@ pub struct RecordArgs {
     /// Replace FILE if it already exists.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub alerts: super::alerts::AlertHookArgs,
 }
 
 /// Longest `--duration` accepted: a year, far beyond any real recording, small enough that
@@ -135,6 +137,12 @@ fn record(
         meta.writer = format!("vramscope {}", env!("CARGO_PKG_VERSION"));
     }
     let devices = sampler.description().devices.clone();
+    let mut hooks = super::alerts::LiveHooks::new(
+        &args.alerts,
+        &meta.host,
+        &devices,
+        &format!("vramscope diagnose {}", args.out.display()),
+    )?;
     let recorder = Recorder::create(&args.out, &meta, &devices).map_err(|err| err.to_string())?;
     if demo_reason.is_some() {
         eprintln!("vramscope: recording the SIMULATED demo machine (--demo), not real GPUs");
@@ -159,7 +167,10 @@ fn record(
     while !stop_requested.load(Ordering::SeqCst) && !reached_duration() {
         let wait = Duration::from_millis(100);
         match sampler.recv_timeout(wait) {
-            Some(batch) => recorder.push(&batch),
+            Some(batch) => {
+                recorder.push(&batch);
+                hooks.apply(&batch);
+            }
             // Nothing queued and the thread is gone: no batch will ever come again.
             None if !sampler.is_running() => {
                 sampler_ended = true;
@@ -309,6 +320,7 @@ mod tests {
             demo_speed: None,
             demo_gpus: None,
             force: false,
+            alerts: Default::default(),
         };
         let source = PanickingSource {
             polls: 0,

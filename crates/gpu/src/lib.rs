@@ -4,6 +4,7 @@
 //! Prometheus (the range client and the `/metrics` exporter). It builds on `vramscope-core` alone:
 //! what these produce is the core's plain data, judged there.
 
+pub mod alert_hooks;
 pub mod cuda;
 pub mod nvml;
 pub mod prometheus;

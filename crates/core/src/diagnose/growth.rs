@@ -41,7 +41,7 @@ pub const MAX_WINDOWS: usize = 64;
 /// Floor windows at least (fewer readings than this many windows: one reading per window).
 const MIN_WINDOWS: usize = 4;
 /// The floor's rise between windows that counts as a rise (readings jitter by a few MiB).
-const RISE_TOLERANCE_BYTES: f64 = MIB as f64;
+pub const RISE_TOLERANCE_BYTES: f64 = MIB as f64;
 
 /// The shortest capture (ms) whose growth is judged at all: below it, a start-up cannot be told
 /// from anything else.

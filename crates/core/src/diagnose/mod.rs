@@ -6,6 +6,7 @@
 //! Data flows in one direction: evidence (logs, captures, snapshot facts) → rules → an ordered
 //! [`finding::Diagnosis`], primary cause first.
 
+pub mod alerts;
 pub mod compat;
 pub mod cuda_errors;
 pub mod engine;

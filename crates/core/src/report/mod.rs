@@ -6,6 +6,7 @@
 //! and optionally a memory timeline from a capture. Every string that came from a file or a log
 //! (log lines, file names, process names) is escaped for the target format.
 
+pub mod alert_rules;
 pub mod axis;
 pub mod blockmap;
 pub mod chart;

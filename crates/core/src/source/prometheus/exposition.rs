@@ -26,6 +26,7 @@ pub mod names {
     pub const MEMORY_RESERVED_BYTES: &str = "vramscope_gpu_memory_reserved_bytes";
     pub const MEMORY_FREE_BYTES: &str = "vramscope_gpu_memory_free_bytes";
     pub const MEMORY_TOTAL_BYTES: &str = "vramscope_gpu_memory_total_bytes";
+    pub const MEMORY_TIME_TO_FULL_SECONDS: &str = "vramscope_gpu_memory_time_to_full_seconds";
     pub const PROCESS_MEMORY_USED_BYTES: &str = "vramscope_gpu_process_memory_used_bytes";
     pub const XID_ERRORS_TOTAL: &str = "vramscope_gpu_xid_errors_total";
     pub const ECC_CORRECTED_VOLATILE_TOTAL: &str =
@@ -46,6 +47,7 @@ pub mod names {
     pub const POWER_WATTS: &str = "vramscope_gpu_power_watts";
     pub const UTILIZATION_RATIO: &str = "vramscope_gpu_utilization_ratio";
     pub const MEMORY_UTILIZATION_RATIO: &str = "vramscope_gpu_memory_utilization_ratio";
+    pub const CLOCK_EVENT_ACTIVE: &str = "vramscope_gpu_clock_event_active";
     pub const UP: &str = "vramscope_gpu_up";
     pub const SAMPLE_TIMESTAMP_SECONDS: &str = "vramscope_gpu_sample_timestamp_seconds";
     pub const EXPORTER_INFO: &str = "vramscope_exporter_info";
@@ -61,6 +63,8 @@ struct GpuState {
     xid_counts: BTreeMap<u64, u64>,
     /// NVML reported the GPU lost (it stays lost: NVML does not bring a lost GPU back).
     lost: bool,
+    /// Seconds until the memory is full, while it grows ([`crate::diagnose::alerts`]).
+    time_to_full_s: Option<f64>,
 }
 
 /// The exporter's view of the machine, fed with the sampler's batches.
@@ -126,6 +130,14 @@ impl ExporterState {
                 EventKind::DeviceLost { .. } => gpu.lost = true,
                 _ => {}
             }
+        }
+    }
+
+    /// Sets the time-to-full estimate of a GPU (`None` while its memory does not grow), from
+    /// [`crate::diagnose::alerts::LiveAlerts`] fed with the same batches.
+    pub fn set_time_to_full(&mut self, device_index: u32, seconds: Option<f64>) {
+        if let Some(gpu) = self.gpu_mut(device_index) {
+            gpu.time_to_full_s = seconds.filter(|s| s.is_finite());
         }
     }
 
@@ -208,6 +220,14 @@ impl ExporterState {
             "GPU memory installed, as NVML reports it.",
             "gauge",
             &|g| memory(g).map(|m| m.total_bytes as f64),
+        );
+        self.per_gpu(
+            page,
+            labels,
+            names::MEMORY_TIME_TO_FULL_SECONDS,
+            "Seconds until the GPU's memory is full at the growth of its floor (vramscope's leak judgement); absent while it does not grow.",
+            "gauge",
+            &|g| g.time_to_full_s,
         );
     }
 
@@ -361,6 +381,27 @@ impl ExporterState {
             "gauge",
             &|g| sample(g)?.mem_util_pct.map(|p| f64::from(p) / 100.0),
         );
+        header(
+            page,
+            names::CLOCK_EVENT_ACTIVE,
+            "1 while the GPU holds its clocks down for this thermal or hardware reason (NVML clock-event reasons).",
+            "gauge",
+        );
+        for (gpu, labels) in self.gpus.iter().zip(labels) {
+            let Some(bits) = gpu.sample.as_ref().and_then(|s| s.throttle_reasons) else {
+                continue;
+            };
+            for (bit, reason) in crate::diagnose::alerts::THROTTLE_ALERT_EVENTS {
+                let mut with_reason = labels.clone();
+                push_label(&mut with_reason, "clock_event", reason);
+                line(
+                    page,
+                    names::CLOCK_EVENT_ACTIVE,
+                    &with_reason,
+                    bool_value(bits & bit != 0),
+                );
+            }
+        }
         self.per_gpu(
             page,
             labels,
