@@ -7,6 +7,7 @@
 mod alerts;
 mod analyze;
 mod check;
+mod compare;
 mod diagnose;
 mod export;
 mod exporter;
@@ -63,6 +64,9 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Summarize PyTorch allocator snapshots: totals per device and pool.
     Analyze(analyze::AnalyzeArgs),
+    /// Compare snapshots, captures or run folders: what grew, where, and why; snapshots of one
+    /// run in time order name the call site that grows; one snapshot per rank gives a rank table.
+    Compare(compare::CompareArgs),
     /// Find out why memory ran out or a GPU misbehaves, from logs, captures, snapshots or the live GPUs.
     Diagnose(diagnose::DiagnoseArgs),
     /// Export a capture's timeline as CSV, a Chrome/Perfetto trace or a PNG image for a review.
@@ -92,6 +96,7 @@ pub fn main() -> ExitCode {
                 | Command::Check(_)
                 | Command::Analyze(_)
                 | Command::Diagnose(_)
+                | Command::Compare(_)
                 | Command::Whatif(_)
         )
     ) {
@@ -111,6 +116,7 @@ pub fn main() -> ExitCode {
         Some(Command::Check(args)) => check::run(args),
         Some(Command::Analyze(args)) => analyze::run(args),
         Some(Command::Diagnose(args)) => diagnose::run(args),
+        Some(Command::Compare(args)) => compare::run(args),
         Some(Command::Export(args)) => export::run(args),
         Some(Command::Whatif(args)) => whatif::run(args),
         Some(Command::Exporter(args)) => exporter::run(args),

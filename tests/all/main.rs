@@ -28,6 +28,7 @@ mod capture_format;
 mod cli_check;
 mod cli_pipe;
 mod cli_record_inspect;
+mod compare_cli;
 mod cuda_checks;
 mod cuda_hardware_panel;
 mod demo_open_default;

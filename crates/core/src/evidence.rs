@@ -193,7 +193,7 @@ pub fn snapshot_error(err: pytorch::SnapshotError) -> OpenError {
 }
 
 #[cfg(feature = "native")]
-pub use files::{file_modified_ms, open_path, open_path_as, open_paths};
+pub use files::{file_modified_ms, open_path, open_path_as, open_paths, read_snapshot, route_path};
 
 #[cfg(feature = "native")]
 mod files {
@@ -216,7 +216,7 @@ mod files {
 
     /// How `path` is read: regular files by their first bytes; anything else (a pipe) by its
     /// name, since its first bytes can be read only once.
-    fn route_path(path: &Path, name: &str) -> Result<Route, OpenError> {
+    pub fn route_path(path: &Path, name: &str) -> Result<Route, OpenError> {
         if !path.is_file() {
             return Ok(route(name, &[]));
         }
@@ -233,6 +233,17 @@ mod files {
             .take(SNIFF_BYTES as u64)
             .read_to_end(&mut head)?;
         Ok(head)
+    }
+
+    /// Reads the PyTorch snapshot at `path` without analysing it (a comparison builds only the
+    /// time travel it needs, with no what-if replay).
+    pub fn read_snapshot(
+        path: &Path,
+        progress: &dyn ReadProgress,
+    ) -> Result<std::sync::Arc<crate::model::allocator::AllocatorSnapshot>, OpenError> {
+        let snapshot = pytorch::read_file(path, &|fraction| progress.set_fraction(fraction))
+            .map_err(super::snapshot_error)?;
+        Ok(std::sync::Arc::new(snapshot))
     }
 
     /// Reads the file at `path`, routed by its content, and analyses it as evidence named

@@ -4,6 +4,8 @@
 //! explanations, and the what-if replay of a trace under other allocator settings).
 
 pub mod allocator_rules;
+pub mod categories;
+pub mod compare;
 pub mod deadline;
 pub mod fleet;
 pub mod fragmentation;

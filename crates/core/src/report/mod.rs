@@ -10,6 +10,7 @@ pub mod alert_rules;
 pub mod axis;
 pub mod blockmap;
 pub mod chart;
+pub mod compare;
 pub mod export;
 pub mod figure;
 pub mod html;
