@@ -36,9 +36,10 @@ pub struct AlertsArgs {
     /// Base URL of the runbook links (`#<alert name>` is appended).
     #[arg(long, value_name = "URL", default_value = alert_rules::DEFAULT_RUNBOOK_URL)]
     pub runbook_url: String,
-    /// Every rule's `for:` replaced by this duration (e.g. 1s: for testing a pipeline end to end).
-    #[arg(long = "for", value_name = "DUR", value_parser = super::prometheus::parse_duration_ms)]
-    pub hold: Option<i64>,
+    /// Every rule's `for:` replaced by this duration in whole seconds (e.g. 0s: for testing a
+    /// pipeline end to end).
+    #[arg(long = "for", value_name = "DUR", value_parser = parse_hold)]
+    pub hold: Option<u32>,
     /// Detect the exporters from this server's metric names (and how to reach it).
     #[command(flatten)]
     pub prometheus: super::prometheus::PrometheusArgs,
@@ -53,6 +54,15 @@ pub fn parse_threshold_pct(text: &str) -> Result<f64, String> {
         .map_err(|_| format!("'{text}' is not a percentage (give 1 to 100)"))?;
     alerts::threshold_fraction(percent)?;
     Ok(percent)
+}
+
+/// `--for`: `0s` or a duration (`30s`, `5m`), in whole seconds.
+fn parse_hold(text: &str) -> Result<u32, String> {
+    if matches!(text.trim(), "0" | "0s" | "0m") {
+        return Ok(0);
+    }
+    let ms = super::prometheus::parse_duration_ms(text)?;
+    u32::try_from(ms / 1000).map_err(|_| format!("'{text}' is too long"))
 }
 
 pub fn run(args: AlertsArgs) -> ExitCode {
@@ -73,9 +83,7 @@ pub fn run(args: AlertsArgs) -> ExitCode {
             job_regex: args.job.clone(),
             runbook_url: args.runbook_url.trim_end_matches('/').to_owned(),
             prometheus_url: None,
-            hold_override_seconds: args
-                .hold
-                .map(|ms| u32::try_from(ms / 1000).unwrap_or(u32::MAX).max(1)),
+            hold_override_seconds: args.hold,
         })
         .collect();
     let text = alert_rules::render_all(&all);

@@ -19,6 +19,7 @@ mod support;
 #[path = "../validation/mod.rs"]
 mod validation;
 
+mod alerts;
 mod allocator_capture_helper;
 mod allocator_fixtures;
 mod allocator_timetravel;
