@@ -119,6 +119,8 @@ pub struct VramscopeApp {
     /// File › Watch folder…: new snapshots in this folder are opened as they are written.
     #[cfg(feature = "native")]
     watcher: Option<super::allocator::SnapshotWatcher>,
+    /// Live GPU alerts: notices, system notifications, the snooze.
+    pub alerting: super::alerting::DesktopAlerts,
 }
 
 impl VramscopeApp {
@@ -157,6 +159,7 @@ impl VramscopeApp {
             hardware: None,
             #[cfg(feature = "native")]
             watcher: None,
+            alerting: super::alerting::DesktopAlerts::default(),
             commands,
         };
         #[cfg(feature = "native")]
@@ -225,6 +228,11 @@ impl VramscopeApp {
     /// The allocator views of the opened snapshots, oldest first.
     pub fn allocator_views(&self) -> &[AllocatorView] {
         self.allocators.views()
+    }
+
+    /// The comparison of two snapshots, while the Allocator tab shows it.
+    pub fn allocator_compare(&self) -> Option<&super::allocator::compare::CompareView> {
+        self.allocators.compare()
     }
 
     /// The allocator view shown in the Allocator tab.
@@ -568,7 +576,13 @@ impl VramscopeApp {
             }
         }
         for session in &mut self.sessions {
+            session.set_alert_threshold(self.settings.threshold_fraction());
             session.poll();
+            let changes = session.take_alert_changes();
+            let now_ms = super::alerting::wall_ms();
+            if let Some(line) = self.alerting.handle(&changes, &self.settings, now_ms) {
+                self.notices.push(NoticeLevel::Info, line);
+            }
         }
         #[cfg(feature = "native")]
         if let Some(watcher) = &mut self.watcher {
@@ -974,6 +988,7 @@ impl VramscopeApp {
             watching,
             demo_running: self.demo_speed().is_some(),
             native: cfg!(feature = "native"),
+            snapshots_open: self.allocators.views().len(),
         }
     }
 
@@ -1028,6 +1043,16 @@ impl VramscopeApp {
             UiCommand::ShowSettings => self.show_settings = true,
             UiCommand::AddNote => self.add_annotation(),
             UiCommand::CommandPalette => self.palette.open(),
+            UiCommand::CompareSnapshots => {
+                if self.allocators.set_comparing(true) {
+                    self.set_view(View::Allocator);
+                } else {
+                    self.notices.push(
+                        NoticeLevel::Info,
+                        "Open two or more snapshots first: Compare shows two of them side by side.",
+                    );
+                }
+            }
             // Shown above: views and timeline exports.
             UiCommand::ShowTimeline
             | UiCommand::ShowAllocator
@@ -1154,6 +1179,7 @@ impl VramscopeApp {
                     ui.separator();
                     demo_speed_ui(ui, current, &commands);
                 }
+                UiCommand::CompareSnapshots.menu_item_ui(ui, &context, &commands);
                 ui.separator();
                 UiCommand::ShowSettings.menu_item_ui(ui, &context, &commands);
                 UiCommand::CommandPalette.menu_item_ui(ui, &context, &commands);
@@ -1489,6 +1515,8 @@ impl VramscopeApp {
                         ui.selectable_value(&mut self.settings.theme, ThemeChoice::Light, "Light");
                     });
                     ui.end_row();
+                    let now_ms = super::alerting::wall_ms();
+                    self.alerting.settings_ui(ui, &mut self.settings, now_ms);
                 });
             });
         self.show_settings = open;
@@ -1642,6 +1670,10 @@ impl eframe::App for VramscopeApp {
         }
         if !self.notices.is_empty() {
             top_panel(ui, "notices").show(ui, |ui| self.notices.ui(ui));
+        }
+        if !self.alerting.shown().is_empty() {
+            let now_ms = super::alerting::wall_ms();
+            top_panel(ui, "alerts").show(ui, |ui| self.alerting.ui(ui, now_ms));
         }
         match self.view {
             View::Timeline => self.timeline_view_ui(ui),

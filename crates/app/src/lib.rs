@@ -16,6 +16,7 @@
 //! than a frame (file reads and writes, the allocator analysis, the GPU checks) runs on the one
 //! job [`runner`], with progress and cancel.
 
+pub mod alerting;
 pub mod allocator;
 pub mod app;
 pub mod command;

@@ -7,6 +7,7 @@
 #[cfg(feature = "native")]
 use std::path::{Path, PathBuf};
 
+use vramscope_core::diagnose::alerts::{AlertChange, LiveAlertSettings, LiveAlerts};
 use vramscope_core::model::{Capture, Event, EventKind, SampleBatch, UnixMs};
 
 use super::timeline::data::TimelineData;
@@ -69,6 +70,9 @@ pub struct Session {
     /// The demo machine's pace, when this session samples it.
     #[cfg(feature = "native")]
     demo_pace: Option<vramscope_core::source::demo::DemoPace>,
+    /// The alert conditions on the live readings, and what they raised since last taken.
+    alerts: Option<LiveAlerts>,
+    alert_changes: Vec<AlertChange>,
 }
 
 impl Session {
@@ -85,6 +89,8 @@ impl Session {
             recording: None,
             #[cfg(feature = "native")]
             demo_pace: None,
+            alerts: None,
+            alert_changes: Vec::new(),
         }
     }
 
@@ -112,6 +118,14 @@ impl Session {
         let capture =
             history.unwrap_or_else(|| Capture::new(description.meta, description.devices));
         let timeline = TimelineData::build(&capture);
+        let alerts = LiveAlerts::new(
+            LiveAlertSettings {
+                threshold_fraction: vramscope_core::diagnose::alerts::DEFAULT_THRESHOLD_PCT / 100.0,
+                diagnose_hint: "Diagnose › Live (or vramscope diagnose --live)".to_owned(),
+            },
+            &capture.meta.host,
+            &capture.devices,
+        );
         Session {
             origin: SessionOrigin::Live { demo_notice },
             capture,
@@ -120,6 +134,8 @@ impl Session {
             sampler: Some(sampler),
             recording: None,
             demo_pace,
+            alerts: Some(alerts),
+            alert_changes: Vec::new(),
         }
     }
 
@@ -186,12 +202,28 @@ impl Session {
         }
     }
 
-    /// Adds one batch to the capture and to the recording, if one is running.
+    /// Adds one batch to the capture and to the recording, if one is running, and evaluates the
+    /// alert conditions on it.
     fn ingest(&mut self, batch: &SampleBatch) {
         self.capture.ingest(batch);
+        if let Some(alerts) = &mut self.alerts {
+            self.alert_changes.extend(alerts.apply(batch));
+        }
         #[cfg(feature = "native")]
         if let Some(recording) = &self.recording {
             recording.recorder.push(batch);
+        }
+    }
+
+    /// The alerts that started or ended since the last call.
+    pub fn take_alert_changes(&mut self) -> Vec<AlertChange> {
+        std::mem::take(&mut self.alert_changes)
+    }
+
+    /// The threshold of the live alerts (the one the timeline draws).
+    pub fn set_alert_threshold(&mut self, fraction: f64) {
+        if let Some(alerts) = &mut self.alerts {
+            alerts.set_threshold_fraction(fraction);
         }
     }
 

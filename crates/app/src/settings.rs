@@ -47,6 +47,16 @@ pub struct Settings {
     pub follow_window_secs: f64,
     /// Colour theme.
     pub theme: ThemeChoice,
+    /// Live alert: memory crosses the threshold above.
+    pub alert_threshold: bool,
+    /// Live alert: the GPU's memory grows to full within the hour.
+    pub alert_full_soon: bool,
+    /// Live alert: an Xid error.
+    pub alert_xid: bool,
+    /// Live alert: a GPU is lost.
+    pub alert_lost: bool,
+    /// Live alerts also as operating-system notifications (besides the in-app notice).
+    pub alert_os_notifications: bool,
 }
 
 impl Default for Settings {
@@ -61,6 +71,11 @@ impl Default for Settings {
             follow_live: true,
             follow_window_secs: 300.0,
             theme: ThemeChoice::System,
+            alert_threshold: true,
+            alert_full_soon: true,
+            alert_xid: true,
+            alert_lost: true,
+            alert_os_notifications: true,
         }
     }
 }
