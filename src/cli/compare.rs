@@ -9,18 +9,13 @@
 //! Exit codes: 0 when the comparison ran, 1 when fewer than two files could be read (each
 //! unreadable file is named; the rest still compare).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use vramscope_core::analysis::compare::{Moment, rank_from_name};
-use vramscope_core::analysis::timetravel::TimeTravel;
-use vramscope_core::diagnose::NamedCapture;
-use vramscope_core::evidence::{self, Opened, Unwatched};
-use vramscope_core::formats::sniff::Route;
-use vramscope_core::model::allocator::AllocatorSnapshot;
+use vramscope_core::evidence;
 use vramscope_core::report::compare::{
-    CompareKind, CompareReport, CompareRequest, SnapshotInput, build, render_text,
+    CompareKind, CompareReport, CompareRequest, build, render_text,
 };
 
 #[derive(Debug, clap::Args)]
@@ -52,51 +47,6 @@ pub struct CompareArgs {
     pub threshold: f64,
 }
 
-/// The snapshot files inside a folder (a run folder keeps them in `snapshots/`), sorted by name.
-fn expand(path: &Path) -> Vec<PathBuf> {
-    if !path.is_dir() {
-        return vec![path.to_path_buf()];
-    }
-    let folder = if path.join("snapshots").is_dir() {
-        path.join("snapshots")
-    } else {
-        path.to_path_buf()
-    };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&folder)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|entry| entry.path())
-                .filter(|p| {
-                    p.is_file()
-                        && !p
-                            .file_name()
-                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-}
-
-/// The device a comparison of `snapshot` looks at: the one with the longest trace (a process
-/// normally uses one GPU), else the first.
-fn main_device(snapshot: &AllocatorSnapshot) -> u32 {
-    snapshot
-        .devices
-        .iter()
-        .max_by_key(|d| {
-            (
-                d.trace
-                    .and_then(|t| snapshot.traces.get(t))
-                    .map_or(0, |t| t.len()),
-                std::cmp::Reverse(d.device),
-            )
-        })
-        .map_or(0, |d| d.device)
-}
-
 pub fn run(args: CompareArgs) -> ExitCode {
     if let Some(path) = &args.report
         && vramscope_core::report::ReportFormat::from_path(path).is_none()
@@ -106,18 +56,11 @@ pub fn run(args: CompareArgs) -> ExitCode {
             path.display()
         ));
     }
-    let files: Vec<PathBuf> = args.files.iter().flat_map(|p| expand(p)).collect();
-    let mut snapshots = Vec::new();
-    let mut captures = Vec::new();
-    let mut unreadable = Vec::new();
-    for path in &files {
-        let name = path.display().to_string();
-        match open_for_comparison(path, &name) {
-            Ok(Input::Snapshot(snapshot)) => snapshots.push((name, snapshot)),
-            Ok(Input::Capture(capture)) => captures.push(*capture),
-            Err(message) => unreadable.push(message),
-        }
-    }
+    let evidence::ComparisonInputs {
+        mut snapshots,
+        captures,
+        unreadable,
+    } = evidence::open_for_comparison(&args.files);
     for message in &unreadable {
         eprintln!("vramscope: error: {message}");
     }
@@ -127,7 +70,7 @@ pub fn run(args: CompareArgs) -> ExitCode {
     let kind = if args.ranks
         || (!args.growth
             && snapshots.len() > 2
-            && snapshots.iter().all(|(n, _)| rank_from_name(n).is_some()))
+            && snapshots.iter().all(|s| rank_from_name(&s.name).is_some()))
     {
         CompareKind::Ranks
     } else if args.growth || snapshots.len() > 2 {
@@ -135,20 +78,14 @@ pub fn run(args: CompareArgs) -> ExitCode {
     } else {
         CompareKind::Pair
     };
-    let inputs: Vec<SnapshotInput> = snapshots
-        .into_iter()
-        .enumerate()
-        .map(|(i, (name, snapshot))| {
-            let device = main_device(&snapshot);
-            SnapshotInput {
-                rank: rank_from_name(&name).unwrap_or(i as u32),
-                travel: TimeTravel::new(snapshot, device),
-                name,
-            }
-        })
-        .collect();
+    // Files without a rank in their name count by their position.
+    for (position, snapshot) in snapshots.iter_mut().enumerate() {
+        if snapshot.rank == u32::MAX {
+            snapshot.rank = position as u32;
+        }
+    }
     let report: CompareReport = build(CompareRequest {
-        snapshots: inputs,
+        snapshots,
         captures,
         moment: args.at,
         kind,
@@ -168,28 +105,6 @@ pub fn run(args: CompareArgs) -> ExitCode {
         eprintln!("vramscope: comparison written to {}", path.display());
     }
     ExitCode::SUCCESS
-}
-
-/// What a file opened for a comparison gave: snapshots are only read (the comparison builds
-/// their time travel, with no what-if replay); captures come through the evidence pipeline.
-enum Input {
-    Snapshot(Arc<AllocatorSnapshot>),
-    Capture(Box<NamedCapture>),
-}
-
-fn open_for_comparison(path: &Path, name: &str) -> Result<Input, String> {
-    match evidence::route_path(path, name).map_err(|e| e.to_string())? {
-        Route::Snapshot => evidence::read_snapshot(path, &Unwatched)
-            .map(Input::Snapshot)
-            .map_err(|e| e.to_string()),
-        Route::Capture | Route::Log => match evidence::open_path(path, name, &Unwatched) {
-            Ok(Opened::Capture(capture)) => Ok(Input::Capture(capture)),
-            Ok(_) => Err(format!(
-                "{name}: a log cannot be compared (compare snapshots or captures)"
-            )),
-            Err(e) => Err(e.to_string()),
-        },
-    }
 }
 
 /// A threshold in percent, 1 to 100.

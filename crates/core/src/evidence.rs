@@ -330,6 +330,142 @@ mod files {
     }
 }
 
+/// Files opened for a comparison: each snapshot with the time travel of its main device
+/// (no what-if replay: a comparison needs none), the captures, and a message for each file
+/// that could not be read.
+#[cfg(feature = "native")]
+pub struct ComparisonInputs {
+    pub snapshots: Vec<crate::report::compare::SnapshotInput>,
+    pub captures: Vec<NamedCapture>,
+    pub unreadable: Vec<String>,
+}
+
+/// The device a comparison of `snapshot` looks at: the one with the longest trace (a process
+/// normally uses one GPU), else the first.
+pub fn main_device(snapshot: &AllocatorSnapshot) -> u32 {
+    snapshot
+        .devices
+        .iter()
+        .max_by_key(|d| {
+            (
+                d.trace
+                    .and_then(|t| snapshot.traces.get(t))
+                    .map_or(0, |t| t.len()),
+                std::cmp::Reverse(d.device),
+            )
+        })
+        .map_or(0, |d| d.device)
+}
+
+/// Opens `paths` for a comparison, as many at a time as there are cores (reading a snapshot
+/// and building its time travel is the whole cost of a comparison), keeping their order. A
+/// folder stands for the snapshots in it (a run folder keeps them in `snapshots/`).
+#[cfg(feature = "native")]
+pub fn open_for_comparison(paths: &[std::path::PathBuf]) -> ComparisonInputs {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let files: Vec<std::path::PathBuf> = paths.iter().flat_map(|p| expand_folder(p)).collect();
+    let next = AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<Result<Compared, String>>>> =
+        files.iter().map(|_| Mutex::new(None)).collect();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(files.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = files.get(i) else { break };
+                    let opened = open_one_for_comparison(path);
+                    if let Ok(mut slot) = results[i].lock() {
+                        *slot = Some(opened);
+                    }
+                }
+            });
+        }
+    });
+    let mut inputs = ComparisonInputs {
+        snapshots: Vec::new(),
+        captures: Vec::new(),
+        unreadable: Vec::new(),
+    };
+    for (path, slot) in files.iter().zip(results) {
+        let result = slot
+            .into_inner()
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Err(format!("{}: the read stopped", path.display())));
+        match result {
+            Ok(Compared::Snapshot(input)) => inputs.snapshots.push(*input),
+            Ok(Compared::Capture(capture)) => inputs.captures.push(*capture),
+            Err(message) => inputs.unreadable.push(message),
+        }
+    }
+    inputs
+}
+
+#[cfg(feature = "native")]
+enum Compared {
+    Snapshot(Box<crate::report::compare::SnapshotInput>),
+    Capture(Box<NamedCapture>),
+}
+
+/// The snapshot files of a folder, sorted by name; a file stands for itself.
+#[cfg(feature = "native")]
+fn expand_folder(path: &std::path::Path) -> Vec<std::path::PathBuf> {
+    if !path.is_dir() {
+        return vec![path.to_path_buf()];
+    }
+    let folder = if path.join("snapshots").is_dir() {
+        path.join("snapshots")
+    } else {
+        path.to_path_buf()
+    };
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&folder)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.path())
+                .filter(|p| {
+                    p.is_file()
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+#[cfg(feature = "native")]
+fn open_one_for_comparison(path: &std::path::Path) -> Result<Compared, String> {
+    let name = path.display().to_string();
+    match route_path(path, &name).map_err(|e| e.to_string())? {
+        Route::Snapshot => {
+            let snapshot = read_snapshot(path, &Unwatched).map_err(|e| e.to_string())?;
+            let device = main_device(&snapshot);
+            Ok(Compared::Snapshot(Box::new(
+                crate::report::compare::SnapshotInput {
+                    rank: crate::analysis::compare::rank_from_name(&name).unwrap_or(u32::MAX),
+                    travel: crate::analysis::timetravel::TimeTravel::new(snapshot, device),
+                    name,
+                },
+            )))
+        }
+        Route::Capture | Route::Log => match open_path(path, &name, &Unwatched) {
+            Ok(Opened::Capture(capture)) => Ok(Compared::Capture(capture)),
+            Ok(_) => Err(format!(
+                "{name}: a log cannot be compared (compare snapshots or captures)"
+            )),
+            Err(e) => Err(e.to_string()),
+        },
+    }
+}
+
 /// Everything opened for one diagnosis: captures, snapshots' facts and logs, plus what the user
 /// said about their setup.
 #[derive(Clone, Default)]
