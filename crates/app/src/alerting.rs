@@ -368,8 +368,10 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let mut alerts =
             DesktopAlerts::with_notifier(Some(Box::new(Recorder(Arc::clone(&seen), false))));
-        let mut settings = Settings::default();
-        settings.alert_xid = false;
+        let settings = Settings {
+            alert_xid: false,
+            ..Settings::default()
+        };
         let high = change(
             AlertName::GpuMemoryHigh,
             Severity::Warning,
@@ -412,7 +414,7 @@ mod tests {
         assert!(alerts.shown().is_empty());
         // Snoozed: nothing for an hour, then alerts again.
         alerts.snooze(100);
-        alerts.handle(&[high.clone()], &settings, 200);
+        alerts.handle(std::slice::from_ref(&high), &settings, 200);
         assert!(alerts.shown().is_empty());
         alerts.handle(&[high], &settings, 100 + SNOOZE_MS);
         assert_eq!(alerts.shown().len(), 1);
