@@ -7,7 +7,7 @@
 #[cfg(feature = "native")]
 use std::path::{Path, PathBuf};
 
-use vramscope_core::diagnose::alerts::{AlertChange, LiveAlertSettings, LiveAlerts};
+use vramscope_core::diagnose::alerts::{AlertChange, LiveAlerts};
 use vramscope_core::model::{Capture, Event, EventKind, SampleBatch, UnixMs};
 
 use super::timeline::data::TimelineData;
@@ -119,7 +119,7 @@ impl Session {
             history.unwrap_or_else(|| Capture::new(description.meta, description.devices));
         let timeline = TimelineData::build(&capture);
         let alerts = LiveAlerts::new(
-            LiveAlertSettings {
+            vramscope_core::diagnose::alerts::LiveAlertSettings {
                 threshold_fraction: vramscope_core::diagnose::alerts::DEFAULT_THRESHOLD_PCT / 100.0,
                 diagnose_hint: "Diagnose › Live (or vramscope diagnose --live)".to_owned(),
             },
