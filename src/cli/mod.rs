@@ -17,6 +17,7 @@ mod inspect;
 mod prometheus;
 mod pull;
 mod record;
+mod run;
 mod whatif;
 
 use std::path::{Path, PathBuf};
@@ -64,6 +65,10 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Summarize PyTorch allocator snapshots: totals per device and pool.
     Analyze(analyze::AnalyzeArgs),
+    /// Run a command (`vramscope run -- python train.py`) recording its GPU memory, its
+    /// allocator history and its output into a run folder, with no change to its code; diagnose
+    /// it when it fails and, with --prove, re-run it under candidate fixes.
+    Run(run::RunArgs),
     /// Compare snapshots, captures or run folders: what grew, where, and why; snapshots of one
     /// run in time order name the call site that grows; one snapshot per rank gives a rank table.
     Compare(compare::CompareArgs),
@@ -117,6 +122,7 @@ pub fn main() -> ExitCode {
         Some(Command::Analyze(args)) => analyze::run(args),
         Some(Command::Diagnose(args)) => diagnose::run(args),
         Some(Command::Compare(args)) => compare::run(args),
+        Some(Command::Run(args)) => run::run(args),
         Some(Command::Export(args)) => export::run(args),
         Some(Command::Whatif(args)) => whatif::run(args),
         Some(Command::Exporter(args)) => exporter::run(args),

@@ -50,6 +50,7 @@ mod one_verdict;
 mod prometheus_fleet;
 mod reader_fuzz_regressions;
 mod reader_memory_bounds;
+mod run_cli;
 mod record_faults;
 mod report_formats;
 mod report_whatif;

@@ -466,6 +466,52 @@ fn open_one_for_comparison(path: &std::path::Path) -> Result<Compared, String> {
     }
 }
 
+/// The evidence files of a run folder (`vramscope run`), each with what it is: the output log,
+/// the timeline, every snapshot (oldest name first). `None` when `folder` is not a run folder
+/// (it has no `run.json`).
+#[cfg(feature = "native")]
+pub fn run_folder_files(
+    folder: &std::path::Path,
+) -> Option<Vec<(std::path::PathBuf, Option<Route>)>> {
+    use crate::model::run::MANIFEST_FILE;
+    if !folder.join(MANIFEST_FILE).is_file() {
+        return None;
+    }
+    let mut files = Vec::new();
+    let log = folder.join("output.log");
+    if log.is_file() {
+        files.push((log, Some(Route::Log)));
+    }
+    let timeline = folder.join("timeline.vramcap");
+    if timeline.is_file() {
+        files.push((timeline, Some(Route::Capture)));
+    }
+    let mut snapshots: Vec<std::path::PathBuf> = std::fs::read_dir(folder.join("snapshots"))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|e| e == "pickle")
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    snapshots.sort();
+    files.extend(snapshots.into_iter().map(|p| (p, Some(Route::Snapshot))));
+    Some(files)
+}
+
+/// The manifest of a run folder, when it has one that reads.
+#[cfg(feature = "native")]
+pub fn run_manifest(folder: &std::path::Path) -> Option<crate::model::run::RunManifest> {
+    let text = std::fs::read_to_string(folder.join(crate::model::run::MANIFEST_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 /// Everything opened for one diagnosis: captures, snapshots' facts and logs, plus what the user
 /// said about their setup.
 #[derive(Clone, Default)]

@@ -8,6 +8,7 @@ pub mod alert_hooks;
 pub mod cuda;
 pub mod nvml;
 pub mod prometheus;
+pub mod run;
 pub mod sampler;
 
 use vramscope_core::model::now_unix_ms;

@@ -80,6 +80,9 @@ fn finding_ui(ui: &mut egui::Ui, number: usize, f: &Finding) {
                 ui.label(RichText::new(format!("{}) {}", i + 1, r.title)).strong());
                 if let Some(v) = &r.verification {
                     let (text, color) = match v.status {
+                        VerificationStatus::ProvenByRun => {
+                            ("proven by a real run", severity_color(Severity::Info))
+                        }
                         VerificationStatus::Proven => {
                             ("proven by replay", severity_color(Severity::Info))
                         }

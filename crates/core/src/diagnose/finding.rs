@@ -252,6 +252,7 @@ impl Recommendation {
     /// "proven by replay" or "unverified", for reports; `None` where no check applies.
     pub fn verification_label(&self) -> Option<&'static str> {
         self.verification.as_ref().map(|v| match v.status {
+            VerificationStatus::ProvenByRun => "proven by a real run",
             VerificationStatus::Proven => "proven by replay",
             VerificationStatus::Unverified => "unverified",
         })
@@ -271,6 +272,9 @@ impl Recommendation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum VerificationStatus {
+    /// The job itself, re-run under the change (`vramscope run --prove`), got past its original
+    /// failure: stronger than a replay.
+    ProvenByRun,
     /// A replay of the recorded allocations under the change did not run out of memory.
     Proven,
     /// Not tried: no allocation history, the replay could not be trusted, or the change is not
@@ -292,6 +296,14 @@ impl Verification {
     pub fn proven(detail: impl Into<String>) -> Self {
         Verification {
             status: VerificationStatus::Proven,
+            detail: detail.into(),
+        }
+    }
+
+    /// A change a real re-run of the job got past its original failure with.
+    pub fn proven_by_run(detail: impl Into<String>) -> Self {
+        Verification {
+            status: VerificationStatus::ProvenByRun,
             detail: detail.into(),
         }
     }

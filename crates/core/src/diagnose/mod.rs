@@ -22,6 +22,7 @@ pub mod leak;
 pub mod log;
 pub mod oom;
 pub mod proof;
+pub mod real_runs;
 pub mod recommend;
 pub mod size;
 pub mod snapshot;

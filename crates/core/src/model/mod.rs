@@ -8,6 +8,7 @@
 pub mod allocator;
 pub mod capture;
 pub mod checks;
+pub mod run;
 pub mod device;
 pub mod event;
 pub mod sample;

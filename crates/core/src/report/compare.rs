@@ -4,11 +4,10 @@
 //! (`vramscope.compare/1`, docs/report-schema.md). `vramscope compare` and the app show it.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::{ReportError, ReportFormat, html, iso8601_utc, markdown};
+use super::{html, iso8601_utc, markdown};
 use crate::analysis::categories::MemoryCategory;
 use crate::analysis::compare::{
     CaptureSide, Comparison, Moment, RankRow, SiteGrowth, SnapshotSide, capture_side,
@@ -667,7 +666,9 @@ pub fn render_html(report: &CompareReport) -> String {
 }
 
 /// Writes the comparison to `path` in the format its extension names.
-pub fn write(report: &CompareReport, path: &Path) -> Result<(), ReportError> {
+#[cfg(feature = "native")]
+pub fn write(report: &CompareReport, path: &std::path::Path) -> Result<(), super::ReportError> {
+    use super::{ReportError, ReportFormat};
     let file = path.display().to_string();
     let format = ReportFormat::from_path(path)
         .ok_or_else(|| ReportError::UnknownFormat { file: file.clone() })?;

@@ -1,0 +1,81 @@
+//! A run folder's manifest (`run.json`, schema `vramscope.run/1`): what `vramscope run`
+//! started, how it ended, which files hold the evidence and what could not be recorded. Plain
+//! data, so that the app (desktop and web), `compare` and the diagnosis read runs the same way.
+
+use serde::{Deserialize, Serialize};
+
+/// Version tag of `run.json`; bump it when a field changes meaning or disappears.
+pub const RUN_SCHEMA: &str = "vramscope.run/1";
+
+/// The manifest's file name inside a run folder.
+pub const MANIFEST_FILE: &str = "run.json";
+
+/// How the job ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunExit {
+    /// The exit code, when the job exited.
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// What `vramscope run` itself exits with: the code, or 128 + the signal.
+    pub status: i32,
+}
+
+impl RunExit {
+    /// Whether the job succeeded (exit code 0).
+    pub fn succeeded(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// One re-run of a `--prove`: the job under one candidate change.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProofRun {
+    /// The change, as the user would make it (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`,
+    /// `--batch-size 16`).
+    pub change: String,
+    /// `removed` (past the original failure by the margin, or finished), `ran_out`,
+    /// `undecided` (stopped at the budget), `failed` (ended otherwise).
+    pub outcome: String,
+    /// Allocations made when it ran out, when it did.
+    pub ran_out_at_allocation: Option<u64>,
+    /// Peak reserved bytes the hook reported.
+    pub peak_reserved_bytes: Option<u64>,
+    /// When it ran out: the failed request minus the memory the device had free then.
+    pub missing_bytes: Option<u64>,
+    /// Allocations per second relative to the original run (1 = as fast; lower is slower).
+    pub relative_speed: Option<f64>,
+    pub seconds: f64,
+    /// The folder of this re-run's evidence, relative to the run folder.
+    pub folder: String,
+    /// What the replay of the original snapshot predicted for this change, when it could.
+    pub replay_prediction: Option<String>,
+}
+
+/// `run.json`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunManifest {
+    pub schema: String,
+    /// The command and its arguments, as given.
+    pub command: Vec<String>,
+    pub working_directory: String,
+    /// Environment variables `vramscope run` set or changed for the job (name, value).
+    pub environment_changes: Vec<(String, String)>,
+    /// Unix milliseconds.
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    pub exit: RunExit,
+    /// The job's process (the leader of its process group) and every descendant seen.
+    pub pids: Vec<u32>,
+    /// Files of the evidence, relative to the run folder: the timeline, the log, snapshots,
+    /// the hook's progress records, the reports.
+    pub files: Vec<String>,
+    /// Whether any process of the job imported torch (the hook wrote its progress).
+    pub torch_seen: bool,
+    /// What could not be recorded, in words ("no NVIDIA driver: no timeline", "disk full: …").
+    pub not_recorded: Vec<String>,
+    /// vramscope's version, and the driver's when NVML answered.
+    pub versions: Vec<(String, String)>,
+    /// The `--prove` re-runs, in the order they ran.
+    pub proof: Vec<ProofRun>,
+}

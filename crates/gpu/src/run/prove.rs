@@ -1,0 +1,496 @@
+//! `vramscope run --prove`: after a job ran out of memory, re-run it under candidate changes
+//! and keep what works. Candidates are the allocator settings the what-if replay of the OOM
+//! snapshot did not refute (ordered most headroom first, refuted ones dropped), the changes the
+//! user declares (`--vary ENV=V1,V2`, `--vary-arg FLAG=V1,V2`); each re-run is a fresh process
+//! tree in a folder of its own, stopped as soon as it is past the original failure by a clear
+//! margin (the hook's allocation count), when it runs out, or at the budget.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use vramscope_core::analysis::replay::conf::AllocConf;
+use vramscope_core::diagnose::finding::Diagnosis;
+use vramscope_core::diagnose::proof::from_what_if;
+use vramscope_core::evidence::Evidence;
+use vramscope_core::model::format_bytes;
+use vramscope_core::model::run::ProofRun;
+
+use super::{Forwarder, RunOptions, RunOutcome, run_until};
+
+/// A re-run is past the original failure when it made this many more allocations than the
+/// original had when it failed (a share of them, at least [`MIN_MARGIN_ALLOCATIONS`]).
+pub const MARGIN_FRACTION: f64 = 0.2;
+/// The least margin, in allocations: a few iterations of a small model.
+pub const MIN_MARGIN_ALLOCATIONS: u64 = 500;
+
+/// The two names PyTorch reads allocator settings from (the newer first).
+const ALLOC_CONF_NAMES: [&str; 2] = ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"];
+
+/// One change to try.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// As the user would write it.
+    pub change: String,
+    /// Environment to set for the re-run.
+    pub env: Vec<(String, String)>,
+    /// The command with an argument's value substituted, for `--vary-arg`.
+    pub command: Option<Vec<String>>,
+    /// What the replay of the original snapshot predicted, when it tried this change.
+    pub prediction: Option<String>,
+}
+
+/// The hook's progress record (`progress/<name>.json`), the fields the orchestrator reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+struct Progress {
+    #[serde(default)]
+    num_allocs: u64,
+    #[serde(default)]
+    reserved_bytes_peak: u64,
+    #[serde(default)]
+    time_unix_ms: i64,
+}
+
+/// The hook's OOM record (`progress/<name>.oom.json`).
+#[derive(Clone, Debug, Default, Deserialize)]
+struct OomRecord {
+    #[serde(default)]
+    num_allocs: u64,
+    #[serde(default)]
+    alloc_bytes: u64,
+    #[serde(default)]
+    device_free: u64,
+}
+
+/// What the hook's records of a run folder say: allocations made, the highest peak reserved,
+/// the allocations at the first OOM, the last record's time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HookRecords {
+    pub allocations: u64,
+    pub peak_reserved_bytes: u64,
+    pub oom_at_allocation: Option<u64>,
+    /// At the first OOM: the failed request minus what the device had free.
+    pub oom_missing_bytes: Option<u64>,
+    pub last_ms: i64,
+}
+
+/// Reads the hook's records of `folder` (summed over the job's processes).
+pub fn hook_records(folder: &Path) -> HookRecords {
+    let mut records = HookRecords::default();
+    let Ok(entries) = std::fs::read_dir(folder.join("progress")) else {
+        return records;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        if name.ends_with(".oom.json") {
+            if let Ok(oom) = serde_json::from_str::<OomRecord>(&text) {
+                if records.oom_at_allocation.is_none_or(|n| oom.num_allocs < n) {
+                    records.oom_missing_bytes =
+                        Some(oom.alloc_bytes.saturating_sub(oom.device_free));
+                }
+                records.oom_at_allocation = Some(
+                    records
+                        .oom_at_allocation
+                        .map_or(oom.num_allocs, |n| n.min(oom.num_allocs)),
+                );
+            }
+        } else if name.ends_with(".json")
+            && let Ok(progress) = serde_json::from_str::<Progress>(&text)
+        {
+            records.allocations += progress.num_allocs;
+            records.peak_reserved_bytes = records
+                .peak_reserved_bytes
+                .max(progress.reserved_bytes_peak);
+            records.last_ms = records.last_ms.max(progress.time_unix_ms);
+        }
+    }
+    records
+}
+
+/// The name the job reads allocator settings from (the one its environment sets, else the
+/// long-standing one), and the settings it already has.
+fn alloc_conf_variable() -> (String, String) {
+    for name in ALLOC_CONF_NAMES {
+        if let Ok(value) = std::env::var(name)
+            && !value.trim().is_empty()
+        {
+            return (name.to_owned(), value);
+        }
+    }
+    ("PYTORCH_CUDA_ALLOC_CONF".to_owned(), String::new())
+}
+
+/// The allocator settings the replay of `evidence`'s OOM snapshots did not refute, ordered
+/// most headroom first (settings the replay could not settle after those), each merged into
+/// the settings the job already has.
+fn replay_candidates(evidence: &Evidence) -> Vec<Candidate> {
+    let (variable, existing) = alloc_conf_variable();
+    let base = AllocConf::parse(&existing).unwrap_or_else(|_| AllocConf::default_conf());
+    let mut scored: Vec<(u8, u64, Candidate)> = Vec::new();
+    for facts in evidence.input.snapshots.iter().filter(|f| f.oom.is_some()) {
+        let Some(what_if) = &facts.what_if else {
+            continue;
+        };
+        let replay = from_what_if(&what_if.report);
+        let limit = replay.limit_bytes;
+        for setting in replay.settings.iter().skip(1) {
+            let refuted =
+                setting.oom.is_some() && setting.incomplete.is_none() && !setting.uncertain;
+            if refuted {
+                continue;
+            }
+            let Ok(merged) = base.with_change(&setting.conf) else {
+                continue;
+            };
+            let settled = setting.incomplete.is_none() && !setting.uncertain;
+            let headroom = limit.map_or(0, |l| l.saturating_sub(setting.peak_reserved_bytes));
+            let prediction = if settled {
+                format!(
+                    "replay: runs, peak reserved {}{}",
+                    format_bytes(setting.peak_reserved_bytes),
+                    limit.map_or(String::new(), |_| format!(
+                        " ({} spare)",
+                        format_bytes(headroom)
+                    ))
+                )
+            } else {
+                "replay: could not settle it".to_owned()
+            };
+            let change = format!("{variable}={}", merged.text);
+            if scored.iter().any(|(_, _, c)| c.change == change) {
+                continue;
+            }
+            scored.push((
+                u8::from(!settled),
+                u64::MAX - headroom,
+                Candidate {
+                    change,
+                    env: vec![(variable.clone(), merged.text.clone())],
+                    command: None,
+                    prediction: Some(prediction),
+                },
+            ));
+        }
+    }
+    scored.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    scored.into_iter().map(|(_, _, c)| c).collect()
+}
+
+/// `NAME=V1,V2` of `--vary` and `--vary-arg`.
+pub fn parse_vary(text: &str) -> Result<(String, Vec<String>), String> {
+    let (name, values) = text
+        .split_once('=')
+        .ok_or_else(|| format!("'{text}' is not NAME=V1,V2,…"))?;
+    let values: Vec<String> = values
+        .split(',')
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if name.trim().is_empty() || values.is_empty() {
+        return Err(format!("'{text}' is not NAME=V1,V2,…"));
+    }
+    Ok((name.trim().to_owned(), values))
+}
+
+/// `command` with the value of `flag` replaced by `value` (`--batch-size 32` and
+/// `--batch-size=32` both work); `None` when the command does not pass `flag`.
+pub fn substitute_arg(command: &[String], flag: &str, value: &str) -> Option<Vec<String>> {
+    let mut out = command.to_vec();
+    let prefix = format!("{flag}=");
+    for i in 0..out.len() {
+        if out[i] == flag && i + 1 < out.len() {
+            out[i + 1] = value.to_owned();
+            return Some(out);
+        }
+        if out[i].starts_with(&prefix) {
+            out[i] = format!("{prefix}{value}");
+            return Some(out);
+        }
+    }
+    None
+}
+
+/// The allocator settings the diagnosis recommends (`export PYTORCH_CUDA_ALLOC_CONF=…` in a
+/// recommendation's action) that the replay did not already give, merged into the job's own.
+fn recommended_candidates(diagnosis: &Diagnosis, known: &[Candidate]) -> Vec<Candidate> {
+    let (variable, existing) = alloc_conf_variable();
+    let base = AllocConf::parse(&existing).unwrap_or_else(|_| AllocConf::default_conf());
+    let mut out: Vec<Candidate> = Vec::new();
+    for recommendation in diagnosis.findings.iter().flat_map(|f| &f.recommendations) {
+        for line in recommendation.action.lines() {
+            let Some(conf) = line.trim().strip_prefix("export PYTORCH_CUDA_ALLOC_CONF=") else {
+                continue;
+            };
+            let Ok(merged) = base.with_change(conf.trim()) else {
+                continue;
+            };
+            let change = format!("{variable}={}", merged.text);
+            if known.iter().chain(&out).any(|c| c.change == change) {
+                continue;
+            }
+            out.push(Candidate {
+                change,
+                env: vec![(variable.clone(), merged.text.clone())],
+                command: None,
+                prediction: Some(format!(
+                    "recommended by the diagnosis ({}), not tried by a replay",
+                    recommendation.id
+                )),
+            });
+        }
+    }
+    out
+}
+
+/// Every candidate: the replay's, the diagnosis's other allocator settings, then the user's
+/// environment variables, then the user's argument values.
+pub fn candidates(
+    evidence: &Evidence,
+    diagnosis: &Diagnosis,
+    command: &[String],
+    vary_env: &[(String, Vec<String>)],
+    vary_args: &[(String, Vec<String>)],
+) -> Vec<Candidate> {
+    let mut out = replay_candidates(evidence);
+    let recommended = recommended_candidates(diagnosis, &out);
+    out.extend(recommended);
+    for (name, values) in vary_env {
+        for value in values {
+            out.push(Candidate {
+                change: format!("{name}={value}"),
+                env: vec![(name.clone(), value.clone())],
+                command: None,
+                prediction: None,
+            });
+        }
+    }
+    for (flag, values) in vary_args {
+        for value in values {
+            if let Some(changed) = substitute_arg(command, flag, value) {
+                out.push(Candidate {
+                    change: format!("{flag} {value}"),
+                    env: Vec::new(),
+                    command: Some(changed),
+                    prediction: None,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Allocations per second of a run: the hook's count over the run's time.
+fn allocation_rate(records: &HookRecords, seconds: f64) -> Option<f64> {
+    (records.allocations > 0 && seconds > 0.0).then(|| records.allocations as f64 / seconds)
+}
+
+/// Re-runs the job of `original` under each candidate (in order), stopping at the first that
+/// removes the failure unless `try_all`; `on_result` hears of each re-run as it ends.
+pub fn prove(
+    original: &RunOutcome,
+    candidates: &[Candidate],
+    base: &RunOptions,
+    forwarder: &Forwarder,
+    try_all: bool,
+    on_result: &mut dyn FnMut(&ProofRun),
+) -> Vec<ProofRun> {
+    let original_records = hook_records(&original.folder);
+    let original_seconds =
+        (original.manifest.ended_ms - original.manifest.started_ms).max(1) as f64 / 1000.0;
+    let failed_at = original_records
+        .oom_at_allocation
+        .unwrap_or(original_records.allocations);
+    let margin = ((failed_at as f64 * MARGIN_FRACTION) as u64).max(MIN_MARGIN_ALLOCATIONS);
+    let past = failed_at + margin;
+    let original_rate = allocation_rate(&original_records, original_seconds);
+    let budget = base
+        .budget
+        .unwrap_or_else(|| Duration::from_secs_f64((2.0 * original_seconds).max(30.0)));
+    let proof_dir = original.folder.join("proof");
+    let mut results = Vec::new();
+    for (i, candidate) in candidates.iter().enumerate() {
+        if forwarder.interrupted() {
+            break;
+        }
+        let options = RunOptions {
+            command: candidate
+                .command
+                .clone()
+                .unwrap_or_else(|| base.command.clone()),
+            runs_dir: proof_dir.clone(),
+            name: Some(format!("{}-{}", i + 1, slug(&candidate.change))),
+            extra_env: candidate.env.clone(),
+            echo: false,
+            budget: Some(budget),
+            ..base.clone()
+        };
+        let started = std::time::Instant::now();
+        let ran = run_until(&options, forwarder, &|folder| {
+            let records = hook_records(folder);
+            records.oom_at_allocation.is_some() || records.allocations >= past
+        });
+        let seconds = started.elapsed().as_secs_f64();
+        let result = match ran {
+            Ok((outcome, stopped_early)) => judge_rerun(
+                candidate,
+                &outcome,
+                stopped_early,
+                past,
+                seconds,
+                original_rate,
+                &original.folder,
+            ),
+            Err(e) => ProofRun {
+                change: candidate.change.clone(),
+                outcome: format!("failed: {e}"),
+                seconds,
+                replay_prediction: candidate.prediction.clone(),
+                ..ProofRun::default()
+            },
+        };
+        on_result(&result);
+        let removed = result.outcome == "removed";
+        results.push(result);
+        if removed && !try_all {
+            break;
+        }
+    }
+    results
+}
+
+/// What a re-run showed.
+fn judge_rerun(
+    candidate: &Candidate,
+    outcome: &RunOutcome,
+    stopped_early: bool,
+    past: u64,
+    seconds: f64,
+    original_rate: Option<f64>,
+    original_folder: &Path,
+) -> ProofRun {
+    let records = hook_records(&outcome.folder);
+    let log_says_out_of_memory = std::fs::read_to_string(outcome.folder.join(super::LOG_FILE))
+        .is_ok_and(|log| {
+            log.contains("CUDA out of memory")
+                || log.contains("OutOfMemoryError")
+                || log.contains("CUDA error: out of memory")
+        });
+    let verdict = if records.oom_at_allocation.is_some()
+        || (log_says_out_of_memory && !outcome.manifest.exit.succeeded())
+    {
+        "ran_out"
+    } else if (stopped_early && records.allocations >= past) || outcome.manifest.exit.succeeded() {
+        "removed"
+    } else if outcome
+        .manifest
+        .not_recorded
+        .iter()
+        .any(|n| n.starts_with("stopped at the budget"))
+    {
+        "undecided"
+    } else {
+        "failed"
+    };
+    ProofRun {
+        change: candidate.change.clone(),
+        outcome: verdict.to_owned(),
+        ran_out_at_allocation: records.oom_at_allocation,
+        missing_bytes: records.oom_missing_bytes,
+        peak_reserved_bytes: (records.peak_reserved_bytes > 0)
+            .then_some(records.peak_reserved_bytes),
+        relative_speed: allocation_rate(&records, seconds)
+            .zip(original_rate)
+            .map(|(rate, original)| rate / original),
+        seconds,
+        folder: relative(&outcome.folder, original_folder),
+        replay_prediction: candidate.prediction.clone(),
+    }
+}
+
+fn relative(path: &Path, base: &Path) -> String {
+    path.strip_prefix(base)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|_| PathBuf::from(path))
+        .display()
+        .to_string()
+}
+
+/// A change as a folder-name part.
+fn slug(change: &str) -> String {
+    let slug: String = change
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    slug.chars().take(48).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vary_values_and_argument_substitution() {
+        assert_eq!(
+            parse_vary("BATCH=8,16"),
+            Ok(("BATCH".to_owned(), vec!["8".to_owned(), "16".to_owned()]))
+        );
+        assert!(parse_vary("BATCH").is_err());
+        assert!(parse_vary("=1").is_err());
+        let command: Vec<String> = ["python", "train.py", "--batch-size", "64", "--lr=1"]
+            .map(str::to_owned)
+            .to_vec();
+        assert_eq!(
+            substitute_arg(&command, "--batch-size", "32").map(|c| c.join(" ")),
+            Some("python train.py --batch-size 32 --lr=1".to_owned())
+        );
+        assert_eq!(
+            substitute_arg(&command, "--lr", "0.5").map(|c| c.join(" ")),
+            Some("python train.py --batch-size 64 --lr=0.5".to_owned())
+        );
+        assert_eq!(substitute_arg(&command, "--epochs", "3"), None);
+    }
+
+    #[test]
+    fn hook_records_sum_processes_and_take_the_first_oom() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let progress = dir.path().join("progress");
+        std::fs::create_dir_all(&progress).expect("folder");
+        let write =
+            |name: &str, text: &str| std::fs::write(progress.join(name), text).expect("written");
+        write(
+            "rank0-pid1.json",
+            r#"{"num_allocs": 100, "reserved_bytes_peak": 10, "time_unix_ms": 5}"#,
+        );
+        write(
+            "rank1-pid2.json",
+            r#"{"num_allocs": 50, "reserved_bytes_peak": 30, "time_unix_ms": 7}"#,
+        );
+        write(
+            "rank1-pid2.oom.json",
+            r#"{"num_allocs": 40, "alloc_bytes": 300, "device_free": 100}"#,
+        );
+        write(".rank0-pid1.json.tmp", "half a file");
+        let records = hook_records(dir.path());
+        assert_eq!(
+            records,
+            HookRecords {
+                allocations: 150,
+                peak_reserved_bytes: 30,
+                oom_at_allocation: Some(40),
+                oom_missing_bytes: Some(200),
+                last_ms: 7,
+            }
+        );
+        assert_eq!(
+            hook_records(&dir.path().join("missing")),
+            HookRecords::default()
+        );
+    }
+}
