@@ -14,7 +14,7 @@ use vramscope_core::analysis::oom::OomExplanation;
 use vramscope_core::analysis::timetravel::TimeTravel;
 use vramscope_core::analysis::totals::{DeviceTotals, PoolTotals, device_totals};
 use vramscope_core::diagnose::oom::{JudgedOom, judged_ooms};
-use vramscope_core::formats::pytorch::read_file;
+use vramscope_core::evidence::{Unwatched, read_snapshot};
 use vramscope_core::model::allocator::{
     AllocatorSnapshot, SnapshotContainer, SnapshotVintage, TraceAction,
 };
@@ -348,8 +348,9 @@ pub fn run(args: AnalyzeArgs) -> ExitCode {
     let mut reports = Vec::new();
     let mut failed = false;
     for path in &args.snapshots {
-        match read_file(path, &|_| true) {
-            Ok(snapshot) => reports.push(SnapshotReport::new(path, &Arc::new(snapshot))),
+        // Read through the evidence pipeline's reader: the same errors as everywhere else.
+        match read_snapshot(path, &Unwatched) {
+            Ok(snapshot) => reports.push(SnapshotReport::new(path, &snapshot)),
             Err(error) => {
                 eprintln!("vramscope: error: {error}");
                 failed = true;
