@@ -62,6 +62,7 @@ mod snapshot_stream;
 mod ui_app;
 mod ui_blockmap;
 mod ui_commands;
+mod ui_compare;
 mod ui_export;
 mod ui_fleet;
 mod ui_integration;

@@ -230,6 +230,11 @@ impl VramscopeApp {
         self.allocators.views()
     }
 
+    /// The comparison of two snapshots, while the Allocator tab shows it.
+    pub fn allocator_compare(&self) -> Option<&super::allocator::compare::CompareView> {
+        self.allocators.compare()
+    }
+
     /// The allocator view shown in the Allocator tab.
     pub fn active_allocator_view(&self) -> Option<&AllocatorView> {
         self.allocators.active()
@@ -983,6 +988,7 @@ impl VramscopeApp {
             watching,
             demo_running: self.demo_speed().is_some(),
             native: cfg!(feature = "native"),
+            snapshots_open: self.allocators.views().len(),
         }
     }
 
@@ -1037,6 +1043,16 @@ impl VramscopeApp {
             UiCommand::ShowSettings => self.show_settings = true,
             UiCommand::AddNote => self.add_annotation(),
             UiCommand::CommandPalette => self.palette.open(),
+            UiCommand::CompareSnapshots => {
+                if self.allocators.set_comparing(true) {
+                    self.set_view(View::Allocator);
+                } else {
+                    self.notices.push(
+                        NoticeLevel::Info,
+                        "Open two or more snapshots first: Compare shows two of them side by side.",
+                    );
+                }
+            }
             // Shown above: views and timeline exports.
             UiCommand::ShowTimeline
             | UiCommand::ShowAllocator
@@ -1163,6 +1179,8 @@ impl VramscopeApp {
                     ui.separator();
                     demo_speed_ui(ui, current, &commands);
                 }
+                ui.separator();
+                UiCommand::CompareSnapshots.menu_item_ui(ui, &context, &commands);
                 ui.separator();
                 UiCommand::ShowSettings.menu_item_ui(ui, &context, &commands);
                 UiCommand::CommandPalette.menu_item_ui(ui, &context, &commands);

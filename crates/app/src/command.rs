@@ -47,6 +47,8 @@ pub enum UiCommand {
     ShowTimeline,
     /// Show the allocator view.
     ShowAllocator,
+    /// Show two opened snapshots side by side in the allocator view.
+    CompareSnapshots,
     /// Show the diagnosis wizards.
     ShowDiagnose,
     /// Show the hardware checks.
@@ -107,6 +109,8 @@ pub struct CommandContext {
     pub demo_running: bool,
     /// The build has a file system, threads and dialogs (not the web viewer).
     pub native: bool,
+    /// Allocator snapshots open (a comparison needs two).
+    pub snapshots_open: usize,
 }
 
 /// Ctrl+`key` (Cmd+`key` on macOS).
@@ -130,12 +134,13 @@ const fn command_shift_key(key: Key) -> KeyboardShortcut {
 
 impl UiCommand {
     /// Every command, in the order the command palette lists them.
-    pub const ALL: [UiCommand; 18] = [
+    pub const ALL: [UiCommand; 19] = [
         UiCommand::Open,
         UiCommand::SaveAs,
         UiCommand::ToggleRecording,
         UiCommand::ShowTimeline,
         UiCommand::ShowAllocator,
+        UiCommand::CompareSnapshots,
         UiCommand::ShowDiagnose,
         UiCommand::ShowHardwareChecks,
         UiCommand::ExportTimelinePng,
@@ -226,6 +231,7 @@ impl UiCommand {
             UiCommand::ShowSettings => "Settings…",
             UiCommand::AddNote => "Add note",
             UiCommand::CommandPalette => "Command palette…",
+            UiCommand::CompareSnapshots => "Compare snapshots",
             _ => "",
         }
     }
@@ -256,6 +262,10 @@ impl UiCommand {
                 "Add the note at the current time (live) or the last hovered time"
             }
             UiCommand::CommandPalette => "Find any command by name and run it",
+            UiCommand::CompareSnapshots => {
+                "Two opened snapshots side by side: block maps on one scale, linked time travel, \
+                 the call sites whose memory changed"
+            }
             _ => "",
         }
     }
@@ -280,7 +290,8 @@ impl UiCommand {
             | UiCommand::ExportTimelinePerfetto
             | UiCommand::WatchFolder
             | UiCommand::StopWatching
-            | UiCommand::AddNote => None,
+            | UiCommand::AddNote
+            | UiCommand::CompareSnapshots => None,
         }
     }
 
@@ -304,6 +315,9 @@ impl UiCommand {
             }
             UiCommand::AddNote if !context.has_session => {
                 Availability::Disabled("Open a capture or start a live source first")
+            }
+            UiCommand::CompareSnapshots if context.snapshots_open < 2 => {
+                Availability::Disabled("Open two or more snapshots first")
             }
             _ => Availability::Enabled,
         }
@@ -475,6 +489,15 @@ mod tests {
         );
         assert!(!UiCommand::ExportReport.availability(&empty).is_enabled());
         assert!(!UiCommand::AddNote.availability(&empty).is_enabled());
+        assert_eq!(
+            UiCommand::CompareSnapshots.availability(&empty),
+            Availability::Disabled("Open two or more snapshots first")
+        );
+        let two = CommandContext {
+            snapshots_open: 2,
+            ..empty
+        };
+        assert!(UiCommand::CompareSnapshots.availability(&two).is_enabled());
         let shown = CommandContext {
             has_session: true,
             has_report_evidence: true,

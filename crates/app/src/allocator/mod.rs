@@ -8,6 +8,7 @@
 
 pub mod block_map;
 
+pub mod compare;
 pub mod panels;
 pub mod tabs;
 pub mod timeline;
@@ -443,8 +444,15 @@ impl AllocatorView {
             .and_then(|d| d.pinned)
     }
 
-    /// Starts the analysis on the first frame; takes its result in when it is done.
-    fn poll_analysis(&mut self, ui: &Ui) {
+    /// The time travel of the shown device, once the analysis is done (the comparison of two
+    /// snapshots walks it too).
+    pub(crate) fn shown_travel(&self) -> Option<&Arc<TimeTravel>> {
+        self.devices.get(self.selected_device).map(|d| &d.travel)
+    }
+
+    /// Starts the analysis on the first frame; takes its result in when it is done. The
+    /// comparison calls it too, for snapshots it shows that were never drawn on their own.
+    pub(crate) fn poll_analysis(&mut self, ui: &Ui) {
         if matches!(self.analysis, Analysis::Waiting) {
             let runner = Runner::new(ui.ctx().clone());
             let job = spawn_analysis(&runner, Arc::clone(&self.snapshot), &self.name);

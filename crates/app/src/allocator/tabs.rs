@@ -1,9 +1,11 @@
 //! The Allocator tab's views: one [`AllocatorView`] per opened snapshot, a picker when several
-//! are open, and a cap on how many stay open (each holds a whole snapshot).
+//! are open, "Compare" to see two of them side by side ([`CompareView`]), and a cap on how many
+//! stay open (each holds a whole snapshot).
 
 use egui::{RichText, Ui};
 
 use super::AllocatorView;
+use super::compare::CompareView;
 use crate::nav::AllocatorTabRequest;
 
 /// Allocator views kept open at most (each holds a whole snapshot); the oldest is closed first.
@@ -17,6 +19,8 @@ pub struct AllocatorTabs {
     /// Whether a newly opened view is first laid out unseen (see
     /// [`AllocatorTabs::set_unseen_first_frame`]).
     unseen_first_frame: bool,
+    /// The comparison, while "Compare" is on (two or more snapshots open).
+    compare: Option<CompareView>,
 }
 
 impl Default for AllocatorTabs {
@@ -26,6 +30,7 @@ impl Default for AllocatorTabs {
             views: Vec::new(),
             active: 0,
             unseen_first_frame: cfg!(target_arch = "wasm32"),
+            compare: None,
         }
     }
 }
@@ -53,12 +58,39 @@ impl AllocatorTabs {
         self.views.get(self.active)
     }
 
+    /// Shows two of the opened snapshots side by side (or the chosen one alone again); false
+    /// when fewer than two are open, which a comparison needs.
+    pub fn set_comparing(&mut self, on: bool) -> bool {
+        if on && self.views.len() < 2 {
+            return false;
+        }
+        if on != self.compare.is_some() {
+            self.compare = on.then(|| CompareView::new(self.views.len()));
+        }
+        true
+    }
+
+    /// Whether the comparison is shown.
+    pub fn comparing(&self) -> bool {
+        self.compare.is_some()
+    }
+
+    /// The comparison, while it is shown.
+    pub fn compare(&self) -> Option<&CompareView> {
+        self.compare.as_ref()
+    }
+
     /// Adds and shows `view` (of a snapshot just opened); returns the name of the view closed to
     /// stay within [`MAX_ALLOCATOR_VIEWS`], if one was.
     pub fn open(&mut self, view: AllocatorView) -> Option<String> {
         // A watched folder gets a new snapshot every few minutes for as long as a job runs.
         let closed = (self.views.len() >= MAX_ALLOCATOR_VIEWS)
             .then(|| self.views.remove(0).name().to_owned());
+        if closed.is_some()
+            && let Some(compare) = &mut self.compare
+        {
+            compare.view_removed(0);
+        }
         self.views.push(view);
         self.active = self.views.len() - 1;
         if self.unseen_first_frame
@@ -102,9 +134,20 @@ impl AllocatorTabs {
             });
             return;
         }
+        if self.views.len() < 2 {
+            self.compare = None;
+        }
         if self.views.len() > 1 {
             egui::Panel::top("snapshot_picker").show(ui, |ui| {
                 ui.horizontal(|ui| {
+                    let mut comparing = self.compare.is_some();
+                    ui.toggle_value(&mut comparing, "Compare")
+                        .on_hover_text(crate::command::UiCommand::CompareSnapshots.tooltip());
+                    self.set_comparing(comparing);
+                    if comparing {
+                        return;
+                    }
+                    ui.separator();
                     ui.label("Snapshot");
                     let active = self.active.min(self.views.len() - 1);
                     let mut selected = active;
@@ -114,10 +157,19 @@ impl AllocatorTabs {
                             for (i, view) in self.views.iter().enumerate() {
                                 ui.selectable_value(&mut selected, i, view.name());
                             }
+                        })
+                        .response
+                        // Named for screen readers: the label beside it says what, not which.
+                        .widget_info(|| {
+                            egui::WidgetInfo::labeled(egui::Role::ComboBox, true, "Snapshot shown")
                         });
                     self.active = selected;
                 });
             });
+        }
+        if let Some(compare) = &mut self.compare {
+            compare.ui(ui, &mut self.views);
+            return;
         }
         let unseen = self
             .views
