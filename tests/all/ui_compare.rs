@@ -191,3 +191,50 @@ fn three_snapshots_get_a_rank_table() {
     harness.get_by_label("All 3 snapshots at their peaks");
     harness.get_by_label("differs most at");
 }
+
+#[test]
+fn captures_overlay_in_the_timeline_aligned_at_their_start() {
+    let files = ["cap_growth.smi-gpu.csv", "cap_fragmentation.smi-gpu.csv"];
+    let paths = files
+        .iter()
+        .map(|f| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/cases2")
+                .join(f)
+        })
+        .collect();
+    let mut harness = app_harness(Box::new(NoDialogs), paths, None, 0.25);
+    step_until(&mut harness, "both captures", |app| {
+        app.sessions().len() == 2
+    });
+    harness.state_mut().run_command(UiCommand::ShowTimeline);
+    harness.run_steps(2);
+    assert!(harness.state().capture_compare().lines().is_empty());
+    harness.get_by_label("Compare captures").click();
+    harness.run_steps(3);
+    let lines = harness.state().capture_compare().lines();
+    let labels: Vec<&str> = lines.iter().map(|(label, _)| *label).collect();
+    assert_eq!(lines.len(), 2, "{labels:?}");
+    for (file, (label, points)) in files.iter().zip(&lines) {
+        assert!(label.starts_with(file), "{label}");
+        // Each against the time since its own start: both begin at 0 s, though recorded at
+        // different times of day.
+        assert_eq!(points.first().map(|p| p[0]), Some(0.0), "{label}");
+        let end = points.last().map_or(0.0, |p| p[0]);
+        assert!(end > 1.0, "{label} lasts {end} s");
+        let peak = points.iter().map(|p| p[1]).fold(0.0, f64::max);
+        assert!(peak > 1.0, "{label} peaks at {peak} GiB");
+    }
+    // Unticking one leaves the other.
+    let second = labels_of_session(&harness, 1);
+    harness
+        .get_by_role_and_label(Role::CheckBox, &second)
+        .click();
+    harness.run_steps(2);
+    assert_eq!(harness.state().capture_compare().lines().len(), 1);
+}
+
+/// The name the app shows for its `i`th session (the overlay's checkbox).
+fn labels_of_session(harness: &Harness<'static, VramscopeApp>, i: usize) -> String {
+    harness.state().sessions()[i].label()
+}

@@ -109,6 +109,8 @@ pub struct VramscopeApp {
     view: View,
     /// One allocator view per opened snapshot.
     allocators: AllocatorTabs,
+    /// The Timeline view's overlay of the open captures ("Compare captures").
+    capture_compare: super::capture_compare::CaptureCompare,
     /// The diagnosis wizards, fed with every opened file.
     wizard: WizardView,
     /// Commands sent by the menus, shortcuts and views, run once per frame.
@@ -154,6 +156,7 @@ impl VramscopeApp {
             applied: None,
             view: View::Timeline,
             allocators: AllocatorTabs::default(),
+            capture_compare: super::capture_compare::CaptureCompare::default(),
             wizard,
             #[cfg(feature = "native")]
             hardware: None,
@@ -233,6 +236,11 @@ impl VramscopeApp {
     /// The comparison of two snapshots, while the Allocator tab shows it.
     pub fn allocator_compare(&self) -> Option<&super::allocator::compare::CompareView> {
         self.allocators.compare()
+    }
+
+    /// The overlay of the open captures in the Timeline view.
+    pub fn capture_compare(&self) -> &super::capture_compare::CaptureCompare {
+        &self.capture_compare
     }
 
     /// The allocator view shown in the Allocator tab.
@@ -1251,6 +1259,13 @@ impl VramscopeApp {
 
     /// The Timeline view: devices, plots and processes of the active session.
     fn timeline_view_ui(&mut self, ui: &mut Ui) {
+        if self.sessions.len() > 1 {
+            top_panel(ui, "capture_compare_bar").show(ui, |ui| self.capture_compare.toggle_ui(ui));
+            if self.capture_compare.on {
+                central_panel(ui).show(ui, |ui| self.capture_compare.ui(ui, &self.sessions));
+                return;
+            }
+        }
         let Some(session) = self.active.and_then(|i| self.sessions.get(i)) else {
             let elsewhere = self.open_elsewhere();
             let commands = self.commands.sender();

@@ -19,6 +19,7 @@
 pub mod alerting;
 pub mod allocator;
 pub mod app;
+pub mod capture_compare;
 pub mod command;
 pub mod devices;
 pub mod dialogs;
