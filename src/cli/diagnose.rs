@@ -23,7 +23,7 @@ use vramscope_core::source::{self, Source, Tiers};
 ))]
 pub struct DiagnoseArgs {
     /// Evidence files of any kind, told apart by their content: captures (.vramcap, nvidia-smi
-    /// CSV), PyTorch snapshots, logs.
+    /// CSV), PyTorch snapshots, logs; or a run folder of `vramscope run`.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Read the GPUs now (memory, processes, ECC, remapped rows, throttling) through NVML.
@@ -107,8 +107,19 @@ fn gather(args: &DiagnoseArgs) -> Result<Evidence, String> {
             .collect::<Vec<_>>()
     };
     // Positional files are told apart by content; a flag says what its files are.
+    // A run folder (`vramscope run`) stands for its log, timeline and snapshots.
+    let positional: Vec<(PathBuf, Option<Route>)> = args
+        .files
+        .iter()
+        .flat_map(
+            |path| match vramscope_core::evidence::run_folder_files(path) {
+                Some(files) => files,
+                None => vec![(path.clone(), None)],
+            },
+        )
+        .collect();
     let files: Vec<(PathBuf, Option<Route>)> = [
-        given(&args.files, None),
+        positional,
         given(&args.log, Some(Route::Log)),
         given(&args.capture, Some(Route::Capture)),
         given(&args.snapshot, Some(Route::Snapshot)),

@@ -30,6 +30,7 @@ mod cli_check;
 mod cli_pipe;
 mod cli_record_inspect;
 mod compare_cli;
+mod compare_fixtures;
 mod cuda_checks;
 mod cuda_hardware_panel;
 mod demo_open_default;

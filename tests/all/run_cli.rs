@@ -285,3 +285,38 @@ fn the_python_hooks_own_tests_pass() {
     );
     assert!(text(&out.stderr).contains("OK"), "{}", text(&out.stderr));
 }
+
+/// The hook's files from a real run on an H100 (`scripts/compare/run_gpu.sh`: a training job
+/// under a 2 % memory cap, with no vramscope code in it, ran out of memory at its 862nd
+/// allocation): a run folder made of them is diagnosed from the OOM snapshot the hook wrote.
+#[test]
+fn a_run_folder_with_the_hooks_real_oom_snapshot_is_diagnosed() {
+    let real = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/run/hook_oom");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folder = dir.path().join("20261206T235300Z-python3-oom_job");
+    for sub in ["snapshots", "progress"] {
+        std::fs::create_dir_all(folder.join(sub)).expect("folder");
+        for entry in std::fs::read_dir(real.join(sub)).expect("fixture") {
+            let entry = entry.expect("entry");
+            std::fs::copy(entry.path(), folder.join(sub).join(entry.file_name())).expect("copied");
+        }
+    }
+    std::fs::write(folder.join("run.json"), r#"{"schema": "vramscope.run/1"}"#).expect("manifest");
+    let records = vramscope_gpu::run::prove::hook_records(&folder);
+    assert_eq!(records.oom_at_allocation, Some(862));
+    assert_eq!(records.oom_missing_bytes, None, "a cap, not a full device");
+    let out = Command::new(VRAMSCOPE)
+        .args(["diagnose", "--json"])
+        .arg(&folder)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let inputs = doc["inputs"].to_string();
+    assert!(inputs.contains("rank3-pid668-oom-1.pickle"), "{inputs}");
+    let findings = doc["findings"].to_string();
+    assert!(
+        findings.contains("out of memory") || findings.contains("cap"),
+        "{findings}"
+    );
+}

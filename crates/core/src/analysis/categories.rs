@@ -35,19 +35,23 @@ pub enum MemoryCategory {
     Activations,
     InferenceCaches,
     GraphPools,
+    /// cuBLAS (and cuBLASLt) workspaces: one block per handle and stream, made by the first
+    /// matrix product and kept for the process's life.
+    Workspaces,
     Temporaries,
     Other,
 }
 
 impl MemoryCategory {
     /// Every category, in the order reports list them.
-    pub const ALL: [MemoryCategory; 8] = [
+    pub const ALL: [MemoryCategory; 9] = [
         MemoryCategory::Parameters,
         MemoryCategory::Gradients,
         MemoryCategory::OptimizerState,
         MemoryCategory::Activations,
         MemoryCategory::InferenceCaches,
         MemoryCategory::GraphPools,
+        MemoryCategory::Workspaces,
         MemoryCategory::Temporaries,
         MemoryCategory::Other,
     ];
@@ -61,6 +65,7 @@ impl MemoryCategory {
             MemoryCategory::Activations => "activations",
             MemoryCategory::InferenceCaches => "inference caches",
             MemoryCategory::GraphPools => "CUDA-graph pools",
+            MemoryCategory::Workspaces => "cuBLAS workspaces",
             MemoryCategory::Temporaries => "temporaries",
             MemoryCategory::Other => "other (your code, or no stack)",
         }
@@ -85,8 +90,8 @@ impl MemoryCategory {
 /// Bytes and blocks of one state, per category.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CategoryTotals {
-    bytes: [u64; 8],
-    blocks: [u64; 8],
+    bytes: [u64; 9],
+    blocks: [u64; 9],
 }
 
 impl CategoryTotals {
@@ -123,7 +128,7 @@ impl CategoryTotals {
         let fixed: u64 = MemoryCategory::ALL
             .into_iter()
             .filter(|c| !c.scales_with_batch() && *c != MemoryCategory::Other)
-            .filter(|c| *c != MemoryCategory::GraphPools)
+            .filter(|c| !matches!(c, MemoryCategory::GraphPools | MemoryCategory::Workspaces))
             .map(|c| self.bytes(c))
             .sum();
         fixed as f64 / total as f64
@@ -256,6 +261,34 @@ pub fn trace_has_frames(travel: &TimeTravel) -> bool {
     travel.trace().stacks.iter().any(|s| *s != StackId::EMPTY)
 }
 
+/// Sizes of cuBLAS workspaces with PyTorch's default `CUBLAS_WORKSPACE_CONFIG`: `:4096:8`
+/// (32 MiB) on Hopper and newer, `:4096:2:16:8` (8 MiB + 128 KiB) before
+/// (`aten/src/ATen/cuda/CublasHandlePool.cpp`, `getChosenWorkspaceSize`).
+const CUBLAS_WORKSPACE_BYTES: [u64; 2] = [32 << 20, (8 << 20) + (128 << 10)];
+
+/// Trace events whose blocks are still allocated at the end of the trace: a block the program
+/// never gives back.
+fn never_freed(travel: &TimeTravel) -> HashSet<u32> {
+    let end = travel.state_at(travel.len());
+    end.segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.status == BlockStatus::Allocated)
+        .filter_map(|b| match b.origin {
+            BlockOrigin::AllocEvent(i) => Some(i),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A block allocated by a matrix product (in a forward or on the autograd thread) at exactly a
+/// cuBLAS workspace's size and never freed: the library's workspace, not a tensor of the model.
+fn is_cublas_workspace(class: StackClass, block: &StateBlock, kept: &HashSet<u32>) -> bool {
+    matches!(class, StackClass::Forward | StackClass::Backward)
+        && CUBLAS_WORKSPACE_BYTES.contains(&block.requested_bytes)
+        && matches!(block.origin, BlockOrigin::AllocEvent(i) if kept.contains(&i))
+}
+
 /// A block of a state by position: segment index and block index.
 pub type StateBlockRef = (usize, usize);
 
@@ -285,12 +318,15 @@ pub fn attribute(
             classified.push(((s, b), class, !segment.pool_id.is_default()));
         }
     }
+    let kept = never_freed(travel);
     let mut totals = CategoryTotals::default();
     let mut out = Vec::with_capacity(classified.len());
     for ((s, b), class, private_pool) in classified {
         let block = &state.segments[s].blocks[b];
         let category = if private_pool {
             MemoryCategory::GraphPools
+        } else if is_cublas_workspace(class, block, &kept) {
+            MemoryCategory::Workspaces
         } else {
             match class {
                 StackClass::Parameters => MemoryCategory::Parameters,

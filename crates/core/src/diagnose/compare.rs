@@ -272,7 +272,7 @@ pub fn judge_ranks(rows: &[RankRow]) -> CompareVerdict {
     }
     CompareVerdict {
         headline: format!(
-            "Rank {} is the heaviest: {} at its peak, {:+.0} % of the median rank.",
+            "Rank {} is the heaviest: {} at its peak, {:+.1} % against the median rank.",
             heaviest.rank,
             format_bytes(heaviest.peak_allocated_bytes),
             heaviest.imbalance_percent

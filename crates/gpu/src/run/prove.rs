@@ -91,8 +91,10 @@ pub fn hook_records(folder: &Path) -> HookRecords {
         if name.ends_with(".oom.json") {
             if let Ok(oom) = serde_json::from_str::<OomRecord>(&text) {
                 if records.oom_at_allocation.is_none_or(|n| oom.num_allocs < n) {
-                    records.oom_missing_bytes =
-                        Some(oom.alloc_bytes.saturating_sub(oom.device_free));
+                    // Under a per-process cap the device has room; what the cap lacked is
+                    // not in the record, so nothing is claimed then.
+                    records.oom_missing_bytes = (oom.alloc_bytes > oom.device_free)
+                        .then(|| oom.alloc_bytes - oom.device_free);
                 }
                 records.oom_at_allocation = Some(
                     records
