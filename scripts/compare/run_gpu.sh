@@ -30,13 +30,11 @@ log="$OUT/gpu-run.log"
   cat "$R"/oom/progress/*.oom.json 2>/dev/null; echo
   echo "== oom job without the hook"
   python3 scripts/run/oom_job.py; echo "exit $?"
-  echo "== step time: off, none, python, all (twice, interleaved)"
-  for round in 1 2; do
-    python3 scripts/run/step_time.py 40 16
-    for stacks in none python all; do
-      PYTHONPATH="$hook" VRAMSCOPE_RUN_DIR="$R/time-$stacks-$round" VRAMSCOPE_RUN_STACKS=$stacks \
-        python3 scripts/run/step_time.py 40 16
-    done
+  echo "== step time: off, then none, python, all"
+  python3 scripts/run/step_time.py 20 16
+  for stacks in none python all; do
+    PYTHONPATH="$hook" VRAMSCOPE_RUN_DIR="$R/time-$stacks" VRAMSCOPE_RUN_STACKS=$stacks \
+      python3 scripts/run/step_time.py 20 16
   done
 } >"$log" 2>&1
 tar -C "$W" -cJf "$OUT/compare-fixtures.tar.xz" .
