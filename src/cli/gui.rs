@@ -28,10 +28,12 @@ pub fn run(
     // snapshots, all offered to the diagnosis together.
     let files: Vec<PathBuf> = files
         .into_iter()
-        .flat_map(|path| match vramscope_core::evidence::run_folder_files(&path) {
-            Some(run) => run.into_iter().map(|(file, _)| file).collect(),
-            None => vec![path],
-        })
+        .flat_map(
+            |path| match vramscope_core::evidence::run_folder_files(&path) {
+                Some(run) => run.into_iter().map(|(file, _)| file).collect(),
+                None => vec![path],
+            },
+        )
         .collect();
     if let Some(dir) = &watch
         && !dir.is_dir()

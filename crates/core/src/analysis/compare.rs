@@ -197,7 +197,9 @@ fn side_of_state(
         }
     }
     for totals in by_site.values_mut() {
-        totals.sizes.sort_by_key(|&(size, _)| std::cmp::Reverse(size));
+        totals
+            .sizes
+            .sort_by_key(|&(size, _)| std::cmp::Reverse(size));
     }
     let mut pools: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut largest_free_bytes = 0;

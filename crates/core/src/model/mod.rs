@@ -8,9 +8,9 @@
 pub mod allocator;
 pub mod capture;
 pub mod checks;
-pub mod run;
 pub mod device;
 pub mod event;
+pub mod run;
 pub mod sample;
 pub mod series;
 

@@ -180,7 +180,7 @@ fn replay_candidates(evidence: &Evidence) -> Vec<Candidate> {
             ));
         }
     }
-    scored.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    scored.sort_by_key(|(unsettled, headroom_rank, _)| (*unsettled, *headroom_rank));
     scored.into_iter().map(|(_, _, c)| c).collect()
 }
 
