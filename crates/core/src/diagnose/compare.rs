@@ -281,3 +281,69 @@ pub fn judge_ranks(rows: &[RankRow]) -> CompareVerdict {
         caveats: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::compare::{SiteTotals, compare};
+    use std::collections::BTreeMap;
+
+    fn side(name: &str, device: u32, trace_events: usize, site: &str) -> SnapshotSide {
+        SnapshotSide {
+            name: name.to_owned(),
+            device,
+            moment: "peak".to_owned(),
+            events_applied: trace_events,
+            trace_events,
+            time_us: None,
+            allocated_bytes: 100,
+            reserved_bytes: 120,
+            largest_free_bytes: 20,
+            pools: Vec::new(),
+            categories: Default::default(),
+            sites: BTreeMap::from([(
+                site.to_owned(),
+                SiteTotals {
+                    blocks: 1,
+                    bytes: 100,
+                    stack: Vec::new(),
+                    sizes: vec![(100, 1)],
+                },
+            )]),
+            ooms: 0,
+            first_oom_us: None,
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_compared_is_said_and_the_rest_still_is() {
+        let verdict = judge(&compare(vec![
+            side("a.pickle", 0, 10, "t.py:1 f"),
+            side("b.pickle", 1, 0, "(no stack recorded)"),
+        ]));
+        let caveats = verdict.caveats.join(" ");
+        assert!(
+            caveats.contains("different GPUs (a.pickle GPU 0, b.pickle GPU 1)"),
+            "{caveats}"
+        );
+        assert!(
+            caveats.contains("b.pickle has no allocator trace"),
+            "{caveats}"
+        );
+        assert!(caveats.contains("b.pickle recorded no stacks"), "{caveats}");
+        // The sites still compare: the one in a only and the one in b only.
+        assert!(!verdict.headline.is_empty());
+    }
+
+    #[test]
+    fn identical_sides_say_no_difference() {
+        let a = side("a.pickle", 0, 10, "t.py:1 f");
+        let verdict = judge(&compare(vec![a.clone(), a]));
+        assert!(
+            verdict.headline.starts_with("No difference"),
+            "{}",
+            verdict.headline
+        );
+        assert!(verdict.caveats.is_empty());
+    }
+}
