@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use vramscope_core::diagnose::finding::VerificationStatus;
 use vramscope_core::diagnose::leak::SnapshotFacts;
 use vramscope_core::diagnose::log::analyze_file;
 use vramscope_core::diagnose::{Category, DiagnosisInput, diagnose};
@@ -176,6 +177,21 @@ fn a_garbage_collection_threshold_that_only_gets_past_the_failure_is_not_proof()
             .iter()
             .any(|a| a.contains("garbage_collection_threshold")),
         "{actions:?}"
+    );
+    // The snapshot was taken at the failure (the trace goes on only with the frees of the
+    // failed step): the settings pass the failing request, which is not proof of the rest.
+    let statuses: Vec<VerificationStatus> = findings
+        .iter()
+        .flat_map(|f| &f.recommendations)
+        .filter(|r| r.action.contains("PYTORCH_CUDA_ALLOC_CONF"))
+        .filter_map(|r| r.verification.as_ref().map(|v| v.status))
+        .collect();
+    assert!(!statuses.is_empty());
+    assert!(
+        statuses
+            .iter()
+            .all(|&s| s == VerificationStatus::PassesFailingRequest),
+        "{statuses:?}"
     );
     assert!(
         findings.iter().flat_map(|f| &f.evidence).any(|e| e.label

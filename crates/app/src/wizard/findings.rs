@@ -86,6 +86,10 @@ fn finding_ui(ui: &mut egui::Ui, number: usize, f: &Finding) {
                         VerificationStatus::Proven => {
                             ("proven by replay", severity_color(Severity::Info))
                         }
+                        VerificationStatus::PassesFailingRequest => (
+                            "passes the failing request",
+                            severity_color(Severity::Warning),
+                        ),
                         VerificationStatus::Unverified => ("unverified", Color32::GRAY),
                     };
                     ui.label(RichText::new(text).small().color(color))

@@ -254,6 +254,9 @@ impl Recommendation {
         self.verification.as_ref().map(|v| match v.status {
             VerificationStatus::ProvenByRun => "proven by a real run",
             VerificationStatus::Proven => "proven by replay",
+            VerificationStatus::PassesFailingRequest => {
+                "passes the failing request; the rest of the step is unknown"
+            }
             VerificationStatus::Unverified => "unverified",
         })
     }
@@ -275,8 +278,15 @@ pub enum VerificationStatus {
     /// The job itself, re-run under the change (`vramscope run --prove`), got past its original
     /// failure: stronger than a replay.
     ProvenByRun,
-    /// A replay of the recorded allocations under the change did not run out of memory.
+    /// A replay of the recorded allocations under the change went past the recorded failure
+    /// (when there was one) and through at least one completed iteration of recorded work after
+    /// it.
     Proven,
+    /// A replay served the failing request under the change, but the trace ends inside the step
+    /// that failed (a snapshot taken at the failure): what the rest of that step and the next ones
+    /// need is unknown, so it is not proof that the job gets through. `detail` says what settles
+    /// it. Serialized `passes-failing-request`.
+    PassesFailingRequest,
     /// Not tried: no allocation history, the replay could not be trusted, or the change is not
     /// one a replay can try. `detail` says which and how to verify it.
     Unverified,
@@ -296,6 +306,15 @@ impl Verification {
     pub fn proven(detail: impl Into<String>) -> Self {
         Verification {
             status: VerificationStatus::Proven,
+            detail: detail.into(),
+        }
+    }
+
+    /// A change the replay showed serving the failing request, in a trace that ends inside the
+    /// step that failed (see [`VerificationStatus::PassesFailingRequest`]).
+    pub fn passes_failing_request(detail: impl Into<String>) -> Self {
+        Verification {
+            status: VerificationStatus::PassesFailingRequest,
             detail: detail.into(),
         }
     }

@@ -1750,6 +1750,7 @@ mod tests {
             recorded_conf: "default".into(),
             settings,
             not_run: None,
+            iteration_after_failure: None,
         }
     }
 

@@ -10,13 +10,18 @@
 //! unverified, with the self-check's reason. Without an allocation history there is nothing to
 //! replay, and the recommendation says how to record one.
 //!
-//! The replay ends where the recorded run ended. A setting that survives the failing request only
-//! proves the run gets past it: when the live set was still growing, the headroom is used up by the
-//! growth, and [`headroom_lasts`] says for how long.
+//! The replay ends where the recorded run ended. A setting is *proven* only when the replay went
+//! past the recorded failure and through at least one completed iteration of recorded work after
+//! it ([`super::trajectory::iteration_after_failure`]). A snapshot taken at the failure ends inside
+//! the step that failed: a setting whose replay serves the failing request then only *passes the
+//! failing request*, and the rest of the step is unknown (on the H200 such settings also failed
+//! later in real runs, `docs/gpu-verification/whatif-heldout/`). When the live set was still
+//! growing, the headroom is used up by the growth, and [`headroom_lasts`] says for how long.
 
 use serde::{Deserialize, Serialize};
 
 use super::finding::Verification;
+use super::trajectory;
 use crate::analysis::replay::{self, ReplayError, SettingOutcome, WhatIfReport, WhatIfRequest};
 use crate::analysis::timetravel::TimeTravel;
 use crate::model::format_bytes;
@@ -77,6 +82,12 @@ pub struct ReplayEvidence {
     /// within a diagnosis, see [`MAX_REPLAYED_EVENTS`]); then `settings` is empty and nothing
     /// is proven.
     pub not_run: Option<String>,
+    /// Trace position where the first iteration of recorded work after the recorded failure
+    /// ends ([`trajectory::iteration_after_failure`]); `None` when the trace ends inside the step
+    /// that failed, so that a setting serving the failing request is not proof of the rest. Absent
+    /// in evidence written before it existed.
+    #[serde(default)]
+    pub iteration_after_failure: Option<usize>,
 }
 
 /// The replay's verdict on the settings other than the recorded one.
@@ -93,6 +104,17 @@ pub struct SettingsProof<'a> {
     pub limit_bytes: Option<u64>,
     /// Where the recorded run ran out in the replay of its own settings, if it did.
     pub recorded_oom_event: Option<usize>,
+    /// Where the first completed iteration after the recorded failure ends, when the trace goes
+    /// that far (see [`ReplayEvidence::iteration_after_failure`]).
+    pub iteration_after_failure: Option<usize>,
+}
+
+impl SettingsProof<'_> {
+    /// The replayed trace ends inside the step that failed: a setting that did not run out only
+    /// passes the failing request.
+    pub fn ends_in_failed_step(&self) -> bool {
+        self.recorded_oom_event.is_some() && self.iteration_after_failure.is_none()
+    }
 }
 
 /// The evidence of a what-if replay report (`analysis::replay`): the self-check's verdict in
@@ -144,7 +166,16 @@ pub fn from_what_if(report: &WhatIfReport) -> ReplayEvidence {
             .map(setting)
             .collect(),
         not_run: None,
+        iteration_after_failure: None,
     }
+}
+
+/// [`from_what_if`] for the report of `travel`'s trace, with where the first iteration after the
+/// recorded failure ends ([`trajectory::iteration_after_failure`]).
+pub fn from_what_if_of(report: &WhatIfReport, travel: &TimeTravel) -> ReplayEvidence {
+    let mut evidence = from_what_if(report);
+    evidence.iteration_after_failure = trajectory::iteration_after_failure(travel);
+    evidence
 }
 
 /// Trace events × settings a diagnosis replays at most (about 10 s at the replay's ~5 M events
@@ -168,6 +199,7 @@ pub fn replay_trace(travel: &TimeTravel, device: u32) -> Result<ReplayEvidence, 
                 "the trace has {events} events; replaying the sweep of settings over them ({passes} passes or more) is more than a diagnosis replays ({MAX_REPLAYED_EVENTS} events in all), so run the replay on its own: vramscope whatif {}",
                 travel.snapshot().name
             )),
+            iteration_after_failure: None,
         });
     }
     let request = WhatIfRequest {
@@ -176,7 +208,7 @@ pub fn replay_trace(travel: &TimeTravel, device: u32) -> Result<ReplayEvidence, 
         cap_bytes: None,
         device_memory_bytes: None,
     };
-    replay::what_if(travel, &request, &|_| true).map(|report| from_what_if(&report))
+    replay::what_if(travel, &request, &|_| true).map(|report| from_what_if_of(&report, travel))
 }
 
 /// `Some((events, passes))` (passes: at least that many) when replaying the trace of `travel`
@@ -235,6 +267,7 @@ pub fn judge(evidence: &ReplayEvidence) -> Option<SettingsProof<'_>> {
         layout_only,
         limit_bytes: evidence.limit_bytes,
         recorded_oom_event,
+        iteration_after_failure: evidence.iteration_after_failure,
     })
 }
 
@@ -329,21 +362,41 @@ pub fn useless_text(setting: &ReplayedSetting) -> String {
     }
 }
 
-/// The verification of a setting the replay proved. When the recorded run failed, it says how
-/// far the proof reaches: the snapshot was taken at or after the failure, so the replay shows
-/// the job getting past it, not what the job allocates after the snapshot (on the H200 two
-/// garbage-collection settings of a held-out workload got past the failure in the replay and
-/// failed later on a request the trace never saw: `docs/gpu-verification/whatif-heldout/`).
+/// The verification of a setting the replay did not see run out. When the recorded run failed,
+/// it says how far the replay reaches: through a completed iteration after the failure (proven:
+/// the job got past it and did recorded work again), or only through the failing request when
+/// the trace ends inside the step that failed. Then the setting *passes the failing request* and
+/// the rest of the step is unknown (on the H200 two garbage-collection settings of a held-out
+/// workload got past the failure in the replay and failed later on a request the trace never
+/// saw: `docs/gpu-verification/whatif-heldout/`); the detail names what settles it.
 pub fn proven(setting: &ReplayedSetting, proof: &SettingsProof) -> Verification {
     let mut text = proven_text(setting, proof.limit_bytes);
-    if let Some(event) = proof.recorded_oom_event {
-        text.push_str(&format!(
-            "; this proves the job gets past the failure at event {event} and through the rest \
-             of the recorded trace, not what it allocates after the snapshot was taken"
-        ));
+    match (proof.recorded_oom_event, proof.iteration_after_failure) {
+        (None, _) => Verification::proven(text),
+        (Some(event), Some(end)) => {
+            text.push_str(&format!(
+                "; this proves the job gets past the failure at event {event} and through the \
+                 iteration that completed at event {end}, to the end of the recorded trace, not \
+                 what it allocates after the snapshot was taken"
+            ));
+            Verification::proven(text)
+        }
+        (Some(event), None) => {
+            text.push_str(&format!(
+                "; this shows the failing request at event {event} served, but the trace ends \
+                 inside the step that failed, so what the rest of the step needs is unknown. \
+                 {SETTLES_IT}"
+            ));
+            Verification::passes_failing_request(text)
+        }
     }
-    Verification::proven(text)
 }
+
+/// The evidence that settles whether a setting that passes the failing request gets the job
+/// through: a real re-run, or a trace that goes on past the failure.
+pub const SETTLES_IT: &str = "What settles it: re-run the job under it (vramscope run --prove \
+     -- COMMAND), or record a trace that reaches one completed iteration after the failure (catch \
+     the out-of-memory error, run one more step, then dump the snapshot)";
 
 /// How long the spare memory of a proven setting lasts when the live set still grows by
 /// `growth_per_iteration_bytes`: whole iterations, `None` when it is not growing.
@@ -415,19 +468,42 @@ mod tests {
                 },
             ],
             not_run: None,
+            iteration_after_failure: None,
         }
     }
 
     #[test]
-    fn a_proof_says_it_reaches_past_the_failure_only_to_the_end_of_the_trace() {
+    fn a_setting_is_proven_only_through_an_iteration_after_the_failure() {
+        // The trace ends inside the step that failed: the setting only passes the failing
+        // request, with what settles it.
         let e = evidence(true);
         let proof = judge(&e).unwrap_or_else(|| panic!("reliable"));
         assert_eq!(proof.recorded_oom_event, Some(1234));
+        assert!(proof.ends_in_failed_step());
         let verification = proven(proof.helps[0], &proof);
+        assert_eq!(
+            verification.status,
+            VerificationStatus::PassesFailingRequest
+        );
         assert!(
             verification.detail.contains(
-                "gets past the failure at event 1234 and through the rest of the recorded trace, \
-                 not what it allocates after the snapshot was taken"
+                "the failing request at event 1234 served, but the trace ends inside the step \
+                 that failed"
+            ) && verification.detail.contains("vramscope run --prove"),
+            "{}",
+            verification.detail
+        );
+        // The trace goes on through an iteration completed after the failure: proven.
+        let mut on = evidence(true);
+        on.iteration_after_failure = Some(2000);
+        let proof = judge(&on).unwrap_or_else(|| panic!("reliable"));
+        assert!(!proof.ends_in_failed_step());
+        let verification = proven(proof.helps[0], &proof);
+        assert_eq!(verification.status, VerificationStatus::Proven);
+        assert!(
+            verification.detail.contains(
+                "gets past the failure at event 1234 and through the iteration that completed at \
+                 event 2000"
             ),
             "{}",
             verification.detail
@@ -438,6 +514,7 @@ mod tests {
         let proof = judge(&fine).unwrap_or_else(|| panic!("reliable"));
         assert_eq!(proof.recorded_oom_event, None);
         let verification = proven(proof.helps[0], &proof);
+        assert_eq!(verification.status, VerificationStatus::Proven);
         assert!(
             !verification.detail.contains("gets past"),
             "{}",

@@ -145,7 +145,7 @@ impl FactsBuild {
                     Step::Done(what_if) => {
                         facts.what_if = what_if;
                         facts.replay = facts.oom.as_ref().and_then(|_| match &facts.what_if {
-                            Some(named) => Some(proof::from_what_if(&named.report)),
+                            Some(named) => Some(proof::from_what_if_of(&named.report, travel)),
                             None => proof::replay_trace(travel, facts.device_index).ok(),
                         });
                         Some(FactsPart::CallSites)

@@ -231,6 +231,29 @@ pub fn of_trace(travel: &TimeTravel, failure_event: Option<usize>) -> Option<Tra
     }
 }
 
+/// Where the first iteration of recorded work after the trace's last failure ends (the trace
+/// position of its boundary); `None` when the trace ends inside the step that failed.
+///
+/// A replay that serves the failing request proves that the job gets through only as far as the
+/// trace goes. A snapshot taken at the failure ends there, or goes on only with the frees of the
+/// failed step's tensors as the exception unwinds them: no work, so no iteration counts after it
+/// unless an allocation came after the failure and an iteration boundary after that allocation.
+pub fn iteration_after_failure(travel: &TimeTravel) -> Option<usize> {
+    let actions = &travel.trace().actions;
+    let failure = actions.iter().rposition(|&a| a == TraceAction::Oom)?;
+    let first_work = failure
+        + 1
+        + actions
+            .get(failure + 1..)?
+            .iter()
+            .position(|&a| a == TraceAction::Alloc)?;
+    of_trace(travel, None)?
+        .iterations
+        .iter()
+        .map(|i| i.end_event)
+        .find(|&end| end > first_work)
+}
+
 /// Trace events a [`TrajectoryBuild::step`] of the web page scans: about 25 ms in the browser
 /// (the one-step history took 134 ms for the 0.9 M events of a 66 MB file on a loaded core, and
 /// 2^18 events per step 47-68 ms at 264.5 MB, profiled).
@@ -909,6 +932,8 @@ pub(crate) mod tests {
     pub enum Op {
         Alloc(u64, u64),
         Free(u64),
+        /// A request of this many bytes that ran out of memory (the job caught it and went on).
+        Oom(u64),
     }
 
     /// A snapshot whose device-0 trace performs `ops` from an empty allocator, each block in a
@@ -943,6 +968,11 @@ pub(crate) mod tests {
                     push(&mut trace, TraceAction::FreeRequested, base + offset, size);
                     push(&mut trace, TraceAction::FreeCompleted, base + offset, size);
                     push(&mut trace, TraceAction::SegmentFree, base + offset, size);
+                }
+                Op::Oom(request) => {
+                    push(&mut trace, TraceAction::Oom, 0, request);
+                    let index = (trace.actions.len() - 1) as u32;
+                    trace.device_free_bytes.push((index, 0));
                 }
             }
         }
@@ -1082,6 +1112,51 @@ pub(crate) mod tests {
         }
         assert!(t.still_growing());
         assert_eq!(t.observed_growth_bytes(), Some(12 * 300 * M));
+    }
+
+    /// A replay is proof only through an iteration of work completed after the failure: a
+    /// trace that ends at the failure, or goes on only with the failed step's frees (the
+    /// exception unwinding its tensors), shows none.
+    #[test]
+    fn an_iteration_after_the_failure_needs_work_after_it() {
+        let steps = training(8, 4, 256 * M, 128 * M, 0);
+        // Caught in step 4's forward pass (after its first layer); the job went on.
+        let caught_at = 1 + 4 * 16 + 3;
+        let mut went_on = steps.clone();
+        went_on.insert(caught_at, Op::Oom(GIB_TEST));
+        let travel = TimeTravel::new(trace_snapshot(&went_on, None), 0);
+        let failure = travel
+            .trace()
+            .actions
+            .iter()
+            .position(|&a| a == TraceAction::Oom)
+            .unwrap_or_else(|| panic!("no oom"));
+        let end = iteration_after_failure(&travel).unwrap_or_else(|| panic!("none found"));
+        assert!(end > failure, "{end} after {failure}");
+        // The same failure, then only the frees of the failed step: no work after it.
+        let mut unwound = steps[..caught_at].to_vec();
+        unwound.push(Op::Oom(GIB_TEST));
+        unwound.extend(
+            steps[caught_at..]
+                .iter()
+                .filter(|op| matches!(op, Op::Free(_))),
+        );
+        let travel = TimeTravel::new(trace_snapshot(&unwound, None), 0);
+        assert_eq!(iteration_after_failure(&travel), None);
+        // A trace that ends at the failure, and real snapshots taken at one (the second goes
+        // on with 250 frees as the exception unwinds the step).
+        let travel = TimeTravel::new(trace_snapshot(&steps[..caught_at], Some(GIB_TEST)), 0);
+        assert_eq!(iteration_after_failure(&travel), None);
+        for name in [
+            "cases2/cap_fragmentation.pickle",
+            "whatif/heldout2/oom/ckpt_transformer__default__cap814743552.pickle",
+        ] {
+            let path = crate::test_fixtures::fixture_path(name);
+            let snapshot = crate::formats::pytorch::read_file(&path, &|_| true)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let travel = TimeTravel::new(Arc::new(snapshot), 0);
+            assert_eq!(iteration_after_failure(&travel), None, "{name}");
+        }
     }
 
     /// The web page's history, a range of events per step: no step scans more events than
