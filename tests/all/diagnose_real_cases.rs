@@ -206,3 +206,47 @@ fn a_garbage_collection_threshold_that_only_gets_past_the_failure_is_not_proof()
         );
     }
 }
+
+/// A real H200 job under a 4 GiB cap that keeps every step's 36 MiB output
+/// (`tests/fixtures/cases2/cap_growth`): its live set never falls back, yet the steps show in its
+/// call sites. The cap stopped it (removing the cap let the real run finish; doubling or
+/// quadrupling it did not), and the diagnosis says it is a leak: bytes per step and the line that
+/// keeps them.
+#[test]
+fn a_cap_under_a_live_set_growing_every_step_is_said_to_be_a_leak() {
+    let cases2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases2");
+    let log = analyze_file(&cases2.join("cap_growth.log")).unwrap_or_else(|e| panic!("{e}"));
+    let diagnosis = diagnose(&DiagnosisInput {
+        logs: vec![log],
+        snapshots: snapshot_facts(&cases2.join("cap_growth.pickle")),
+        ..Default::default()
+    });
+    let findings = &diagnosis.findings;
+    assert_eq!(findings[0].category, Category::MemoryCap);
+    assert_eq!(findings[0].recommendations[0].id, "raise-memory-fraction");
+    assert!(
+        findings[0]
+            .explanation
+            .contains("It is a leak, not a cap too small")
+            && findings[0].explanation.contains("36.0 MiB more"),
+        "{}",
+        findings[0].explanation
+    );
+    let leak = findings
+        .iter()
+        .find(|f| f.category == Category::Leak)
+        .unwrap_or_else(|| panic!("no leak finding: {findings:#?}"));
+    assert!(
+        leak.title.contains("36.0 MiB per iteration") && leak.title.contains("jobs.py:433"),
+        "{}",
+        leak.title
+    );
+    let fix = &leak.recommendations[0];
+    assert_eq!(fix.id, "fix-leak");
+    assert!(
+        fix.expected_effect.contains("36.0 MiB per step")
+            && fix.expected_effect.contains("jobs.py:433 job_growth"),
+        "{}",
+        fix.expected_effect
+    );
+}

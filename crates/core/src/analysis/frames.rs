@@ -4,7 +4,7 @@
 //! PyTorch's viewers do (`_frame_filter` in `torch/cuda/_memory_viz.py`, `frameFilter` in
 //! `torch/utils/viz/MemoryViz.js`, github.com/pytorch/pytorch).
 
-use crate::model::allocator::{AllocatorSnapshot, StackId};
+use crate::model::allocator::{AllocatorSnapshot, FrameId, StackId};
 
 /// Function-name fragments of frames that say nothing about the user's code.
 const NOISE_FUNCTIONS: &[&str] = &[
@@ -97,6 +97,12 @@ pub fn stack_mentions(snapshot: &AllocatorSnapshot, stack: StackId, needle_lower
         })
 }
 
+/// Whether a Python file is the user's code: not PyTorch's, not an installed package's, not a
+/// generated `<...>` one.
+fn is_library_file(filename: &str) -> bool {
+    filename.contains("/torch/") || filename.contains("site-packages") || filename.starts_with('<')
+}
+
 /// The innermost frame of user code (a `.py` file outside torch and site-packages), as
 /// `file.py:line name`; the innermost Python frame when all are library code.
 pub fn user_call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
@@ -107,14 +113,9 @@ pub fn user_call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
         .filter_map(|&id| snapshot.frames.frame(id))
         .filter(|f| snapshot.string(f.filename).ends_with(".py"))
         .collect();
-    let is_library = |filename: &str| {
-        filename.contains("/torch/")
-            || filename.contains("site-packages")
-            || filename.starts_with('<')
-    };
     let chosen = frames
         .iter()
-        .find(|f| !is_library(snapshot.string(f.filename)))
+        .find(|f| !is_library_file(snapshot.string(f.filename)))
         .or_else(|| frames.first());
     match chosen {
         Some(f) => {
@@ -124,6 +125,27 @@ pub fn user_call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
         }
         None => "(no stack recorded)".to_owned(),
     }
+}
+
+/// The frames of user code in a stack (`.py` files outside torch and site-packages),
+/// outermost first: where in the user's program an allocation was made, from the script's
+/// `<module>` down to the line that allocated. Empty for a stack without any (the autograd
+/// engine's thread runs the backward pass without Python frames).
+pub fn user_frames(snapshot: &AllocatorSnapshot, stack: StackId) -> Vec<FrameId> {
+    let mut frames: Vec<FrameId> = snapshot
+        .frames
+        .stack(stack)
+        .iter()
+        .copied()
+        .filter(|&id| {
+            snapshot.frames.frame(id).is_some_and(|f| {
+                let file = snapshot.string(f.filename);
+                file.ends_with(".py") && !is_library_file(file)
+            })
+        })
+        .collect();
+    frames.reverse();
+    frames
 }
 
 #[cfg(test)]

@@ -1006,15 +1006,31 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                 ));
             }
         }
-        OomCause::Cap => out.push(cap_finding(
-            case,
-            Severity::Critical,
-            &words,
-            evidence.clone(),
-        )),
+        OomCause::Cap => {
+            out.push(cap_finding(
+                case,
+                Severity::Critical,
+                &words,
+                evidence.clone(),
+            ));
+            // A cap under a live set that grows step after step: no cap is the fix, the leak is.
+            if step_leak(case).is_some() {
+                out.push(growth_finding(
+                    case,
+                    Severity::Warning,
+                    &words,
+                    evidence.clone(),
+                ));
+            }
+        }
         OomCause::OtherProcess => out.push(other_process_finding(case, &words, evidence.clone())),
         OomCause::Growth => {
-            out.push(growth_finding(case, &words, evidence.clone()));
+            out.push(growth_finding(
+                case,
+                Severity::Critical,
+                &words,
+                evidence.clone(),
+            ));
             // What ran out, with its numbers.
             out.push(capacity_finding(
                 case,
@@ -1067,8 +1083,57 @@ impl Wording {
     }
 }
 
+/// A live set that the trace shows growing step after step on a sure trend by keeping tensors
+/// (not the same tensors made larger, which is capacity): a leak, whatever stopped the failing
+/// request.
+struct StepLeak<'a> {
+    per_step_bytes: u64,
+    steps: usize,
+    /// The call site whose allocations the completed steps kept, with those bytes.
+    kept_by: Option<&'a (String, u64)>,
+}
+
+impl StepLeak<'_> {
+    /// ", most of it allocated at SITE (4.00 GiB kept)", or nothing without a call site.
+    fn kept_text(&self) -> String {
+        self.kept_by
+            .map(|(site, bytes)| {
+                format!(
+                    ", kept by {site} ({} of its allocations still alive)",
+                    format_bytes(*bytes)
+                )
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The [`StepLeak`] of `case`'s history, if it shows one.
+fn step_leak(case: &OomCase) -> Option<StepLeak<'_>> {
+    let t = case.trajectory()?;
+    match t.growth {
+        LiveGrowth::Growing {
+            per_iteration_bytes,
+            decelerating: false,
+            confidence,
+            ..
+        } if confidence != Confidence::Low
+            && per_iteration_bytes > 0
+            && !t.grows_by_enlarging() =>
+        {
+            Some(StepLeak {
+                per_step_bytes: per_iteration_bytes,
+                steps: t.iterations.len(),
+                kept_by: t.kept_by.as_ref(),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// A per-process cap (memory fraction, MPS or container limit) refused the allocation. The cap
-/// to ask for comes from the live set's history when there is one ([`cap_need`]).
+/// to ask for comes from the live set's history when there is one ([`cap_need`]); a live set
+/// that grows step after step ([`StepLeak`]) is said to be a leak, since no cap sized from one
+/// request's shortfall lasts.
 fn cap_finding(
     case: &OomCase,
     severity: Severity,
@@ -1127,10 +1192,25 @@ fn cap_finding(
     } else {
         "a raised cap is not replayed yet"
     }));
+    let leak = step_leak(case);
     let mut recommendations = vec![raise];
-    if growing {
-        recommendations.push(recommend::find_leak(None));
+    match &leak {
+        Some(leak) => recommendations.push(recommend::find_leak_per_step(
+            leak.per_step_bytes,
+            leak.kept_by,
+        )),
+        None if growing => recommendations.push(recommend::find_leak(None)),
+        None => {}
     }
+    let explanation = match &leak {
+        Some(leak) => format!(
+            "{explanation} It is a leak, not a cap too small: over {} steps, every step kept {} more{}, so a cap raised by one request's shortfall is used up within the next step, and any cap only postpones the failure.",
+            leak.steps,
+            format_bytes(leak.per_step_bytes),
+            leak.kept_text()
+        ),
+        None => explanation,
+    };
     recommendations.push(recommend::reduce_batch_size_within(
         n.requested_bytes,
         n.allocated_bytes,
@@ -1250,8 +1330,15 @@ fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence
     .in_wizard(Wizard::OutOfMemory)
 }
 
-/// The live set grew every iteration until the GPU ran out: a leak, not a peak.
-fn growth_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) -> Finding {
+/// The live set grew every iteration until the GPU (or the cap) ran out: a leak, not a peak;
+/// `severity` is lower when it stands behind another finding (the cap that refused the
+/// request).
+fn growth_finding(
+    case: &OomCase,
+    severity: Severity,
+    words: &Wording,
+    evidence: Vec<Evidence>,
+) -> Finding {
     let n = &case.numbers;
     let Wording {
         gpu,
@@ -1268,21 +1355,33 @@ fn growth_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence>) -> F
             _ => (0, t.iterations.len()),
         })
         .unwrap_or((0, 0));
+    let leak = step_leak(case);
+    let what_ran_out = match n.allowed_bytes {
+        Some(cap) if n.total_bytes.is_none_or(|t| cap < t) => {
+            format!("the {} cap on {gpu}", format_bytes(cap))
+        }
+        _ => gpu.clone(),
+    };
+    let kept = leak.as_ref().map(StepLeak::kept_text).unwrap_or_default();
+    let find_leak = match &leak {
+        Some(leak) => recommend::find_leak_per_step(leak.per_step_bytes, leak.kept_by),
+        None => recommend::find_leak(None),
+    };
     Finding::new(
         Category::Leak,
-        Severity::Critical,
+        severity,
         format!(
-            "The live set grew by {} per iteration for {iterations} iterations until {gpu} ran out ({req} requested)",
+            "The live set grew by {} per iteration for {iterations} iterations until {what_ran_out} ran out ({req} requested){kept}",
             format_bytes(per_iteration)
         ),
     )
     .with_evidence(evidence)
     .explained(format!(
-        "Every iteration left more memory allocated than the one before, and the failure came when the growth reached the card's limit. A smaller batch or an allocator setting only buys a few iterations.{history}{}",
+        "Every iteration left more memory allocated than the one before, and the failure came when the growth reached the limit. A smaller batch, a larger cap or an allocator setting only buys a few iterations.{history}{}",
         hint_not_echoed(case)
     ))
     .recommend([
-        recommend::find_leak(None),
+        find_leak,
         recommend::reduce_batch_size_within(
             shortfall(n),
             n.allocated_bytes,
@@ -1570,6 +1669,7 @@ mod tests {
             span_seconds: None,
             growth,
             blocks_added_per_iteration: Some(1.0),
+            kept_by: None,
         }
     }
 

@@ -515,6 +515,27 @@ pub fn find_leak(growth_bytes_per_hour: Option<u64>) -> Recommendation {
     )
 }
 
+/// Find what a job keeps from every step, when an allocator trace measured it: the growth per
+/// step and, when known, the call site whose allocations the completed steps kept (`kept_by`:
+/// the site and the bytes still alive when the last step ended), so that the search starts
+/// where the memory is held.
+pub fn find_leak_per_step(per_step_bytes: u64, kept_by: Option<&(String, u64)>) -> Recommendation {
+    let mut rec = find_leak(None);
+    let kept = kept_by
+        .map(|(site, bytes)| {
+            format!(
+                " The steps kept {} allocated at {site} (still alive when the last completed step ended): start there.",
+                format_bytes(*bytes)
+            )
+        })
+        .unwrap_or_default();
+    rec.expected_effect = format!(
+        "Stops the growth of {} per step.{kept} The usual culprits are losses or outputs accumulated with their autograd graph.",
+        format_bytes(per_step_bytes)
+    );
+    rec
+}
+
 /// Reset a GPU or reboot the node.
 pub fn reset_gpu(reason: &str) -> Recommendation {
     rec(

@@ -14,12 +14,20 @@
 //! heuristic: a step whose backward pass frees memory in several large waves can count as more
 //! than one iteration.
 //!
+//! A job that keeps something from every step (a loss summed as a tensor, outputs appended to a
+//! list, `retain_graph=True`) never falls back to a floor. When the falls show fewer than
+//! [`MIN_ITERATIONS_FOR_TREND`] iterations, the steps are found from the repeating call-site
+//! pattern instead (`analysis::repetition::step_starts`: a step's first allocation site
+//! recurring at the outermost level of the user's code that varies), when it shows more.
+//!
 //! With at least [`MIN_ITERATIONS_FOR_TREND`] iterations, the floors of the iterations (the live
-//! set each fell back to) are judged by [`super::growth::assess`]: growing, or steady.
+//! set each fell back to) are judged by [`super::growth::assess`]: growing, or steady. A growing
+//! live set names the call site that kept the most of it ([`Trajectory::kept_by`]).
 
 use super::growth::{self, Confidence, Shape};
 use super::log::StepSeries;
 use crate::analysis::deadline::Step;
+use crate::analysis::repetition;
 use crate::analysis::timetravel::TimeTravel;
 use crate::model::allocator::TraceAction;
 use crate::model::{MIB, format_bytes};
@@ -51,6 +59,8 @@ pub enum IterationSource {
     LiveSetFalls,
     /// The figures a training log printed after each step.
     LoggedSteps,
+    /// Steps found from the repeating call-site pattern, where the live set never fell back.
+    CallSitePattern,
 }
 
 /// One completed iteration: trace event positions (state after that many events; for logged
@@ -110,6 +120,11 @@ pub struct Trajectory {
     /// Live blocks (allocations not yet freed) added per iteration on average, from the first
     /// iteration's end to the last's; `None` without a trace or iterations.
     pub blocks_added_per_iteration: Option<f64>,
+    /// The call site (`analysis::frames::user_call_site`) that kept the most memory over the
+    /// completed iterations of a growing live set (what they allocated and had not freed when the
+    /// last one ended), with those bytes; `None` when the live set is not growing or there is no
+    /// trace.
+    pub kept_by: Option<(String, u64)>,
 }
 
 impl Trajectory {
@@ -177,6 +192,9 @@ impl Trajectory {
             IterationSource::ProfilerSteps => "profiler steps",
             IterationSource::LiveSetFalls => "iterations (the live set fell back to its floor)",
             IterationSource::LoggedSteps => "steps printed by the log",
+            IterationSource::CallSitePattern => {
+                "steps (found from the repeating call-site pattern: the live set never fell back between them)"
+            }
         };
         match self.growth {
             LiveGrowth::RoseWithoutFallingBack {
@@ -397,17 +415,38 @@ impl TrajectoryBuild {
             // Merging and the trajectory each go over every cycle: a step each (the walk, the
             // merge and the extremes took 103 ms in one step at 13 M events in a browser).
             BuildStage::Merging(falls) => BuildStage::Finishing(merge_small_cycles(travel, falls)),
-            BuildStage::Finishing(boundaries) => {
-                return Step::Done(Some(trajectory(
-                    travel,
-                    series,
-                    IterationSource::LiveSetFalls,
-                    boundaries,
-                )));
+            BuildStage::Finishing(falls) => {
+                let (source, boundaries) = falls_or_steps(travel, end, falls);
+                return Step::Done(Some(trajectory(travel, series, source, boundaries)));
             }
         };
         Step::Pending(self)
     }
+}
+
+/// The iteration boundaries to judge the live set by: the `falls`' (trace positions before
+/// `end`, the first where the first iteration began), or, when they show fewer than
+/// [`MIN_ITERATIONS_FOR_TREND`] iterations, the steps of the repeating call-site pattern when it
+/// shows more (module comment). A pattern that the live set fell back within is an inner loop
+/// of the iterations the falls found (the tokens of one request after another), not the steps.
+fn falls_or_steps(
+    travel: &TimeTravel,
+    end: usize,
+    falls: Vec<usize>,
+) -> (IterationSource, Vec<usize>) {
+    let from_falls = falls.len().saturating_sub(1);
+    if from_falls >= MIN_ITERATIONS_FOR_TREND {
+        return (IterationSource::LiveSetFalls, falls);
+    }
+    let Some(starts) = repetition::step_starts(travel, end, MIN_ITERATIONS_FOR_TREND) else {
+        return (IterationSource::LiveSetFalls, falls);
+    };
+    let (first, last) = (starts[0], starts[starts.len() - 1]);
+    let fell_back_within = falls.iter().skip(1).any(|&b| b > first && b < last);
+    if fell_back_within || starts.len() - 1 <= from_falls {
+        return (IterationSource::LiveSetFalls, falls);
+    }
+    (IterationSource::CallSitePattern, starts)
 }
 
 /// The trajectory of the live set `series` (up to the failure) with its iteration `boundaries`.
@@ -443,8 +482,17 @@ fn trajectory(
         .filter(|s| *s > 0.0);
     let growth = live_growth(&iterations, series, span_seconds);
     let blocks_added_per_iteration = blocks_added_per_iteration(travel, &iterations);
+    let kept_by = match (growth, iterations.first(), iterations.last()) {
+        (LiveGrowth::Growing { .. }, Some(first), Some(last)) => {
+            repetition::kept_by_call_site(travel, first.start_event, last.end_event)
+                .into_iter()
+                .next()
+        }
+        _ => None,
+    };
     Trajectory {
         blocks_added_per_iteration,
+        kept_by,
         events: end,
         starts_empty,
         source,
@@ -530,6 +578,7 @@ pub fn of_logged_steps(series: &StepSeries) -> Option<Trajectory> {
     let growth = live_growth(&iterations, &[], None);
     Some(Trajectory {
         blocks_added_per_iteration: None,
+        kept_by: None,
         events: series.points.len(),
         starts_empty: false,
         source: IterationSource::LoggedSteps,
@@ -1157,6 +1206,58 @@ pub(crate) mod tests {
             let travel = TimeTravel::new(Arc::new(snapshot), 0);
             assert_eq!(iteration_after_failure(&travel), None, "{name}");
         }
+    }
+
+    fn real_trajectory(name: &str) -> Trajectory {
+        let path = crate::test_fixtures::fixture_path(name);
+        let snapshot =
+            crate::formats::pytorch::read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
+        let failure = travel
+            .trace()
+            .actions
+            .iter()
+            .rposition(|&a| a == TraceAction::Oom);
+        of_trace(&travel, failure).unwrap_or_else(|| panic!("{name}: no trajectory"))
+    }
+
+    /// A real H200 job that keeps every step's 36 MiB output (`cases2/cap_growth`): its live set
+    /// never falls back, so the falls show no iteration; the repeating call sites show the
+    /// steps, growing by the output, kept by the line that makes it.
+    #[test]
+    fn steps_that_never_fall_back_are_found_from_the_call_sites() {
+        let t = real_trajectory("cases2/cap_growth.pickle");
+        assert_eq!(t.source, IterationSource::CallSitePattern);
+        assert!(t.iterations.len() >= 100, "{}", t.iterations.len());
+        match t.growth {
+            LiveGrowth::Growing {
+                per_iteration_bytes,
+                decelerating,
+                ..
+            } => {
+                assert!(
+                    per_iteration_bytes.abs_diff(36 * M) < M,
+                    "{per_iteration_bytes}"
+                );
+                assert!(!decelerating);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!t.grows_by_enlarging());
+        let (site, kept) = t.kept_by.clone().unwrap_or_else(|| panic!("no call site"));
+        assert_eq!(site, "jobs.py:433 job_growth");
+        assert!(kept > 100 * 36 * M, "{kept}");
+        assert!(t.describe().contains("repeating call-site pattern"));
+    }
+
+    /// A real first forward pass through identical transformer layers
+    /// (`cases2/capacity_first_step`): the layers repeat their call sites, but inside one line of
+    /// the job's loop that never ran to its end: they are not steps.
+    #[test]
+    fn the_layers_of_a_first_forward_pass_are_not_steps() {
+        let t = real_trajectory("cases2/capacity_first_step.pickle");
+        assert!(t.iterations.is_empty(), "{:?}", t.iterations);
+        assert!(t.failed_in_first_step());
     }
 
     /// The web page's history, a range of events per step: no step scans more events than

@@ -1,0 +1,281 @@
+//! Repetitions in an allocation trace, found from where its allocations were made: the steps of a
+//! job and, inside one step, the same code allocating layer after layer.
+//!
+//! The live set alone cannot always tell them: a job that keeps something from every step (a
+//! loss summed as a tensor, outputs appended to a list, `retain_graph=True`) never falls back to a
+//! floor, and a forward pass through identical layers rises without falling back too. The call
+//! sites can. Each allocation is keyed by the user frames of its stack (`frames::user_frames`,
+//! outermost first); the sequence of keys is periodic where the code loops.
+//!
+//! - **Steps** ([`step_starts`]): the job's loop is the outermost level of the user's frames at
+//!   which the keys vary. Keyed by that many outermost frames, the allocations up to the failure
+//!   end in a stretch that repeats (a step's first allocation site recurring, the period found by
+//!   [`periodic_tail`]) with at least two different keys per period. A constant tail at that
+//!   level (the failing step's forward pass, one line of the loop's function, still running) or
+//!   no repetition at all means the trace shows no steps this way; nor does a repetition whose
+//!   call sites already ran as often before the stretch (an inner loop of iterations that fell
+//!   back, such as the tokens of one request after another).
+
+use std::collections::HashMap;
+
+use super::frames;
+use super::timetravel::TimeTravel;
+use crate::model::allocator::{AllocatorSnapshot, FrameId, StackId, TraceAction};
+
+/// Allocations looked at, at most, before the end of a stretch: the last ones count (a trace of
+/// millions of allocations is judged on its last 200,000, a few hundred steps of a large model).
+pub const MAX_ALLOCATIONS: usize = 200_000;
+/// Earlier occurrences of the last key tried as the period: a key that occurs up to this many
+/// times per repetition still finds it.
+const MAX_PERIOD_CANDIDATES: usize = 64;
+/// A periodic stretch tolerates one mismatch, plus one per this many matches (an allocation a
+/// step makes only sometimes, a cuBLAS workspace made once).
+const MATCHES_PER_TOLERATED_MISMATCH: usize = 10;
+/// A repetition whose call sites ran at least this many periods' worth of allocations before
+/// the stretch is an inner loop of work that ended before, not the job's steps.
+const EARLIER_RUNS_FOR_INNER_LOOP: usize = 2;
+
+/// A stretch at the end of a key sequence that repeats with one period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Period {
+    /// Keys per repetition.
+    pub length: usize,
+    /// Index of the stretch's first key.
+    pub start: usize,
+}
+
+/// The longest stretch at the end of `keys` that repeats with one period at least `min_repeats`
+/// times (the shortest period among equally long stretches); `None` when there is none. Periods
+/// tried are the distances back to earlier occurrences of the last key.
+pub fn periodic_tail(keys: &[u32], min_repeats: usize) -> Option<Period> {
+    let (&last, body) = keys.split_last()?;
+    let n = keys.len();
+    let mut best: Option<Period> = None;
+    let candidates = body
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, key)| **key == last)
+        .take(MAX_PERIOD_CANDIDATES);
+    for (at, _) in candidates {
+        let length = n - 1 - at;
+        let start = stretch_start(keys, length);
+        if n - start < min_repeats.max(1) * length {
+            continue;
+        }
+        if best.is_none_or(|b| start < b.start) {
+            best = Some(Period { length, start });
+        }
+        if start == 0 {
+            break;
+        }
+    }
+    best
+}
+
+/// Where the stretch that repeats with period `length` at the end of `keys` begins: walking
+/// back, each key against the one a period earlier, until the mismatches exceed what
+/// [`MATCHES_PER_TOLERATED_MISMATCH`] allows.
+fn stretch_start(keys: &[u32], length: usize) -> usize {
+    let n = keys.len();
+    let (mut matched, mut mismatched) = (0usize, 0usize);
+    let mut earliest = n;
+    for i in (length..n).rev() {
+        if keys[i] == keys[i - length] {
+            matched += 1;
+            earliest = i;
+        } else {
+            mismatched += 1;
+            if mismatched > 1 + matched / MATCHES_PER_TOLERATED_MISMATCH {
+                break;
+            }
+        }
+    }
+    if earliest == n { n } else { earliest - length }
+}
+
+/// The allocations of a stretch of a trace: their positions and stacks.
+struct Allocations {
+    positions: Vec<usize>,
+    stacks: Vec<StackId>,
+}
+
+/// The allocations of `travel`'s trace at positions `from..to`, the last [`MAX_ALLOCATIONS`].
+fn allocations(travel: &TimeTravel, from: usize, to: usize) -> Allocations {
+    let trace = travel.trace();
+    let to = to.min(trace.len());
+    let mut positions: Vec<usize> = (from.min(to)..to)
+        .rev()
+        .filter(|&i| trace.actions[i] == TraceAction::Alloc)
+        .take(MAX_ALLOCATIONS)
+        .collect();
+    positions.reverse();
+    let stacks = positions
+        .iter()
+        .map(|&i| trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY))
+        .collect();
+    Allocations { positions, stacks }
+}
+
+/// Keys for stacks: the user frames of each stack (outermost first), cut to a depth, numbered
+/// in order of first appearance.
+struct Keys<'a> {
+    snapshot: &'a AllocatorSnapshot,
+    frames_of: HashMap<StackId, Vec<FrameId>>,
+}
+
+impl<'a> Keys<'a> {
+    fn new(snapshot: &'a AllocatorSnapshot) -> Self {
+        Keys {
+            snapshot,
+            frames_of: HashMap::new(),
+        }
+    }
+
+    fn frames(&mut self, stack: StackId) -> &[FrameId] {
+        let snapshot = self.snapshot;
+        self.frames_of
+            .entry(stack)
+            .or_insert_with(|| frames::user_frames(snapshot, stack))
+    }
+
+    /// The deepest user stack among `stacks`.
+    fn max_depth(&mut self, stacks: &[StackId]) -> usize {
+        let mut deepest = 0;
+        for &stack in stacks {
+            deepest = deepest.max(self.frames(stack).len());
+        }
+        deepest
+    }
+
+    /// One key per stack: its `depth` outermost user frames (all of them with `usize::MAX`).
+    fn keys(&mut self, stacks: &[StackId], depth: usize) -> Vec<u32> {
+        let mut numbers: HashMap<Vec<FrameId>, u32> = HashMap::new();
+        let mut key_of: HashMap<StackId, u32> = HashMap::new();
+        let mut keys = Vec::with_capacity(stacks.len());
+        for &stack in stacks {
+            let key = match key_of.get(&stack) {
+                Some(&key) => key,
+                None => {
+                    let frames = self.frames(stack);
+                    let cut = frames[..depth.min(frames.len())].to_vec();
+                    let next = numbers.len() as u32;
+                    let key = *numbers.entry(cut).or_insert(next);
+                    key_of.insert(stack, key);
+                    key
+                }
+            };
+            keys.push(key);
+        }
+        keys
+    }
+}
+
+/// Where the steps of `travel`'s trace before position `end` begin, found from the repeating
+/// call-site pattern (module comment): the trace positions of the first allocation of each step
+/// that completed, and of the step still running at `end` last; `None` when the pattern shows
+/// fewer than `min_steps` whole steps.
+pub fn step_starts(travel: &TimeTravel, end: usize, min_steps: usize) -> Option<Vec<usize>> {
+    let allocations = allocations(travel, 0, end);
+    let mut keys = Keys::new(travel.snapshot());
+    let deepest = keys.max_depth(&allocations.stacks);
+    for depth in 1..=deepest {
+        let sequence = keys.keys(&allocations.stacks, depth);
+        if sequence.iter().all(|&k| k == sequence[0]) {
+            continue;
+        }
+        // The outermost level at which the program's allocations differ is the loop's.
+        let period = periodic_tail(&sequence, min_steps.saturating_add(1))?;
+        let one = &sequence[sequence.len() - period.length..];
+        if one.iter().all(|&k| k == one[0]) {
+            return None;
+        }
+        let earlier = sequence[..period.start]
+            .iter()
+            .filter(|k| one.contains(k))
+            .count();
+        if earlier >= EARLIER_RUNS_FOR_INNER_LOOP * period.length {
+            return None;
+        }
+        let starts: Vec<usize> = (period.start..sequence.len())
+            .step_by(period.length)
+            .map(|i| allocations.positions[i])
+            .collect();
+        return (starts.len() > min_steps).then_some(starts);
+    }
+    None
+}
+
+/// Bytes allocated at trace positions `from..to` of `travel` and still live at `to`, by user
+/// call site (`frames::user_call_site`), most first: what a stretch of steps kept.
+pub fn kept_by_call_site(travel: &TimeTravel, from: usize, to: usize) -> Vec<(String, u64)> {
+    let trace = travel.trace();
+    let to = to.min(trace.len());
+    let mut live: HashMap<u64, usize> = HashMap::new();
+    for i in from.min(to)..to {
+        match trace.actions[i] {
+            TraceAction::Alloc => {
+                live.insert(trace.addresses[i], i);
+            }
+            TraceAction::FreeRequested | TraceAction::FreeCompleted => {
+                live.remove(&trace.addresses[i]);
+            }
+            _ => {}
+        }
+    }
+    let snapshot = travel.snapshot();
+    let mut by_site: HashMap<String, u64> = HashMap::new();
+    for &i in live.values() {
+        let stack = trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY);
+        *by_site
+            .entry(frames::user_call_site(snapshot, stack))
+            .or_default() += trace.sizes_bytes.get(i).copied().unwrap_or(0);
+    }
+    let mut sites: Vec<(String, u64)> = by_site.into_iter().collect();
+    sites.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    sites
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_period_is_the_shortest_that_covers_the_longest_tail() {
+        // Setup (7, 8), then the step 1 2 3 repeated, the last one cut short.
+        let keys = [7, 8, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2];
+        assert_eq!(
+            periodic_tail(&keys, 3),
+            Some(Period {
+                length: 3,
+                start: 2
+            })
+        );
+        // Too few repetitions for what is asked.
+        assert_eq!(periodic_tail(&keys, 5), None);
+        // A constant run is a period of one.
+        assert_eq!(
+            periodic_tail(&[4, 5, 9, 9, 9, 9], 3),
+            Some(Period {
+                length: 1,
+                start: 2
+            })
+        );
+        assert_eq!(periodic_tail(&[1, 2, 3, 4], 2), None);
+        assert_eq!(periodic_tail(&[], 2), None);
+    }
+
+    #[test]
+    fn a_stray_allocation_does_not_break_a_long_repetition() {
+        let mut keys: Vec<u32> = Vec::new();
+        for step in 0..30 {
+            keys.extend([1, 2, 3, 4]);
+            if step == 12 {
+                keys.push(9); // a workspace made once
+            }
+        }
+        let period = periodic_tail(&keys, 3).unwrap_or_else(|| panic!("no period"));
+        assert_eq!(period.length, 4);
+        assert_eq!(period.start, 0);
+    }
+}
