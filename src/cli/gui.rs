@@ -24,17 +24,8 @@ pub fn run(
     prometheus: super::prometheus::PrometheusArgs,
 ) -> ExitCode {
     let demo = demo || demo_speed.is_some();
-    // A run folder (`vramscope run`) opens as one session: its timeline, its log and its
-    // snapshots, all offered to the diagnosis together.
-    let files: Vec<PathBuf> = files
-        .into_iter()
-        .flat_map(
-            |path| match vramscope_core::evidence::run_folder_files(&path) {
-                Some(run) => run.into_iter().map(|(file, _)| file).collect(),
-                None => vec![path],
-            },
-        )
-        .collect();
+    // A run folder (`vramscope run`) is given to the app as it is: it opens it as one session
+    // (`VramscopeApp::open_path`), as it opens the folder of a run started from its File menu.
     if let Some(dir) = &watch
         && !dir.is_dir()
     {

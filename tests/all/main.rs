@@ -68,6 +68,7 @@ mod ui_export;
 mod ui_fleet;
 mod ui_integration;
 mod ui_paint_cost;
+mod ui_run_command;
 mod ui_whatif;
 mod ui_wizard;
 mod whatif_cli;

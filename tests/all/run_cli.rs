@@ -161,7 +161,8 @@ print(open(sys.argv[1]).read(), file=sys.stderr, flush=True)
 sys.exit(1)
 "#;
 
-fn fake_job(dir: &Path) -> (PathBuf, PathBuf) {
+/// [`FAKE_JOB`] as `dir/train.py` and the message it prints as `dir/oom.txt`.
+pub(crate) fn fake_job(dir: &Path) -> (PathBuf, PathBuf) {
     let script = dir.join("train.py");
     std::fs::write(&script, FAKE_JOB).expect("script");
     let message = dir.join("oom.txt");

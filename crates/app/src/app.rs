@@ -121,6 +121,12 @@ pub struct VramscopeApp {
     /// File › Watch folder…: new snapshots in this folder are opened as they are written.
     #[cfg(feature = "native")]
     watcher: Option<super::allocator::SnapshotWatcher>,
+    /// File › Run a command…: its dialog.
+    #[cfg(feature = "native")]
+    run_dialog: super::run_command::dialog::RunDialog,
+    /// The command run from the app, while it runs and until its panel is closed.
+    #[cfg(feature = "native")]
+    command_run: Option<super::run_command::CommandRun>,
     /// Live GPU alerts: notices, system notifications, the snooze.
     pub alerting: super::alerting::DesktopAlerts,
 }
@@ -162,6 +168,10 @@ impl VramscopeApp {
             hardware: None,
             #[cfg(feature = "native")]
             watcher: None,
+            #[cfg(feature = "native")]
+            run_dialog: super::run_command::dialog::RunDialog::default(),
+            #[cfg(feature = "native")]
+            command_run: None,
             alerting: super::alerting::DesktopAlerts::default(),
             commands,
         };
@@ -286,6 +296,71 @@ impl VramscopeApp {
         self.watcher = None;
     }
 
+    /// Where File › Run a command… puts run folders unless the user types another (relative:
+    /// inside the job's working directory; `vramscope-runs` by default, as `vramscope run`).
+    #[cfg(feature = "native")]
+    pub fn set_runs_dir(&mut self, dir: &std::path::Path) {
+        self.run_dialog.runs_dir = dir.display().to_string();
+    }
+
+    /// The Run dialog, to see what it says.
+    #[cfg(feature = "native")]
+    pub fn run_dialog(&self) -> &super::run_command::dialog::RunDialog {
+        &self.run_dialog
+    }
+
+    /// The command run from the app, while it runs and until its panel is closed.
+    #[cfg(feature = "native")]
+    pub fn command_run(&self) -> Option<&super::run_command::CommandRun> {
+        self.command_run.as_ref()
+    }
+
+    /// Starts the run the dialog asked for: the Timeline shows the live GPUs while it runs
+    /// (when the app samples them), the run panel its output and proof.
+    #[cfg(feature = "native")]
+    fn start_command_run(&mut self, request: super::run_command::dialog::RunRequest) {
+        let live = self.sessions.iter().position(Session::is_live);
+        if let Some(index) = live {
+            self.select_session(index);
+        }
+        self.set_view(View::Timeline);
+        self.command_run = Some(super::run_command::CommandRun::start(
+            self.jobs.runner(),
+            request,
+            live.is_some(),
+        ));
+    }
+
+    /// The Run dialog, while open; Run starts the run.
+    fn run_dialog_ui(&mut self, ctx: &egui::Context) {
+        #[cfg(feature = "native")]
+        if let Some(super::run_command::dialog::DialogAnswer::Run(request)) =
+            self.run_dialog.ui(ctx)
+        {
+            self.start_command_run(*request);
+        }
+        #[cfg(not(feature = "native"))]
+        let _ = ctx;
+    }
+
+    /// The run panel, while there is a run to show.
+    fn command_run_ui(&mut self, ui: &mut Ui) {
+        #[cfg(feature = "native")]
+        if let Some(run) = &mut self.command_run {
+            let mut action = super::run_command::PanelAction::None;
+            egui::Panel::bottom("command_run")
+                .resizable(true)
+                .min_size(140.0)
+                .default_size(280.0)
+                .show(ui, |ui| action = run.ui(ui));
+            if action == super::run_command::PanelAction::Close {
+                self.command_run = None;
+            }
+        }
+        #[cfg(not(feature = "native"))]
+        let _ = ui;
+    }
+
     /// File › Watch folder…: asks for a folder and watches it.
     fn watch_folder_with_dialog(&mut self) {
         #[cfg(feature = "native")]
@@ -333,10 +408,32 @@ impl VramscopeApp {
         );
     }
 
-    /// Starts reading a file in the background.
+    /// Starts reading a file in the background. A run folder (`vramscope run`, File › Run a
+    /// command…) opens as one session: its log, its timeline and its snapshots, all offered to
+    /// the diagnosis together.
     pub fn open_path(&mut self, path: PathBuf) {
         #[cfg(feature = "native")]
-        self.jobs.open_path(path);
+        match vramscope_core::evidence::run_folder_files(&path) {
+            Some(files) if files.is_empty() => self.notices.push(
+                NoticeLevel::Warning,
+                format!(
+                    "{}: the run recorded nothing to open (no log, timeline or snapshot)",
+                    path.display()
+                ),
+            ),
+            Some(files) => {
+                let folder = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                for (file, kind) in files {
+                    let inside = file.strip_prefix(&path).unwrap_or(&file).display();
+                    let name = format!("{folder}/{inside}");
+                    self.jobs.open_path_named(file, name, kind);
+                }
+            }
+            None => self.jobs.open_path(path),
+        }
         #[cfg(not(feature = "native"))]
         self.notices.push(
             NoticeLevel::Error,
@@ -591,6 +688,10 @@ impl VramscopeApp {
             if let Some(line) = self.alerting.handle(&changes, &self.settings, now_ms) {
                 self.notices.push(NoticeLevel::Info, line);
             }
+        }
+        #[cfg(feature = "native")]
+        if let Some(folder) = self.command_run.as_mut().and_then(|run| run.poll()) {
+            self.open_path(folder);
         }
         #[cfg(feature = "native")]
         if let Some(watcher) = &mut self.watcher {
@@ -986,9 +1087,14 @@ impl VramscopeApp {
     /// What the commands' enabled checks look at, as things stand now.
     pub fn command_context(&self) -> CommandContext {
         #[cfg(feature = "native")]
-        let watching = self.watcher.is_some();
+        let (watching, command_running) = (
+            self.watcher.is_some(),
+            self.command_run
+                .as_ref()
+                .is_some_and(super::run_command::CommandRun::is_running),
+        );
         #[cfg(not(feature = "native"))]
-        let watching = false;
+        let (watching, command_running) = (false, false);
         CommandContext {
             view: self.view,
             has_session: self.active_session().is_some(),
@@ -997,6 +1103,7 @@ impl VramscopeApp {
             demo_running: self.demo_speed().is_some(),
             native: cfg!(feature = "native"),
             snapshots_open: self.allocators.views().len(),
+            command_running,
         }
     }
 
@@ -1051,6 +1158,22 @@ impl VramscopeApp {
             UiCommand::ShowSettings => self.show_settings = true,
             UiCommand::AddNote => self.add_annotation(),
             UiCommand::CommandPalette => self.palette.open(),
+            UiCommand::RunCommand => {
+                #[cfg(feature = "native")]
+                if self.command_run.as_ref().is_some_and(|r| r.is_running()) {
+                    self.notices.push(
+                        NoticeLevel::Info,
+                        "A command is running: stop it or wait for its end before starting another.",
+                    );
+                } else {
+                    self.run_dialog.open();
+                }
+                #[cfg(not(feature = "native"))]
+                self.notices.push(
+                    NoticeLevel::Warning,
+                    "Running a command needs the desktop app.",
+                );
+            }
             UiCommand::CompareSnapshots => {
                 if self.allocators.set_comparing(true) {
                     self.set_view(View::Allocator);
@@ -1168,6 +1291,7 @@ impl VramscopeApp {
                         UiCommand::WatchFolder
                     };
                     watch.menu_item_ui(ui, &context, &commands);
+                    UiCommand::RunCommand.menu_item_ui(ui, &context, &commands);
                 }
                 UiCommand::SaveAs.menu_item_ui(ui, &context, &commands);
                 ui.separator();
@@ -1691,6 +1815,7 @@ impl eframe::App for VramscopeApp {
             let now_ms = super::alerting::wall_ms();
             top_panel(ui, "alerts").show(ui, |ui| self.alerting.ui(ui, now_ms));
         }
+        self.command_run_ui(ui);
         match self.view {
             View::Timeline => self.timeline_view_ui(ui),
             View::Allocator => self.allocators.ui(ui),
@@ -1705,6 +1830,7 @@ impl eframe::App for VramscopeApp {
         self.drop_preview(&ctx);
         self.quit_question(&ctx);
         self.path_prompt(&ctx);
+        self.run_dialog_ui(&ctx);
         // What the central area and the dialogs sent; the next frame shows the result.
         if self.run_queued_commands() {
             ctx.request_repaint();
@@ -1737,6 +1863,11 @@ impl eframe::App for VramscopeApp {
 impl VramscopeApp {
     /// Stops every session's sampling and logs what could not be stopped cleanly.
     fn shut_down_sessions(&mut self) {
+        // The job of a run started here stops with the window, as a terminal's would.
+        #[cfg(feature = "native")]
+        if let Some(run) = &mut self.command_run {
+            run.shut_down();
+        }
         for session in &mut self.sessions {
             if let Some(problem) = session.shutdown() {
                 log::error!("{problem}");

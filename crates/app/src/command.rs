@@ -27,6 +27,9 @@ pub enum UiCommand {
     WatchFolder,
     /// Stop watching the folder.
     StopWatching,
+    /// Run a command as `vramscope run` does, with its output, timeline and proof shown live
+    /// (desktop only).
+    RunCommand,
     /// Write the shown capture to a new `.vramcap` file.
     SaveAs,
     /// Start recording the live source, or stop the running recording.
@@ -111,6 +114,8 @@ pub struct CommandContext {
     pub native: bool,
     /// Allocator snapshots open (a comparison needs two).
     pub snapshots_open: usize,
+    /// A command started with Run a command… is still running.
+    pub command_running: bool,
 }
 
 /// Ctrl+`key` (Cmd+`key` on macOS).
@@ -134,8 +139,9 @@ const fn command_shift_key(key: Key) -> KeyboardShortcut {
 
 impl UiCommand {
     /// Every command, in the order the command palette lists them.
-    pub const ALL: [UiCommand; 19] = [
+    pub const ALL: [UiCommand; 20] = [
         UiCommand::Open,
+        UiCommand::RunCommand,
         UiCommand::SaveAs,
         UiCommand::ToggleRecording,
         UiCommand::ShowTimeline,
@@ -232,6 +238,7 @@ impl UiCommand {
             UiCommand::AddNote => "Add note",
             UiCommand::CommandPalette => "Command palette…",
             UiCommand::CompareSnapshots => "Compare snapshots",
+            UiCommand::RunCommand => "Run a command…",
             _ => "",
         }
     }
@@ -266,6 +273,11 @@ impl UiCommand {
                 "Two opened snapshots side by side: block maps on one scale, linked time travel, \
                  the call sites whose memory changed"
             }
+            UiCommand::RunCommand => {
+                "Run a training job or any command as vramscope run does: its output, GPU \
+                 timeline and allocator history recorded with no code change, a fix proven by \
+                 re-running it when it runs out of memory"
+            }
             _ => "",
         }
     }
@@ -285,6 +297,7 @@ impl UiCommand {
             UiCommand::ShowHardwareChecks => Some(command_key(Key::Num4)),
             UiCommand::ShowSettings => Some(command_key(Key::Comma)),
             UiCommand::CommandPalette => Some(command_shift_key(Key::P)),
+            UiCommand::RunCommand => Some(command_shift_key(Key::R)),
             UiCommand::ExportTimelinePng2x
             | UiCommand::ExportTimelineCsv
             | UiCommand::ExportTimelinePerfetto
@@ -309,6 +322,12 @@ impl UiCommand {
             }
             UiCommand::WatchFolder | UiCommand::StopWatching if !context.native => {
                 Availability::Disabled("Watching a folder needs the desktop app")
+            }
+            UiCommand::RunCommand if !context.native => {
+                Availability::Disabled("Running a command needs the desktop app")
+            }
+            UiCommand::RunCommand if context.command_running => {
+                Availability::Disabled("A command is running: stop it or wait for its end first")
             }
             UiCommand::StopWatching if !context.watching => {
                 Availability::Disabled("No folder is being watched")
@@ -458,6 +477,7 @@ mod tests {
         let position = |command: UiCommand| order.iter().position(|c| *c == command);
         assert!(position(UiCommand::ExportReport) < position(UiCommand::ExportTimelinePng));
         assert!(position(UiCommand::CommandPalette).is_some());
+        assert!(position(UiCommand::RunCommand) < position(UiCommand::ToggleRecording));
     }
 
     #[test]
@@ -527,6 +547,13 @@ mod tests {
             ..shown
         };
         assert!(!UiCommand::WatchFolder.availability(&web).is_enabled());
+        assert!(!UiCommand::RunCommand.availability(&web).is_enabled());
+        assert!(UiCommand::RunCommand.availability(&shown).is_enabled());
+        let running = CommandContext {
+            command_running: true,
+            ..shown
+        };
+        assert!(!UiCommand::RunCommand.availability(&running).is_enabled());
     }
 
     #[test]

@@ -202,13 +202,32 @@ impl Jobs {
     #[cfg(feature = "native")]
     pub fn open_path(&mut self, path: PathBuf) {
         let file_name = display_name(&path);
+        self.open_path_named(path, file_name, None);
+    }
+
+    /// Reads the file at `path` as `file_name`, as `kind` when given (a run folder knows what
+    /// each of its files is: an empty output log is still a log) or routed by its content.
+    #[cfg(feature = "native")]
+    pub fn open_path_named(
+        &mut self,
+        path: PathBuf,
+        file_name: String,
+        kind: Option<vramscope_core::formats::sniff::Route>,
+    ) {
         let name = file_name.clone();
-        let job = self
-            .runner
-            .spawn(&format!("reading {file_name}"), move |progress| {
-                read_path(&path, &name, progress)
-            });
+        let job = self.runner.spawn(
+            &format!("reading {file_name}"),
+            move |progress| match kind {
+                Some(kind) => outcome(evidence::open_path_as(&path, &name, kind, progress)),
+                None => read_path(&path, &name, progress),
+            },
+        );
         self.track_read(file_name, job);
+    }
+
+    /// The runner the jobs run on, for work the app tracks itself (File › Run a command…).
+    pub fn runner(&self) -> &Runner {
+        &self.runner
     }
 
     /// Reads a dropped file: by path when it has one on disk, else through the handle's bytes (in

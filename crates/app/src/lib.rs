@@ -12,7 +12,8 @@
 //! User actions are [`command::UiCommand`]s (no data: menus, shortcuts, the command palette) and
 //! [`command::AppEvent`]s (with data, from what a view shows): views send them, and the app runs
 //! them in one place. Small state machines keep the app's conversations apart: [`quit`] (unsaved
-//! notes) and [`path_prompt`] (file dialogs or a typed path). Work longer
+//! notes) and [`path_prompt`] (file dialogs or a typed path). File › Run a command… (desktop)
+//! runs a job as `vramscope run` does and shows it live ([`run_command`]). Work longer
 //! than a frame (file reads and writes, the allocator analysis, the GPU checks) runs on the one
 //! job [`runner`], with progress and cancel.
 
@@ -35,6 +36,8 @@ pub mod palette;
 pub mod path_prompt;
 pub mod processes;
 pub mod quit;
+#[cfg(feature = "native")]
+pub mod run_command;
 pub mod runner;
 pub mod session;
 pub mod settings;

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use vramscope_core::model::run::RunExit;
 
+use super::{LineSink, RunOptions};
+
 /// The last signal vramscope received and has not forwarded yet (0: none). Written by the
 /// signal handler, which may only do async-signal-safe work: one atomic store.
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -44,6 +46,17 @@ impl Forwarder {
     /// Whether a signal came (the user pressed Ctrl+C or something asked vramscope to stop).
     pub fn interrupted(&self) -> bool {
         self.interrupted.load(Ordering::SeqCst)
+    }
+
+    /// The Stop button of the app: Ctrl+C for the job, as the terminal would send it (SIGINT to
+    /// its process group), and no more candidates tried after it.
+    pub fn interrupt(&self) {
+        self.forward(libc::SIGINT);
+    }
+
+    /// For a job that ignores [`Self::interrupt`]: SIGKILL to its process group.
+    pub fn kill(&self) {
+        self.forward(libc::SIGKILL);
     }
 
     fn forward(&self, signal: i32) {
@@ -118,11 +131,13 @@ pub(crate) struct Job {
     watching: Arc<AtomicBool>,
 }
 
-/// Copies `from` to our stdout or stderr (when `echo`) as it comes, and its lines into `tail`.
+/// Copies `from` to our stdout or stderr (when `echo`) as it comes, and its lines into `tail`
+/// and to `output` (the app's run panel).
 fn pump(
     from: impl Read + Send + 'static,
     to_stderr: bool,
     echo: bool,
+    output: Option<LineSink>,
     tail: Arc<Mutex<Tail>>,
 ) -> Option<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -148,6 +163,9 @@ fn pump(
                 let text = String::from_utf8_lossy(&line)
                     .trim_end_matches(['\n', '\r'])
                     .to_owned();
+                if let Some(output) = &output {
+                    output.send(&text);
+                }
                 if let Ok(mut tail) = tail.lock() {
                     tail.push(text);
                 }
@@ -177,33 +195,38 @@ fn group_members(group: u32) -> Vec<u32> {
 }
 
 impl Job {
-    /// Starts `program ARGS` in a process group of its own with `env` added.
+    /// Starts `options.command` (`program`, then its arguments) in a process group of its own,
+    /// in `options.working_dir`, with `env` added.
     pub fn spawn(
         program: &str,
-        args: &[String],
+        options: &RunOptions,
         env: &[(String, String)],
-        echo: bool,
-        log_lines: usize,
     ) -> std::io::Result<Job> {
+        let echo = options.echo;
         let mut command = Command::new(program);
         command
-            .args(args)
+            .args(options.command.iter().skip(1))
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(if echo { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        if let Some(dir) = &options.working_dir {
+            command.current_dir(dir);
+        }
         let mut child = command.spawn()?;
         let tail = Arc::new(Mutex::new(Tail {
             lines: VecDeque::new(),
-            capacity: log_lines.max(1),
+            capacity: options.log_lines.max(1),
         }));
         let mut pumps = Vec::new();
         if let Some(out) = child.stdout.take() {
-            pumps.extend(pump(out, false, echo, Arc::clone(&tail)));
+            let output = options.output.clone();
+            pumps.extend(pump(out, false, echo, output, Arc::clone(&tail)));
         }
         if let Some(err) = child.stderr.take() {
-            pumps.extend(pump(err, true, echo, Arc::clone(&tail)));
+            let output = options.output.clone();
+            pumps.extend(pump(err, true, echo, output, Arc::clone(&tail)));
         }
         if let Some(mut input) = child.stdin.take() {
             // Not joined: it may wait on our stdin after the job ended; the process exits anyway.

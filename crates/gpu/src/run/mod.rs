@@ -14,9 +14,11 @@
 //!
 //! Every Python process of the job that imports torch records its allocator history through the
 //! hook (`assets/python/vramscope_run`, embedded here and installed at run time; the user's
-//! code is never changed). [`prove`] re-runs the job under candidate changes.
+//! code is never changed). [`prove`] re-runs the job under candidate changes, and [`conclude`]
+//! is the whole sequence (run, diagnose, prove, report) that the command line and the app share.
 
 mod child;
+pub mod conclude;
 pub mod prove;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +34,7 @@ use vramscope_core::source::Source;
 use crate::sampler::{Sampler, SamplerConfig};
 
 pub use child::{Forwarder, forward_signals_to};
+pub use conclude::{ProveOptions, RunEvents, run_and_conclude};
 
 /// The hook's files, installed into each run folder's `.hook/`.
 const HOOK_FILES: [(&str, &str); 2] = [
@@ -49,6 +52,12 @@ const HOOK_FILES: [(&str, &str); 2] = [
 pub const TIMELINE_FILE: &str = "timeline.vramcap";
 /// The output log's file name in a run folder.
 pub const LOG_FILE: &str = "output.log";
+/// NVML sampling interval of a run unless the user picks another (`--interval-ms`): fine enough
+/// to see a step's rise, light enough to cost the job nothing measurable.
+pub const DEFAULT_INTERVAL_MS: u32 = 250;
+/// Lines of the job's output kept in `output.log` unless the user picks another
+/// (`--log-lines`): enough for the traceback of every rank of an 8-GPU job.
+pub const DEFAULT_LOG_LINES: usize = 2000;
 
 /// How much allocator history the hook records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +123,32 @@ pub struct RunOptions {
     pub echo: bool,
     /// Kill the job's process group after this long (the `--prove` budget).
     pub budget: Option<Duration>,
+    /// Where the job starts; ours when `None`. The app's Run dialog asks for it.
+    pub working_dir: Option<PathBuf>,
+    /// Hears every line of the job's output as it comes (the app's run panel shows them).
+    pub output: Option<LineSink>,
+}
+
+/// Where a job's output lines go as they come, besides the log: a callback the output threads
+/// call, so that the app can show them live without a terminal.
+#[derive(Clone)]
+pub struct LineSink(Arc<dyn Fn(&str) + Send + Sync>);
+
+impl LineSink {
+    /// A sink that calls `on_line` with each line (without its line end).
+    pub fn new(on_line: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        LineSink(Arc::new(on_line))
+    }
+
+    fn send(&self, line: &str) {
+        (self.0)(line);
+    }
+}
+
+impl std::fmt::Debug for LineSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LineSink")
+    }
 }
 
 /// Why a run could not start.
@@ -131,6 +166,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot start in {0}: no such folder")]
+    NoWorkingDirectory(String),
     #[error("cannot create the run folder {folder}: {source}")]
     Folder {
         folder: String,
@@ -385,6 +422,10 @@ pub fn run_until(
     let Some(program) = options.command.first() else {
         return Err(RunError::NoCommand);
     };
+    // Checked first: a missing folder makes the start fail as a missing program would.
+    if let Some(dir) = options.working_dir.as_ref().filter(|d| !d.is_dir()) {
+        return Err(RunError::NoWorkingDirectory(dir.display().to_string()));
+    }
     let started_ms = now_unix_ms();
     let name = options
         .name
@@ -397,14 +438,7 @@ pub fn run_until(
     let mut env = install_hook(&folder, &options.hook, &mut not_recorded);
     env.extend(options.extra_env.iter().cloned());
     let started = Instant::now();
-    let job = child::Job::spawn(
-        program,
-        &options.command[1..],
-        &env,
-        options.echo,
-        options.log_lines,
-    )
-    .map_err(|source| match source.kind() {
+    let job = child::Job::spawn(program, options, &env).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => RunError::NotFound(program.clone()),
         std::io::ErrorKind::PermissionDenied => RunError::NotExecutable(program.clone()),
         _ => RunError::Spawn {
@@ -443,9 +477,12 @@ pub fn run_until(
     let manifest = RunManifest {
         schema: RUN_SCHEMA.to_owned(),
         command: options.command.clone(),
-        working_directory: std::env::current_dir()
-            .map(|d| d.display().to_string())
-            .unwrap_or_default(),
+        working_directory: match &options.working_dir {
+            Some(dir) => std::path::absolute(dir).unwrap_or_else(|_| dir.clone()),
+            None => std::env::current_dir().unwrap_or_default(),
+        }
+        .display()
+        .to_string(),
         environment_changes: env,
         started_ms,
         ended_ms: now_unix_ms(),

@@ -328,8 +328,16 @@ pub fn prove(
                 .unwrap_or_else(|| base.command.clone()),
             runs_dir: proof_dir.clone(),
             name: Some(format!("{}-{}", i + 1, slug(&candidate.change))),
-            extra_env: candidate.env.clone(),
+            // The job's own settings (`NAME=value COMMAND` in the app), then the candidate's.
+            extra_env: base
+                .extra_env
+                .iter()
+                .chain(&candidate.env)
+                .cloned()
+                .collect(),
             echo: false,
+            // Summarised by `on_result`, as a terminal shows them.
+            output: None,
             budget: Some(budget),
             ..base.clone()
         };
