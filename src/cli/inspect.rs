@@ -80,6 +80,9 @@ struct DeviceSummary {
     host: String,
     /// Labels the GPU carried in Prometheus (`gpu`, `UUID`, `pod`, ...); empty for local GPUs.
     labels: std::collections::BTreeMap<String, String>,
+    /// How findings, reports and the fleet view name the GPU (`node-a GPU 3` in a fleet):
+    /// `DeviceFacts::label`, so that this listing names it the same way.
+    label: String,
     sample_count: usize,
     peak_used_bytes: Option<u64>,
     peak_used_ms: Option<UnixMs>,
@@ -146,6 +149,7 @@ impl CaptureSummary {
                         simulated: device.simulated,
                         host: device.host.clone(),
                         labels: device.labels.clone(),
+                        label: device.label(),
                         sample_count: series.map_or(0, |s| s.len()),
                         peak_used_bytes: peak.map(|(_, used)| used),
                         peak_used_ms: peak.map(|(t, _)| t),
@@ -250,11 +254,7 @@ impl CaptureSummary {
                     if d.host.is_empty() {
                         String::new()
                     } else {
-                        format!(
-                            " ({} GPU {})",
-                            d.host,
-                            d.labels.get("gpu").map_or("?", String::as_str)
-                        )
+                        format!(" ({})", d.label)
                     },
                     or_unknown(&d.name),
                     format_bytes(d.memory_total_bytes),

@@ -37,6 +37,7 @@ mod demo_open_default;
 mod demo_source;
 mod diagnose_cases;
 mod diagnose_cli;
+mod diagnose_gpu_leak;
 mod diagnose_live_leak;
 mod diagnose_log;
 mod diagnose_real_cases;

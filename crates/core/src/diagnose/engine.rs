@@ -155,11 +155,7 @@ fn capture_capacity(captures: &[NamedCapture]) -> Option<leak::KnownCapacity> {
     }
     Some(leak::KnownCapacity {
         total_bytes,
-        source: EvidenceSource::Capture {
-            file: capture.name.clone(),
-            device_index: None,
-            t_ms: None,
-        },
+        source: EvidenceSource::capture(&capture.name, &capture.capture, None, None),
     })
 }
 
@@ -467,11 +463,7 @@ fn capture_oom(captures: &[NamedCapture]) -> Option<OomCase> {
                     this_process_bytes: this_process,
                     ..Default::default()
                 },
-                EvidenceSource::Capture {
-                    file: c.name.clone(),
-                    device_index: Some(device),
-                    t_ms: Some(e.t_ms),
-                },
+                EvidenceSource::capture(&c.name, &c.capture, Some(device), Some(e.t_ms)),
             ));
         }
     }
@@ -520,11 +512,12 @@ fn capture_others_at_oom(
                         p.pid,
                         p.name.clone(),
                         bytes,
-                        EvidenceSource::Capture {
-                            file: c.name.clone(),
-                            device_index: Some(device),
-                            t_ms: Some(*last_seen),
-                        },
+                        EvidenceSource::capture(
+                            &c.name,
+                            &c.capture,
+                            Some(device),
+                            Some(*last_seen),
+                        ),
                     )
                 })
             })
@@ -535,11 +528,7 @@ fn capture_others_at_oom(
 
 /// Evidence that points at a capture as a whole (no device, no moment).
 fn whole_capture(capture: &NamedCapture) -> EvidenceSource {
-    EvidenceSource::Capture {
-        file: capture.name.clone(),
-        device_index: None,
-        t_ms: None,
-    }
+    EvidenceSource::capture(&capture.name, &capture.capture, None, None)
 }
 
 /// The first log that states a value (`value` gives it with its 1-based line), with that line as
@@ -629,16 +618,12 @@ fn healthy(input: &DiagnosisInput) -> Finding {
                     .unwrap_or(0);
                 evidence.push(Evidence::bytes(
                     format!(
-                        "peak used on GPU {} (of {})",
-                        s.device_index,
+                        "peak used on {} (of {})",
+                        c.capture.gpu_label(s.device_index),
                         format_bytes(total)
                     ),
                     peak,
-                    EvidenceSource::Capture {
-                        file: c.name.clone(),
-                        device_index: Some(s.device_index),
-                        t_ms: Some(t),
-                    },
+                    EvidenceSource::capture(&c.name, &c.capture, Some(s.device_index), Some(t)),
                 ));
             }
         }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::replay::WhatIfReport;
 use crate::analysis::timetravel::AllocatorState;
 use crate::model::allocator::AllocatorSnapshot;
+use crate::model::{Capture, DeviceFacts};
 
 /// What kind of problem (or non-problem) a finding is about. Serialized in kebab-case
 /// (`other-process`, `memory-cap`, ...), which is the stable vocabulary of the JSON report.
@@ -105,6 +106,11 @@ pub enum EvidenceSource {
         file: String,
         device_index: Option<u32>,
         t_ms: Option<i64>,
+        /// How the capture names the device when its index alone would mislead: a fleet's
+        /// `node-a GPU 3` (host and the host's own GPU index, [`crate::model::DeviceFacts::label`]),
+        /// where `device_index` is only the capture's position of that GPU. `None` on one machine.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gpu: Option<String>,
     },
     /// A PyTorch allocator snapshot.
     Snapshot {
@@ -118,6 +124,27 @@ pub enum EvidenceSource {
 }
 
 impl EvidenceSource {
+    /// Evidence from device `device_index` (or the whole capture) of `capture`, read from `file`,
+    /// at `t_ms`: a GPU of a fleet (a device with a host) is named by [`DeviceFacts::label`], as
+    /// the fleet view names it (`node-a GPU 3`), never by the capture's own index.
+    pub fn capture(
+        file: &str,
+        capture: &Capture,
+        device_index: Option<u32>,
+        t_ms: Option<i64>,
+    ) -> Self {
+        let gpu = device_index
+            .and_then(|d| capture.devices.iter().find(|facts| facts.index == d))
+            .filter(|facts| !facts.host.is_empty())
+            .map(DeviceFacts::label);
+        EvidenceSource::Capture {
+            file: file.to_owned(),
+            device_index,
+            t_ms,
+            gpu,
+        }
+    }
+
     /// One-line human description, e.g. `train.log line 42`.
     pub fn describe(&self) -> String {
         match self {
@@ -126,10 +153,13 @@ impl EvidenceSource {
                 file,
                 device_index,
                 t_ms,
+                gpu,
             } => {
                 let mut s = file.clone();
-                if let Some(d) = device_index {
-                    s.push_str(&format!(", GPU {d}"));
+                match (gpu, device_index) {
+                    (Some(gpu), _) => s.push_str(&format!(", {gpu}")),
+                    (None, Some(d)) => s.push_str(&format!(", GPU {d}")),
+                    (None, None) => {}
                 }
                 if let Some(t) = t_ms {
                     s.push_str(&format!(", {}", format_utc_ms(*t)));

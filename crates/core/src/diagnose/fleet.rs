@@ -4,16 +4,16 @@
 
 use super::engine::{capture_findings, finding_device};
 use super::finding::{Finding, Severity};
-use super::growth;
+use super::{growth, leak};
 use crate::model::Capture;
 
 /// What the doctor says about one GPU of a fleet.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GpuVerdict {
     pub device_index: u32,
-    /// Slope of a least-squares line through the GPU's used memory over the whole capture, in
-    /// bytes per hour; `None` with fewer than two readings. A number, not a verdict: whether the
-    /// growth is a leak is a finding (the leak rule) among `findings`.
+    /// How fast the floor of the GPU's used memory grows while a job runs, in bytes per hour
+    /// ([`super::leak::gpu_growth`]); `None` when no job ran long enough to judge. A number, not a
+    /// verdict: whether the growth is a leak is a finding (the leak rule) among `findings`.
     pub growth_bytes_per_hour: Option<f64>,
     /// Findings that name this GPU, most severe first.
     pub findings: Vec<Finding>,
@@ -50,22 +50,12 @@ pub fn gpu_verdicts(name: &str, capture: &Capture) -> Vec<GpuVerdict> {
     verdicts
 }
 
-/// The used-memory trend of one device, per hour.
+/// The used-memory trend of one device, per hour: the leak rule's own judgement of the GPU
+/// ([`leak::gpu_growth`]: the stretch while a job ran, its start-up ramp and its end left out),
+/// so the number and the badge never disagree; 0 when flat or levelled off, `None` when no job
+/// ran long enough to judge.
 fn growth_bytes_per_hour(capture: &Capture, device_index: u32) -> Option<f64> {
-    let series = capture.series(device_index)?;
-    let first_ms = *series.times().first()?;
-    let points: Vec<(f64, f64)> = series
-        .iter()
-        .filter_map(|s| {
-            let memory = s.memory?;
-            Some((
-                (s.t_ms - first_ms) as f64 / 1000.0,
-                memory.used_bytes as f64,
-            ))
-        })
-        .collect();
-    // The same judgement as the growth findings: a plateau or a flat series grows by nothing.
-    match growth::assess(&points, growth::CAPTURE_MIN_SPAN_MS as f64 / 1000.0) {
+    match leak::gpu_growth(capture, device_index)?.shape {
         growth::Shape::Growing(trend) => Some(trend.slope() * 3600.0),
         growth::Shape::Flat | growth::Shape::LevelledOff { .. } => Some(0.0),
         growth::Shape::TooShort { .. } => None,
@@ -152,6 +142,21 @@ mod tests {
             categories(&verdicts[2]),
             vec![Category::Leak],
             "a steady climb of 1 GiB a minute"
+        );
+        // Named as the fleet view names the GPU (its host and its own index), in the title
+        // and where the evidence comes from.
+        let leak = &verdicts[2].findings[0];
+        assert!(
+            leak.title.starts_with("Used memory of node-2 GPU 0 grows"),
+            "{}",
+            leak.title
+        );
+        assert!(
+            leak.evidence
+                .iter()
+                .all(|e| !e.source.describe().contains(", GPU 2")),
+            "{:?}",
+            leak.evidence
         );
         let growth = verdicts[2].growth_bytes_per_hour.unwrap_or(0.0);
         assert!((growth - 60.0 * GIB as f64).abs() < 1.0, "{growth}");

@@ -19,6 +19,12 @@
 //!
 //! How sure a growth is ([`Confidence`]) follows from the fit, the length of the judged span and
 //! whether the growth slows down; every finding prints it.
+//!
+//! A capture's series (a process, or a GPU's used memory from any source: a `.vramcap`,
+//! nvidia-smi's `--query-gpu` log, a Prometheus range) is first cut into the stretches while a
+//! job ran ([`job_runs`]), each judged by itself: the idle GPU before and between jobs is no
+//! start-up, and the end of a job (memory falling as its processes exit) is no step falling back —
+//! judged together with the job, either would flatten its floor.
 
 use crate::analysis::trend::{RobustLine, theil_sen};
 use crate::model::{GIB, MIB, format_bytes};
@@ -51,6 +57,18 @@ pub const CAPTURE_MIN_SPAN_MS: i64 = 60 * 1000;
 pub const CAPTURE_SURE_SPAN_MS: i64 = 10 * 60 * 1000;
 /// Growth that fills the GPU within this many seconds is critical, however short the recording.
 pub const FAST_FILL_SECONDS: f64 = 3600.0;
+/// Readings a capture's stretch needs after its start-up ramp: one more than the rises growth
+/// needs, so that a minute read every 15 s (a Prometheus range) is judged like a minute read
+/// every 250 ms.
+pub const CAPTURE_MIN_POINTS: usize = MIN_RISES + 1;
+/// The most a GPU shows as used with no job on it: drivers report an idle GPU at 0 MiB (a few
+/// dozen while a context starts), and a CUDA context alone takes hundreds, so a job's floor is
+/// never this low however flat it is.
+pub const IDLE_MAX_BYTES: u64 = 64 * MIB;
+/// Memory that falls this far below every reading since a job's start-up ramp, and stays there,
+/// ends what came before: the job ended, or some of its processes exited (a step falls back to
+/// its floor and rises again).
+pub const RELEASE_BYTES: u64 = MIN_GROWTH_BYTES;
 
 /// How sure a growth judgement is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -255,6 +273,77 @@ fn floors(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     floors
 }
 
+/// The stretches of a capture series' `(Unix ms, bytes)` readings (in time order) while a job
+/// ran, to be judged one by one:
+/// - readings of at most [`IDLE_MAX_BYTES`] are the idle GPU, between jobs or around one; a
+///   stretch starts at the idle reading before a job (the job started after it);
+/// - a stretch ends where memory falls [`RELEASE_BYTES`] below every reading since its start-up
+///   ramp (the first [`WARM_UP_FRACTION`] of it) and never comes back up: the job ended or some
+///   of its processes exited, and what follows is a stretch of its own.
+///
+/// The whole series is one stretch when it never rises [`MIN_GROWTH_BYTES`] above its lowest:
+/// nothing grew, and a GPU that a job keeps busy at one level all along is no idle GPU.
+pub fn job_runs(readings: &[(i64, u64)]) -> Vec<&[(i64, u64)]> {
+    let (Some(lowest), Some(highest)) = (
+        readings.iter().map(|r| r.1).min(),
+        readings.iter().map(|r| r.1).max(),
+    ) else {
+        return Vec::new();
+    };
+    if highest < lowest.saturating_add(MIN_GROWTH_BYTES) {
+        return vec![readings];
+    }
+    let idle = |r: &(i64, u64)| r.1 <= IDLE_MAX_BYTES;
+    let mut runs = Vec::new();
+    let mut start = 0;
+    while let Some(offset) = readings[start..].iter().position(|r| !idle(r)) {
+        let busy_from = start + offset;
+        let busy_to = readings[busy_from..]
+            .iter()
+            .position(idle)
+            .map_or(readings.len(), |o| busy_from + o);
+        // The job started after the idle reading before it: that reading bounds its span (and
+        // falls in the start-up ramp, never judged as growth).
+        let busy = &readings[busy_from.saturating_sub(1)..busy_to];
+        // The highest reading from each one on, to the stretch's end.
+        let mut later_high: Vec<u64> = busy
+            .iter()
+            .rev()
+            .scan(0, |high, r| {
+                *high = r.1.max(*high);
+                Some(*high)
+            })
+            .collect();
+        later_high.reverse();
+        let mut from = 0;
+        while let Some(end) = release_in(&busy[from..], &later_high[from..]) {
+            runs.push(&busy[from..from + end]);
+            from += end;
+        }
+        runs.push(&busy[from..]);
+        start = busy_to;
+    }
+    runs
+}
+
+/// The index of the first reading of `run` after its start-up ramp from which every reading
+/// (`later_high`: the highest from each one on) stays [`RELEASE_BYTES`] below every reading since
+/// the ramp; `None` when there is none. A step falls back and rises again; a job that ended, or
+/// processes that exited, do not come back.
+fn release_in(run: &[(i64, u64)], later_high: &[u64]) -> Option<usize> {
+    let (first_ms, last_ms) = (run.first()?.0, run.last()?.0);
+    let ramp_end_ms = first_ms + ((last_ms - first_ms) as f64 * WARM_UP_FRACTION) as i64;
+    let from = run.partition_point(|r| r.0 < ramp_end_ms);
+    let mut floor = run.get(from)?.1;
+    for (index, (reading, high)) in run.iter().zip(later_high).enumerate().skip(from + 1) {
+        if high.saturating_add(RELEASE_BYTES) < floor {
+            return Some(index);
+        }
+        floor = floor.min(reading.1);
+    }
+    None
+}
+
 /// Seconds, minutes or hours for people.
 pub fn duration_text(seconds: f64) -> String {
     if seconds < 120.0 {
@@ -373,6 +462,68 @@ mod tests {
     fn small_growth_is_flat() {
         let shape = assess(&series(1200.0, 10.0, |t| G + t * 1024.0), 60.0);
         assert_eq!(shape, Shape::Flat);
+    }
+
+    /// `(t_ms, bytes)` every `step_ms` for `seconds`, of `bytes(t_s)`.
+    fn readings(seconds: i64, step_ms: i64, bytes: impl Fn(f64) -> u64) -> Vec<(i64, u64)> {
+        (0..=seconds * 1000 / step_ms)
+            .map(|i| (i * step_ms, bytes((i * step_ms) as f64 / 1000.0)))
+            .collect()
+    }
+
+    fn spans_s(runs: &[&[(i64, u64)]]) -> Vec<(i64, i64)> {
+        runs.iter()
+            .filter_map(|run| Some((run.first()?.0 / 1000, run.last()?.0 / 1000)))
+            .collect()
+    }
+
+    #[test]
+    fn a_job_between_idle_stretches_is_one_run_bounded_by_the_idle_reading_before_it() {
+        // Idle for 60 s, a job from 60 s to 300 s, idle again.
+        let gib = GIB;
+        let series = readings(400, 1000, |t| {
+            if (60.0..300.0).contains(&t) {
+                10 * gib
+            } else {
+                0
+            }
+        });
+        assert_eq!(spans_s(&job_runs(&series)), vec![(59, 299)]);
+        // Two jobs: two runs.
+        let two = readings(600, 1000, |t| {
+            if (60.0..200.0).contains(&t) || (300.0..500.0).contains(&t) {
+                10 * gib
+            } else {
+                0
+            }
+        });
+        assert_eq!(spans_s(&job_runs(&two)), vec![(59, 199), (299, 499)]);
+        // Busy all along at one level: one run, the whole series.
+        let flat = readings(600, 1000, |_| 10 * gib);
+        assert_eq!(job_runs(&flat).len(), 1);
+        assert_eq!(job_runs(&flat)[0].len(), flat.len());
+        assert!(job_runs(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_fall_below_the_jobs_floor_ends_a_run_and_a_step_falling_back_does_not() {
+        // From an idle GPU, steps of 60 s falling back to a floor of 20 GiB; at 600 s one of two
+        // processes exits (down to 12 GiB) and the other goes on alone.
+        let gib = GIB;
+        let series = readings(900, 1000, |t| {
+            let tooth = (t % 60.0) as u64 * gib / 10;
+            if t == 0.0 {
+                0
+            } else if t < 600.0 {
+                20 * gib + tooth
+            } else {
+                12 * gib
+            }
+        });
+        assert_eq!(spans_s(&job_runs(&series)), vec![(0, 599), (600, 900)]);
+        // The same steps without the exit: one run.
+        let steps = readings(900, 1000, |t| 20 * gib + (t % 60.0) as u64 * gib / 10);
+        assert_eq!(job_runs(&steps).len(), 1);
     }
 
     #[test]

@@ -51,14 +51,6 @@ fn xid_title(code: u32) -> String {
         .unwrap_or_else(|| "unknown Xid".to_owned())
 }
 
-fn capture_source(name: &str, device_index: Option<u32>, t_ms: Option<i64>) -> EvidenceSource {
-    EvidenceSource::Capture {
-        file: name.to_owned(),
-        device_index,
-        t_ms,
-    }
-}
-
 /// Xid, ECC, row-remap, thermal and persistence findings from a capture (or a live reading).
 pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     xid_events(name, capture, out);
@@ -94,7 +86,7 @@ pub fn device_health(capture: &Capture, d: u32) -> DeviceHealth {
         .iter()
         .rfind(|h| h.device_index == d)
         .and_then(|health| {
-            let source = capture_source("", Some(d), Some(health.t_ms));
+            let source = EvidenceSource::capture("", capture, Some(d), Some(health.t_ms));
             let gpu = capture.gpu_label(d);
             worst(&[
                 row_remap(&gpu, health, &source),
@@ -138,7 +130,7 @@ fn xid_events(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
             times.len() as f64,
             Unit::Count,
             format!("{} × Xid {code}", times.len()),
-            capture_source(name, device, times.first().copied()),
+            EvidenceSource::capture(name, capture, device, times.first().copied()),
         )];
         if let Some(last) = times.last().filter(|_| times.len() > 1) {
             evidence.push(Evidence::number(
@@ -146,7 +138,7 @@ fn xid_events(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 *last as f64,
                 Unit::Code,
                 format!("t={last} ms"),
-                capture_source(name, device, Some(*last)),
+                EvidenceSource::capture(name, capture, device, Some(*last)),
             ));
         }
         let label = device.map(|d| capture.gpu_label(d));
@@ -184,7 +176,7 @@ fn lost_evidence(name: &str, capture: &Capture, lost: &Event, detail: &str) -> V
     let mut evidence = vec![Evidence::text(
         "event",
         detail.to_owned(),
-        capture_source(name, lost.device_index, Some(lost.t_ms)),
+        EvidenceSource::capture(name, capture, lost.device_index, Some(lost.t_ms)),
     )];
     let returned = capture.events.iter().find(|e| {
         e.t_ms >= lost.t_ms
@@ -198,7 +190,7 @@ fn lost_evidence(name: &str, capture: &Capture, lost: &Event, detail: &str) -> V
                 "after {:.1} s (samples resume there)",
                 (returned.t_ms - lost.t_ms) as f64 / 1000.0
             ),
-            capture_source(name, returned.device_index, Some(returned.t_ms)),
+            EvidenceSource::capture(name, capture, returned.device_index, Some(returned.t_ms)),
         ));
     }
     evidence
@@ -244,7 +236,7 @@ fn ecc_and_remap(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
         let Some(health) = capture.health.iter().rfind(|h| h.device_index == d) else {
             continue;
         };
-        let source = capture_source(name, Some(d), Some(health.t_ms));
+        let source = EvidenceSource::capture(name, capture, Some(d), Some(health.t_ms));
         out.extend(row_remap(&gpu, health, &source));
         out.extend(remapped_rows(&gpu, capture, d, health, &source));
         out.extend(retired_pages(&gpu, health, &source));
@@ -286,21 +278,21 @@ fn uncorrectable_ecc(name: &str, capture: &Capture, d: u32) -> Option<Finding> {
         evidence.push(Evidence::count(
             "uncorrectable ECC errors since driver load",
             v,
-            capture_source(name, Some(d), Some(t)),
+            EvidenceSource::capture(name, capture, Some(d), Some(t)),
         ));
     }
     if let Some((v, t)) = aggregate {
         evidence.push(Evidence::count(
             "uncorrectable ECC errors, lifetime",
             v,
-            capture_source(name, Some(d), Some(t)),
+            EvidenceSource::capture(name, capture, Some(d), Some(t)),
         ));
     }
     if during_capture > 0 {
         evidence.push(Evidence::count(
             "uncorrectable ECC increases during the capture",
             during_capture,
-            capture_source(name, Some(d), None),
+            EvidenceSource::capture(name, capture, Some(d), None),
         ));
     }
     let (severity, title) = if recent {
@@ -367,7 +359,7 @@ fn corrected_ecc_rate(name: &str, capture: &Capture, d: u32) -> Option<Finding> 
             Evidence::count(
                 "corrected ECC errors during the capture",
                 delta,
-                capture_source(name, Some(d), Some(last.0)),
+                EvidenceSource::capture(name, capture, Some(d), Some(last.0)),
             ),
             Evidence::number(
                 "rate",
@@ -601,7 +593,7 @@ fn thermal(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                     with_reasons.len(),
                     throttle::names(bits).join(", ")
                 ),
-                capture_source(name, Some(d), throttled.first().map(|(t, _)| *t)),
+                EvidenceSource::capture(name, capture, Some(d), throttled.first().map(|(t, _)| *t)),
             ));
         }
         if let Some((c, t)) = hottest {
@@ -610,7 +602,7 @@ fn thermal(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
                 c as f64,
                 Unit::Celsius,
                 format!("{c} °C"),
-                capture_source(name, Some(d), Some(t)),
+                EvidenceSource::capture(name, capture, Some(d), Some(t)),
             ));
         }
         out.push(

@@ -26,11 +26,7 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
         }
         let above_ms = time_at_or_above_ms(occupancy(series), thresholds::NEAR_FULL_FRACTION);
         let line_pct = thresholds::NEAR_FULL_FRACTION * 100.0;
-        let source = EvidenceSource::Capture {
-            file: name.to_owned(),
-            device_index: Some(d),
-            t_ms: Some(peak_t_ms),
-        };
+        let source = EvidenceSource::capture(name, capture, Some(d), Some(peak_t_ms));
         out.push(Finding {
             category: Category::Capacity,
             severity: Severity::Warning,

@@ -9,6 +9,14 @@
 //! [`growth::CAPTURE_SURE_SPAN_MS`] is reported as not yet decidable. A recording too short to
 //! judge at all says so (an `inconclusive` finding), never "healthy".
 //!
+//! A GPU's used memory is judged by the same rule as a process, whatever recorded it (a
+//! `.vramcap` device track, nvidia-smi's `--query-gpu` log, a Prometheus range series): each
+//! stretch while a job ran ([`growth::job_runs`]) with its start-up ramp left out, so that the
+//! idle GPU around a job and the fall at its end do not hide growth while it ran. Where processes
+//! growing on that GPU explain its growth ([`EXPLAINED_SHARE`]), the finding names them and the
+//! GPU's growth is not reported again. Findings name a GPU as the fleet view does
+//! ([`Capture::gpu_label`]: `node-a GPU 3` in a fleet).
+//!
 //! Snapshots are compared in time order (latest trace event, else the file's modification time),
 //! and only neighbours that come from the same process, by [`same_process`]: a trace event (same
 //! microsecond and address) recorded in both, or, when a trace cannot show it (one has no trace, or
@@ -190,13 +198,24 @@ pub fn log_findings(log: &LogAnalysis, capacity: Option<&KnownCapacity>, out: &m
 }
 
 /// What one process (or a GPU's used memory) in a capture does, for the leak rule and the
-/// process table.
+/// process table: the judgement of the stretch of its readings that matters most (see
+/// [`growth::job_runs`]: the job's start-up ramp, its end and the idle GPU around it are not
+/// judged as growth).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SeriesGrowth {
-    /// The judgement of the readings.
+    /// The judgement of the stretch.
     pub shape: Shape,
-    /// Free memory on the device at the last reading, when read.
+    /// Free memory on the device at the stretch's last reading, when read: what the growth has
+    /// left to fill while the job ran (the memory a job gave back when it ended is not headroom
+    /// it had).
     pub free_at_end_bytes: Option<u64>,
+    /// First and last reading (Unix ms) of the stretch judged.
+    pub run_start_ms: i64,
+    pub run_end_ms: i64,
+    /// The first reading after the stretch, `(Unix ms, bytes)`, when memory fell there below
+    /// everything the job held (it ended, or some of its processes exited); `None` when the
+    /// stretch runs to the last reading.
+    pub fell_after: Option<(i64, u64)>,
 }
 
 impl SeriesGrowth {
@@ -241,6 +260,19 @@ impl SeriesGrowth {
             Severity::Warning
         })
     }
+
+    /// How much this judgement weighs against another of the same series: the most severe
+    /// growth first, then any judged shape before "too short", then the longer stretch.
+    fn weight(&self) -> (u8, bool, i64) {
+        let severity = match self.severity() {
+            Some(Severity::Critical) => 4,
+            Some(Severity::Warning) => 3,
+            Some(Severity::Info) => 2,
+            None => 1,
+        };
+        let judged = !matches!(self.shape, Shape::TooShort { .. });
+        (severity, judged, self.run_end_ms - self.run_start_ms)
+    }
 }
 
 /// `(t_ms, bytes)` readings as `(seconds from the first, bytes)`.
@@ -263,6 +295,20 @@ fn track_readings(track: &ProcessTrack) -> Vec<(i64, u64)> {
         .collect()
 }
 
+/// A GPU's used-memory readings as `(t_ms, bytes)`, whatever recorded them: a `.vramcap`
+/// device track, nvidia-smi's `--query-gpu` log, a Prometheus range series.
+fn device_readings(capture: &Capture, device: u32) -> Vec<(i64, u64)> {
+    capture
+        .series(device)
+        .map(|series| {
+            series
+                .iter()
+                .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The growth judgement of one process's readings (`pid` on `device`) in a capture; `None` when
 /// the capture has no such process.
 pub fn process_growth(capture: &Capture, device: u32, pid: u32) -> Option<SeriesGrowth> {
@@ -270,20 +316,48 @@ pub fn process_growth(capture: &Capture, device: u32, pid: u32) -> Option<Series
         .processes
         .iter()
         .find(|p| p.device_index == device && p.pid == pid)?;
-    Some(judge_readings(capture, device, &track_readings(track)))
+    judge_readings(capture, device, &track_readings(track))
 }
 
-fn judge_readings(capture: &Capture, device: u32, readings: &[(i64, u64)]) -> SeriesGrowth {
-    SeriesGrowth {
-        shape: growth::assess(
-            &seconds_points(readings),
-            growth::CAPTURE_MIN_SPAN_MS as f64 / 1000.0,
-        ),
-        free_at_end_bytes: capture
-            .series(device)
-            .and_then(|s| s.iter().rev().find_map(|x| x.memory))
-            .map(|m| m.free_bytes),
-    }
+/// The growth judgement of a GPU's used memory in a capture, by the same rule as a process's
+/// (the fleet view's growth per hour and the GPU-level leak finding); `None` when the capture
+/// has no memory readings of `device`.
+pub fn gpu_growth(capture: &Capture, device: u32) -> Option<SeriesGrowth> {
+    judge_readings(capture, device, &device_readings(capture, device))
+}
+
+/// Judges every stretch of `readings` while a job ran ([`growth::job_runs`]) and keeps the one
+/// that weighs most ([`SeriesGrowth::weight`]); `None` without readings.
+fn judge_readings(capture: &Capture, device: u32, readings: &[(i64, u64)]) -> Option<SeriesGrowth> {
+    let min_span_s = growth::CAPTURE_MIN_SPAN_MS as f64 / 1000.0;
+    growth::job_runs(readings)
+        .into_iter()
+        .filter_map(|run| {
+            let (first, last) = (run.first()?, run.last()?);
+            let after = readings.partition_point(|r| r.0 <= last.0);
+            Some(SeriesGrowth {
+                shape: growth::assess_with(
+                    &seconds_points(run),
+                    min_span_s,
+                    growth::CAPTURE_MIN_POINTS,
+                ),
+                free_at_end_bytes: free_at(capture, device, last.0),
+                run_start_ms: first.0,
+                run_end_ms: last.0,
+                fell_after: readings.get(after).copied(),
+            })
+        })
+        .max_by_key(SeriesGrowth::weight)
+}
+
+/// Free memory on `device` at the last reading at or before `t_ms`.
+fn free_at(capture: &Capture, device: u32, t_ms: i64) -> Option<u64> {
+    let series = capture.series(device)?;
+    let upto = series.times().partition_point(|t| *t <= t_ms);
+    (0..upto)
+        .rev()
+        .find_map(|i| series.memory(i))
+        .map(|m| m.free_bytes)
 }
 
 /// The processes of a capture whose memory grows enough for a finding (warning or critical),
@@ -301,10 +375,15 @@ pub fn leaking_processes(capture: &Capture) -> Vec<(u32, u32)> {
         .collect()
 }
 
-/// Leak findings from a capture: per process, and per GPU where no process explains the growth
-/// (processes the driver does not list, or none at all); an `inconclusive` finding when the
-/// recording is too short to judge. A single reading (`diagnose --live`) is no recording: it says
-/// nothing about growth either way.
+/// Processes growing on a GPU explain its growth when together they grow at least this share of
+/// its rate: the finding names them, and the GPU's own growth is not reported again.
+pub const EXPLAINED_SHARE: f64 = 0.5;
+
+/// Leak findings from a capture: per process, and per GPU where the growing processes do not
+/// explain its growth ([`EXPLAINED_SHARE`]: processes the driver does not list, or no
+/// per-process readings at all, as in nvidia-smi's `--query-gpu` log or a Prometheus GPU series);
+/// an `inconclusive` finding when the recording is too short to judge. A single reading
+/// (`diagnose --live`) is no recording: it says nothing about growth either way.
 pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     let Some((first_ms, last_ms)) = recording_span_ms(capture) else {
         return;
@@ -319,33 +398,60 @@ pub fn capture_findings(name: &str, capture: &Capture, out: &mut Vec<Finding>) {
     }
     for series in &capture.series {
         let d = series.device_index;
-        let mut process_growing = false;
+        let gpu = capture.gpu_label(d);
+        let mut explained_bytes_per_s = 0.0;
+        let mut growing_processes = Vec::new();
         for track in capture.processes.iter().filter(|p| p.device_index == d) {
-            let label = if track.name.is_empty() {
+            let process = if track.name.is_empty() {
                 format!("process {}", track.pid)
             } else {
                 format!("process {} ({})", track.pid, track.name)
             };
-            let readings = track_readings(track);
-            let judged = judge_readings(capture, d, &readings);
-            if let Some(finding) = capture_growth_finding(name, d, &label, &readings, &judged) {
-                process_growing |= finding.severity != Severity::Info;
+            let Some(judged) = judge_readings(capture, d, &track_readings(track)) else {
+                continue;
+            };
+            if let Some(g) = judged.growth() {
+                explained_bytes_per_s += g.slope().max(0.0);
+                growing_processes.push(process.clone());
+            }
+            let subject = format!("{process} on {gpu}");
+            if let Some(finding) = capture_growth_finding(name, capture, d, &subject, &judged) {
                 out.push(finding);
             }
         }
-        if !process_growing {
-            let all: Vec<(i64, u64)> = series
-                .iter()
-                .filter_map(|s| s.memory.map(|m| (s.t_ms, m.used_bytes)))
-                .collect();
-            let readings = until_final_release(&all);
-            let judged = judge_readings(capture, d, readings);
-            let label = format!("GPU {d} used memory");
-            if let Some(finding) = capture_growth_finding(name, d, &label, readings, &judged) {
-                out.push(finding);
-            }
+        let Some(judged) = gpu_growth(capture, d) else {
+            continue;
+        };
+        let gpu_bytes_per_s = judged.growth().map_or(0.0, |g| g.slope());
+        if explained_bytes_per_s >= EXPLAINED_SHARE * gpu_bytes_per_s {
+            continue;
+        }
+        let subject = format!("Used memory of {gpu}");
+        if let Some(mut finding) = capture_growth_finding(name, capture, d, &subject, &judged) {
+            finding.explanation.push_str(&unexplained_text(
+                capture,
+                &growing_processes,
+                explained_bytes_per_s,
+            ));
+            out.push(finding);
         }
     }
+}
+
+/// What a GPU-level leak finding says about the processes behind it: none are recorded, or those
+/// that grow account for only part of it.
+fn unexplained_text(capture: &Capture, growing: &[String], explained_bytes_per_s: f64) -> String {
+    if capture.processes.is_empty() {
+        return " The readings are the GPU's alone (no per-process readings, as from nvidia-smi --query-gpu or a Prometheus GPU series): which process grows is not recorded; record with vramscope record, or log nvidia-smi --query-compute-apps beside it, to name it.".to_owned();
+    }
+    if growing.is_empty() {
+        return " None of the processes the driver lists grows: memory is held by processes it does not list (another container or user), or by processes that keep starting.".to_owned();
+    }
+    format!(
+        " The processes that grow ({}) account for only {}/min of it: the rest is held by processes the driver does not list, or by processes that keep starting.",
+        growing.join(", "),
+        format_bytes((explained_bytes_per_s * 60.0) as u64)
+    )
 }
 
 /// First and last time (Unix ms) of any reading in the capture: device samples or process
@@ -374,28 +480,6 @@ fn recording_span_ms(capture: &Capture) -> Option<(i64, i64)> {
     Some((firsts.min()?, lasts.max()?))
 }
 
-/// A GPU's readings up to the last one before a final release: when memory ends below half of
-/// its rise (from the first reading to the highest) and stays there, the job exited (or
-/// crashed) and gave everything back. Growth is judged on the job's run, not on the empty GPU
-/// after it (a per-process track ends with its process anyway). Otherwise all readings.
-fn until_final_release(readings: &[(i64, u64)]) -> &[(i64, u64)] {
-    let (Some(start), Some(peak)) = (
-        readings.first().map(|r| r.1),
-        readings.iter().map(|r| r.1).max(),
-    ) else {
-        return readings;
-    };
-    let half_way = start + peak.saturating_sub(start) / 2;
-    if peak <= start {
-        return readings;
-    }
-    let released_from = readings
-        .iter()
-        .rposition(|r| r.1 > half_way)
-        .map_or(0, |last_high| last_high + 1);
-    &readings[..released_from.max(1)]
-}
-
 /// The finding that a capture is too short for its growth to be judged.
 fn too_short(name: &str, span_ms: i64) -> Finding {
     let span_s = span_ms as f64 / 1000.0;
@@ -417,6 +501,7 @@ fn too_short(name: &str, span_ms: i64) -> Finding {
                 file: name.to_owned(),
                 device_index: None,
                 t_ms: None,
+                gpu: None,
             },
         )],
         explanation: format!(
@@ -430,27 +515,23 @@ fn too_short(name: &str, span_ms: i64) -> Finding {
     }
 }
 
-/// The leak finding for one series of a capture, when it grows.
+/// The leak finding for one series of a capture (`subject`: the process on its GPU, or the GPU's
+/// used memory), when it grows.
 fn capture_growth_finding(
     name: &str,
+    capture: &Capture,
     d: u32,
-    label: &str,
-    readings: &[(i64, u64)],
+    subject: &str,
     judged: &SeriesGrowth,
 ) -> Option<Finding> {
     let trend = judged.growth()?;
     let severity = judged.severity()?;
-    let t0 = readings.first().map(|r| r.0)?;
-    let last_t = readings.last().map(|r| r.0);
-    let judged_from_ms = t0 + (trend.judged_from * 1000.0) as i64;
+    let judged_from_ms = judged.run_start_ms + (trend.judged_from * 1000.0) as i64;
+    let last_t = Some(judged.run_end_ms);
     let per_second = trend.slope();
     let per_minute = per_second * 60.0;
     let per_hour = per_second * 3600.0;
-    let source = |t| EvidenceSource::Capture {
-        file: name.to_owned(),
-        device_index: Some(d),
-        t_ms: t,
-    };
+    let source = |t| EvidenceSource::capture(name, capture, Some(d), t);
     let sure_span = growth::CAPTURE_SURE_SPAN_MS as f64 / 1000.0;
     let mut evidence = vec![
         Evidence::number(
@@ -490,18 +571,32 @@ fn capture_growth_finding(
             EvidenceSource::Derived,
         ));
     }
+    let ended_text = match judged.fell_after {
+        Some((t, bytes)) => {
+            evidence.push(Evidence::bytes(
+                "memory fell to, after the span judged",
+                bytes,
+                source(Some(t)),
+            ));
+            format!(
+                " The span judged ends where memory fell to {}, below everything held since the start-up: the job ended or some of its processes exited, which is no step falling back.",
+                format_bytes(bytes)
+            )
+        }
+        None => String::new(),
+    };
     let full_text = until_full
         .map(|s| format!("; the GPU is full in about {}", duration_text(s)))
         .unwrap_or_default();
     let (title, explanation) = if severity == Severity::Info {
         (
             format!(
-                "{label} on GPU {d} grew by {}/min over the {} recorded: too short to tell a leak from a long warm-up",
+                "{subject} grew by {}/min over the {} recorded: too short to tell a leak from a long warm-up",
                 format_bytes(per_minute.max(0.0) as u64),
                 duration_text(trend.span())
             ),
             format!(
-                "Memory rose by {} over {} along a steady line, but a recording this short cannot tell a leak from a start-up that levels off later, and at this rate the GPU is not full for a while{full_text}. Record at least {} and diagnose again. {}",
+                "Memory rose by {} over {} along a steady line, but a recording this short cannot tell a leak from a start-up that levels off later, and at this rate the GPU is not full for a while{full_text}. Record at least {} and diagnose again.{ended_text} {}",
                 format_bytes(trend.growth_bytes().max(0.0) as u64),
                 duration_text(trend.span()),
                 duration_text(sure_span),
@@ -511,11 +606,11 @@ fn capture_growth_finding(
     } else {
         (
             format!(
-                "{label} on GPU {d} grows steadily by {}/min{full_text}",
+                "{subject} grows steadily by {}/min{full_text}",
                 format_bytes(per_minute.max(0.0) as u64)
             ),
             format!(
-                "After the start-up ramp, the memory the readings fall back to rose by {} over {} and was still rising at the end{}: something keeps allocations alive. {} NVML shows the allocator's reserved memory, so take two snapshots to see which tensors grow.",
+                "After the start-up ramp, the memory the readings fall back to rose by {} over {} and was still rising at the end{}: something keeps allocations alive.{ended_text} {} NVML shows the allocator's reserved memory, so take two snapshots to see which tensors grow.",
                 format_bytes(trend.growth_bytes().max(0.0) as u64),
                 duration_text(trend.span()),
                 if trend.decelerating {
@@ -976,22 +1071,5 @@ mod tests {
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(out[0].severity, Severity::Info);
         assert!(out[0].title.contains("not compared"), "{}", out[0].title);
-    }
-
-    #[test]
-    fn a_gpu_is_judged_up_to_the_release_at_the_jobs_end() {
-        // Rises 0 -> 30 GiB over 60 s, then the job exits and everything is freed.
-        let mut readings: Vec<(i64, u64)> =
-            (0..=240).map(|i| (i * 250, i as u64 * GIB / 8)).collect();
-        readings.extend((241..=250).map(|i| (i * 250, 0)));
-        assert_eq!(until_final_release(&readings).len(), 241);
-        // Still high at the end, or a plateau with a dip: everything counts.
-        readings.truncate(241);
-        assert_eq!(until_final_release(&readings).len(), 241);
-        let plateau: Vec<(i64, u64)> = (0..100)
-            .map(|i| (i * 1000, if i == 0 || i == 50 { GIB } else { 20 * GIB }))
-            .collect();
-        assert_eq!(until_final_release(&plateau).len(), 100);
-        assert!(until_final_release(&[]).is_empty());
     }
 }

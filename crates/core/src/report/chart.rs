@@ -725,7 +725,7 @@ fn draw_review_header(canvas: &mut Canvas, timeline: &Timeline, range: (UnixMs, 
     y + 10.0
 }
 
-/// A panel's title line at `y`: the GPU's index and name, then its peak inside `range` (and
+/// A panel's title line at `y`: the GPU's label and name, then its peak inside `range` (and
 /// what share of the capacity that is). Returns the y below it.
 fn draw_review_panel_title(
     canvas: &mut Canvas,
@@ -734,7 +734,7 @@ fn draw_review_panel_title(
     y: f32,
 ) -> f32 {
     let margin = REVIEW_MARGIN;
-    let mut title = format!("GPU {}", panel.device_index);
+    let mut title = panel.gpu_label.clone();
     if !panel.device_name.is_empty() {
         title.push_str(&format!(" · {}", panel.device_name));
     }
@@ -901,6 +901,7 @@ mod tests {
     fn panel() -> TimelinePanel {
         TimelinePanel {
             device_index: 0,
+            gpu_label: "GPU 0".into(),
             device_name: "NVIDIA H200".into(),
             total_bytes: 100 << 30,
             series: vec![
@@ -960,6 +961,7 @@ mod tests {
                 panel(),
                 TimelinePanel {
                     device_index: 1,
+                    gpu_label: "GPU 1".into(),
                     ..panel()
                 },
             ],

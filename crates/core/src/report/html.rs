@@ -169,8 +169,8 @@ fn timeline_panel(
 ) {
     let _ = writeln!(
         out,
-        "<h3>GPU {}: peak {} of {}</h3>",
-        panel.device_index,
+        "<h3>{}: peak {} of {}</h3>",
+        escape(&panel.gpu_label),
         format_bytes(panel.peak_bytes()),
         format_bytes(panel.total_bytes)
     );
@@ -179,8 +179,8 @@ fn timeline_panel(
         Ok(png) => {
             let _ = writeln!(
                 out,
-                "<img class=\"chart\" width=\"{CHART_WIDTH_PX}\" height=\"{height_px}\" alt=\"Memory over time on GPU {}\" src=\"data:image/png;base64,{}\"/>",
-                panel.device_index,
+                "<img class=\"chart\" width=\"{CHART_WIDTH_PX}\" height=\"{height_px}\" alt=\"Memory over time on {}\" src=\"data:image/png;base64,{}\"/>",
+                escape(&panel.gpu_label),
                 base64(&png)
             );
         }

@@ -162,8 +162,8 @@ pub fn render(report: &Report) -> String {
         for panel in &timeline.panels {
             let _ = writeln!(
                 out,
-                "- GPU {}: peak {} of {}",
-                panel.device_index,
+                "- {}: peak {} of {}",
+                escape(&panel.gpu_label),
                 crate::model::format_bytes(panel.peak_bytes()),
                 crate::model::format_bytes(panel.total_bytes)
             );

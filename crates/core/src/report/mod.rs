@@ -62,6 +62,9 @@ pub struct Timeline {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimelinePanel {
     pub device_index: u32,
+    /// How the report names the GPU: [`Capture::gpu_label`], as findings and the fleet view do
+    /// (`GPU 0`, or `node-a GPU 3` in a fleet).
+    pub gpu_label: String,
     /// Marketing name, e.g. "NVIDIA H200"; empty when unknown.
     pub device_name: String,
     /// Device capacity (the last reading's total).
@@ -287,8 +290,9 @@ fn panel(
         });
     }
     markers.sort_by_key(|m| m.t_ms);
+    let gpu_label = capture.gpu_label(device);
     let mut lines = vec![TimelineSeries {
-        label: format!("GPU {device} used"),
+        label: format!("{gpu_label} used"),
         points: used,
     }];
     let mut tracks: Vec<_> = capture
@@ -320,6 +324,7 @@ fn panel(
     }
     TimelinePanel {
         device_index: device,
+        gpu_label,
         device_name: capture
             .devices
             .iter()
