@@ -250,3 +250,151 @@ fn a_cap_under_a_live_set_growing_every_step_is_said_to_be_a_leak() {
         fix.expected_effect
     );
 }
+
+fn whatif_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/whatif")
+        .join(name)
+}
+
+fn diagnose_snapshot(path: &Path) -> Vec<vramscope_core::diagnose::Finding> {
+    diagnose(&DiagnosisInput {
+        snapshots: snapshot_facts(path),
+        ..Default::default()
+    })
+    .findings
+}
+
+/// A real H200 loop that keeps every step's loss with its graph (`leak_history` of the second
+/// held-out set, under a 948 MiB cap, snapshot at the failure): the replay serves the failing
+/// request under `max_split_size_mb:20` with 4 MiB to spare, but the step's own pattern adds
+/// 72 MiB per repetition of its call sites. Under that cap every one of the 7 settings ran out
+/// for real. So no setting is recommended first: the cap is, sized by the repetitions (not by
+/// one request's shortfall), and the leak is named with its call site.
+#[test]
+fn a_setting_whose_headroom_is_less_than_one_more_repetition_is_no_fix() {
+    let findings = diagnose_snapshot(&whatif_fixture(
+        "heldout2/oom/leak_history__default__cap994050048.pickle",
+    ));
+    let primary = &findings[0];
+    assert_eq!(primary.category, Category::MemoryCap, "{}", primary.title);
+    let first = &primary.recommendations[0];
+    assert_eq!(first.id, "raise-memory-fraction");
+    assert!(
+        first
+            .expected_effect
+            .contains("lasts less than one more repetition")
+            && !first
+                .expected_effect
+                .contains("That is one request's shortfall"),
+        "{}",
+        first.expected_effect
+    );
+    assert!(
+        primary
+            .explanation
+            .contains("the step's own pattern says that is not enough"),
+        "{}",
+        primary.explanation
+    );
+    assert!(
+        primary.evidence.iter().any(
+            |e| e.label == "tried by replay: only gets past this request: max_split_size_mb:20"
+        ),
+        "the setting that passes the request is shown, not recommended"
+    );
+    let leak = findings
+        .iter()
+        .find(|f| f.category == Category::Leak)
+        .unwrap_or_else(|| panic!("no leak finding"));
+    assert!(
+        leak.title
+            .contains("workloads_heldout2.py:125 leak_history"),
+        "{}",
+        leak.title
+    );
+    assert_eq!(leak.recommendations[0].id, "fix-leak");
+}
+
+/// The failing step's pattern decides for the settings (`ckpt_transformer` of the second
+/// held-out set, the backward pass adding about 2 MiB per repetition, under 1 % of the live set;
+/// and `cases2/frag_fill_card`, whose earlier iteration held far more than the failing step):
+/// the setting comes first, still only "passes the failing request", with why it is judged
+/// enough. Both settings ran for real.
+#[test]
+fn a_setting_judged_enough_by_the_failing_step_comes_first_and_says_why() {
+    let cases2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases2");
+    for (path, why) in [
+        (
+            whatif_fixture("heldout2/oom/ckpt_transformer__default__cap814743552.pickle"),
+            "frees about what it allocates",
+        ),
+        (
+            cases2.join("frag_fill_card.pickle"),
+            "iterations completed before the failure held up to",
+        ),
+    ] {
+        let findings = diagnose_snapshot(&path);
+        let primary = &findings[0];
+        assert_eq!(
+            primary.category,
+            Category::Fragmentation,
+            "{}",
+            primary.title
+        );
+        assert!(!primary.title.starts_with("Uncertain"), "{}", primary.title);
+        let first = &primary.recommendations[0];
+        assert_eq!(first.id, "expandable-segments", "{}", path.display());
+        assert_eq!(
+            first.verification.as_ref().map(|v| v.status),
+            Some(VerificationStatus::PassesFailingRequest)
+        );
+        assert!(
+            first
+                .expected_effect
+                .contains("Judged enough from the step that failed")
+                && first.expected_effect.contains(why),
+            "{}: {}",
+            path.display(),
+            first.expected_effect
+        );
+    }
+}
+
+/// Where the pattern cannot decide (a real transformer step under a cap, recorded under
+/// `garbage_collection_threshold:0.6`: its backward pass adds 32 MiB per repetition and the best
+/// setting leaves 96 MiB, about two more), the finding says uncertain, the cheapest change that
+/// passes the failing request comes first with why it may not be enough, and what settles it
+/// is named.
+#[test]
+fn an_undecided_pattern_is_uncertain_and_names_what_settles_it() {
+    let findings = diagnose_snapshot(&whatif_fixture(
+        "recorded/transformer_step__garbage_collection_threshold_0_6__cap3515875328.pickle",
+    ));
+    let primary = &findings[0];
+    assert!(primary.title.starts_with("Uncertain:"), "{}", primary.title);
+    assert!(
+        primary.explanation.contains("vramscope run --prove"),
+        "{}",
+        primary.explanation
+    );
+    let first = &primary.recommendations[0];
+    assert!(
+        first.action.contains("PYTORCH_CUDA_ALLOC_CONF"),
+        "{}",
+        first.action
+    );
+    assert!(
+        first.expected_effect.contains("It may not be enough"),
+        "{}",
+        first.expected_effect
+    );
+    assert!(
+        primary
+            .recommendations
+            .iter()
+            .any(|r| r.id == "prove-by-rerun" && r.action.contains("vramscope run --prove")),
+        "{:?}",
+        primary.recommendations
+    );
+}

@@ -15,6 +15,11 @@
 //!   no repetition at all means the trace shows no steps this way; nor does a repetition whose
 //!   call sites already ran as often before the stretch (an inner loop of iterations that fell
 //!   back, such as the tokens of one request after another).
+//! - **The repetition inside a step** ([`repetition_before`]): keyed by the whole user stack, the
+//!   allocations of the step that failed end in a stretch that repeats at least
+//!   [`MIN_LAYER_REPEATS`] times (layer after layer); each repetition's growth of the live set is
+//!   measured between the starts of whole repetitions, and the failing request is in the
+//!   repetition when its stack is one of the repetition's.
 
 use std::collections::HashMap;
 
@@ -29,8 +34,12 @@ pub const MAX_ALLOCATIONS: usize = 200_000;
 /// times per repetition still finds it.
 const MAX_PERIOD_CANDIDATES: usize = 64;
 /// A periodic stretch tolerates one mismatch, plus one per this many matches (an allocation a
-/// step makes only sometimes, a cuBLAS workspace made once).
-const MATCHES_PER_TOLERATED_MISMATCH: usize = 10;
+/// step makes only sometimes, a cuBLAS workspace made once). No more: a sequence of long runs
+/// (a forward pass's allocations, then the backward pass's) matches itself one key back 90 %
+/// of the time, and is no repetition of one allocation.
+const MATCHES_PER_TOLERATED_MISMATCH: usize = 50;
+/// Repetitions of a layer needed inside the failing step.
+pub const MIN_LAYER_REPEATS: usize = 3;
 /// A repetition whose call sites ran at least this many periods' worth of allocations before
 /// the stretch is an inner loop of work that ended before, not the job's steps.
 const EARLIER_RUNS_FOR_INNER_LOOP: usize = 2;
@@ -206,6 +215,91 @@ pub fn step_starts(travel: &TimeTravel, end: usize, min_steps: usize) -> Option<
     None
 }
 
+/// A repetition at the end of a stretch of allocations: the same call sites allocating again,
+/// layer after layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Repetition {
+    /// Allocations per repetition.
+    pub allocations_per_repetition: usize,
+    /// Trace positions where each repetition begins (its first allocation), the one still
+    /// running last.
+    pub starts: Vec<usize>,
+    /// The median growth of the live set from the start of one whole repetition to the next
+    /// (negative: a repetition frees more than it keeps).
+    pub growth_per_repetition_bytes: i64,
+    /// The call sites of one repetition (`frames::user_call_site`), each once, in order.
+    pub call_sites: Vec<String>,
+    /// The stack of the request at the end of the stretch (the failing one) is one of the
+    /// repetition's: the request is the repetition's next allocation, not a one-off after it.
+    pub includes_request: bool,
+    /// The stack of the stretch's first allocation is one of the repetition's: the repetition
+    /// is what the stretch began with, whole steps of the job (a stretch that begins where the
+    /// last iteration ended and repeats its first allocation site), not layers inside one step.
+    pub spans_steps: bool,
+    /// The call site whose allocations the whole repetitions kept (still alive when the last one
+    /// began), with those bytes: what the repetition adds, where it is made.
+    pub kept_by: Option<(String, u64)>,
+}
+
+impl Repetition {
+    /// Whole repetitions seen.
+    pub fn whole_repetitions(&self) -> usize {
+        self.starts.len().saturating_sub(1)
+    }
+}
+
+/// The repetition at the end of the allocations at trace positions `from..to` of `travel`
+/// (module comment), with at least [`MIN_LAYER_REPEATS`] repetitions; `request` is the stack of
+/// the request at `to` (the failing one), checked against the repetition's stacks.
+pub fn repetition_before(
+    travel: &TimeTravel,
+    from: usize,
+    to: usize,
+    request: StackId,
+) -> Option<Repetition> {
+    let allocations = allocations(travel, from, to);
+    let snapshot = travel.snapshot();
+    let mut keys = Keys::new(snapshot);
+    let mut stacks = allocations.stacks.clone();
+    stacks.push(request);
+    let mut sequence = keys.keys(&stacks, usize::MAX);
+    let request_key = sequence.pop()?;
+    let period = periodic_tail(&sequence, MIN_LAYER_REPEATS)?;
+    let one_start = sequence.len() - period.length;
+    let starts: Vec<usize> = (period.start..sequence.len())
+        .step_by(period.length)
+        .map(|i| allocations.positions[i])
+        .collect();
+    let series = travel.allocated_series();
+    let live = |position: usize| series.get(position).copied().unwrap_or(0) as i64;
+    let mut growths: Vec<i64> = starts.windows(2).map(|w| live(w[1]) - live(w[0])).collect();
+    growths.sort_unstable();
+    let growth_per_repetition_bytes = growths.get(growths.len() / 2).copied().unwrap_or(0);
+    let mut call_sites: Vec<String> = Vec::new();
+    for &stack in &allocations.stacks[one_start..] {
+        let site = frames::user_call_site(snapshot, stack);
+        if !call_sites.contains(&site) {
+            call_sites.push(site);
+        }
+    }
+    let one = &sequence[one_start..];
+    let kept_by = match (starts.first(), starts.last()) {
+        (Some(&first), Some(&last)) if first < last => {
+            kept_by_call_site(travel, first, last).into_iter().next()
+        }
+        _ => None,
+    };
+    Some(Repetition {
+        allocations_per_repetition: period.length,
+        growth_per_repetition_bytes,
+        call_sites,
+        includes_request: one.contains(&request_key),
+        spans_steps: sequence.first().is_some_and(|first| one.contains(first)),
+        kept_by,
+        starts,
+    })
+}
+
 /// Bytes allocated at trace positions `from..to` of `travel` and still live at `to`, by user
 /// call site (`frames::user_call_site`), most first: what a stretch of steps kept.
 pub fn kept_by_call_site(travel: &TimeTravel, from: usize, to: usize) -> Vec<(String, u64)> {
@@ -271,11 +365,27 @@ mod tests {
         for step in 0..30 {
             keys.extend([1, 2, 3, 4]);
             if step == 12 {
-                keys.push(9); // a workspace made once
+                keys[step * 4 + 2] = 9; // made elsewhere once
             }
         }
         let period = periodic_tail(&keys, 3).unwrap_or_else(|| panic!("no period"));
         assert_eq!(period.length, 4);
+        assert_eq!(period.start, 0);
+    }
+
+    /// Runs of one key (the forward pass's allocations at one line, then the backward pass's
+    /// without a stack) are no period of one: the steps they make up are.
+    #[test]
+    fn long_runs_are_not_a_period_of_one() {
+        let mut keys: Vec<u32> = Vec::new();
+        for _ in 0..12 {
+            keys.extend(std::iter::repeat_n(1, 11));
+            keys.extend(std::iter::repeat_n(0, 14));
+            keys.push(2);
+        }
+        keys.extend(std::iter::repeat_n(1, 5));
+        let period = periodic_tail(&keys, 3).unwrap_or_else(|| panic!("no period"));
+        assert_eq!(period.length, 26);
         assert_eq!(period.start, 0);
     }
 }

@@ -26,6 +26,7 @@ pub mod real_runs;
 pub mod recommend;
 pub mod size;
 pub mod snapshot;
+pub mod step_reach;
 pub mod thresholds;
 pub mod trace_events;
 pub mod trajectory;

@@ -46,6 +46,7 @@ use super::leak::SnapshotOom;
 use super::log::{Framework, OomNumbers};
 use super::proof::{self, ReplayEvidence};
 use super::recommend::{self, NOTABLE_BYTES, NOTABLE_OTHER_PROCESS_FRACTION};
+use super::step_reach::{self, StepReach};
 use super::trajectory::{IterationSource, LiveGrowth, Trajectory};
 use crate::analysis::oom::OomExplanation;
 use crate::model::format_bytes;
@@ -148,6 +149,9 @@ pub struct Verdict {
     pub growth_outpaces_waste: bool,
     /// The replay changed the verdict of the numbers alone; why.
     pub replay_note: Option<String>,
+    /// What the failing step's own pattern says about the settings that pass its failing
+    /// request, when the trace ends inside that step ([`step_reach`]).
+    pub step_reach: Option<StepReach>,
 }
 
 /// Expandable segments of the large pool grow and shrink in pages of this size (c10
@@ -284,6 +288,7 @@ pub fn classify(case: &OomCase) -> Verdict {
         first_step,
         growth_outpaces_waste,
         replay_note: None,
+        step_reach: None,
     };
 
     if cap_set && (device_had_room || free.is_none())
@@ -367,10 +372,19 @@ fn live_set_fits_under_cap(n: &OomNumbers) -> bool {
 }
 
 /// Where a reliable replay decides between fragmentation and a full card, or a full cap
-/// (module comment).
+/// (module comment). When the trace ends inside the step that failed, the settings that pass
+/// the failing request are judged by the step's own pattern ([`step_reach`]): one more
+/// repetition needing more than their headroom keeps the verdict capacity (or the cap).
 fn apply_replay(case: &OomCase, verdict: &mut Verdict) {
     let Some(proof) = case.replay.as_ref().and_then(proof::judge) else {
         return;
+    };
+    let reach = step_reach::judge(&case.numbers, case.trajectory(), &proof);
+    let not_enough = |why: &str| {
+        format!(
+            "The replay got past the failing request under {} other allocator setting(s), but the trace ends inside the step that failed, and the step's own pattern says that is not enough: {why}.",
+            proof.helps.len()
+        )
     };
     match verdict.cause {
         OomCause::Fragmentation | OomCause::CapWithFragmentation if proof.helps.is_empty() => {
@@ -392,25 +406,47 @@ fn apply_replay(case: &OomCase, verdict: &mut Verdict) {
                 )
             });
         }
+        OomCause::Fragmentation | OomCause::CapWithFragmentation => {
+            if let Some(StepReach::Capacity(why)) = &reach {
+                verdict.cause = if verdict.cause == OomCause::Fragmentation {
+                    OomCause::Capacity
+                } else {
+                    OomCause::Cap
+                };
+                verdict.replay_note = Some(not_enough(why));
+            }
+            verdict.step_reach = reach;
+        }
         OomCause::Capacity | OomCause::Cap
             if !verdict.first_step
                 && !verdict.growth_outpaces_waste
                 && (verdict.cause == OomCause::Capacity
                     || live_set_fits_under_cap(&case.numbers)) =>
         {
-            if let Some(best) = proof.helps.first() {
+            let Some(best) = proof.helps.first() else {
+                return;
+            };
+            if let Some(StepReach::Capacity(why)) = &reach {
+                verdict.replay_note = Some(not_enough(why));
+            } else {
                 let (cause, what) = if verdict.cause == OomCause::Capacity {
                     (OomCause::Fragmentation, "the card")
                 } else {
                     (OomCause::CapWithFragmentation, "what the memory cap allows")
                 };
                 verdict.cause = cause;
+                let how_far = if proof.ends_in_failed_step() {
+                    "served the failing request"
+                } else {
+                    "did not run out of memory"
+                };
                 verdict.replay_note = Some(format!(
-                    "The replay of the allocation history under {} did not run out of memory ({}): the allocator's packing, not the live set, used up {what}.",
+                    "The replay of the allocation history under {} {how_far} ({}): the allocator's packing, not the live set, used up {what}.",
                     best.conf,
                     proof::proven_text(best, proof.limit_bytes)
                 ));
             }
+            verdict.step_reach = reach;
         }
         _ => {}
     }
@@ -649,14 +685,17 @@ fn replay_evidence(replay: &ReplayEvidence, verdict: &Verdict, ev: &mut Vec<Evid
 /// Why a setting that gets past the failing request does not save the run, by the verdict: the
 /// live set keeps growing, or the job needs more than the cap, the other processes or the card
 /// leave it.
-fn still_fails_because(verdict: &Verdict) -> &'static str {
-    match verdict.cause.category() {
+fn still_fails_because(verdict: &Verdict) -> String {
+    match (&verdict.step_reach, verdict.cause.category()) {
         _ if verdict.growth_outpaces_waste => {
-            "the live set keeps growing, so the next iterations run out anyway"
+            "the live set keeps growing, so the next iterations run out anyway".to_owned()
         }
-        Category::MemoryCap => "the job still needs more than its memory cap",
-        Category::OtherProcess => "the job still needs more than the other processes leave it",
-        _ => "the job still needs more than the card",
+        (Some(StepReach::Capacity(why)), _) => format!("the step's own pattern: {why}"),
+        (_, Category::MemoryCap) => "the job still needs more than its memory cap".to_owned(),
+        (_, Category::OtherProcess) => {
+            "the job still needs more than the other processes leave it".to_owned()
+        }
+        _ => "the job still needs more than the card".to_owned(),
     }
 }
 
@@ -814,9 +853,10 @@ fn combine_note(recs: &[Recommendation], shortfall_bytes: Option<u64>) -> String
 }
 
 /// The allocator-setting recommendations for a fragmentation verdict: those a reliable replay
-/// proved, best first; without a usable replay, the usual settings marked unverified with the
-/// reason.
-fn allocator_setting_recs(case: &OomCase) -> Vec<Recommendation> {
+/// proved (or saw pass the failing request), best first, the first saying what the failing
+/// step's pattern judged of it, and how to settle it when that is uncertain; without a usable
+/// replay, the usual settings marked unverified with the reason.
+fn allocator_setting_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendation> {
     let n = &case.numbers;
     let growth = case.trajectory().and_then(|t| match t.growth {
         LiveGrowth::Growing {
@@ -826,7 +866,7 @@ fn allocator_setting_recs(case: &OomCase) -> Vec<Recommendation> {
         _ => None,
     });
     if let Some(proof) = case.replay.as_ref().and_then(proof::judge) {
-        return proof
+        let mut recs: Vec<Recommendation> = proof
             .helps
             .iter()
             .map(|setting| {
@@ -847,8 +887,24 @@ fn allocator_setting_recs(case: &OomCase) -> Vec<Recommendation> {
                 rec.verification = Some(verification);
                 rec
             })
-            .chain([recommend::empty_cache()])
             .collect();
+        let first_conf = proof.helps.first().map(|s| s.conf.clone());
+        if let (Some(first), Some(reach)) = (recs.first_mut(), &verdict.step_reach) {
+            let judged = match reach {
+                StepReach::Placement(why) => {
+                    format!("Judged enough from the step that failed: {why}.")
+                }
+                StepReach::Uncertain(why) | StepReach::Capacity(why) => {
+                    format!("It may not be enough: {why}.")
+                }
+            };
+            first.expected_effect = format!("{} {judged}", first.expected_effect);
+        }
+        if let (Some(StepReach::Uncertain(_)), Some(conf)) = (&verdict.step_reach, first_conf) {
+            recs.push(recommend::prove_by_rerun(&conf));
+        }
+        recs.push(recommend::empty_cache());
+        return recs;
     }
     let why = unverified_reason(case);
     if case.history_file.is_some() {
@@ -917,8 +973,11 @@ fn unverified_reason(case: &OomCase) -> String {
     }
 }
 
-/// What the job needs under a cap, from its history: `(needed bytes, why)`.
-fn cap_need(case: &OomCase) -> (u64, Option<String>) {
+/// What the job needs under a cap, from its history: `(needed bytes, why)`. A failing step whose
+/// own pattern kept the settings that pass its request from being the fix (each repetition
+/// adding more than they leave) needs at least one more repetition's growth, and more with every
+/// repetition it still runs: one request's shortfall is no measure of it.
+fn cap_need(case: &OomCase, verdict: &Verdict) -> (u64, Option<String>) {
     let n = &case.numbers;
     let at_failure = n
         .reserved_bytes
@@ -928,6 +987,22 @@ fn cap_need(case: &OomCase) -> (u64, Option<String>) {
     let Some(t) = case.trajectory() else {
         return (at_failure, None);
     };
+    if let (Some(StepReach::Capacity(why)), Some(repetition), false) = (
+        &verdict.step_reach,
+        &t.failing_step,
+        matches!(t.growth, LiveGrowth::Growing { .. }),
+    ) {
+        let growth = repetition.growth_per_repetition_bytes.unsigned_abs();
+        let again = at_failure.saturating_add(growth);
+        return (
+            again,
+            Some(format!(
+                "The failing step's own pattern: {why}. A cap raised by one request's shortfall lasts less than one more repetition; one more needs about {}, and every further one {} more.",
+                format_bytes(again),
+                format_bytes(growth)
+            )),
+        );
+    }
     let limit = n.allowed_bytes.unwrap_or(at_failure);
     match t.growth {
         LiveGrowth::Growing {
@@ -996,10 +1071,16 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
     let mut out = Vec::new();
     match cause {
         OomCause::CapWithFragmentation | OomCause::Fragmentation => {
-            out.push(fragmentation_finding(case, cause, &words, evidence.clone()));
+            out.push(fragmentation_finding(
+                case,
+                &verdict,
+                &words,
+                evidence.clone(),
+            ));
             if cause == OomCause::CapWithFragmentation {
                 out.push(cap_finding(
                     case,
+                    &verdict,
                     Severity::Warning,
                     &words,
                     evidence.clone(),
@@ -1009,14 +1090,16 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
         OomCause::Cap => {
             out.push(cap_finding(
                 case,
+                &verdict,
                 Severity::Critical,
                 &words,
                 evidence.clone(),
             ));
             // A cap under a live set that grows step after step: no cap is the fix, the leak is.
-            if step_leak(case).is_some() {
+            if step_leak(case, &verdict).is_some() {
                 out.push(growth_finding(
                     case,
+                    &verdict,
                     Severity::Warning,
                     &words,
                     evidence.clone(),
@@ -1027,6 +1110,7 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
         OomCause::Growth => {
             out.push(growth_finding(
                 case,
+                &verdict,
                 Severity::Critical,
                 &words,
                 evidence.clone(),
@@ -1040,13 +1124,24 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                 evidence.clone(),
             ));
         }
-        OomCause::Capacity => out.push(capacity_finding(
-            case,
-            &verdict,
-            Severity::Critical,
-            &words,
-            evidence.clone(),
-        )),
+        OomCause::Capacity => {
+            out.push(capacity_finding(
+                case,
+                &verdict,
+                Severity::Critical,
+                &words,
+                evidence.clone(),
+            ));
+            if step_leak(case, &verdict).is_some() {
+                out.push(growth_finding(
+                    case,
+                    &verdict,
+                    Severity::Warning,
+                    &words,
+                    evidence.clone(),
+                ));
+            }
+        }
     }
     // A notable other process is worth mentioning even when it is not the primary cause.
     if cause != OomCause::OtherProcess {
@@ -1107,8 +1202,10 @@ impl StepLeak<'_> {
     }
 }
 
-/// The [`StepLeak`] of `case`'s history, if it shows one.
-fn step_leak(case: &OomCase) -> Option<StepLeak<'_>> {
+/// The [`StepLeak`] of `case`, if its history shows one: a live set growing from iteration to
+/// iteration, or, where the failing step's own pattern kept the verdict from the settings that
+/// pass the failing request, a repetition of whole steps each adding memory.
+fn step_leak<'a>(case: &'a OomCase, verdict: &Verdict) -> Option<StepLeak<'a>> {
     let t = case.trajectory()?;
     match t.growth {
         LiveGrowth::Growing {
@@ -1120,14 +1217,24 @@ fn step_leak(case: &OomCase) -> Option<StepLeak<'_>> {
             && per_iteration_bytes > 0
             && !t.grows_by_enlarging() =>
         {
-            Some(StepLeak {
+            return Some(StepLeak {
                 per_step_bytes: per_iteration_bytes,
                 steps: t.iterations.len(),
                 kept_by: t.kept_by.as_ref(),
-            })
+            });
         }
-        _ => None,
+        _ => {}
     }
+    let steps = t.failing_step.as_ref().filter(|r| {
+        r.spans_steps
+            && r.growth_per_repetition_bytes > 0
+            && matches!(verdict.step_reach, Some(StepReach::Capacity(_)))
+    })?;
+    Some(StepLeak {
+        per_step_bytes: steps.growth_per_repetition_bytes.unsigned_abs(),
+        steps: steps.whole_repetitions(),
+        kept_by: steps.kept_by.as_ref(),
+    })
 }
 
 /// A per-process cap (memory fraction, MPS or container limit) refused the allocation. The cap
@@ -1136,6 +1243,7 @@ fn step_leak(case: &OomCase) -> Option<StepLeak<'_>> {
 /// request's shortfall lasts.
 fn cap_finding(
     case: &OomCase,
+    verdict: &Verdict,
     severity: Severity,
     words: &Wording,
     evidence: Vec<Evidence>,
@@ -1146,8 +1254,11 @@ fn cap_finding(
         request: req,
         history,
     } = words;
-    let (needed, need_why) = cap_need(case);
-    let growing = case.trajectory().is_some_and(Trajectory::still_growing);
+    let (needed, need_why) = cap_need(case, verdict);
+    // Still growing: from iteration to iteration, or repetition after repetition inside the
+    // failing step, by more than the settings that pass its request leave.
+    let growing = case.trajectory().is_some_and(Trajectory::still_growing)
+        || matches!(verdict.step_reach, Some(StepReach::Capacity(_)));
     let free_text = n
         .free_bytes
         .map(format_bytes)
@@ -1192,7 +1303,7 @@ fn cap_finding(
     } else {
         "a raised cap is not replayed yet"
     }));
-    let leak = step_leak(case);
+    let leak = step_leak(case, verdict);
     let mut recommendations = vec![raise];
     match &leak {
         Some(leak) => recommendations.push(recommend::find_leak_per_step(
@@ -1229,10 +1340,11 @@ fn cap_finding(
 /// Enough memory was cached (in the request's pool and stream), but in blocks too small for it.
 fn fragmentation_finding(
     case: &OomCase,
-    cause: OomCause,
+    verdict: &Verdict,
     words: &Wording,
     evidence: Vec<Evidence>,
 ) -> Finding {
+    let cause = verdict.cause;
     let n = &case.numbers;
     let Wording {
         gpu,
@@ -1278,10 +1390,22 @@ fn fragmentation_finding(
             format_bytes(u)
         )
     };
+    // Where the failing step's pattern cannot tell whether the settings that pass the failing
+    // request are enough, the finding says so, and what settles it.
+    let (title, explanation) = match &verdict.step_reach {
+        Some(StepReach::Uncertain(why)) => (
+            format!("Uncertain: {title}; whether an allocator setting is enough"),
+            format!(
+                "{explanation} Whether a setting that passes the failing request gets the job through is uncertain: {why}. {}.",
+                proof::SETTLES_IT
+            ),
+        ),
+        _ => (title, explanation),
+    };
     Finding::new(Category::Fragmentation, Severity::Critical, title)
         .with_evidence(evidence)
         .explained(explanation)
-        .recommend(allocator_setting_recs(case))
+        .recommend(allocator_setting_recs(case, verdict))
         .in_wizard(Wizard::Fragmentation)
 }
 
@@ -1335,6 +1459,7 @@ fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence
 /// request).
 fn growth_finding(
     case: &OomCase,
+    verdict: &Verdict,
     severity: Severity,
     words: &Wording,
     evidence: Vec<Evidence>,
@@ -1345,17 +1470,20 @@ fn growth_finding(
         request: req,
         history,
     } = words;
-    let (per_iteration, iterations) = case
-        .trajectory()
-        .map(|t| match t.growth {
-            LiveGrowth::Growing {
-                per_iteration_bytes,
-                ..
-            } => (per_iteration_bytes, t.iterations.len()),
-            _ => (0, t.iterations.len()),
-        })
-        .unwrap_or((0, 0));
-    let leak = step_leak(case);
+    let leak = step_leak(case, verdict);
+    let (per_iteration, iterations) = match &leak {
+        Some(leak) => (leak.per_step_bytes, leak.steps),
+        None => case
+            .trajectory()
+            .map(|t| match t.growth {
+                LiveGrowth::Growing {
+                    per_iteration_bytes,
+                    ..
+                } => (per_iteration_bytes, t.iterations.len()),
+                _ => (0, t.iterations.len()),
+            })
+            .unwrap_or((0, 0)),
+    };
     let what_ran_out = match n.allowed_bytes {
         Some(cap) if n.total_bytes.is_none_or(|t| cap < t) => {
             format!("the {} cap on {gpu}", format_bytes(cap))
@@ -1670,6 +1798,7 @@ mod tests {
             growth,
             blocks_added_per_iteration: Some(1.0),
             kept_by: None,
+            failing_step: None,
         }
     }
 

@@ -536,6 +536,21 @@ pub fn find_leak_per_step(per_step_bytes: u64, kept_by: Option<&(String, u64)>) 
     rec
 }
 
+/// Settle whether an allocator setting that passes the failing request gets the job through:
+/// re-run the job under it (`vramscope run --prove` tries the candidate settings on the job
+/// itself), since a replay of a trace that ends at the failure cannot show the rest of the step.
+pub fn prove_by_rerun(conf: &str) -> Recommendation {
+    rec(
+        "prove-by-rerun",
+        "Settle it: re-run the job under the setting",
+        "A real re-run goes past the failing request and through the rest of the step, which a trace that ends at the failure cannot show; vramscope keeps the change only if the job gets past its failure by a clear margin.".to_owned(),
+        &format!(
+            "vramscope run --prove -- python train.py  # re-runs it under the settings the replay found, {conf} among them\n# or: catch torch.OutOfMemoryError, run one more step, dump the snapshot and diagnose it again"
+        ),
+        None,
+    )
+}
+
 /// Reset a GPU or reboot the node.
 pub fn reset_gpu(reason: &str) -> Recommendation {
     rec(

@@ -27,9 +27,9 @@
 use super::growth::{self, Confidence, Shape};
 use super::log::StepSeries;
 use crate::analysis::deadline::Step;
-use crate::analysis::repetition;
+use crate::analysis::repetition::{self, Repetition};
 use crate::analysis::timetravel::TimeTravel;
-use crate::model::allocator::TraceAction;
+use crate::model::allocator::{StackId, TraceAction};
 use crate::model::{MIB, format_bytes};
 
 /// A growing live set that adds fewer live blocks than this per iteration grows by enlarging
@@ -125,6 +125,11 @@ pub struct Trajectory {
     /// last one ended), with those bytes; `None` when the live set is not growing or there is no
     /// trace.
     pub kept_by: Option<(String, u64)>,
+    /// The repetition inside the step that failed (`analysis::repetition::repetition_before`:
+    /// the same call sites allocating layer after layer), from the last completed iteration's
+    /// end (or the trace's start) to the failure; `None` when the events looked at do not end at
+    /// a failure, or the step shows no repetition.
+    pub failing_step: Option<Repetition>,
 }
 
 impl Trajectory {
@@ -490,9 +495,11 @@ fn trajectory(
         }
         _ => None,
     };
+    let failing_step = failing_step(travel, end, &iterations);
     Trajectory {
         blocks_added_per_iteration,
         kept_by,
+        failing_step,
         events: end,
         starts_empty,
         source,
@@ -502,6 +509,22 @@ fn trajectory(
         span_seconds,
         growth,
     }
+}
+
+/// The repetition inside the step that failed at trace position `failure` (when the event there
+/// is a failure): from the end of the last completed iteration, or the trace's start.
+fn failing_step(
+    travel: &TimeTravel,
+    failure: usize,
+    iterations: &[Iteration],
+) -> Option<Repetition> {
+    let trace = travel.trace();
+    if trace.actions.get(failure) != Some(&TraceAction::Oom) {
+        return None;
+    }
+    let from = iterations.last().map_or(0, |i| i.end_event);
+    let request = trace.stacks.get(failure).copied().unwrap_or(StackId::EMPTY);
+    repetition::repetition_before(travel, from, failure, request)
 }
 
 /// Live blocks added per iteration: allocations minus frees between the end of the first
@@ -579,6 +602,7 @@ pub fn of_logged_steps(series: &StepSeries) -> Option<Trajectory> {
     Some(Trajectory {
         blocks_added_per_iteration: None,
         kept_by: None,
+        failing_step: None,
         events: series.points.len(),
         starts_empty: false,
         source: IterationSource::LoggedSteps,

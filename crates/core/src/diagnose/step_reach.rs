@@ -1,0 +1,327 @@
+//! How far an allocator setting that passes the failing request carries the job, judged from the
+//! step that failed, when the trace ends inside it (a snapshot taken at the failure, so that the
+//! replay shows nothing after the failing request: `super::proof`).
+//!
+//! A forward pass is a repetition: the same call sites allocate again layer after layer, each
+//! repetition adding live memory (`analysis::repetition::repetition_before`, found in the failing
+//! step by the live set's history, [`super::trajectory::Trajectory::failing_step`]). In order:
+//! 1. iterations completed before the failure already held at least the live set at the failure
+//!    plus the request: the rest of the step is what they ran under the same limit, and the
+//!    failure is where the allocator put things → **placement** (a setting can fix it);
+//! 2. the failing request is not one of the repetition's call sites (a one-off after it) →
+//!    **placement**;
+//! 3. the repetition is level (adds less than [`LEVEL_REPETITION_SHARE`] of the live set per
+//!    repetition): one more needs nothing more → **placement**;
+//! 4. one more repetition adds more than the headroom the best setting leaves in the replay →
+//!    **capacity**: the setting does not fix the job;
+//! 5. otherwise (no repetition found, or headroom for a few more repetitions and no telling how
+//!    many remain) → **uncertain**, with what settles it.
+
+use super::log::OomNumbers;
+use super::proof::SettingsProof;
+use super::trajectory::{IterationSource, Trajectory};
+use crate::analysis::repetition::Repetition;
+use crate::model::format_bytes;
+
+/// A repetition that adds less than this share of the live set at the failure is level: at that
+/// rate the step would need a hundred more repetitions to add what it already holds.
+pub const LEVEL_REPETITION_SHARE: f64 = 0.01;
+
+/// What the failing step's pattern says about the settings that pass its failing request; each
+/// with the reason in words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepReach {
+    /// The failure is where the allocator put things: a setting that serves the request fixes
+    /// the job.
+    Placement(String),
+    /// One more repetition needs more than the best setting leaves: no setting fixes the job.
+    Capacity(String),
+    /// The pattern cannot decide.
+    Uncertain(String),
+}
+
+impl StepReach {
+    /// The reason in words.
+    pub fn reason(&self) -> &str {
+        match self {
+            StepReach::Placement(why) | StepReach::Capacity(why) | StepReach::Uncertain(why) => why,
+        }
+    }
+}
+
+/// The verdict of the module comment's rules on the settings `proof` found passing the failing
+/// request of `numbers`, with the live set's history `trajectory`; `None` when there is nothing
+/// to judge (no setting passes, or the trace goes past the failure, which then proves them).
+pub fn judge(
+    numbers: &OomNumbers,
+    trajectory: Option<&Trajectory>,
+    proof: &SettingsProof,
+) -> Option<StepReach> {
+    let best = proof.helps.first()?;
+    if !proof.ends_in_failed_step() {
+        return None;
+    }
+    let request = numbers.requested_bytes.unwrap_or(0);
+    let trajectory = trajectory.filter(|t| t.source != IterationSource::LoggedSteps);
+    let live = trajectory.map_or(numbers.allocated_bytes.unwrap_or(0), |t| {
+        t.live_at_end_bytes
+    });
+    if let Some(peak) = trajectory
+        .and_then(|t| t.iterations.iter().map(|i| i.peak_bytes).max())
+        .filter(|&peak| live.saturating_add(request) <= peak)
+    {
+        return Some(StepReach::Placement(format!(
+            "iterations completed before the failure held up to {} live, at least the {} this step needed with the request ({} + {}): the rest of the step is what they ran under the same limit",
+            format_bytes(peak),
+            format_bytes(live.saturating_add(request)),
+            format_bytes(live),
+            format_bytes(request)
+        )));
+    }
+    let Some(repetition) = trajectory.and_then(|t| t.failing_step.as_ref()) else {
+        return Some(StepReach::Uncertain(
+            "the step that failed shows no repetition of call sites to tell how much more it needs"
+                .to_owned(),
+        ));
+    };
+    let sites = sites_text(repetition);
+    // A repetition that spans what the failing stretch began with is the job's steps, kept one
+    // after the other; otherwise layers inside the step.
+    let unit = if repetition.spans_steps {
+        "step"
+    } else {
+        "repetition"
+    };
+    let growth = repetition.growth_per_repetition_bytes;
+    if !repetition.includes_request {
+        return Some(StepReach::Placement(format!(
+            "the failing request is a one-off: its stack is none of the repetition's the step ran before it ({} whole repetitions of {sites}), so the step's pattern does not ask for it again",
+            repetition.whole_repetitions()
+        )));
+    }
+    if (growth.max(0) as f64) < LEVEL_REPETITION_SHARE * live as f64 {
+        return Some(StepReach::Placement(format!(
+            "each repetition of {sites} frees about what it allocates ({} per repetition, under {:.0} % of the {} live): one more needs nothing more",
+            signed_bytes(growth),
+            LEVEL_REPETITION_SHARE * 100.0,
+            format_bytes(live)
+        )));
+    }
+    let growth = growth.unsigned_abs();
+    let headroom = proof
+        .limit_bytes
+        .map(|limit| limit.saturating_sub(best.peak_reserved_bytes));
+    match headroom {
+        Some(headroom) if growth > headroom => Some(StepReach::Capacity(format!(
+            "each {unit} of {sites} adds {} of live memory, and the failing request is the next {unit}'s; the best setting ({}) leaves {} in the replay, less than one more {unit} needs",
+            format_bytes(growth),
+            best.conf,
+            format_bytes(headroom)
+        ))),
+        Some(headroom) => Some(StepReach::Uncertain(format!(
+            "each {unit} of {sites} adds {} of live memory; the best setting ({}) leaves {} in the replay, about {} more {unit}(s), and how many the job still runs is not in the trace",
+            format_bytes(growth),
+            best.conf,
+            format_bytes(headroom),
+            headroom / growth.max(1)
+        ))),
+        None => Some(StepReach::Uncertain(format!(
+            "each {unit} of {sites} adds {} of live memory, and what the allocator may reserve is not known",
+            format_bytes(growth)
+        ))),
+    }
+}
+
+/// "jobs.py:181 forward, jobs.py:183 forward and 2 more": a repetition's call sites for a
+/// sentence.
+fn sites_text(repetition: &Repetition) -> String {
+    const SHOWN: usize = 3;
+    let sites = &repetition.call_sites;
+    let shown = sites[..sites.len().min(SHOWN)].join(", ");
+    match sites.len() {
+        0 => "its call sites".to_owned(),
+        n if n > SHOWN => format!("{shown} and {} more", n - SHOWN),
+        _ => shown,
+    }
+}
+
+/// "-4.00 MiB" or "12.0 MiB".
+fn signed_bytes(bytes: i64) -> String {
+    if bytes < 0 {
+        format!("-{}", format_bytes(bytes.unsigned_abs()))
+    } else {
+        format_bytes(bytes.unsigned_abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::proof::{ReplayEvidence, ReplayedOom};
+    use crate::diagnose::proof::{ReplayedSetting, judge as judge_replay};
+    use crate::diagnose::trajectory::{Iteration, LiveGrowth};
+    use crate::model::MIB;
+
+    /// A replay under a 1000 MiB limit: the recorded settings ran out at event 900, one other
+    /// setting passed with a peak of `best_peak_mib`; the trace ends in the failed step unless
+    /// `iteration_after_failure`.
+    fn evidence(best_peak_mib: u64, iteration_after_failure: Option<usize>) -> ReplayEvidence {
+        let setting = |conf: &str, peak_mib: u64, oom: bool| ReplayedSetting {
+            conf: conf.to_owned(),
+            peak_reserved_bytes: peak_mib * MIB,
+            peak_allocated_bytes: 0,
+            oom: oom.then_some(ReplayedOom {
+                event_index: 900,
+                request_bytes: 64 * MIB,
+                reserved_bytes: 990 * MIB,
+                allowed_bytes: Some(1000 * MIB),
+            }),
+            num_alloc_retries: 0,
+            incomplete: None,
+            uncertain: false,
+        };
+        ReplayEvidence {
+            reliable: true,
+            self_check: "ok".into(),
+            limit_bytes: Some(1000 * MIB),
+            recorded_conf: "default".into(),
+            settings: vec![
+                setting("default", 990, true),
+                setting("expandable_segments:True", best_peak_mib, false),
+            ],
+            not_run: None,
+            iteration_after_failure,
+        }
+    }
+
+    /// A failing step after `iterations` iterations peaking at `peak_mib`, with `live_mib` live
+    /// at the failure, and a repetition adding `growth_mib` per repetition (none: `None`).
+    fn history(
+        iterations: usize,
+        peak_mib: u64,
+        live_mib: u64,
+        repetition: Option<(i64, bool, bool)>,
+    ) -> Trajectory {
+        Trajectory {
+            events: 900,
+            starts_empty: true,
+            source: IterationSource::LiveSetFalls,
+            iterations: (0..iterations)
+                .map(|i| Iteration {
+                    start_event: i * 100,
+                    end_event: i * 100 + 100,
+                    floor_bytes: 100 * MIB,
+                    peak_bytes: peak_mib * MIB,
+                })
+                .collect(),
+            live_at_end_bytes: live_mib * MIB,
+            peak_live_bytes: live_mib * MIB,
+            span_seconds: None,
+            growth: LiveGrowth::Unknown,
+            blocks_added_per_iteration: None,
+            kept_by: None,
+            failing_step: repetition.map(|(growth_mib, includes_request, spans_steps)| {
+                Repetition {
+                    allocations_per_repetition: 4,
+                    starts: vec![500, 600, 700, 800],
+                    growth_per_repetition_bytes: growth_mib * MIB as i64,
+                    call_sites: vec!["model.py:12 forward".into(), "model.py:13 forward".into()],
+                    includes_request,
+                    spans_steps,
+                    kept_by: None,
+                }
+            }),
+        }
+    }
+
+    fn numbers() -> OomNumbers {
+        OomNumbers {
+            requested_bytes: Some(64 * MIB),
+            allocated_bytes: Some(800 * MIB),
+            ..Default::default()
+        }
+    }
+
+    fn reach(t: &Trajectory, best_peak_mib: u64) -> Option<StepReach> {
+        let e = evidence(best_peak_mib, None);
+        let proof = judge_replay(&e).unwrap_or_else(|| panic!("reliable"));
+        judge(&numbers(), Some(t), &proof)
+    }
+
+    #[test]
+    fn earlier_iterations_that_held_as_much_make_it_placement() {
+        let t = history(5, 900, 800, Some((50, true, false)));
+        let reach = reach(&t, 960);
+        assert!(
+            matches!(&reach, Some(StepReach::Placement(why)) if why.contains("iterations completed before the failure held up to 900 MiB")),
+            "{reach:?}"
+        );
+    }
+
+    #[test]
+    fn a_one_off_request_or_a_level_repetition_is_placement() {
+        // The step grew past the earlier iterations (800 + 64 > 700): the repetition decides.
+        let one_off = history(5, 700, 800, Some((50, false, false)));
+        assert!(
+            matches!(reach(&one_off, 960), Some(StepReach::Placement(why)) if why.contains("one-off")),
+            "{:?}",
+            reach(&one_off, 960)
+        );
+        // 4 MiB per repetition is under 1 % of the 800 MiB live: level.
+        let level = history(5, 700, 800, Some((4, true, false)));
+        assert!(
+            matches!(reach(&level, 960), Some(StepReach::Placement(why)) if why.contains("frees about what it allocates")),
+            "{:?}",
+            reach(&level, 960)
+        );
+    }
+
+    #[test]
+    fn a_repetition_growing_by_more_than_the_headroom_is_capacity() {
+        // 50 MiB per layer, and the best setting leaves 40 MiB.
+        let t = history(0, 0, 800, Some((50, true, false)));
+        let reach = reach(&t, 960);
+        assert!(
+            matches!(&reach, Some(StepReach::Capacity(why)) if why.contains("each repetition of model.py:12 forward, model.py:13 forward adds 50.0 MiB")
+                && why.contains("leaves 40.0 MiB")),
+            "{reach:?}"
+        );
+        // The same, when the repetition is the job's steps.
+        let steps = history(0, 0, 800, Some((50, true, true)));
+        assert!(
+            matches!(self::reach(&steps, 960), Some(StepReach::Capacity(why)) if why.contains("each step of")),
+            "{:?}",
+            self::reach(&steps, 960)
+        );
+    }
+
+    #[test]
+    fn without_a_pattern_or_with_headroom_for_a_few_more_it_is_uncertain() {
+        let none = history(0, 0, 800, None);
+        assert!(
+            matches!(reach(&none, 960), Some(StepReach::Uncertain(why)) if why.contains("no repetition")),
+            "{:?}",
+            reach(&none, 960)
+        );
+        // 30 MiB per layer, 200 MiB left: about 6 more layers, and no telling how many remain.
+        let few = history(0, 0, 800, Some((30, true, false)));
+        assert!(
+            matches!(reach(&few, 800), Some(StepReach::Uncertain(why)) if why.contains("about 6 more repetition(s)")),
+            "{:?}",
+            reach(&few, 800)
+        );
+    }
+
+    #[test]
+    fn a_trace_that_goes_past_the_failure_needs_no_judging() {
+        let t = history(0, 0, 800, Some((50, true, false)));
+        let e = evidence(960, Some(1200));
+        let proof = judge_replay(&e).unwrap_or_else(|| panic!("reliable"));
+        assert_eq!(judge(&numbers(), Some(&t), &proof), None);
+        // Nor does a replay in which no setting passes.
+        let mut e = evidence(960, None);
+        e.settings.truncate(1);
+        let proof = judge_replay(&e).unwrap_or_else(|| panic!("reliable"));
+        assert_eq!(judge(&numbers(), Some(&t), &proof), None);
+    }
+}
