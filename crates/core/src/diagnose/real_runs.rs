@@ -114,15 +114,28 @@ pub fn finding(proof: &[ProofRun], category: Category) -> Option<Finding> {
         ),
         None => "No change tried removed the out-of-memory error".to_owned(),
     };
-    let mut finding = Finding::new(Category::Capacity, Severity::Critical, title)
-        .with_evidence(evidence)
-        .explained(
-            "Every allocator setting and declared change was tried on the job itself and none got \
-             past the failure: what the job needs does not fit, whatever the allocator does. The \
-             changes that make the job need less are in its code or its launch: a smaller batch, \
-             lower precision, activation checkpointing, sharding across GPUs.",
-        )
-        .recommend(capacity_changes());
+    let mut finding = if category == Category::Leak {
+        // A job that keeps memory from every step runs out later with any setting or smaller
+        // batch: the leak is the fix, and the diagnosis's leak finding names what keeps it.
+        Finding::new(Category::Leak, Severity::Critical, title)
+            .with_evidence(evidence)
+            .explained(
+                "Every allocator setting and declared change was tried on the job itself and none \
+                 got past the failure by a clear margin: the job keeps memory from step to step, \
+                 so any setting only moves the failure later. Free what the loop keeps.",
+            )
+            .recommend([leak_change()])
+    } else {
+        Finding::new(Category::Capacity, Severity::Critical, title)
+            .with_evidence(evidence)
+            .explained(
+                "Every allocator setting and declared change was tried on the job itself and none \
+                 got past the failure: what the job needs does not fit, whatever the allocator \
+                 does. The changes that make the job need less are in its code or its launch: a \
+                 smaller batch, lower precision, activation checkpointing, sharding across GPUs.",
+            )
+            .recommend(capacity_changes())
+    };
     if let Some(bytes) = missing {
         finding.evidence.push(Evidence::number(
             "memory missing at the best try's failure",
@@ -133,6 +146,24 @@ pub fn finding(proof: &[ProofRun], category: Category) -> Option<Finding> {
         ));
     }
     Some(finding)
+}
+
+/// What fixes a leak that no setting could outrun: the code that keeps memory from each step.
+fn leak_change() -> Recommendation {
+    Recommendation {
+        id: "fix-leak".to_owned(),
+        title: "Stop keeping GPU memory from every step (see the leak finding for the call site)"
+            .to_owned(),
+        expected_effect: "The live set returns to the same floor after every step.".to_owned(),
+        action: "total_loss += loss.item()  # not the tensor\n\
+                 history.append(out.detach().cpu())  # not the GPU tensor with its graph\n\
+                 with torch.no_grad(): ...  # around evaluation"
+            .to_owned(),
+        estimated_saving_bytes: None,
+        verification: Some(Verification::unverified(
+            "a code change: re-run with `vramscope run` after it to see the floor stay flat",
+        )),
+    }
 }
 
 /// The changes no environment variable can make.
@@ -261,5 +292,24 @@ mod tests {
         );
         assert_eq!(finding.recommendations[0].id, "reduce-batch-size");
         assert!(super::finding(&[], Category::Capacity).is_none());
+    }
+
+    #[test]
+    fn a_leak_that_no_change_outran_stays_a_leak() {
+        let proof = [
+            run(
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                "ran_out",
+                None,
+                None,
+            ),
+            run("--batch-size 8", "ran_out", None, None),
+        ];
+        let leak = finding(&proof, Category::Leak).expect("a finding");
+        assert_eq!(leak.category, Category::Leak);
+        assert_eq!(leak.recommendations[0].id, "fix-leak");
+        let capacity = finding(&proof, Category::Capacity).expect("a finding");
+        assert_eq!(capacity.category, Category::Capacity);
+        assert_eq!(capacity.recommendations[0].id, "reduce-batch-size");
     }
 }
