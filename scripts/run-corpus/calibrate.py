@@ -1,0 +1,66 @@
+"""Chooses each corpus case's cap: the program runs once on the whole card (no cap) in the
+configuration named by the case's `cap_from` (a changed argument) or `cap_from_env` (an allocator
+setting), and the cap is `cap_factor` (default 1.05) times the peak PyTorch reported (reserved,
+or allocated with `cap_of`). A cap stands in for a smaller GPU: one on which that configuration
+just fits. Whether the case's own configuration then fails, and which change removes the failure,
+is for the real runs to tell (run_corpus.py); nothing here is tuned to an outcome.
+
+    python3 scripts/run-corpus/calibrate.py OUT_DIR [CASE …]   # writes OUT_DIR/calibration.json
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def replaced(args, changes):
+    out = list(args)
+    for flag, value in zip(changes[::2], changes[1::2]):
+        if flag in out:
+            out[out.index(flag) + 1] = value
+        else:
+            out += [flag, value]
+    return out
+
+
+def calibrate(case):
+    env = dict(os.environ)
+    env.update(case.get("cap_from_env", {}))
+    args = replaced(case["args"], case.get("cap_from", []))
+    started = time.time()
+    done = subprocess.run([sys.executable, os.path.join(HERE, case["script"]), *args], env=env,
+                          capture_output=True, text=True, timeout=240)
+    peaks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"done"')]
+    result = {"args": args, "env": case.get("cap_from_env", {}), "exit": done.returncode,
+              "wall_seconds": round(time.time() - started, 1), "peaks": peaks}
+    if done.returncode != 0 or not peaks:
+        result["stderr_tail"] = done.stderr[-1500:]
+        return result
+    if "cap_rank" in case:
+        peaks = [p for p in peaks if p.get("rank") == case["cap_rank"]] or peaks
+    key = "peak_allocated_bytes" if case.get("cap_of") == "allocated" else "peak_reserved_bytes"
+    cap_bytes = case.get("cap_factor", 1.05) * max(p[key] for p in peaks)
+    result["cap_gib"] = round(cap_bytes / 2**30, 3)
+    return result
+
+
+def main():
+    out, only = sys.argv[1], sys.argv[2:]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(HERE, "cases.json")) as f:
+        cases = json.load(f)
+    results = {}
+    for case in cases:
+        if only and case["case"] not in only:
+            continue
+        results[case["case"]] = calibrate(case)
+        print(case["case"], json.dumps(results[case["case"]])[:1800], flush=True)
+        with open(os.path.join(out, "calibration.json"), "w") as f:
+            json.dump(results, f, indent=1)
+
+
+main()

@@ -1,0 +1,36 @@
+"""An evaluation loop that forgets `torch.no_grad()` and keeps every batch's output: each kept
+output holds its whole autograd graph, so memory grows batch after batch.
+
+    python3 eval_without_no_grad.py --cap-gib G [--batches 200]
+"""
+
+import argparse
+import json
+import time
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--cap-gib", type=float, default=0.0)
+parser.add_argument("--batches", type=int, default=200)
+args = parser.parse_args()
+started = time.time()
+if args.cap_gib > 0:
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total))
+
+width = 2048
+net = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU())
+                            for _ in range(4)], torch.nn.Linear(width, 100)).cuda()
+outputs = []
+for batch in range(args.batches):
+    x = torch.randn(512, width, device="cuda")
+    outputs.append(net(x).softmax(dim=1))
+    if batch % 20 == 0:
+        print(f"batch {batch}", flush=True)
+accuracy = torch.cat(outputs).argmax(dim=1).float().mean().item()
+torch.cuda.synchronize()
+print(json.dumps({"done": True, "batches": args.batches, "metric": accuracy,
+                  "seconds": round(time.time() - started, 2),
+                  "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                  "peak_reserved_bytes": torch.cuda.max_memory_reserved()}), flush=True)

@@ -1,0 +1,144 @@
+"""Runs corpus cases under `vramscope run --prove` (candidates in its own order until one removes the failure), then confirms the first
+recommendation with a separate full run of the program under it (no vramscope), and writes
+OUT_DIR/results-<first case>.json with every re-run's outcome (issue 32; docs/run-validation.md).
+
+    python3 scripts/run-corpus/run_corpus.py VRAMSCOPE OUT_DIR CASE [CASE …]
+
+Cases, their caps and the changes a user would declare are in cases.json beside this file.
+"""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEADLINE_SECONDS = float(os.environ.get("CORPUS_DEADLINE_SECONDS", "540"))
+STARTED = time.time()
+
+
+def findings_of(report):
+    if "findings" in report:
+        return report["findings"]
+    return report.get("diagnosis", {}).get("findings", [])
+
+
+def substitute(command, flag, value):
+    out = list(command)
+    for i, word in enumerate(out):
+        if word == flag and i + 1 < len(out):
+            out[i + 1] = value
+            return out
+        if word.startswith(flag + "="):
+            out[i] = f"{flag}={value}"
+            return out
+    return out + [flag, value]
+
+
+def apply_change(change, command):
+    """The command and environment of a change as vramscope writes it: NAME=VALUE or --flag value."""
+    env = dict(os.environ)
+    m = re.fullmatch(r"([A-Z_][A-Z0-9_]*)=(.*)", change)
+    if m:
+        env[m.group(1)] = m.group(2)
+        return command, env
+    flag, _, value = change.partition(" ")
+    return substitute(command, flag, value), env
+
+
+def final_json(stdout):
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith('{"done"')]
+
+
+def run_case(vramscope, out, case):
+    command = [sys.executable, os.path.join(HERE, case["script"]), *case["args"],
+               "--cap-gib", str(case["cap_gib"])]
+    runs = "/tmp/corpus-runs"
+    cli = [vramscope, "run", "--prove", "--out", runs, "--name", case["case"]]
+    for vary in case.get("vary", []):
+        cli += ["--vary=" + vary]
+    for vary in case.get("vary_arg", []):
+        cli += ["--vary-arg=" + vary]
+    started = time.time()
+    done = subprocess.run(cli + ["--", *command], capture_output=True, text=True, timeout=400)
+    with open(os.path.join(out, case["case"] + ".vramscope.log"), "w") as f:
+        f.write(done.stdout[-20000:] + "\n--- stderr ---\n" + done.stderr[-20000:])
+    folders = sorted(glob.glob(os.path.join(runs, "*-" + case["case"])))
+    result = {"case": case["case"], "cap_gib": case["cap_gib"], "command": command[1:],
+              "exit": done.returncode,
+              "seconds": round(time.time() - started, 1)}
+    if not folders:
+        result["error"] = "no run folder"
+        return result
+    folder = folders[-1]
+    keep = os.path.join(out, case["case"])
+    os.makedirs(keep, exist_ok=True)
+    for name in ["run.json", "report.json", "report.html", "output.log"]:
+        if os.path.exists(os.path.join(folder, name)):
+            subprocess.run(["cp", os.path.join(folder, name), keep])
+    for snapshot in glob.glob(os.path.join(folder, "snapshots", "*oom*.pickle"))[:2]:
+        if os.path.getsize(snapshot) < 8 << 20:
+            subprocess.run(["sh", "-c", f"xz -c '{snapshot}' > '{keep}/{os.path.basename(snapshot)}.xz'"])
+    with open(os.path.join(folder, "run.json")) as f:
+        manifest = json.load(f)
+    result["proof"] = manifest.get("proof", [])
+    result["not_recorded"] = manifest.get("not_recorded", [])
+    report = {}
+    if os.path.exists(os.path.join(folder, "report.json")):
+        with open(os.path.join(folder, "report.json")) as f:
+            report = json.load(f)
+    findings = findings_of(report)
+    result["findings"] = [{"category": x.get("category"), "severity": x.get("severity"),
+                           "title": x.get("title"),
+                           "recommendations": [{"id": r.get("id"), "title": r.get("title"),
+                                                "action": r.get("action"),
+                                                "verification": r.get("verification")}
+                                               for r in x.get("recommendations", [])[:3]]}
+                          for x in findings[:4]]
+    first = findings[0]["recommendations"][0] if findings and findings[0].get("recommendations") else None
+    result["first_recommendation"] = first and {"id": first.get("id"), "title": first.get("title")}
+    if first and first.get("id") == "proven-by-run" and first.get("title", "").startswith("Run with "):
+        change = first["title"][len("Run with "):]
+        confirm_command, env = apply_change(change, command)
+        t = time.time()
+        confirm = subprocess.run(confirm_command, env=env, capture_output=True, text=True, timeout=300)
+        result["confirmation"] = {"change": change, "command": confirm_command[1:],
+                                  "exit": confirm.returncode, "seconds": round(time.time() - t, 1),
+                                  "final": final_json(confirm.stdout),
+                                  "stderr_tail": confirm.stderr[-400:] if confirm.returncode else ""}
+    return result
+
+
+def main():
+    vramscope, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(HERE, "cases.json")) as f:
+        cases = {c["case"]: c for c in json.load(f)}
+    # Caps from calibrate.py: this call's own calibration, else the one committed beside.
+    for path in [os.path.join(out, "calibration.json"), os.path.join(HERE, "calibration.json")]:
+        if os.path.exists(path):
+            with open(path) as f:
+                for name, calibration in json.load(f).items():
+                    if name in cases and "cap_gib" in calibration:
+                        cases[name].setdefault("cap_gib", calibration["cap_gib"])
+    results = []
+    for name in names:
+        if time.time() - STARTED > DEADLINE_SECONDS:
+            results.append({"case": name, "error": "not run: the device call's time ran out"})
+            continue
+        if "cap_gib" not in cases.get(name, {}):
+            results.append({"case": name, "error": "no cap: its calibration failed"})
+            continue
+        try:
+            results.append(run_case(vramscope, out, cases[name]))
+        except Exception as error:  # one case's failure must not lose the others' results
+            results.append({"case": name, "error": repr(error)})
+        print(json.dumps(results[-1])[:1500], flush=True)
+        with open(os.path.join(out, f"results-{names[0]}.json"), "w") as f:
+            json.dump(results, f, indent=1)
+
+
+main()
