@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use super::timetravel::{AllocatorState, BlockOrigin, BlockStatus, StateBlock, TimeTravel};
-use crate::model::allocator::{AllocatorSnapshot, StackId};
+use crate::model::allocator::{AllocatorSnapshot, PoolId, StackId, TraceAction};
 
 /// What a block of memory holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -92,6 +92,9 @@ impl MemoryCategory {
 pub struct CategoryTotals {
     bytes: [u64; 9],
     blocks: [u64; 9],
+    /// Of the temporaries, the bytes `optimizer.step()` made (a foreach optimizer's lists of
+    /// per-parameter intermediates): they follow the parameters, not the batch.
+    optimizer_step_bytes: u64,
 }
 
 impl CategoryTotals {
@@ -118,25 +121,45 @@ impl CategoryTotals {
             .max_by_key(|c| self.bytes(*c))
     }
 
-    /// Share of the batch-independent categories (parameters, gradients, optimizer state) in
-    /// the allocated bytes, 0 to 1.
+    /// Of the temporaries, the bytes made inside `optimizer.step()` (what a fused optimizer, or
+    /// one that does not use foreach kernels, would not hold at once).
+    pub fn optimizer_step_bytes(&self) -> u64 {
+        self.optimizer_step_bytes
+    }
+
+    /// Bytes whose size follows the model and not the batch: parameters, gradients, optimizer
+    /// state and the optimizer step's temporaries. A smaller batch shrinks none of them.
+    pub fn batch_independent_bytes(&self) -> u64 {
+        self.bytes(MemoryCategory::Parameters)
+            + self.bytes(MemoryCategory::Gradients)
+            + self.bytes(MemoryCategory::OptimizerState)
+            + self.optimizer_step_bytes
+    }
+
+    /// Share of the batch-independent bytes ([`Self::batch_independent_bytes`]) in the
+    /// allocated bytes, 0 to 1.
     pub fn batch_independent_fraction(&self) -> f64 {
         let total = self.total_bytes();
         if total == 0 {
             return 0.0;
         }
-        let fixed: u64 = MemoryCategory::ALL
-            .into_iter()
-            .filter(|c| !c.scales_with_batch() && *c != MemoryCategory::Other)
-            .filter(|c| !matches!(c, MemoryCategory::GraphPools | MemoryCategory::Workspaces))
-            .map(|c| self.bytes(c))
-            .sum();
-        fixed as f64 / total as f64
+        self.batch_independent_bytes() as f64 / total as f64
     }
 
     fn add(&mut self, category: MemoryCategory, bytes: u64) {
         self.bytes[category.index()] += bytes;
         self.blocks[category.index()] += 1;
+    }
+
+    /// Totals with `bytes` (one block each) per category, for tests of the rules that read them.
+    #[cfg(any(test, feature = "test-fixtures"))]
+    pub fn for_test(bytes: &[(MemoryCategory, u64)], optimizer_step_bytes: u64) -> Self {
+        let mut totals = CategoryTotals::default();
+        for &(category, b) in bytes {
+            totals.add(category, b);
+        }
+        totals.optimizer_step_bytes = optimizer_step_bytes;
+        totals
     }
 }
 
@@ -217,10 +240,14 @@ fn classify_stack(
     }) {
         return StackClass::Parameters;
     }
+    // A Python frame of a cache (a file or function named so, `empty_cache()` aside): C++
+    // frames name the library's own caches (autocast's `cached_cast`, cuDNN's plan
+    // `CacheKeyWrapper`), not the model's.
     if any(&|file, name| {
-        let lower = file.to_ascii_lowercase();
-        (lower.contains("cache") || name.to_ascii_lowercase().contains("cache"))
-            && !name.contains("CachingAllocator")
+        file.ends_with(".py")
+            && (file.to_ascii_lowercase().contains("cache")
+                || name.to_ascii_lowercase().contains("cache"))
+            && !name.contains("empty_cache")
     }) {
         return StackClass::Cache;
     }
@@ -292,58 +319,612 @@ fn is_cublas_workspace(class: StackClass, block: &StateBlock, kept: &HashSet<u32
 /// A block of a state by position: segment index and block index.
 pub type StateBlockRef = (usize, usize);
 
+/// What attributing blocks needs from the whole trace, learnt once and reused for every state:
+/// whether the trace recorded stacks, which allocations the program never gives back (library
+/// workspaces), and which call sites grow a tensor by concatenation ([`concatenation_sites`]).
+pub struct Attributor<'a> {
+    travel: &'a TimeTravel,
+    with_frames: bool,
+    kept: HashSet<u32>,
+    sites: Vec<ConcatSite>,
+    concatenating: HashSet<StackId>,
+}
+
+impl<'a> Attributor<'a> {
+    /// Learns the trace's facts (one pass over it, and its final state).
+    pub fn new(travel: &'a TimeTravel) -> Self {
+        let sites = concatenation_sites(travel);
+        Attributor {
+            travel,
+            with_frames: trace_has_frames(travel),
+            kept: never_freed(travel),
+            concatenating: sites.iter().map(|site| site.stack).collect(),
+            sites,
+        }
+    }
+
+    /// Attributes every allocated block of `state` (a state of the travel) to a category;
+    /// returns the category of each allocated block by position, and the totals.
+    pub fn attribute(
+        &self,
+        state: &AllocatorState,
+    ) -> (Vec<(StateBlockRef, MemoryCategory)>, CategoryTotals) {
+        let snapshot = self.travel.snapshot();
+        let mut classes: HashMap<StackId, StackClass> = HashMap::new();
+        let mut classified = Vec::new();
+        let mut parameter_sizes: HashSet<u64> = HashSet::new();
+        for (s, segment) in state.segments.iter().enumerate() {
+            for (b, block) in segment.blocks.iter().enumerate() {
+                if block.status != BlockStatus::Allocated {
+                    continue;
+                }
+                let stack = block_stack(self.travel, block);
+                let mut class = *classes
+                    .entry(stack)
+                    .or_insert_with(|| classify_stack(snapshot, stack, self.with_frames));
+                if self.concatenating.contains(&stack)
+                    && matches!(class, StackClass::Forward | StackClass::Other)
+                {
+                    class = StackClass::Cache;
+                }
+                if class == StackClass::Parameters {
+                    parameter_sizes.insert(block.requested_bytes);
+                }
+                classified.push(((s, b), class, !segment.pool_id.is_default()));
+            }
+        }
+        let mut totals = CategoryTotals::default();
+        let mut out = Vec::with_capacity(classified.len());
+        for ((s, b), class, private_pool) in classified {
+            let block = &state.segments[s].blocks[b];
+            let category = if private_pool {
+                MemoryCategory::GraphPools
+            } else if is_cublas_workspace(class, block, &self.kept) {
+                MemoryCategory::Workspaces
+            } else {
+                category_of(class, parameter_sizes.contains(&block.requested_bytes))
+            };
+            totals.add(category, block.size_bytes);
+            if !private_pool && class == StackClass::OptimizerStep {
+                totals.optimizer_step_bytes += block.size_bytes;
+            }
+            out.push(((s, b), category));
+        }
+        (out, totals)
+    }
+}
+
+/// The category of a block its stack classed as `class`; `parameter_sized` when its size is
+/// that of a parameter (a backward allocation of that size is the parameter's gradient).
+fn category_of(class: StackClass, parameter_sized: bool) -> MemoryCategory {
+    match class {
+        StackClass::Parameters => MemoryCategory::Parameters,
+        StackClass::OptimizerState => MemoryCategory::OptimizerState,
+        StackClass::OptimizerStep => MemoryCategory::Temporaries,
+        StackClass::Forward => MemoryCategory::Activations,
+        StackClass::Cache => MemoryCategory::InferenceCaches,
+        StackClass::Gradient => MemoryCategory::Gradients,
+        StackClass::Backward if parameter_sized => MemoryCategory::Gradients,
+        StackClass::Backward => MemoryCategory::Temporaries,
+        StackClass::Other => MemoryCategory::Other,
+    }
+}
+
 /// Attributes every allocated block of `state` (a state of `travel`) to a category; returns the
-/// category of each allocated block by position, and the totals.
+/// category of each allocated block by position, and the totals. Attributing several states of
+/// one trace: make one [`Attributor`].
 pub fn attribute(
     travel: &TimeTravel,
     state: &AllocatorState,
 ) -> (Vec<(StateBlockRef, MemoryCategory)>, CategoryTotals) {
-    let snapshot = travel.snapshot();
-    let with_frames = trace_has_frames(travel);
-    let mut classes: HashMap<StackId, StackClass> = HashMap::new();
-    let mut classified = Vec::new();
-    let mut parameter_sizes: HashSet<u64> = HashSet::new();
-    for (s, segment) in state.segments.iter().enumerate() {
-        for (b, block) in segment.blocks.iter().enumerate() {
-            if block.status != BlockStatus::Allocated {
-                continue;
+    Attributor::new(travel).attribute(state)
+}
+
+/// Reallocations a call site needs before it counts as growing a tensor by concatenation: fewer
+/// are what any layer loop does once.
+const MIN_REALLOCATIONS: u32 = 4;
+
+/// A call site that grows one tensor by concatenation (`x = torch.cat([x, new])`, a KV cache
+/// grown token by token, predictions gathered batch by batch): it allocates a larger block
+/// while its previous one lives, copies, and frees the previous one, again and again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConcatSite {
+    /// The allocating stack (the site).
+    pub stack: StackId,
+    /// Reallocations in the longest run of ever larger ones.
+    pub reallocations: u32,
+    /// The smallest block of that run (the first replaced) and the largest (the last made).
+    pub first_bytes: u64,
+    pub largest_bytes: u64,
+}
+
+/// A run of reallocations of one call site while it is followed: the program freed a block of
+/// the site while a newer block of the site lived.
+#[derive(Clone, Copy, Default)]
+struct ReallocationRun {
+    /// Every such free.
+    replaced: u32,
+    /// Those whose newer block was larger.
+    grew: u32,
+    /// Of those, the ones that appended at most half the old size: a concatenation appends a
+    /// piece, where an upsampling layer (also a larger output replacing a smaller input)
+    /// multiplies.
+    appended: u32,
+    first_bytes: u64,
+    largest_bytes: u64,
+}
+
+impl ReallocationRun {
+    /// A concatenation: enough reallocations, nearly all of them larger than the block they
+    /// replace (an input re-made each step at the same size, sometimes larger, is not one), and
+    /// nearly all of those appending a piece.
+    fn is_concatenation(&self) -> bool {
+        self.grew >= MIN_REALLOCATIONS
+            && self.grew * 4 >= self.replaced * 3
+            && self.appended * 4 >= self.grew * 3
+    }
+}
+
+/// One call site while [`concatenation_sites`] follows it.
+#[derive(Default)]
+struct SiteFollowed {
+    /// Its latest allocation: event, address, size.
+    latest: (usize, u64, u64),
+    /// Its longest run of reallocations so far, and the current one.
+    best: ReallocationRun,
+    run: ReallocationRun,
+}
+
+/// The call sites of `travel`'s trace that grow a tensor by concatenation: the program frees a
+/// block of the site while a newer block of the site lives, and that newer one is larger, at
+/// least [`MIN_REALLOCATIONS`] times (nearly every time it replaces one) in a run where the
+/// site's blocks never get smaller, nearly always adding at most half the old size. Found from
+/// the trace's stacks: a trace without stacks has none.
+pub fn concatenation_sites(travel: &TimeTravel) -> Vec<ConcatSite> {
+    let trace = travel.trace();
+    // Live blocks of the trace by address: the event that allocated them, its stack, its size.
+    let mut live: HashMap<u64, (usize, StackId, u64)> = HashMap::new();
+    let mut sites: HashMap<StackId, SiteFollowed> = HashMap::new();
+    for (index, action) in trace.actions.iter().enumerate() {
+        let address = trace.addresses.get(index).copied().unwrap_or(0);
+        match action {
+            TraceAction::Alloc => {
+                let stack = trace.stacks.get(index).copied().unwrap_or(StackId::EMPTY);
+                let size = trace.sizes_bytes.get(index).copied().unwrap_or(0);
+                live.insert(address, (index, stack, size));
+                if stack == StackId::EMPTY {
+                    continue;
+                }
+                let SiteFollowed { latest, best, run } = sites.entry(stack).or_default();
+                *latest = (index, address, size);
+                if size < run.largest_bytes {
+                    // Smaller than the run made: it starts over (the next sequence, batch).
+                    if run.grew > best.grew {
+                        *best = *run;
+                    }
+                    *run = ReallocationRun::default();
+                }
             }
-            let stack = block_stack(travel, block);
-            let class = *classes
-                .entry(stack)
-                .or_insert_with(|| classify_stack(snapshot, stack, with_frames));
-            if class == StackClass::Parameters {
-                parameter_sizes.insert(block.requested_bytes);
+            TraceAction::FreeRequested => {
+                let Some((allocated_at, stack, old_bytes)) = live.remove(&address) else {
+                    continue;
+                };
+                let Some(SiteFollowed {
+                    latest: (newer_at, newer_address, new_bytes),
+                    run,
+                    ..
+                }) = sites.get_mut(&stack)
+                else {
+                    continue;
+                };
+                if *newer_at <= allocated_at || !live.contains_key(newer_address) {
+                    continue;
+                }
+                run.replaced += 1;
+                if *new_bytes > old_bytes {
+                    if run.grew == 0 {
+                        run.first_bytes = old_bytes;
+                    }
+                    run.grew += 1;
+                    run.appended +=
+                        u32::from(*new_bytes <= old_bytes.saturating_add(old_bytes / 2));
+                    run.largest_bytes = run.largest_bytes.max(*new_bytes);
+                }
             }
-            classified.push(((s, b), class, !segment.pool_id.is_default()));
+            _ => {}
         }
     }
-    let kept = never_freed(travel);
-    let mut totals = CategoryTotals::default();
-    let mut out = Vec::with_capacity(classified.len());
-    for ((s, b), class, private_pool) in classified {
-        let block = &state.segments[s].blocks[b];
-        let category = if private_pool {
-            MemoryCategory::GraphPools
-        } else if is_cublas_workspace(class, block, &kept) {
-            MemoryCategory::Workspaces
+    let mut found: Vec<ConcatSite> = sites
+        .into_iter()
+        .filter_map(|(stack, SiteFollowed { best, run, .. })| {
+            let longest = if run.grew > best.grew { run } else { best };
+            longest.is_concatenation().then_some(ConcatSite {
+                stack,
+                reallocations: longest.grew,
+                first_bytes: longest.first_bytes,
+                largest_bytes: longest.largest_bytes,
+            })
+        })
+        .collect();
+    found.sort_by_key(|site| (std::cmp::Reverse(site.largest_bytes), site.stack));
+    found
+}
+
+/// Live memory by category at one moment of a trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CategoryMoment {
+    /// Trace position: events applied.
+    pub position: usize,
+    pub totals: CategoryTotals,
+}
+
+/// What made the request that failed, from its stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailingRequest {
+    /// The category the request's block would have had.
+    pub category: MemoryCategory,
+    /// Made inside `optimizer.step()`: its state (the first step makes it) or its temporaries.
+    pub in_optimizer_step: bool,
+}
+
+/// A private pool (a CUDA graph's, or a `torch.cuda.MemPool`) at the failure: its memory serves
+/// only allocations routed to it (while a graph is captured, or inside `use_mem_pool`), so while
+/// other work runs none of it, used or cached, can serve that work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrivatePoolHold {
+    pub pool_id: PoolId,
+    pub reserved_bytes: u64,
+    /// Bytes of its blocks still allocated (a graph's static inputs, outputs and the
+    /// intermediates its replays reuse).
+    pub allocated_bytes: u64,
+    pub segments: usize,
+    /// The failing request was routed to this pool (known only from traces with pool ids).
+    pub serves_failing_request: bool,
+}
+
+impl PrivatePoolHold {
+    /// Whose pool it is, from PyTorch's numbering: a graph captured without `pool=` gets
+    /// `(n, 0)`; `torch.cuda.MemPool()` and `torch.cuda.graph_pool_handle()` make `(0, n)`.
+    pub fn owner(&self) -> &'static str {
+        if self.pool_id.1 == 0 {
+            "a CUDA graph's own private pool"
         } else {
-            match class {
-                StackClass::Parameters => MemoryCategory::Parameters,
-                StackClass::OptimizerState => MemoryCategory::OptimizerState,
-                StackClass::OptimizerStep => MemoryCategory::Temporaries,
-                StackClass::Forward => MemoryCategory::Activations,
-                StackClass::Cache => MemoryCategory::InferenceCaches,
-                StackClass::Gradient => MemoryCategory::Gradients,
-                StackClass::Backward if parameter_sizes.contains(&block.requested_bytes) => {
-                    MemoryCategory::Gradients
-                }
-                StackClass::Backward => MemoryCategory::Temporaries,
-                StackClass::Other => MemoryCategory::Other,
-            }
-        };
-        totals.add(category, block.size_bytes);
-        out.push(((s, b), category));
+            "a private pool made by torch.cuda.MemPool() or graph_pool_handle()"
+        }
     }
-    (out, totals)
+}
+
+/// Where the live memory went at a failure (and at the peak before it), by category, with what
+/// the trace tells about the request that failed, the private pools that held memory, and the
+/// call sites that grow a tensor by concatenation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryBreakdown {
+    /// At the failure: the state right before the failing request; `None` without a failure.
+    pub at_failure: Option<CategoryMoment>,
+    /// At the highest allocated position up to the failure (the whole trace without one).
+    pub at_peak: CategoryMoment,
+    pub failing_request: Option<FailingRequest>,
+    /// The largest parameter block at the failure (else at the peak): what an optimizer that
+    /// steps one parameter at a time still needs at once.
+    pub largest_parameter_bytes: u64,
+    /// Private pools holding memory at the failure (else at the peak), largest first.
+    pub private_pools: Vec<PrivatePoolHold>,
+    /// Call sites growing a tensor by concatenation, largest first.
+    pub concatenating: Vec<ConcatSite>,
+}
+
+impl MemoryBreakdown {
+    /// The moment the rules judge: the failure when there is one, else the peak.
+    pub fn judged(&self) -> &CategoryMoment {
+        self.at_failure.as_ref().unwrap_or(&self.at_peak)
+    }
+}
+
+/// The breakdown of `travel`'s live memory at the failure (`failure`: the index of its `oom`
+/// event) and at the peak before it.
+pub fn breakdown(travel: &TimeTravel, failure: Option<usize>) -> MemoryBreakdown {
+    let attributor = Attributor::new(travel);
+    let failure = failure.filter(|&event| event < travel.len());
+    let end = failure.unwrap_or(travel.len());
+    let series = travel.allocated_series();
+    let peak = series
+        .iter()
+        .take(end + 1)
+        .enumerate()
+        .fold((end, 0u64), |best, (position, &bytes)| {
+            if bytes > best.1 {
+                (position, bytes)
+            } else {
+                best
+            }
+        })
+        .0;
+    let moment = |position: usize| {
+        let state = travel.state_at(position);
+        let (blocks, totals) = attributor.attribute(&state);
+        (state, blocks, CategoryMoment { position, totals })
+    };
+    let (peak_state, peak_blocks, at_peak) = moment(peak);
+    let judged = failure.map(moment);
+    let (state, blocks) = match &judged {
+        Some((state, blocks, _)) => (state, blocks),
+        None => (&peak_state, &peak_blocks),
+    };
+    let largest_parameter_bytes = blocks
+        .iter()
+        .filter(|(_, category)| *category == MemoryCategory::Parameters)
+        .map(|((s, b), _)| state.segments[*s].blocks[*b].size_bytes)
+        .max()
+        .unwrap_or(0);
+    let failing_pool = failure.map(|event| travel.trace().pool_id(event));
+    let private_pools = private_pools(state, failing_pool);
+    MemoryBreakdown {
+        failing_request: failure.map(|event| failing_request(&attributor, event)),
+        at_failure: judged.map(|(_, _, moment)| moment),
+        at_peak,
+        largest_parameter_bytes,
+        private_pools,
+        concatenating: attributor.sites,
+    }
+}
+
+/// What made the request of trace event `event`.
+fn failing_request(attributor: &Attributor, event: usize) -> FailingRequest {
+    let travel = attributor.travel;
+    let stack = travel
+        .trace()
+        .stacks
+        .get(event)
+        .copied()
+        .unwrap_or(StackId::EMPTY);
+    let mut class = classify_stack(travel.snapshot(), stack, attributor.with_frames);
+    if attributor.concatenating.contains(&stack)
+        && matches!(class, StackClass::Forward | StackClass::Other)
+    {
+        class = StackClass::Cache;
+    }
+    FailingRequest {
+        category: category_of(class, false),
+        in_optimizer_step: matches!(
+            class,
+            StackClass::OptimizerState | StackClass::OptimizerStep
+        ),
+    }
+}
+
+/// The private pools of `state` with what each holds, largest first; `failing_pool` is the
+/// pool the failing request was routed to, when the trace says.
+fn private_pools(state: &AllocatorState, failing_pool: Option<PoolId>) -> Vec<PrivatePoolHold> {
+    let mut pools: Vec<PrivatePoolHold> = Vec::new();
+    for segment in state.segments.iter().filter(|s| !s.pool_id.is_default()) {
+        let allocated: u64 = segment
+            .blocks
+            .iter()
+            .filter(|b| b.status != BlockStatus::Free)
+            .map(|b| b.size_bytes)
+            .sum();
+        match pools.iter_mut().find(|p| p.pool_id == segment.pool_id) {
+            Some(pool) => {
+                pool.reserved_bytes += segment.size_bytes;
+                pool.allocated_bytes += allocated;
+                pool.segments += 1;
+            }
+            None => pools.push(PrivatePoolHold {
+                pool_id: segment.pool_id,
+                reserved_bytes: segment.size_bytes,
+                allocated_bytes: allocated,
+                segments: 1,
+                serves_failing_request: failing_pool == Some(segment.pool_id),
+            }),
+        }
+    }
+    pools.sort_by_key(|p| (std::cmp::Reverse(p.reserved_bytes), p.pool_id));
+    pools
+}
+
+#[cfg(all(test, feature = "native"))]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::formats::pytorch::read_file;
+    use crate::model::allocator::TraceAction;
+    use crate::test_fixtures::fixture_path;
+
+    fn travel(relative: &str) -> TimeTravel {
+        let path = fixture_path(relative);
+        let snapshot = read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{relative}: {e}"));
+        TimeTravel::new(Arc::new(snapshot), 0)
+    }
+
+    fn last_oom(travel: &TimeTravel) -> Option<usize> {
+        travel
+            .trace()
+            .actions
+            .iter()
+            .rposition(|a| *a == TraceAction::Oom)
+    }
+
+    /// Within 5 % of `expected`.
+    fn within_5_percent(actual: u64, expected: u64) -> bool {
+        actual.abs_diff(expected) as f64 <= 0.05 * expected as f64
+    }
+
+    /// The real H100 runs of `tests/fixtures/compare/` (their truth files hold what each
+    /// program knows about itself: parameter count × bytes, gradients, Adam's state, and
+    /// `torch.cuda.memory_stats()` when the snapshot was taken): every known category within
+    /// 5 % at the snapshot's moment, the categories adding up to what PyTorch counted as
+    /// allocated, and Adam's state twice the parameters.
+    #[test]
+    fn categories_match_what_the_real_programs_know_of_themselves() {
+        let truths = [
+            ("batch64", "batch64"),
+            ("batch256", "batch256"),
+            ("fix_after", "fix_after"),
+            ("fix_before", "fix_before"),
+            ("leak_step8", "leak"),
+            ("rank0", "rank0"),
+            ("rank1", "rank1"),
+            ("rank2", "rank2"),
+        ];
+        for (snapshot, truth) in truths {
+            let text =
+                std::fs::read_to_string(fixture_path(&format!("compare/{truth}.truth.json")))
+                    .unwrap_or_else(|e| panic!("{truth}: {e}"));
+            let truth: serde_json::Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{truth}: {e}"));
+            let known = |key: &str| truth[key].as_u64().unwrap_or_else(|| panic!("{key}"));
+            let travel = travel(&format!("compare/{snapshot}.pickle"));
+            let end = breakdown(&travel, None);
+            let totals = &travel_end_totals(&travel);
+            for (category, key) in [
+                (MemoryCategory::Parameters, "parameter_bytes"),
+                (MemoryCategory::Gradients, "gradient_bytes"),
+                (MemoryCategory::OptimizerState, "optimizer_state_bytes"),
+            ] {
+                let (got, expected) = (totals.bytes(category), known(key));
+                if expected == 0 {
+                    assert!(
+                        got * 20 <= known("parameter_bytes"),
+                        "{snapshot}: {} {got} where the program has none",
+                        category.label()
+                    );
+                } else {
+                    assert!(
+                        within_5_percent(got, expected),
+                        "{snapshot}: {} {got} against {expected}",
+                        category.label()
+                    );
+                }
+            }
+            let allocated = truth["stats"]["allocated_bytes.all.current"]
+                .as_u64()
+                .unwrap_or(0);
+            assert_eq!(
+                totals.total_bytes(),
+                allocated,
+                "{snapshot}: every byte attributed"
+            );
+            if known("optimizer_state_bytes") > 0 {
+                let ratio = totals.bytes(MemoryCategory::OptimizerState) as f64
+                    / totals.bytes(MemoryCategory::Parameters) as f64;
+                assert!(
+                    (1.95..=2.05).contains(&ratio),
+                    "{snapshot}: Adam's state ×{ratio}"
+                );
+            }
+            // The peak holds at least what the end holds of the model, and the step's
+            // temporaries the end no longer has.
+            assert!(end.at_failure.is_none());
+            assert!(
+                end.at_peak.totals.bytes(MemoryCategory::Parameters)
+                    >= totals.bytes(MemoryCategory::Parameters)
+            );
+        }
+    }
+
+    fn travel_end_totals(travel: &TimeTravel) -> CategoryTotals {
+        attribute(travel, &travel.state_at(travel.len())).1
+    }
+
+    /// A real H200 decoding job whose per-layer KV caches grow by `torch.cat`
+    /// (`scripts/cases2/jobs.py:499-500`), and a real H100 one (`whatif/kv_cache.pickle`): the
+    /// two concatenating lines are found, and their blocks are inference caches.
+    #[test]
+    fn caches_grown_by_concatenation_are_found_on_real_runs() {
+        let travel = travel("cases2/kv_cache.pickle");
+        let found = breakdown(&travel, last_oom(&travel));
+        let lines: Vec<String> = found
+            .concatenating
+            .iter()
+            .map(|site| crate::analysis::frames::user_call_site(travel.snapshot(), site.stack))
+            .collect();
+        assert_eq!(
+            lines,
+            ["jobs.py:499 job_kv_cache", "jobs.py:500 job_kv_cache"]
+        );
+        assert!(found.concatenating.iter().all(|s| s.reallocations >= 16));
+        let at_failure = found.at_failure.as_ref().map(|m| &m.totals);
+        assert!(at_failure.is_some_and(|t| t.largest() == Some(MemoryCategory::InferenceCaches)));
+        let travel = travel_of_whatif_kv_cache();
+        assert_eq!(concatenation_sites(&travel).len(), 2);
+    }
+
+    fn travel_of_whatif_kv_cache() -> TimeTravel {
+        travel("whatif/kv_cache.pickle")
+    }
+
+    /// Real runs with no concatenating call site: training loops (layers, varying sequence
+    /// lengths, random token counts, gradient accumulation), fragmentation patterns and a leak.
+    #[test]
+    fn other_real_runs_have_no_concatenating_site() {
+        for name in [
+            "cases2/capacity_long_batch.pickle",
+            "cases2/leak_oom.pickle",
+            "cases2/healthy_train.pickle",
+            "cases2/frag_fill_card.pickle",
+            "whatif/train_varlen.pickle",
+            "whatif/transformer_step.pickle",
+            "whatif/heldout/cnn_train.pickle",
+            "whatif/heldout/mlp_grad_accum.pickle",
+            "whatif/heldout/beam_search.pickle",
+            "whatif/heldout2/moe_routing.pickle",
+            "whatif/heldout2/unet_segment.pickle",
+            "whatif/heldout3/lstm_varlen.pickle",
+            "whatif/heldout3/vit_patches.pickle",
+        ] {
+            let sites = concatenation_sites(&travel(name));
+            assert!(sites.is_empty(), "{name}: {sites:?}");
+        }
+    }
+
+    /// A real run that captures a CUDA graph and fills a `torch.cuda.MemPool`
+    /// (`scripts/record_snapshots.py`, scenario `graphs`): both pools are found with what they
+    /// reserve and hold, and their blocks are CUDA-graph pools.
+    #[test]
+    fn private_pools_are_found_with_what_they_hold() {
+        let travel = travel("pytorch/graphs.pickle");
+        let found = breakdown(&travel, None);
+        let pools: Vec<(PoolId, u64, u64)> = found
+            .private_pools
+            .iter()
+            .map(|p| (p.pool_id, p.reserved_bytes, p.allocated_bytes))
+            .collect();
+        assert_eq!(
+            pools,
+            [
+                (PoolId(0, 1), 140_509_184, 136_781_312),
+                (PoolId(1, 0), 37_748_736, 36_962_304)
+            ]
+        );
+        assert_eq!(
+            found.private_pools[1].owner(),
+            "a CUDA graph's own private pool"
+        );
+        let held: u64 = pools.iter().map(|p| p.2).sum();
+        assert_eq!(found.at_peak.totals.bytes(MemoryCategory::GraphPools), held);
+    }
+
+    /// A real job that ran out inside Adam's foreach step (`tests/fixtures/run/hook_oom/`):
+    /// the failing request is the step's, and the step's temporaries are counted apart.
+    #[test]
+    fn a_failure_inside_the_optimizer_step_is_named() {
+        let travel = travel("run/hook_oom/snapshots/rank3-pid668-oom-1.pickle");
+        let found = breakdown(&travel, last_oom(&travel));
+        let request = found.failing_request.unwrap_or_else(|| panic!("a failure"));
+        assert!(request.in_optimizer_step);
+        assert_eq!(request.category, MemoryCategory::Temporaries);
+        let totals = &found.judged().totals;
+        // One foreach list of the four weights and their biases (16 MiB weights, small biases).
+        assert!(
+            (32 << 20..33 << 20).contains(&totals.optimizer_step_bytes()),
+            "{}",
+            totals.optimizer_step_bytes()
+        );
+        assert_eq!(found.largest_parameter_bytes, 16 << 20);
+        assert!(
+            totals.bytes(MemoryCategory::OptimizerState)
+                == 2 * totals.bytes(MemoryCategory::Parameters)
+        );
+    }
 }
