@@ -3,8 +3,13 @@
 //! same decisions the real one makes: request rounding, the small and large pools, segment
 //! sizes, best fit per stream and pool (`BlockComparatorSize`: stream, then size, then address),
 //! the split rules, the oversize rules of `max_split_size`, garbage collection under a per-process
-//! cap, expandable segments mapped page by page, and the failure path (free oversize cached
-//! blocks, release every releasable cached block, retry, then out of memory).
+//! cap, expandable segments mapped page by page, the failure path (free oversize cached blocks,
+//! release every releasable cached block, retry, then out of memory), and private pools (CUDA
+//! graphs, `torch.cuda.MemPool`): each has its own small and large pools that only the requests
+//! routed to it use, its blocks stay in it when freed, it never uses expandable segments, a
+//! request routed to it never releases cached memory (PyTorch cannot while a capture is under
+//! way), and `empty_cache()` releases its cached segments only once the pool was released
+//! (`graph_pools_freeable`: its graph, or its `MemPool`, deleted).
 //!
 //! Each function below mirrors the allocator function of the same name; where the model cannot
 //! know what the real allocator knew (the address `cudaMalloc` returns, when another stream's work
@@ -129,7 +134,7 @@ struct Block {
     size: u64,
     requested: u64,
     stream: u16,
-    pool: u8,
+    pool: u16,
     allocated: bool,
     /// Freed by the program, waiting for work on other streams (`event_count > 0`).
     pending: bool,
@@ -151,7 +156,7 @@ impl Block {
         ptr: u64,
         size: u64,
         stream: u16,
-        pool: u8,
+        pool: u16,
         mapped: bool,
         expandable: u32,
     ) -> Block {
@@ -197,7 +202,7 @@ struct ExpandableVa {
     end: u64,
     page_bytes: u64,
     stream: u16,
-    pool: u8,
+    pool: u16,
 }
 
 fn size_key(stream: u16, size: u64, ptr: u64) -> u128 {
@@ -216,9 +221,25 @@ fn address_key(stream: u16, ptr: u64) -> u128 {
 struct Params {
     size: u64,
     stream: u16,
-    pool: u8,
+    pool: u16,
     alloc_size: u64,
     block: u32,
+}
+
+/// The index of a pool in [`AllocatorModel`]'s pools: private pool `private` (0: the default
+/// pools), its small or large pool.
+pub(super) fn pool_index(private: u16, large: bool) -> u16 {
+    private.saturating_mul(2).saturating_add(u16::from(large))
+}
+
+/// Whether pool index `pool` is a small pool (2 MiB segments, the small split rule).
+fn is_small_pool(pool: u16) -> bool {
+    pool.is_multiple_of(2)
+}
+
+/// The private pool number of pool index `pool` (0: the default pools).
+fn private_of(pool: u16) -> u16 {
+    pool / 2
 }
 
 /// Released address ranges, adjacent ones merged, by start and by length (to find the
@@ -501,8 +522,14 @@ pub struct AllocatorModel {
     limits: Limits,
     blocks: Vec<Block>,
     free_slots: Vec<u32>,
-    /// Index 0: small pool, 1: large pool.
-    pools: [Pool; 2],
+    /// By pool index ([`pool_index`]): 0 and 1 the default small and large pools, then two per
+    /// private pool.
+    pools: Vec<Pool>,
+    /// The private pools' ids by number (number `n` is `private_ids[n - 1]`), for the state.
+    private_ids: Vec<PoolId>,
+    /// By private pool number: released by the program (its graph or `MemPool` deleted), so
+    /// that releasing cached memory frees its cached segments too.
+    private_freeable: Vec<bool>,
     expandable: Vec<Option<ExpandableVa>>,
     /// Live address ranges (start → end) of segments and expandable reservations, to keep
     /// invented and hinted addresses from overlapping.
@@ -547,7 +574,9 @@ impl AllocatorModel {
             limits,
             blocks: Vec::new(),
             free_slots: Vec::new(),
-            pools: [Pool::default(), Pool::default()],
+            pools: vec![Pool::default(), Pool::default()],
+            private_ids: Vec::new(),
+            private_freeable: Vec::new(),
             expandable: Vec::new(),
             ranges: BTreeMap::new(),
             released: ReleasedSpace::default(),
@@ -752,14 +781,17 @@ impl AllocatorModel {
     // ----- seeding from a reconstructed state -------------------------------------------
 
     /// Adds a segment that existed before the trace began (a ring buffer that wrapped, or
-    /// history recorded late). Returns `(address, block)` of its allocated and pending blocks.
+    /// history recorded late), in private pool `private` (0: the default pools). Returns
+    /// `(address, block)` of its allocated and pending blocks.
     pub fn seed_segment(
         &mut self,
         segment: &StateSegment,
         stream: u16,
-        expandable_va: &mut dyn FnMut(u16, u8) -> Option<u32>,
+        private: u16,
+        expandable_va: &mut dyn FnMut(u16, u16) -> Option<u32>,
     ) -> Vec<(u64, BlockHandle)> {
-        let pool = u8::from(segment.pool != PoolKind::Small);
+        let pool = pool_index(private, segment.pool != PoolKind::Small);
+        self.ensure_pool(pool);
         let es = if segment.expandable {
             expandable_va(stream, pool).unwrap_or(NIL)
         } else {
@@ -813,7 +845,7 @@ impl AllocatorModel {
     /// Creates the virtual reservation of an expandable segment that already had mapped
     /// ranges when the trace began, spanning `[base, base + va_bytes)`; the seeded mapped
     /// ranges are linked in by [`AllocatorModel::link_seeded_expandable`].
-    pub fn seed_expandable_va(&mut self, base: u64, stream: u16, pool: u8) -> u32 {
+    pub fn seed_expandable_va(&mut self, base: u64, stream: u16, pool: u16) -> u32 {
         let page_bytes = self.page_bytes(pool);
         let end = self.reservation_end(base, self.limits.expandable_va_bytes);
         self.expandable.push(Some(ExpandableVa {
@@ -888,7 +920,7 @@ impl AllocatorModel {
 
     /// After seeding the mapped ranges of expandable segment `es` (blocks in address order),
     /// links them into one chain with unmapped blocks for the gaps and the tail.
-    pub fn link_seeded_expandable(&mut self, es: u32, stream: u16, pool: u8) {
+    pub fn link_seeded_expandable(&mut self, es: u32, stream: u16, pool: u16) {
         let Some(Some(va)) = self.expandable.get(es as usize).copied() else {
             return;
         };
@@ -923,15 +955,15 @@ impl AllocatorModel {
         }
     }
 
-    fn new_unmapped(&mut self, ptr: u64, size: u64, stream: u16, pool: u8, es: u32) -> u32 {
+    fn new_unmapped(&mut self, ptr: u64, size: u64, stream: u16, pool: u16, es: u32) -> u32 {
         let index = self.new_block(Block::free_range(ptr, size, stream, pool, false, es));
         self.insert_unmapped(index);
         index
     }
 
     /// The page an expandable segment of `pool` maps: 2 MiB (small), the large segment size.
-    fn page_bytes(&self, pool: u8) -> u64 {
-        if pool == 0 {
+    fn page_bytes(&self, pool: u16) -> u64 {
+        if is_small_pool(pool) {
             SMALL_BUFFER_BYTES
         } else {
             self.rules.large_segment_bytes
@@ -942,6 +974,7 @@ impl AllocatorModel {
 
     /// `DeviceCachingAllocator::malloc`: a block for `orig_size` bytes on `stream`, or out of
     /// memory. `alloc_event` is the trace event the block is remembered by.
+    #[cfg(test)]
     pub fn malloc(
         &mut self,
         orig_size: u64,
@@ -949,8 +982,23 @@ impl AllocatorModel {
         alloc_event: u32,
         hints: &mut dyn AddressHints,
     ) -> Result<BlockHandle, ModelOom> {
+        self.malloc_in_pool(orig_size, stream, 0, alloc_event, hints)
+    }
+
+    /// [`Self::malloc`] of a request routed to private pool `private` (0: the default pools):
+    /// served from that pool's cached blocks or a new segment of its own, never by releasing
+    /// cached memory (PyTorch does not while a capture or a `MemPool` routes requests).
+    pub fn malloc_in_pool(
+        &mut self,
+        orig_size: u64,
+        stream: u16,
+        private: u16,
+        alloc_event: u32,
+        hints: &mut dyn AddressHints,
+    ) -> Result<BlockHandle, ModelOom> {
         let size = self.rules.round_size(orig_size);
-        let pool = u8::from(size > SMALL_SIZE_BYTES);
+        let pool = pool_index(private, size > SMALL_SIZE_BYTES);
+        self.ensure_pool(pool);
         let alloc_size = self.rules.allocation_size(size);
         let mut params = Params {
             size,
@@ -971,7 +1019,9 @@ impl AllocatorModel {
             found = self.alloc_block(&mut params, false, hints)
                 || (self.release_available_cached_blocks(&params)
                     && self.alloc_block(&mut params, false, hints))
-                || (self.release_cached_blocks() && self.alloc_block(&mut params, true, hints));
+                || (private == 0
+                    && self.release_cached_blocks()
+                    && self.alloc_block(&mut params, true, hints));
         }
         if !found {
             self.stats.num_ooms += 1;
@@ -1085,7 +1135,7 @@ impl AllocatorModel {
             return false;
         }
         let needed = self.reserved_bytes.saturating_add(size);
-        if self.expandable_active() {
+        if self.expandable_active() && private_of(p.pool) == 0 {
             match self.try_allocate_expandable_block(p.stream, p.pool, p.size, hints) {
                 Some(block) => {
                     p.block = block;
@@ -1116,7 +1166,7 @@ impl AllocatorModel {
     fn should_split(&self, block: u32, size: u64) -> bool {
         let b = &self.blocks[block as usize];
         let remaining = b.size - size;
-        if b.pool == 0 || self.expandable_active() {
+        if is_small_pool(b.pool) || self.expandable_active() {
             remaining >= MIN_BLOCK_BYTES
         } else {
             self.rules
@@ -1172,7 +1222,7 @@ impl AllocatorModel {
     fn try_allocate_expandable_block(
         &mut self,
         stream: u16,
-        pool: u8,
+        pool: u16,
         size: u64,
         hints: &mut dyn AddressHints,
     ) -> Option<u32> {
@@ -1211,7 +1261,7 @@ impl AllocatorModel {
     fn find_expandable_block(
         &mut self,
         stream: u16,
-        pool: u8,
+        pool: u16,
         size: u64,
         hints: &mut dyn AddressHints,
     ) -> u32 {
@@ -1541,13 +1591,23 @@ impl AllocatorModel {
     }
 
     /// `release_cached_blocks`: waits for every pending free, then frees every cached block that
-    /// is a whole segment and unmaps the free pages of expandable segments.
+    /// is a whole segment of the default pools or of a released private pool, and unmaps the free
+    /// pages of expandable segments.
     pub fn release_cached_blocks(&mut self) -> bool {
         let pending: Vec<u32> = std::mem::take(&mut self.pending).into_iter().collect();
         for block in pending {
             self.free_block(block);
         }
-        for pool in [1u8, 0u8] {
+        let freeable = (1..self.private_freeable.len())
+            .filter(|&private| self.private_freeable[private])
+            .filter_map(|private| u16::try_from(private).ok());
+        let pools: Vec<u16> = [0u16]
+            .into_iter()
+            .chain(freeable)
+            .flat_map(|private| [pool_index(private, true), pool_index(private, false)])
+            .filter(|&pool| usize::from(pool) < self.pools.len())
+            .collect();
+        for pool in pools {
             let entries: Vec<u32> = self.pools[pool as usize].free.values().copied().collect();
             let mut to_unmap = Vec::new();
             for index in entries {
@@ -1572,6 +1632,32 @@ impl AllocatorModel {
     /// `empty_cache()` from the program.
     pub fn empty_cache(&mut self) {
         self.release_cached_blocks();
+    }
+
+    /// Names the private pools (number `n` is `ids[n - 1]`), for the state the model reports.
+    pub fn name_private_pools(&mut self, ids: &[PoolId]) {
+        self.private_ids = ids.to_vec();
+    }
+
+    /// `releasePool`: the program released private pool `private` (its graph, or its `MemPool`,
+    /// was deleted); its cached segments are freed by the next release of cached memory.
+    pub fn release_pool(&mut self, private: u16) {
+        let private = usize::from(private);
+        if private == 0 {
+            return;
+        }
+        if self.private_freeable.len() <= private {
+            self.private_freeable.resize(private + 1, false);
+        }
+        self.private_freeable[private] = true;
+    }
+
+    /// Makes room for pool index `pool` (a private pool's pools appear on first use).
+    fn ensure_pool(&mut self, pool: u16) {
+        let needed = usize::from(pool) + 1;
+        if self.pools.len() < needed {
+            self.pools.resize_with(needed, Pool::default);
+        }
     }
 
     /// `garbage_collect_cached_blocks`: under a cap, frees cached whole segments of the large
@@ -1633,11 +1719,16 @@ impl AllocatorModel {
                 continue;
             }
             let stream = streams.get(head.stream as usize).copied().unwrap_or(0);
-            let pool = if head.pool == 0 {
+            let pool = if is_small_pool(head.pool) {
                 PoolKind::Small
             } else {
                 PoolKind::Large
             };
+            let pool_id = usize::from(private_of(head.pool))
+                .checked_sub(1)
+                .and_then(|n| self.private_ids.get(n))
+                .copied()
+                .unwrap_or_default();
             let mut cursor = index as u32;
             let mut current: Vec<StateBlock> = Vec::new();
             let flush = |blocks: &mut Vec<StateBlock>, segments: &mut Vec<StateSegment>| {
@@ -1647,7 +1738,7 @@ impl AllocatorModel {
                         size_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
                         stream,
                         pool,
-                        pool_id: PoolId::default(),
+                        pool_id,
                         expandable: head.expandable != NIL,
                         blocks: std::mem::take(blocks),
                     });
@@ -2114,5 +2205,53 @@ mod tests {
         let _big = alloc(&mut m, 70 * MIB);
         assert!(m.reserved_bytes() < reserved_before + 70 * MIB);
         assert_eq!(m.stats.num_alloc_retries, 0);
+    }
+
+    /// A private pool (a CUDA graph's): its blocks serve only requests routed to it, stay in it
+    /// when freed, are not released by `empty_cache()` until the program released the pool, and
+    /// a request routed to it that does not fit fails without releasing the default pools'
+    /// cached memory (PyTorch cannot while a capture is under way).
+    #[test]
+    fn a_private_pools_memory_serves_only_its_own_requests() {
+        let mut m = model(AllocatorRules::default(), None);
+        m.name_private_pools(&[PoolId(1, 0)]);
+        let in_pool = m
+            .malloc_in_pool(30 * MIB, 0, 1, 0, &mut NoHints)
+            .expect("fits");
+        assert!(m.free(in_pool, false));
+        // The default pool makes its own segment: the graph's cached block is not for it.
+        let outside = alloc(&mut m, 30 * MIB);
+        assert_eq!(m.reserved_bytes(), 60 * MIB);
+        let pools: Vec<PoolId> = m
+            .state(0, &[0])
+            .segments
+            .iter()
+            .map(|s| s.pool_id)
+            .collect();
+        assert!(pools.contains(&PoolId(1, 0)) && pools.contains(&PoolId(0, 0)));
+        // A routed request reuses its pool's cached block.
+        let again = m
+            .malloc_in_pool(30 * MIB, 0, 1, 0, &mut NoHints)
+            .expect("fits");
+        assert_eq!(m.reserved_bytes(), 60 * MIB);
+        assert!(m.free(again, false) && m.free(outside, false));
+        // empty_cache() keeps the live pool's segment, and frees it once the pool is released.
+        m.empty_cache();
+        assert_eq!(m.reserved_bytes(), 30 * MIB);
+        m.release_pool(1);
+        m.empty_cache();
+        assert_eq!(m.reserved_bytes(), 0);
+        // Under a cap, a routed request that does not fit fails with the default pools' cached
+        // segment still there; a default request releases it and fits.
+        let mut capped = model(AllocatorRules::default(), Some(40 * MIB));
+        let cached = alloc(&mut capped, 30 * MIB);
+        assert!(capped.free(cached, false));
+        assert!(
+            capped
+                .malloc_in_pool(30 * MIB, 0, 1, 0, &mut NoHints)
+                .is_err()
+        );
+        assert_eq!(capped.reserved_bytes(), 30 * MIB);
+        assert!(capped.malloc(35 * MIB, 0, 0, &mut NoHints).is_ok());
     }
 }

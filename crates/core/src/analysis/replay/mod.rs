@@ -18,7 +18,14 @@
 //! cross-stream free finished is taken from the trace (`free_completed`), also under settings
 //! that would not have synchronised; the memory the device could give the process is learned
 //! from the real run's first out-of-memory event (free memory then + reserved) and assumed
-//! constant; private pools (CUDA graphs, `MemPool`) are replayed like the default pools.
+//! constant.
+//!
+//! Private pools (CUDA graphs, `torch.cuda.MemPool`) are modelled: a request goes to the pool
+//! the real run routed it to (the trace's `pool_id` where it records one, else the pool of the
+//! segment its address lies in, segments that last to the end taking the snapshot's
+//! `segment_pool_id`; routing depends on the program, not on the settings), blocks stay in their
+//! pool after the capture, and a pool's cached segments are released only once the trace shows
+//! the program released the pool (a segment of it freed).
 
 mod allocator;
 pub mod conf;
@@ -32,11 +39,13 @@ use foldhash::HashSet;
 
 use crate::analysis::allocator_rules::AllocatorRules;
 use crate::analysis::timetravel::{AllocatorState, BlockStatus, StateSegment, TimeTravel};
-use crate::model::allocator::{AllocatorSnapshot, DeviceTrace, PoolKind, StackId, TraceAction};
+use crate::model::allocator::{
+    AllocatorSnapshot, DeviceTrace, PoolId, PoolKind, StackId, TraceAction,
+};
 use crate::model::{GIB, MIB, format_bytes};
 
 pub use allocator::{AddressHints, Limits, ModelOom, ReusedRange, SegmentHints};
-use allocator::{AllocatorModel, BlockHandle, ChunkRuleRecord};
+use allocator::{AllocatorModel, BlockHandle, ChunkRuleRecord, pool_index};
 pub use conf::{AllocConf, ConfError};
 
 /// Virtual address space an expandable segment reserves when the device's memory is not known:
@@ -1125,10 +1134,137 @@ struct TraceFacts {
     has_deferred_frees: bool,
     /// Some request of the trace has a stack: one without is then made by C++ code.
     stacks_recorded: bool,
+    /// Where the real run routed requests to private pools (see [`PoolRouting`]).
+    routing: PoolRouting,
+    /// The most the real run ever had reserved: with the device's memory assumed constant, the
+    /// device could give the process at least this much at any time.
+    peak_reserved_bytes: u64,
     /// How often the driver of the recorded run put a segment in released address space
     /// where its chunks say (see [`TraceHints::reuse_released`]): learnt by the first drawn
     /// placement, as only those use it.
     chunk_rule: OnceLock<ChunkRuleRecord>,
+}
+
+/// Which requests of a trace the real run routed to private pools (CUDA graphs, `MemPool`), and
+/// which segment releases were of private pools. Routing is the program's (a capture under way,
+/// a `use_mem_pool` block), not the allocator's: every setting routes the same requests.
+#[derive(Debug, Default)]
+struct PoolRouting {
+    /// The private pools' ids; pool number `n` is `ids[n - 1]` (0: the default pools).
+    ids: Vec<PoolId>,
+    /// Pool number of each request (`alloc`, `oom` event) routed to a private pool.
+    requests: HashMap<usize, u16>,
+    /// Pool number of each `segment_free` of a private pool's segment: the program had released
+    /// the pool by then.
+    releases: HashMap<usize, u16>,
+    /// Pool number of the starting state's segments by address.
+    start: HashMap<u64, u16>,
+}
+
+impl PoolRouting {
+    /// Learns the routing of `trace` from its `pool_id`s, else from the addresses its requests
+    /// got: a request served inside a private pool's segment was routed there. A segment takes
+    /// the pool the trace gives its `segment_alloc`, else, when it lasts to the end, the one
+    /// the snapshot gives it (`final_state`); segments of the starting state keep theirs.
+    fn learn(trace: &DeviceTrace, start: &AllocatorState, final_state: &AllocatorState) -> Self {
+        let final_pools: HashMap<u64, PoolId> = final_state
+            .segments
+            .iter()
+            .filter(|s| !s.pool_id.is_default())
+            .map(|s| (s.address, s.pool_id))
+            .collect();
+        let mut routing = PoolRouting::default();
+        // The `segment_alloc` events whose segment is never freed: they last to the end.
+        let mut made_at: HashMap<u64, usize> = HashMap::new();
+        let mut freed: HashSet<usize> = HashSet::default();
+        for (index, action) in trace.actions.iter().enumerate() {
+            let address = trace.addresses.get(index).copied().unwrap_or(0);
+            match action {
+                TraceAction::SegmentAlloc => {
+                    made_at.insert(address, index);
+                }
+                TraceAction::SegmentFree => {
+                    if let Some(made) = made_at.remove(&address) {
+                        freed.insert(made);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Live segments: start address → (end, pool number).
+        let mut live: std::collections::BTreeMap<u64, (u64, u16)> = Default::default();
+        for segment in &start.segments {
+            let number = routing.number(segment.pool_id);
+            if number != 0 {
+                routing.start.insert(segment.address, number);
+            }
+            live.insert(segment.address, (segment.end_address(), number));
+        }
+        for (index, action) in trace.actions.iter().enumerate() {
+            let address = trace.addresses.get(index).copied().unwrap_or(0);
+            let recorded = trace.pool_id(index);
+            match action {
+                TraceAction::SegmentAlloc => {
+                    let pool = if !recorded.is_default() {
+                        recorded
+                    } else if freed.contains(&index) {
+                        PoolId::default()
+                    } else {
+                        final_pools.get(&address).copied().unwrap_or_default()
+                    };
+                    let size = trace.sizes_bytes.get(index).copied().unwrap_or(0);
+                    let number = routing.number(pool);
+                    live.insert(address, (address.saturating_add(size), number));
+                }
+                TraceAction::SegmentFree => {
+                    if let Some((_, number)) = live.remove(&address)
+                        && number != 0
+                    {
+                        routing.releases.insert(index, number);
+                    }
+                }
+                TraceAction::Alloc | TraceAction::Oom => {
+                    let number = if recorded.is_default() && *action == TraceAction::Alloc {
+                        live.range(..=address)
+                            .next_back()
+                            .filter(|(_, (end, _))| *end > address)
+                            .map_or(0, |(_, (_, number))| *number)
+                    } else {
+                        routing.number(recorded)
+                    };
+                    if number != 0 {
+                        routing.requests.insert(index, number);
+                    }
+                }
+                _ => {}
+            }
+        }
+        routing
+    }
+
+    /// The number of pool `id` (0 for the default pools), numbering it when new.
+    fn number(&mut self, id: PoolId) -> u16 {
+        if id.is_default() {
+            return 0;
+        }
+        let index = match self.ids.iter().position(|known| *known == id) {
+            Some(index) => index,
+            None => {
+                self.ids.push(id);
+                self.ids.len() - 1
+            }
+        };
+        u16::try_from(index + 1).unwrap_or(u16::MAX)
+    }
+
+    /// The private pool number the request at `index` was routed to (0: the default pools).
+    #[inline]
+    fn of_request(&self, index: usize) -> u16 {
+        if self.requests.is_empty() {
+            return 0;
+        }
+        self.requests.get(&index).copied().unwrap_or(0)
+    }
 }
 
 /// Limits the trace's own events reveal (see `ReplayInput::limit_evidence`).
@@ -1630,7 +1766,8 @@ impl AddressHints for TraceHints<'_> {
     }
 }
 
-/// PyTorch's `malloc` for the trace's request of `size` bytes on `stream` at event `index`, in
+/// PyTorch's `malloc` for the trace's request of `size` bytes on `stream` at event `index`
+/// (routed to private pool `private`, 0 for the default pools), in
 /// the order the real allocator did its work around it: frees whose other-stream work had ended
 /// complete first (`early`: the `process_events` a request starts with, under `Timing::Early`),
 /// new segments take addresses from `hints`, and frees the real run completed inside the
@@ -1638,7 +1775,7 @@ impl AddressHints for TraceHints<'_> {
 /// completed them already.
 fn malloc_in_trace_order(
     model: &mut AllocatorModel,
-    (size, stream, index): (u64, u16, usize),
+    (size, stream, private, index): (u64, u16, u16, usize),
     hints: &mut TraceHints,
     early: &mut Vec<BlockHandle>,
     sync: &mut Vec<BlockHandle>,
@@ -1646,7 +1783,7 @@ fn malloc_in_trace_order(
     for handle in early.drain(..) {
         model.complete_free(handle);
     }
-    let served = model.malloc(size, stream, index as u32, hints);
+    let served = model.malloc_in_pool(size, stream, private, index as u32, hints);
     for handle in sync.drain(..) {
         model.complete_free(handle);
     }
@@ -1705,12 +1842,27 @@ impl TraceFacts {
         let expandable_va_bytes = device_memory_bytes
             .map(|total| total.saturating_add(total / 8))
             .unwrap_or(DEFAULT_EXPANDABLE_VA_BYTES);
+        let recorded_rules = AllocConf::recorded(travel.snapshot().settings.as_ref()).rules;
+        let has_private_pools = !trace.pool_ids.is_empty()
+            || travel
+                .snapshot()
+                .segments
+                .iter()
+                .any(|s| !s.pool_id.is_default());
+        let routing = if has_private_pools {
+            PoolRouting::learn(trace, &start, &travel.state_at(trace.len()))
+        } else {
+            PoolRouting::default()
+        };
+        let peak_reserved_bytes = travel.reserved_series().iter().copied().max().unwrap_or(0);
         TraceFacts {
             streams,
             start,
             expandable_va_bytes,
-            recorded_rules: AllocConf::recorded(travel.snapshot().settings.as_ref()).rules,
+            recorded_rules,
             segments_by_size,
+            routing,
+            peak_reserved_bytes,
             chunk_rule: OnceLock::new(),
             has_deferred_frees: has_deferred_frees(trace),
             stacks_recorded: trace.stacks.iter().any(|&stack| stack != StackId::EMPTY),
@@ -1813,9 +1965,12 @@ impl<'a> ReplayInput<'a> {
                 TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
                     let end = self.release_run_end(index);
                     let released: u64 = (index..end).map(size_at).sum();
+                    let stackless = self.stack_of(index) == StackId::EMPTY;
                     let by_allocator = !self.stack_is_empty_cache(index)
                         && self.followed_by_request(end)
-                        && rules.garbage_collection_threshold == 0.0;
+                        && rules.garbage_collection_threshold == 0.0
+                        && !self.next_request_routed(end)
+                        && !(stackless && self.room_without_releasing(index, end));
                     if by_allocator
                         && let Some(request) = (end..trace.len()).find(|&i| {
                             matches!(trace.actions[i], TraceAction::Alloc | TraceAction::Oom)
@@ -1947,7 +2102,7 @@ impl<'a> ReplayInput<'a> {
     /// a request count as the allocator's only where memory pressure was possible: a cap, or a
     /// trace that ran out of memory somewhere.
     fn releases_are_empty_cache(&self, index: usize, end: usize, limits: &Limits) -> bool {
-        if !self.followed_by_request(end) {
+        if !self.followed_by_request(end) || self.next_request_routed(end) {
             return true;
         }
         let stack = self.stack_of(index);
@@ -1955,7 +2110,42 @@ impl<'a> ReplayInput<'a> {
             return self.stack_is_empty_cache(index);
         }
         let pressure_possible = limits.cap_bytes.is_some() || limits.device_limit_bytes.is_some();
-        !pressure_possible
+        !pressure_possible || self.room_without_releasing(index, end)
+    }
+
+    /// Whether the first request from `end` on was routed to a private pool: PyTorch releases no
+    /// cached memory for such a request (not while a capture is under way), so releases right
+    /// before it are the program's (`torch.cuda.graph` empties the cache as a capture begins).
+    fn next_request_routed(&self, end: usize) -> bool {
+        (end..self.trace.len())
+            .find(|&i| matches!(self.trace.actions[i], TraceAction::Alloc | TraceAction::Oom))
+            .is_some_and(|request| self.facts.routing.of_request(request) != 0)
+    }
+
+    /// Whether the device had room for the next request's segment without the releases
+    /// `index..end`: the reserved memory before them plus that segment is no more than the run
+    /// had reserved at some time (the device's memory assumed constant, as everywhere here).
+    /// The allocator releases for a request only when its new segment did not fit, so such
+    /// releases are the program's. Not judged under garbage collection, which releases with
+    /// room to spare.
+    fn room_without_releasing(&self, index: usize, end: usize) -> bool {
+        let rules = &self.facts.recorded_rules;
+        if rules.garbage_collection_threshold > 0.0 {
+            return false;
+        }
+        let Some(request) = (end..self.trace.len())
+            .find(|&i| matches!(self.trace.actions[i], TraceAction::Alloc | TraceAction::Oom))
+        else {
+            return false;
+        };
+        let segment = rules.allocation_size(rules.round_size(self.size_at(request)));
+        let before = self
+            .travel
+            .reserved_series()
+            .get(index)
+            .copied()
+            .unwrap_or(u64::MAX);
+        before.saturating_add(segment) <= self.facts.peak_reserved_bytes
     }
 
     /// Whether where the driver puts segments can decide if this run fits: only under a known
@@ -1974,13 +2164,22 @@ impl<'a> ReplayInput<'a> {
 
     /// Seeds the model with the state at the first recorded event.
     fn seed(&self, model: &mut AllocatorModel, live: &mut HashMap<u64, BlockHandle>) {
-        let mut expandable: Vec<((u16, u8), u32)> = Vec::new();
+        model.name_private_pools(&self.facts.routing.ids);
+        let private = |segment: &StateSegment| {
+            self.facts
+                .routing
+                .start
+                .get(&segment.address)
+                .copied()
+                .unwrap_or(0)
+        };
+        let mut expandable: Vec<((u16, u16), u32)> = Vec::new();
         // Expandable reservations start at their lowest mapped range.
-        let mut bases: Vec<((u16, u8), u64)> = Vec::new();
+        let mut bases: Vec<((u16, u16), u64)> = Vec::new();
         for segment in self.facts.start.segments.iter().filter(|s| s.expandable) {
             let key = (
                 self.stream_rank(segment.stream),
-                u8::from(segment.pool != PoolKind::Small),
+                pool_index(private(segment), segment.pool != PoolKind::Small),
             );
             match bases.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, base)) => *base = (*base).min(segment.address),
@@ -1993,13 +2192,15 @@ impl<'a> ReplayInput<'a> {
         }
         for segment in &self.facts.start.segments {
             let stream = self.stream_rank(segment.stream);
-            let mut lookup = |s: u16, p: u8| {
+            let mut lookup = |s: u16, p: u16| {
                 expandable
                     .iter()
                     .find(|(k, _)| *k == (s, p))
                     .map(|(_, es)| *es)
             };
-            for (address, handle) in model.seed_segment(segment, stream, &mut lookup) {
+            for (address, handle) in
+                model.seed_segment(segment, stream, private(segment), &mut lookup)
+            {
                 live.insert(address, handle);
             }
         }
@@ -2249,7 +2450,12 @@ impl<'a> ReplayInput<'a> {
         let index = s.index;
         malloc_in_trace_order(
             &mut s.result.model,
-            (size, self.stream_at(index), index),
+            (
+                size,
+                self.stream_at(index),
+                self.facts.routing.of_request(index),
+                index,
+            ),
             &mut self.trace_hints(
                 s.window_start,
                 index,
@@ -2425,7 +2631,8 @@ impl<'a> ReplayInput<'a> {
 
     /// The run of segment releases starting at `s.index`, taken whole: the allocator's own
     /// (inside a request that needed memory, which the model makes itself) or the program's
-    /// `empty_cache()`, which the model is told. The cursor moves past the run; a break records
+    /// `empty_cache()`, which the model is told. Releases of a private pool's segments tell the
+    /// model the program released that pool. The cursor moves past the run; a break records
     /// a divergence of the reserved bytes after an `empty_cache()` (under [`Mode::Check`]).
     #[inline]
     fn replay_release_run(&self, s: &mut Replaying) -> ControlFlow<(), Then> {
@@ -2434,6 +2641,13 @@ impl<'a> ReplayInput<'a> {
         s.real_reserved = s
             .real_reserved
             .saturating_sub((index..end).map(|i| self.size_at(i)).sum::<u64>());
+        // A private pool's segment released: the program had released the pool (deleted its
+        // graph or its `MemPool`), so releasing cached memory frees its cached segments now.
+        for release in index..end {
+            if let Some(&pool) = self.facts.routing.releases.get(&release) {
+                s.result.model.release_pool(pool);
+            }
+        }
         if self.releases_are_empty_cache(index, end, &s.limits) {
             s.result.model.empty_cache();
             s.window_start = end;
@@ -2636,11 +2850,16 @@ impl<'a> ReplayInput<'a> {
 fn first_difference(real: &AllocatorState, replayed: &AllocatorState) -> Option<String> {
     let describe = |s: &StateSegment| {
         format!(
-            "{} segment at {:#x} of {}{}",
+            "{} segment at {:#x} of {}{}{}",
             s.pool.as_str(),
             s.address,
             format_bytes(s.size_bytes),
-            if s.expandable { " (expandable)" } else { "" }
+            if s.expandable { " (expandable)" } else { "" },
+            if s.pool_id.is_default() {
+                String::new()
+            } else {
+                format!(" in private pool ({}, {})", s.pool_id.0, s.pool_id.1)
+            }
         )
     };
     for (index, real_segment) in real.segments.iter().enumerate() {
@@ -2650,6 +2869,7 @@ fn first_difference(real: &AllocatorState, replayed: &AllocatorState) -> Option<
         if real_segment.address != replayed_segment.address
             || real_segment.size_bytes != replayed_segment.size_bytes
             || real_segment.expandable != replayed_segment.expandable
+            || real_segment.pool_id != replayed_segment.pool_id
         {
             return Some(format!(
                 "the snapshot has a {}, the replay a {}",
@@ -3129,5 +3349,64 @@ mod tests {
         assert!(!report.recorded.verdict_uncertain());
         let asked = &report.results[0];
         assert!(asked.placement.is_some(), "{asked:?}");
+    }
+
+    /// A real run that captures a CUDA graph and fills a `torch.cuda.MemPool`
+    /// (`tests/fixtures/pytorch/graphs.pickle`, H200, PyTorch 2.11: a trace without pool ids
+    /// or stacks). With its private pools modelled the self-check passes, block by block and
+    /// pool by pool, and no limit is read into the `empty_cache()` that `torch.cuda.graph` makes
+    /// as the capture begins. Replayed like the default pools, the capture's first request gets
+    /// a cached block of the default pool and the self-check fails.
+    #[test]
+    fn a_program_that_captures_a_graph_passes_the_self_check() {
+        let path = crate::test_fixtures::pytorch_path("graphs.pickle");
+        let snapshot = read_file(&path, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        let travel = TimeTravel::new(Arc::new(snapshot), 0);
+        let report = what_if(
+            &travel,
+            &WhatIfRequest {
+                device: 0,
+                candidates: Vec::new(),
+                cap_bytes: None,
+                device_memory_bytes: None,
+            },
+            &|_| true,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let check = &report.self_check;
+        assert!(check.reliable, "{:?}", check.problem);
+        assert!(check.final_state_matches && check.segments_compared == 12);
+        assert_eq!(report.limits.device_limit_bytes, None);
+        assert!(report.results.iter().all(SettingOutcome::runs));
+
+        let mut facts = TraceFacts::new(&travel, None);
+        assert_eq!(facts.routing.ids, [PoolId(1, 0), PoolId(0, 1)]);
+        // The capture's requests (on its stream) and the MemPool's are routed; the RNG state
+        // the capture allocates before it begins is not.
+        let routed: Vec<usize> = {
+            let mut r: Vec<usize> = facts.routing.requests.keys().copied().collect();
+            r.sort_unstable();
+            r
+        };
+        assert_eq!(routed, [45, 47, 48, 50, 51, 53, 55, 57]);
+        facts.routing = PoolRouting::default();
+        let input = ReplayInput::new(&travel, &facts);
+        let rules = AllocConf::recorded(travel.snapshot().settings.as_ref());
+        let limits = Limits {
+            cap_bytes: None,
+            device_limit_bytes: None,
+            expandable_va_bytes: facts.expandable_va_bytes,
+        };
+        let run = input
+            .run(
+                &rules.rules,
+                limits,
+                Mode::Check,
+                Assumed::RECORDED,
+                None,
+                &|_| true,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!input.self_check(&rules, &run).reliable);
     }
 }
