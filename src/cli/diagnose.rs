@@ -107,17 +107,21 @@ fn gather(args: &DiagnoseArgs) -> Result<Evidence, String> {
             .collect::<Vec<_>>()
     };
     // Positional files are told apart by content; a flag says what its files are.
-    // A run folder (`vramscope run`) stands for its log, timeline and snapshots.
-    let positional: Vec<(PathBuf, Option<Route>)> = args
-        .files
-        .iter()
-        .flat_map(
-            |path| match vramscope_core::evidence::run_folder_files(path) {
-                Some(files) => files,
-                None => vec![(path.clone(), None)],
-            },
-        )
-        .collect();
+    // A run folder (`vramscope run`) stands for its log, timeline and snapshots, and what its
+    // `--prove` re-runs proved.
+    let mut positional: Vec<(PathBuf, Option<Route>)> = Vec::new();
+    for path in &args.files {
+        match vramscope_core::evidence::run_folder(path) {
+            Some(run) => {
+                if let Some(why) = &run.problem {
+                    eprintln!("vramscope: warning: {why}; its proof is left out");
+                }
+                evidence.add_proof(&run.proof);
+                positional.extend(run.files);
+            }
+            None => positional.push((path.clone(), None)),
+        }
+    }
     let files: Vec<(PathBuf, Option<Route>)> = [
         positional,
         given(&args.log, Some(Route::Log)),

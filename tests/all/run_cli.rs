@@ -321,3 +321,352 @@ fn a_run_folder_with_the_hooks_real_oom_snapshot_is_diagnosed() {
         "{findings}"
     );
 }
+
+/// A run folder as `vramscope run --prove` leaves it, made by hand: the job's log with a real
+/// OOM message, and a manifest whose re-runs say that expandable segments removed the failure.
+pub(crate) fn proven_run_folder(dir: &Path) -> PathBuf {
+    let folder = dir.join("20261206T235300Z-python3-train");
+    std::fs::create_dir_all(&folder).expect("folder");
+    std::fs::write(
+        folder.join("output.log"),
+        format!("step 0\n{OOM_MESSAGE}\n"),
+    )
+    .expect("log");
+    let row = |change: &str, outcome: &str| {
+        serde_json::json!({
+            "change": change,
+            "outcome": outcome,
+            "ran_out_at_allocation": null,
+            "peak_reserved_bytes": 60u64 << 30,
+            "missing_bytes": null,
+            "relative_speed": 0.97,
+            "seconds": 3.0,
+            "folder": format!("proof/{change}"),
+            "replay_prediction": null,
+        })
+    };
+    let manifest = serde_json::json!({
+        "schema": "vramscope.run/1",
+        "command": ["python3", "train.py"],
+        "exit": {"code": 1, "signal": null, "status": 1},
+        "files": ["output.log"],
+        "proof": [
+            row("UNRELATED=1", "ran_out"),
+            row("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "removed"),
+        ],
+    });
+    std::fs::write(folder.join("run.json"), manifest.to_string()).expect("manifest");
+    folder
+}
+
+/// The title of the finding a proven run folder ([`proven_run_folder`]) leads with.
+pub(crate) const PROVEN_TITLE: &str = "Proven by a real run: \
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True removes the out-of-memory error";
+
+#[test]
+fn diagnosing_a_run_folder_later_leads_with_what_its_re_runs_proved() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folder = proven_run_folder(dir.path());
+    let out = Command::new(VRAMSCOPE)
+        .arg("diagnose")
+        .arg(&folder)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("1. [INFO] fragmentation: ")
+            && stdout
+                .lines()
+                .next()
+                .is_some_and(|l| l.ends_with(PROVEN_TITLE)),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True [proven-by-run] (proven by a real run)"),
+        "{stdout}"
+    );
+    // The files' own finding follows.
+    assert!(
+        stdout.contains("\n2. [CRITICAL] fragmentation: "),
+        "{stdout}"
+    );
+    let out = Command::new(VRAMSCOPE)
+        .args(["diagnose", "--json"])
+        .arg(&folder)
+        .output()
+        .expect("runs");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["findings"][0]["title"], PROVEN_TITLE, "{doc}");
+    assert_eq!(
+        doc["findings"][0]["recommendations"][0]["verification"]["status"],
+        "proven-by-run"
+    );
+    assert!(
+        doc["inputs"].to_string().contains("vramscope run --prove"),
+        "{}",
+        doc["inputs"]
+    );
+}
+
+/// A job that echoes its arguments and runs out of memory unless it was given `--optimizer sgd`.
+const ARGS_JOB: &str = r#"import sys
+print("args:", " ".join(sys.argv[2:]), flush=True)
+if "--optimizer" in sys.argv and sys.argv[sys.argv.index("--optimizer") + 1] == "sgd":
+    sys.exit(0)
+print(open(sys.argv[1]).read(), file=sys.stderr, flush=True)
+sys.exit(1)
+"#;
+
+#[test]
+fn vary_arg_appends_a_flag_the_command_does_not_pass_and_says_so() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, message) = fake_job(dir.path());
+    let script = dir.path().join("args_job.py");
+    std::fs::write(&script, ARGS_JOB).expect("script");
+    let out = run_in(
+        dir.path(),
+        &[
+            "--prove",
+            "--vary-arg",
+            "--optimizer=adam,sgd",
+            "--",
+            "python3",
+            script.to_str().expect("utf-8"),
+            message.to_str().expect("utf-8"),
+            "--batch-size",
+            "8",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let notes: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("does not pass --optimizer"))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "vramscope: --vary-arg --optimizer: the command does not pass --optimizer, so \
+          `--optimizer VALUE` is appended at its end"
+        ],
+        "{stderr}"
+    );
+    let folder = run_folder(dir.path());
+    let proof = manifest(&folder)["proof"].clone();
+    let rows: Vec<(&str, &str, &str)> = proof
+        .as_array()
+        .expect("proof runs")
+        .iter()
+        .filter(|p| {
+            p["change"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("--optimizer"))
+        })
+        .map(|p| {
+            (
+                p["change"].as_str().unwrap_or_default(),
+                p["outcome"].as_str().unwrap_or_default(),
+                p["replay_prediction"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let said = "appended: the command did not pass --optimizer";
+    assert_eq!(
+        rows,
+        [
+            ("--optimizer adam", "ran_out", said),
+            ("--optimizer sgd", "removed", said)
+        ],
+        "{proof}"
+    );
+    // The re-run's command had the flag at its end, after the job's own arguments.
+    let sgd = proof
+        .as_array()
+        .and_then(|rows| rows.iter().find(|p| p["change"] == "--optimizer sgd"))
+        .and_then(|p| p["folder"].as_str())
+        .expect("the re-run's folder");
+    let log = std::fs::read_to_string(folder.join(sgd).join("output.log")).expect("log");
+    assert!(
+        log.starts_with("args: --batch-size 8 --optimizer sgd\n"),
+        "{log}"
+    );
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(folder.join("report.json")).expect("report.json"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        report["findings"][0]["recommendations"][0]["title"],
+        "Run with --optimizer sgd"
+    );
+}
+
+/// A small tmpfs mounted at a mount point of its own under a temporary folder, unmounted when
+/// dropped, whatever the test did before.
+struct SmallDisk {
+    mount_point: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// Mounts `size_kib` KiB of tmpfs; `Err(why)` where mounting is not permitted.
+    fn mount(size_kib: u64) -> Result<SmallDisk, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("no temp dir: {e}"))?;
+        let mount_point = dir.path().join("disk");
+        std::fs::create_dir(&mount_point).map_err(|e| format!("no mount point: {e}"))?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_kib}k")])
+            .arg("vramscope-test")
+            .arg(&mount_point)
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount -t tmpfs is not permitted here ({})",
+                text(&out.stderr).trim()
+            ));
+        }
+        Ok(SmallDisk {
+            mount_point,
+            _dir: dir,
+        })
+    }
+
+    /// Fills the disk, leaving `free_kib` KiB free: a reserve of that size is written first,
+    /// the rest filled until the disk is full, then the reserve is removed.
+    fn fill_leaving(&self, free_kib: usize) {
+        let reserve = self.mount_point.join("reserve");
+        std::fs::write(&reserve, vec![1u8; free_kib * 1024]).expect("reserve");
+        let mut filler = std::fs::File::create(self.mount_point.join("filler")).expect("filler");
+        let chunk = vec![0u8; 4096];
+        loop {
+            match filler.write_all(&chunk).and_then(|()| filler.flush()) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("filling the disk: {e}"),
+            }
+        }
+        std::fs::remove_file(reserve).expect("reserve removed");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let unmounted = Command::new("umount")
+            .arg(&self.mount_point)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            // Still busy (a process left in it): detach it now, gone when it is free.
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&self.mount_point)
+                .status();
+        }
+    }
+}
+
+/// A job that prints 3000 numbered lines and exits 3, and what it prints.
+fn chatty_job() -> (&'static str, String) {
+    let script = "i=0; while [ $i -lt 3000 ]; do echo \"line $i of the job's output\"; \
+                  i=$((i+1)); done; exit 3";
+    let expected: String = (0..3000)
+        .map(|i| format!("line {i} of the job's output\n"))
+        .collect();
+    (script, expected)
+}
+
+/// Runs [`chatty_job`] with its run folder on `disk`: the job's output comes through whole and
+/// vramscope exits with its status. Returns vramscope's stderr.
+fn run_chatty_job_on(disk: &SmallDisk) -> String {
+    let (script, expected) = chatty_job();
+    let out = Command::new(VRAMSCOPE)
+        .args(["run", "--out"])
+        .arg(disk.mount_point.join("runs"))
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("vramscope runs");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        text(&out.stdout) == expected,
+        "the job's output was not passed on whole\n{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn a_full_disk_does_not_disturb_the_job_and_the_manifest_says_what_was_lost() {
+    let disk = match SmallDisk::mount(512) {
+        Ok(disk) => disk,
+        Err(why) => {
+            return crate::support::skip::skipped(
+                "run_cli::a_full_disk_does_not_disturb_the_job_and_the_manifest_says_what_was_lost",
+                &why,
+            );
+        }
+    };
+    // Room for the manifest, not for the hook or the job's log.
+    disk.fill_leaving(12);
+    let stderr = run_chatty_job_on(&disk);
+    let runs = disk.mount_point.join("runs");
+    let folders: Vec<PathBuf> = std::fs::read_dir(&runs)
+        .expect("runs folder")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    let folder = &folders[0];
+    let manifest = manifest(folder);
+    assert_eq!(manifest["exit"]["status"], 3, "{manifest}");
+    let not_recorded = manifest["not_recorded"].to_string();
+    for lost in [
+        "the output log could not be written",
+        "the allocator hook could not be installed",
+    ] {
+        assert!(
+            not_recorded.contains(lost),
+            "{lost}: {not_recorded}\n{stderr}"
+        );
+    }
+    assert!(
+        not_recorded.contains("No space left on device"),
+        "{not_recorded}"
+    );
+    // The manifest claims only files that are there, whole; nothing half-written is left.
+    for file in manifest["files"].as_array().expect("files") {
+        let path = folder.join(file.as_str().expect("a name"));
+        assert!(path.is_file(), "{} is claimed but missing", path.display());
+    }
+    assert!(
+        !folder.join("output.log").exists(),
+        "a partial log was left"
+    );
+    assert!(!folder.join(".hook").exists(), "a partial hook was left");
+    // Without the hook nothing could tell whether the job used torch: no claim that it did not.
+    assert!(!not_recorded.contains("imported torch"), "{not_recorded}");
+    // A failed job with nothing readable is not called healthy.
+    assert!(!stderr.contains("healthy"), "{stderr}");
+}
+
+#[test]
+fn a_disk_too_full_for_the_manifest_is_said_on_stderr() {
+    let disk = match SmallDisk::mount(256) {
+        Ok(disk) => disk,
+        Err(why) => {
+            return crate::support::skip::skipped(
+                "run_cli::a_disk_too_full_for_the_manifest_is_said_on_stderr",
+                &why,
+            );
+        }
+    };
+    disk.fill_leaving(0);
+    let stderr = run_chatty_job_on(&disk);
+    assert!(
+        stderr.contains(
+            "vramscope: warning: the manifest could not be written (No space left on device"
+        ),
+        "{stderr}"
+    );
+}

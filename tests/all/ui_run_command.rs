@@ -1,7 +1,8 @@
 //! File › Run a command… in the real app, with fake jobs (no GPU needed): the dialog (menu,
 //! shortcut, palette; Enter runs, Escape cancels, bad fields are named inline), the run panel
 //! (the job's output as it comes, its exit status, Stop as Ctrl+C, a command that is not found,
-//! the proof table row by row) and the run folder opened as a session when the job ends.
+//! the proof table row by row), the run folder opened as a session when the job ends, and a run
+//! folder opened later diagnosed with what its re-runs proved.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -334,4 +335,63 @@ fn the_proof_table_fills_in_as_re_runs_end() {
     );
     let manifest = std::fs::read_to_string(run_folder(&runs).join("run.json")).expect("run.json");
     assert!(manifest.contains("\"proof\""), "{manifest}");
+    // The run folder opened after the run: the Diagnose tab leads with the proof too.
+    let primary = harness
+        .state()
+        .wizard()
+        .diagnosis()
+        .primary()
+        .map(|f| f.title.clone())
+        .unwrap_or_default();
+    assert!(
+        primary
+            .starts_with("Proven by a real run: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+        "{primary}"
+    );
+}
+
+#[test]
+fn an_opened_run_folder_is_diagnosed_with_what_its_re_runs_proved() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folder = crate::run_cli::proven_run_folder(dir.path());
+    let log_name = format!(
+        "{}/output.log",
+        folder.file_name().expect("name").to_string_lossy()
+    );
+    let mut harness = harness(&dir.path().join("runs"));
+    harness.state_mut().open_path(folder);
+    step_until(&mut harness, "the run folder's log", |app| {
+        app.wizard()
+            .diagnosis()
+            .inputs
+            .iter()
+            .any(|i| i.name == log_name)
+    });
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Num3);
+    harness.run_steps(2);
+    assert_eq!(harness.state().view(), View::Diagnose);
+    assert!(
+        harness
+            .query_by_label_contains(&format!("So far: {}", crate::run_cli::PROVEN_TITLE))
+            .is_some(),
+        "the Diagnose tab leads with the proven fix"
+    );
+    // Out of memory → the evidence names the re-runs → the findings show the proven fix first.
+    harness.get_by_label("Out of memory").click();
+    harness.run_steps(2);
+    harness.get_by_label("Next").click();
+    harness.run_steps(2);
+    assert!(
+        harness
+            .query_by_label_contains("proof vramscope run --prove: 2 re-run(s)")
+            .is_some()
+    );
+    harness.get_by_label("Next").click();
+    harness.run_steps(2);
+    assert!(
+        harness
+            .query_by_label(&format!("1. {}", crate::run_cli::PROVEN_TITLE))
+            .is_some()
+    );
+    assert!(harness.query_by_label("proven by a real run").is_some());
 }

@@ -660,6 +660,77 @@ class RunHookTest(unittest.TestCase):
         self.assertEqual(len(lines), 3, stderr)  # progress, oom snapshot, oom record
         self.assertEqual(len(stderr.splitlines()), 3, stderr)
 
+    # A full disk under the run folder: the hook's writes fail with ENOSPC after their first
+    # bytes went, as on a real full disk. FAKE_ENOSPC says which: "all", or "snapshots" only
+    # (the large files: a snapshot no longer fits where a small record still does).
+    ENOSPC_CODE = """
+        import errno, json, os, time, torch
+        import vramscope_run_hook
+
+        failing = os.environ["FAKE_ENOSPC"]
+        real_open = open
+
+
+        class FullDisk:
+            def __init__(self, f):
+                self.f = f
+
+            def write(self, data):
+                self.f.write(bytes(data[:10]))
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+            def __getattr__(self, name):
+                return getattr(self.f, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.f.close()
+
+
+        def full_open(path, mode="r", *args, **kwargs):
+            f = real_open(path, mode, *args, **kwargs)
+            in_snapshots = os.sep + "snapshots" + os.sep in path
+            if "w" in mode and (failing == "all" or in_snapshots):
+                return FullDisk(f)
+            return f
+
+
+        vramscope_run_hook.open = full_open
+        torch.cuda._fake_alloc(7, 1 << 20)
+        time.sleep(1.2)  # a couple of progress ticks on the full disk
+        torch._C._fake_oom(0, 3 << 30, 70 << 30, 1 << 20)
+        print("the job goes on after its out-of-memory error")
+        print(json.dumps({"pid": os.getpid(), "finished": True}))
+    """
+
+    def test_a_full_disk_never_reaches_the_program(self):
+        out, stderr = self.run_child(self.ENOSPC_CODE, env={"FAKE_ENOSPC": "all"})
+        self.assertTrue(out["finished"])
+        lines = self.vramscope_lines(stderr)
+        # One line per kind (progress, OOM snapshot, OOM record), each naming the full disk;
+        # nothing else reaches stderr: no traceback, no exception in the program.
+        self.assertEqual(len(lines), 3, stderr)
+        self.assertEqual(len(stderr.splitlines()), 3, stderr)
+        for line in lines:
+            self.assertIn("No space left on device", line)
+        # Nothing half-written is left behind to be taken for evidence.
+        self.assertEqual(self.files(), [])
+
+    def test_a_snapshot_that_does_not_fit_leaves_the_records(self):
+        out, stderr = self.run_child(self.ENOSPC_CODE, env={"FAKE_ENOSPC": "snapshots"})
+        self.assertTrue(out["finished"])
+        lines = self.vramscope_lines(stderr)
+        self.assertEqual(len(lines), 1, stderr)
+        self.assertIn("could not write a oom snapshot", lines[0])
+        self.assertIn("No space left on device", lines[0])
+        name = "pid%d" % out["pid"]
+        self.assertEqual(self.files(), ["progress/%s.json" % name, "progress/%s.oom.json" % name])
+        record = self.read_json("progress/%s.oom.json" % name)
+        self.assertIsNone(record["snapshot"])
+        self.assertEqual(record["num_allocs"], 7)
+
     def test_broken_hook_module_still_chains(self):
         folder = os.path.join(self.work, "broken_hook")
         os.makedirs(folder)

@@ -410,23 +410,34 @@ impl VramscopeApp {
 
     /// Starts reading a file in the background. A run folder (`vramscope run`, File › Run a
     /// command…) opens as one session: its log, its timeline and its snapshots, all offered to
-    /// the diagnosis together.
+    /// the diagnosis together with what its `--prove` re-runs proved.
     pub fn open_path(&mut self, path: PathBuf) {
         #[cfg(feature = "native")]
-        match vramscope_core::evidence::run_folder_files(&path) {
-            Some(files) if files.is_empty() => self.notices.push(
-                NoticeLevel::Warning,
-                format!(
-                    "{}: the run recorded nothing to open (no log, timeline or snapshot)",
-                    path.display()
-                ),
-            ),
-            Some(files) => {
+        match vramscope_core::evidence::run_folder(&path) {
+            Some(run) => {
+                if let Some(why) = run.problem {
+                    self.notices.push(
+                        NoticeLevel::Warning,
+                        format!("{why}; its proof is left out"),
+                    );
+                }
+                if !run.proof.is_empty() {
+                    self.wizard.add_proof(&run.proof);
+                }
+                if run.files.is_empty() {
+                    self.notices.push(
+                        NoticeLevel::Warning,
+                        format!(
+                            "{}: the run recorded nothing to open (no log, timeline or snapshot)",
+                            path.display()
+                        ),
+                    );
+                }
                 let folder = path
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                for (file, kind) in files {
+                for (file, kind) in run.files {
                     let inside = file.strip_prefix(&path).unwrap_or(&file).display();
                     let name = format!("{folder}/{inside}");
                     self.jobs.open_path_named(file, name, kind);

@@ -466,17 +466,35 @@ fn open_one_for_comparison(path: &std::path::Path) -> Result<Compared, String> {
     }
 }
 
-/// The evidence files of a run folder (`vramscope run`), each with what it is: the output log,
-/// the timeline, every snapshot (oldest name first). `None` when `folder` is not a run folder
-/// (it has no `run.json`).
+/// A run folder of `vramscope run`, as every front end opens it: its evidence files and the
+/// proof its manifest records, so that the folder diagnoses the same wherever it is opened
+/// (`vramscope FOLDER`, `vramscope diagnose FOLDER`, the app, the end of the run itself).
 #[cfg(feature = "native")]
-pub fn run_folder_files(
-    folder: &std::path::Path,
-) -> Option<Vec<(std::path::PathBuf, Option<Route>)>> {
-    use crate::model::run::MANIFEST_FILE;
-    if !folder.join(MANIFEST_FILE).is_file() {
-        return None;
-    }
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunFolder {
+    /// The output log, the timeline, every snapshot (oldest name first), each with what it is.
+    pub files: Vec<(std::path::PathBuf, Option<Route>)>,
+    /// The `--prove` re-runs of the manifest, in the order they ran (for
+    /// [`Evidence::add_proof`]).
+    pub proof: Vec<crate::model::run::ProofRun>,
+    /// Why the manifest's proof could not be read, when it could not (the files still open).
+    pub problem: Option<String>,
+}
+
+/// The run folder at `folder`; `None` when it is not one (it has no `run.json`).
+#[cfg(feature = "native")]
+pub fn run_folder(folder: &std::path::Path) -> Option<RunFolder> {
+    folder
+        .join(crate::model::run::MANIFEST_FILE)
+        .is_file()
+        .then(|| run_folder_contents(folder))
+}
+
+/// What `folder` holds of a run, with or without its manifest: `vramscope run` itself reads
+/// back a folder whose manifest a full disk left unwritten.
+#[cfg(feature = "native")]
+pub fn run_folder_contents(folder: &std::path::Path) -> RunFolder {
+    let manifest = folder.join(crate::model::run::MANIFEST_FILE);
     let mut files = Vec::new();
     let log = folder.join("output.log");
     if log.is_file() {
@@ -502,7 +520,36 @@ pub fn run_folder_files(
         .unwrap_or_default();
     snapshots.sort();
     files.extend(snapshots.into_iter().map(|p| (p, Some(Route::Snapshot))));
-    Some(files)
+    let (proof, problem) = if manifest.is_file() {
+        match manifest_proof(&manifest) {
+            Ok(proof) => (proof, None),
+            Err(why) => (Vec::new(), Some(why)),
+        }
+    } else {
+        (Vec::new(), None)
+    };
+    RunFolder {
+        files,
+        proof,
+        problem,
+    }
+}
+
+/// The proof rows of the manifest at `path`. Only `proof` is read, and a manifest without one
+/// has none: a manifest of an older version, or one cut short on a full disk, still gives the
+/// proof it holds.
+#[cfg(feature = "native")]
+fn manifest_proof(path: &std::path::Path) -> Result<Vec<crate::model::run::ProofRun>, String> {
+    #[derive(serde::Deserialize)]
+    struct ProofOnly {
+        #[serde(default)]
+        proof: Vec<crate::model::run::ProofRun>,
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot be read ({e})", path.display()))?;
+    serde_json::from_str::<ProofOnly>(&text)
+        .map(|m| m.proof)
+        .map_err(|e| format!("{}: not a run manifest ({e})", path.display()))
 }
 
 /// The manifest of a run folder, when it has one that reads.
@@ -539,6 +586,12 @@ impl Evidence {
             }
             Opened::Log(log) => self.input.logs.push((**log).clone()),
         }
+    }
+
+    /// Adds the `--prove` re-runs of a run folder (rows already there are not added twice):
+    /// the diagnosis then puts what they proved first.
+    pub fn add_proof(&mut self, proof: &[crate::model::run::ProofRun]) {
+        self.input.add_proof(proof);
     }
 
     /// Adds a capture that did not come from a file (the live machine, a Prometheus pull).
@@ -658,6 +711,138 @@ mod tests {
             }
             _ => panic!("a broken file opened"),
         }
+    }
+
+    /// A run folder as `vramscope run --prove` leaves it: the job's log with a real OOM
+    /// message, and a manifest with a re-run that removed the failure and one that did not.
+    fn proven_run_folder(dir: &std::path::Path) -> std::path::PathBuf {
+        use crate::model::run::{ProofRun, RunManifest};
+        let folder = dir.join("20261206T235300Z-python3-train");
+        std::fs::create_dir_all(&folder).expect("folder");
+        std::fs::write(
+            folder.join("output.log"),
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a \
+             total capacity of 79.19 GiB of which 1.02 GiB is free. Of the allocated memory 70.00 \
+             GiB is allocated by PyTorch, and 7.50 GiB is reserved by PyTorch but unallocated.\n",
+        )
+        .expect("log");
+        let row = |change: &str, outcome: &str| ProofRun {
+            change: change.to_owned(),
+            outcome: outcome.to_owned(),
+            seconds: 2.0,
+            folder: format!("proof/{change}"),
+            ..ProofRun::default()
+        };
+        let manifest = RunManifest {
+            schema: crate::model::run::RUN_SCHEMA.to_owned(),
+            proof: vec![
+                row("UNRELATED=1", "ran_out"),
+                row(
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                    "removed",
+                ),
+            ],
+            ..RunManifest::default()
+        };
+        std::fs::write(
+            folder.join(crate::model::run::MANIFEST_FILE),
+            serde_json::to_string(&manifest).expect("JSON"),
+        )
+        .expect("manifest");
+        folder
+    }
+
+    #[test]
+    fn a_run_folders_proof_comes_first_in_its_diagnosis() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let folder = proven_run_folder(dir.path());
+        let run = run_folder(&folder).expect("a run folder");
+        assert_eq!(run.problem, None);
+        assert_eq!(run.proof.len(), 2);
+        let mut evidence = Evidence::default();
+        for file in open_paths(&run.files, &Unwatched).expect("opens") {
+            evidence.add(&file);
+        }
+        // The files alone: the fragmentation the log shows, no proof.
+        let files_only = evidence.diagnose();
+        assert!(
+            !files_only.findings[0]
+                .title
+                .starts_with("Proven by a real run"),
+            "{}",
+            files_only.findings[0].title
+        );
+        evidence.add_proof(&run.proof);
+        evidence.add_proof(&run.proof);
+        assert_eq!(evidence.input.proof.len(), 2, "a folder opened twice");
+        let report = evidence.report("t", 0);
+        let first = &report.diagnosis.findings[0];
+        assert_eq!(
+            first.title,
+            "Proven by a real run: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True removes the \
+             out-of-memory error"
+        );
+        assert_eq!(first.category, files_only.findings[0].category);
+        assert_eq!(first.recommendations[0].id, "proven-by-run");
+        // The files' own findings follow.
+        assert_eq!(
+            report.diagnosis.findings[1].title,
+            files_only.findings[0].title
+        );
+        assert!(
+            report
+                .diagnosis
+                .inputs
+                .iter()
+                .any(|i| i.kind == crate::diagnose::engine::PROOF_INPUT_KIND),
+            "{:?}",
+            report.diagnosis.inputs
+        );
+    }
+
+    #[test]
+    fn re_runs_that_all_failed_are_said_first_and_never_healthy() {
+        use crate::model::run::ProofRun;
+        let mut evidence = Evidence::default();
+        evidence.add_proof(&[ProofRun {
+            change: "--batch-size 8".to_owned(),
+            outcome: "ran_out".to_owned(),
+            missing_bytes: Some(1 << 30),
+            ..ProofRun::default()
+        }]);
+        let diagnosis = evidence.diagnose();
+        assert_eq!(
+            diagnosis.findings[0].title,
+            "No change tried removed the out-of-memory error; the best still lacked 1.00 GiB"
+        );
+        assert!(
+            diagnosis
+                .findings
+                .iter()
+                .all(|f| f.category != crate::diagnose::Category::Healthy),
+            "{:?}",
+            diagnosis.findings
+        );
+    }
+
+    #[test]
+    fn a_manifest_without_proof_gives_none_and_a_broken_one_says_so() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let manifest = dir.path().join(crate::model::run::MANIFEST_FILE);
+        assert_eq!(run_folder(dir.path()), None, "no manifest, no run folder");
+        std::fs::write(&manifest, r#"{"schema": "vramscope.run/1"}"#).expect("written");
+        let run = run_folder(dir.path()).expect("a run folder");
+        assert_eq!((run.proof.len(), run.problem), (0, None));
+        std::fs::write(&manifest, r#"{"schema": "vramscope.run/1", "proof": [{"#).expect("written");
+        let run = run_folder(dir.path()).expect("still a run folder");
+        assert!(run.proof.is_empty());
+        assert!(
+            run.problem
+                .as_deref()
+                .is_some_and(|p| p.contains("run.json") && p.contains("not a run manifest")),
+            "{:?}",
+            run.problem
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ use vramscope_core::diagnose::log::{LogAnalysis, analyze_text};
 use vramscope_core::diagnose::{
     DiagnosisInput, NamedCapture, OomComposition, diagnose, oom_composition,
 };
+use vramscope_core::model::run::ProofRun;
 use vramscope_core::report::{self, Report, ReportFormat, Timeline};
 
 /// Which wizard is running.
@@ -335,6 +336,13 @@ impl WizardView {
         }
     }
 
+    /// Adds the `--prove` re-runs of an opened run folder (rows already there are not added
+    /// twice), and diagnoses again: what they proved comes first.
+    pub fn add_proof(&mut self, proof: &[ProofRun]) {
+        self.input.add_proof(proof);
+        self.rediagnose();
+    }
+
     /// Adds snapshot facts (`vramscope_core::diagnose::snapshot::facts`, computed by the app off the UI
     /// thread because it replays the allocator trace).
     pub fn add_snapshot_facts(&mut self, facts: Vec<SnapshotFacts>) {
@@ -610,12 +618,10 @@ impl WizardView {
         if let Some((key, included)) = toggled {
             self.set_included(&key, included);
         }
-        if let Some(input) = self
-            .diagnosis
-            .inputs
-            .iter()
-            .find(|i| i.kind == "gpu checks")
-        {
+        // Evidence that is no file to leave out: this machine's checks, a run's re-runs.
+        for input in self.diagnosis.inputs.iter().filter(|i| {
+            i.kind == "gpu checks" || i.kind == vramscope_core::diagnose::engine::PROOF_INPUT_KIND
+        }) {
             ui.label(format!(
                 "• {} {}: {}",
                 input.kind, input.name, input.summary

@@ -14,7 +14,8 @@ use super::leak::{self, SnapshotFacts};
 use super::log::{Framework, LogAnalysis, OomNumbers};
 use super::oom::{self, OomCase};
 use super::trajectory::{self, IterationSource, Trajectory};
-use super::{compat, hardware, headroom};
+use super::{compat, hardware, headroom, real_runs};
+use crate::model::run::ProofRun;
 use crate::model::{Capture, EventKind, format_bytes};
 
 /// A capture (from a file, or a live reading) with the name evidence should cite.
@@ -23,6 +24,10 @@ pub struct NamedCapture {
     pub name: String,
     pub capture: Capture,
 }
+
+/// The [`InputSummary::kind`] of a run folder's `--prove` re-runs (the app lists it with the
+/// evidence, though it is no file to leave out).
+pub const PROOF_INPUT_KIND: &str = "proof";
 
 /// Everything the doctor can look at. Any part may be empty.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -33,6 +38,22 @@ pub struct DiagnosisInput {
     /// The CUDA version a framework was built for, when the user gives it (e.g. from
     /// `torch.version.cuda`); logs can also show it.
     pub framework_cuda: Option<(u32, u32)>,
+    /// The re-runs of `vramscope run --prove` a run folder's manifest records: the job itself
+    /// tried under each change, which outweighs anything the files can tell, so their finding
+    /// comes first wherever the folder is diagnosed.
+    pub proof: Vec<ProofRun>,
+}
+
+impl DiagnosisInput {
+    /// Adds the `--prove` re-runs of a run folder; rows already there (the folder opened
+    /// twice) are not added again.
+    pub fn add_proof(&mut self, proof: &[ProofRun]) {
+        for run in proof {
+            if !self.proof.contains(run) {
+                self.proof.push(run.clone());
+            }
+        }
+    }
 }
 
 /// Runs all rules.
@@ -79,7 +100,10 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
     let undecided = findings
         .iter()
         .any(|f| f.category == Category::Inconclusive);
-    if nothing_wrong && !undecided {
+    if let Some(proven) = proof_finding(&input.proof, &findings) {
+        // A job re-run under fixes ran out of memory: never "healthy", whatever the files say.
+        findings.insert(0, proven);
+    } else if nothing_wrong && !undecided {
         findings.insert(0, healthy(input));
     }
     Diagnosis {
@@ -140,6 +164,17 @@ fn promote_leak_behind_capacity_oom(findings: &mut Vec<Finding>) {
         oom.explanation.push_str(" Memory grew steadily before the failure: the leak above is the cause, a smaller batch only delays it.");
     }
     findings.insert(0, leak);
+}
+
+/// The finding of the `--prove` re-runs (`None` without any), filed under the cause the other
+/// findings give the out-of-memory error (the first that explains one; capacity when none does).
+fn proof_finding(proof: &[ProofRun], findings: &[Finding]) -> Option<Finding> {
+    let category = findings
+        .iter()
+        .map(|f| f.category)
+        .find(|c| c.is_out_of_memory_cause())
+        .unwrap_or(Category::Capacity);
+    real_runs::finding(proof, category)
 }
 
 /// The GPU size the captures show, when every device in them has the same (so a log's training
@@ -210,6 +245,22 @@ fn summarize_inputs(input: &DiagnosisInput) -> Vec<InputSummary> {
                 format_bytes(s.reserved_bytes),
                 format_bytes(s.allocated_bytes),
                 format_bytes(s.largest_free_block_bytes)
+            ),
+        });
+    }
+    if !input.proof.is_empty() {
+        let removed = input
+            .proof
+            .iter()
+            .filter(|p| p.outcome == real_runs::REMOVED)
+            .count();
+        inputs.push(InputSummary {
+            kind: PROOF_INPUT_KIND.into(),
+            name: "vramscope run --prove".into(),
+            summary: format!(
+                "{} re-run(s) of the job under candidate fixes, {removed} of them past its \
+                 out-of-memory error",
+                input.proof.len()
             ),
         });
     }

@@ -51,6 +51,20 @@ pub enum Category {
 }
 
 impl Category {
+    /// Whether a finding of this category explains an out-of-memory error (what `vramscope
+    /// run` takes as "the job ran out of memory", and what a fix proven by a re-run is filed
+    /// under).
+    pub fn is_out_of_memory_cause(self) -> bool {
+        matches!(
+            self,
+            Category::OtherProcess
+                | Category::MemoryCap
+                | Category::Capacity
+                | Category::Fragmentation
+                | Category::Leak
+        )
+    }
+
     /// The kebab-case name used in JSON and on the command line.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use vramscope_core::diagnose::finding::{Category, Diagnosis};
+use vramscope_core::diagnose::finding::Diagnosis;
 use vramscope_core::evidence::{self, Evidence, Unwatched};
 use vramscope_core::model::run::ProofRun;
 use vramscope_core::report::{self, Report};
@@ -56,6 +56,9 @@ pub fn run_and_conclude(
     let mut outcome = super::run(options, forwarder)?;
     events.job_ended(&outcome);
     events.note(&format!("run folder: {}", outcome.folder.display()));
+    if let Some(why) = &outcome.manifest_error {
+        events.note(&format!("warning: {why}"));
+    }
     for why in &outcome.manifest.not_recorded {
         events.note(&format!("not recorded: {why}"));
     }
@@ -65,12 +68,16 @@ pub fn run_and_conclude(
     Ok(outcome)
 }
 
-/// The evidence of a run folder, read through the evidence pipeline; what could not be read is
-/// told to `events`.
+/// The evidence of a run folder, read through the evidence pipeline (its files and its
+/// manifest's proof); what could not be read is told to `events`.
 fn run_evidence(folder: &Path, events: &mut dyn RunEvents) -> Evidence {
     let mut evidence = Evidence::default();
-    let files = evidence::run_folder_files(folder).unwrap_or_default();
-    for (path, kind) in files {
+    let run = evidence::run_folder_contents(folder);
+    if let Some(why) = &run.problem {
+        events.note(&format!("warning: {why}"));
+    }
+    evidence.add_proof(&run.proof);
+    for (path, kind) in run.files {
         let name = path
             .strip_prefix(folder)
             .unwrap_or(&path)
@@ -96,7 +103,15 @@ fn conclude_failure(
     forwarder: &Forwarder,
     events: &mut dyn RunEvents,
 ) {
-    let evidence = run_evidence(&outcome.folder, events);
+    let mut evidence = run_evidence(&outcome.folder, events);
+    if evidence.is_empty() && evidence.input.proof.is_empty() {
+        // Nothing to judge is no reason to call a failed job healthy.
+        events.note(
+            "nothing the run recorded could be read back (see what was not recorded), so it is \
+             not diagnosed",
+        );
+        return;
+    }
     let mut report = evidence.report("vramscope run", vramscope_core::model::now_unix_ms());
     let ran_out = prove::hook_records(&outcome.folder)
         .oom_at_allocation
@@ -105,7 +120,7 @@ fn conclude_failure(
             .diagnosis
             .findings
             .iter()
-            .any(|f| is_out_of_memory(f.category));
+            .any(|f| f.category.is_out_of_memory_cause());
     if prove.enabled && ran_out {
         let candidates = prove::candidates(
             &evidence,
@@ -114,33 +129,22 @@ fn conclude_failure(
             &prove.vary,
             &prove.vary_arg,
         );
-        let proof = prove_fix(options, prove, outcome, forwarder, &candidates, events);
-        let category = report
-            .diagnosis
-            .findings
-            .first()
-            .map_or(Category::Capacity, |f| f.category);
-        if let Some(finding) = vramscope_core::diagnose::real_runs::finding(&proof, category) {
-            report.diagnosis.findings.insert(0, finding);
+        for flag in prove::appended_flags(&options.command, &prove.vary_arg) {
+            events.note(&format!(
+                "--vary-arg {flag}: the command does not pass {flag}, so `{flag} VALUE` is \
+                 appended at its end"
+            ));
         }
+        let proof = prove_fix(options, prove, outcome, forwarder, &candidates, events);
+        // Diagnosed again with the proof, as the folder diagnoses whenever it is opened.
+        evidence.add_proof(&proof);
+        report = evidence.report("vramscope run", vramscope_core::model::now_unix_ms());
         outcome.manifest.proof = proof;
     } else if prove.enabled {
         events.note("the job did not run out of memory, so there is no fix to prove");
     }
     events.diagnosed(&report.diagnosis);
     write_reports(&report, outcome, events);
-}
-
-/// Whether a finding of `category` means the job ran out of memory.
-fn is_out_of_memory(category: Category) -> bool {
-    matches!(
-        category,
-        Category::OtherProcess
-            | Category::MemoryCap
-            | Category::Capacity
-            | Category::Fragmentation
-            | Category::Leak
-    )
 }
 
 /// Re-runs the job under `candidates`, telling `events` of each re-run as it ends.
@@ -188,7 +192,8 @@ fn write_reports(report: &Report, outcome: &mut RunOutcome, events: &mut dyn Run
     }
     outcome.manifest.files.sort();
     outcome.manifest.files.dedup();
-    if let Err(why) = write_manifest(&outcome.folder, &outcome.manifest) {
+    outcome.manifest_error = write_manifest(&outcome.folder, &outcome.manifest).err();
+    if let Some(why) = &outcome.manifest_error {
         events.note(&format!("warning: {why}"));
     }
     events.note(&format!(

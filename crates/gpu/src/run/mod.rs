@@ -192,6 +192,10 @@ impl RunError {
 pub struct RunOutcome {
     pub folder: PathBuf,
     pub manifest: RunManifest,
+    /// Why `run.json` could not be written (a full disk), when it could not: the job ran and
+    /// its output went through, but the folder has no manifest to say so, which the caller tells
+    /// the user.
+    pub manifest_error: Option<String>,
 }
 
 /// A folder name from the command: `python-train` for `python train.py --lr 1`.
@@ -260,17 +264,18 @@ fn create_folder(runs_dir: &Path, name: &str, started_ms: i64) -> Result<PathBuf
     ))
 }
 
-/// Installs the hook into `folder/.hook/`; the environment the job needs for it.
+/// Installs the hook into `folder/.hook/`; the environment the job needs for it, and whether
+/// the hook is in place (it is not when turned off or when it could not be written).
 fn install_hook(
     folder: &Path,
     hook: &HookOptions,
     not_recorded: &mut Vec<String>,
-) -> Vec<(String, String)> {
+) -> (Vec<(String, String)>, bool) {
     let mut env = vec![("VRAMSCOPE_RUN_DIR".to_owned(), folder.display().to_string())];
     if !hook.enabled {
         env.push(("VRAMSCOPE_RUN_OFF".to_owned(), "1".to_owned()));
         not_recorded.push("the allocator hook was turned off (--no-hook)".to_owned());
-        return env;
+        return (env, false);
     }
     let dir = folder.join(".hook");
     let written = std::fs::create_dir_all(&dir).and_then(|()| {
@@ -279,10 +284,13 @@ fn install_hook(
             .try_for_each(|(name, text)| std::fs::write(dir.join(name), text))
     });
     if let Err(e) = written {
+        // Half a hook is no use to the job, and its bytes are what a full disk needs for the
+        // log and the manifest.
+        let _ = std::fs::remove_dir_all(&dir);
         not_recorded.push(format!(
             "the allocator hook could not be installed ({e}): no snapshots"
         ));
-        return env;
+        return (env, false);
     }
     let python_path = match std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
         Some(old) => format!("{}:{}", dir.display(), old.to_string_lossy()),
@@ -305,7 +313,7 @@ fn install_hook(
         // Output streams through pipes: unbuffered, Python prints it as it happens.
         ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
     ]);
-    env
+    (env, true)
 }
 
 /// The NVML timeline of the run, recorded on its own thread: opening NVML takes a moment, and
@@ -354,8 +362,12 @@ fn record_timeline(
         Box::new(|| {}),
     );
     let description = sampler.description().clone();
-    let recorder = Recorder::create(path, &description.meta, &description.devices)
-        .map_err(|e| format!("the timeline could not be written ({e})"))?;
+    let recorder =
+        Recorder::create(path, &description.meta, &description.devices).map_err(|e| {
+            // A header cut short holds nothing, and must not be listed as evidence.
+            let _ = std::fs::remove_file(path);
+            format!("the timeline could not be written ({e})")
+        })?;
     while !stop.load(Ordering::Relaxed) {
         if let Some(batch) = sampler.recv_timeout(Duration::from_millis(100)) {
             recorder.push(&batch);
@@ -435,7 +447,7 @@ pub fn run_until(
     // Absolute: the job's processes may change their working directory.
     let folder = std::path::absolute(&folder).unwrap_or(folder);
     let mut not_recorded = Vec::new();
-    let mut env = install_hook(&folder, &options.hook, &mut not_recorded);
+    let (mut env, hooked) = install_hook(&folder, &options.hook, &mut not_recorded);
     env.extend(options.extra_env.iter().cloned());
     let started = Instant::now();
     let job = child::Job::spawn(program, options, &env).map_err(|source| match source.kind() {
@@ -456,8 +468,17 @@ pub fn run_until(
         Ok(None) => {}
         Err(why) => not_recorded.push(why),
     }
-    if let Err(e) = std::fs::write(folder.join(LOG_FILE), ended.tail.join("\n") + "\n") {
-        not_recorded.push(format!("the output log could not be written ({e})"));
+    // Whole or not at all: a log cut short by a full disk would be listed as evidence, and
+    // would take the room the manifest needs to say what was lost.
+    let log = ended.tail.join("\n") + "\n";
+    if let Err(e) =
+        vramscope_core::formats::write_atomically(&folder.join(LOG_FILE), log.as_bytes())
+    {
+        not_recorded.push(format!(
+            "the output log could not be written ({e}): the job's last {} output lines are not \
+             in the folder",
+            ended.tail.len()
+        ));
     }
     if ended.budget_hit {
         not_recorded.push(format!(
@@ -467,7 +488,7 @@ pub fn run_until(
     }
     let files = evidence_files(&folder);
     let torch_seen = files.iter().any(|f| f.starts_with("progress/"));
-    if options.hook.enabled && !torch_seen {
+    if hooked && !torch_seen {
         not_recorded.push(
             "no process of the job imported torch and used CUDA: no allocator snapshots (the \
              timeline and the log are the evidence)"
@@ -494,11 +515,16 @@ pub fn run_until(
         versions,
         proof: Vec::new(),
     };
-    if let Err(why) = write_manifest(&folder, &manifest) {
-        // The job ran and its output went through; only the folder is incomplete.
-        eprintln!("vramscope: warning: {why}");
-    }
-    Ok((RunOutcome { folder, manifest }, ended.stopped_early))
+    // The job ran and its output went through; only the folder is incomplete.
+    let manifest_error = write_manifest(&folder, &manifest).err();
+    Ok((
+        RunOutcome {
+            folder,
+            manifest,
+            manifest_error,
+        },
+        ended.stopped_early,
+    ))
 }
 
 /// The exit of a job that ended as `status` says.

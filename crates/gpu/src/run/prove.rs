@@ -201,22 +201,55 @@ pub fn parse_vary(text: &str) -> Result<(String, Vec<String>), String> {
     Ok((name.trim().to_owned(), values))
 }
 
-/// `command` with the value of `flag` replaced by `value` (`--batch-size 32` and
-/// `--batch-size=32` both work); `None` when the command does not pass `flag`.
-pub fn substitute_arg(command: &[String], flag: &str, value: &str) -> Option<Vec<String>> {
+/// How `--vary-arg FLAG=VALUE` puts its value into the command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArgChange {
+    /// The command passed `FLAG` (`--batch-size 32` or `--batch-size=32`): its value is replaced.
+    Substituted(Vec<String>),
+    /// The command did not pass `FLAG`: `FLAG VALUE` is appended at its end, which
+    /// argparse-style programs accept (a declared knob is tried rather than silently dropped).
+    Appended(Vec<String>),
+}
+
+/// `command` with `flag`'s value set to `value`: replaced where the command passes it
+/// (`--batch-size 32`, `--batch-size=32`, or a bare `--batch-size` at the end, which gets the
+/// value after it), else `FLAG VALUE` appended.
+pub fn substitute_arg(command: &[String], flag: &str, value: &str) -> ArgChange {
     let mut out = command.to_vec();
     let prefix = format!("{flag}=");
     for i in 0..out.len() {
-        if out[i] == flag && i + 1 < out.len() {
-            out[i + 1] = value.to_owned();
-            return Some(out);
+        if out[i] == flag {
+            match out.get_mut(i + 1) {
+                Some(next) => *next = value.to_owned(),
+                None => out.push(value.to_owned()),
+            }
+            return ArgChange::Substituted(out);
         }
         if out[i].starts_with(&prefix) {
             out[i] = format!("{prefix}{value}");
-            return Some(out);
+            return ArgChange::Substituted(out);
         }
     }
-    None
+    out.extend([flag.to_owned(), value.to_owned()]);
+    ArgChange::Appended(out)
+}
+
+/// The flags of `vary_args` that `command` does not pass, whose values are therefore appended
+/// (each named once, so that the run can say so in one line).
+pub fn appended_flags<'a>(
+    command: &[String],
+    vary_args: &'a [(String, Vec<String>)],
+) -> Vec<&'a str> {
+    let mut flags: Vec<&str> = Vec::new();
+    for (flag, values) in vary_args {
+        let appended = values.first().is_some_and(|value| {
+            matches!(substitute_arg(command, flag, value), ArgChange::Appended(_))
+        });
+        if appended && !flags.contains(&flag.as_str()) {
+            flags.push(flag);
+        }
+    }
+    flags
 }
 
 /// The allocator settings the diagnosis recommends (`export PYTORCH_CUDA_ALLOC_CONF=…` in a
@@ -275,14 +308,19 @@ pub fn candidates(
     }
     for (flag, values) in vary_args {
         for value in values {
-            if let Some(changed) = substitute_arg(command, flag, value) {
-                out.push(Candidate {
-                    change: format!("{flag} {value}"),
-                    env: Vec::new(),
-                    command: Some(changed),
-                    prediction: None,
-                });
-            }
+            let (changed, prediction) = match substitute_arg(command, flag, value) {
+                ArgChange::Substituted(changed) => (changed, None),
+                ArgChange::Appended(changed) => (
+                    changed,
+                    Some(format!("appended: the command did not pass {flag}")),
+                ),
+            };
+            out.push(Candidate {
+                change: format!("{flag} {value}"),
+                env: Vec::new(),
+                command: Some(changed),
+                prediction,
+            });
         }
     }
     out
@@ -456,15 +494,99 @@ mod tests {
         let command: Vec<String> = ["python", "train.py", "--batch-size", "64", "--lr=1"]
             .map(str::to_owned)
             .to_vec();
+        let line = |change: ArgChange| match change {
+            ArgChange::Substituted(c) => ("substituted", c.join(" ")),
+            ArgChange::Appended(c) => ("appended", c.join(" ")),
+        };
         assert_eq!(
-            substitute_arg(&command, "--batch-size", "32").map(|c| c.join(" ")),
-            Some("python train.py --batch-size 32 --lr=1".to_owned())
+            line(substitute_arg(&command, "--batch-size", "32")),
+            (
+                "substituted",
+                "python train.py --batch-size 32 --lr=1".to_owned()
+            )
         );
         assert_eq!(
-            substitute_arg(&command, "--lr", "0.5").map(|c| c.join(" ")),
-            Some("python train.py --batch-size 64 --lr=0.5".to_owned())
+            line(substitute_arg(&command, "--lr", "0.5")),
+            (
+                "substituted",
+                "python train.py --batch-size 64 --lr=0.5".to_owned()
+            )
         );
-        assert_eq!(substitute_arg(&command, "--epochs", "3"), None);
+        // Not passed: appended, as argparse-style programs accept it.
+        assert_eq!(
+            line(substitute_arg(&command, "--epochs", "3")),
+            (
+                "appended",
+                "python train.py --batch-size 64 --lr=1 --epochs 3".to_owned()
+            )
+        );
+        // A bare flag at the end gets its value after it.
+        let bare: Vec<String> = ["python", "train.py", "--batch-size"]
+            .map(str::to_owned)
+            .to_vec();
+        assert_eq!(
+            line(substitute_arg(&bare, "--batch-size", "8")),
+            ("substituted", "python train.py --batch-size 8".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_flag_the_command_does_not_pass_is_appended_and_said() {
+        let command: Vec<String> = ["python", "train.py", "--batch-size", "64"]
+            .map(str::to_owned)
+            .to_vec();
+        let vary_args = vec![
+            (
+                "--optimizer".to_owned(),
+                vec!["sgd".to_owned(), "adafactor".to_owned()],
+            ),
+            ("--batch-size".to_owned(), vec!["16".to_owned()]),
+            ("--optimizer".to_owned(), vec!["lion".to_owned()]),
+        ];
+        assert_eq!(appended_flags(&command, &vary_args), ["--optimizer"]);
+        let candidates = candidates(
+            &Evidence::default(),
+            &Diagnosis::default(),
+            &command,
+            &[],
+            &vary_args,
+        );
+        let rows: Vec<(String, String, Option<String>)> = candidates
+            .iter()
+            .map(|c| {
+                (
+                    c.change.clone(),
+                    c.command.clone().unwrap_or_default().join(" "),
+                    c.prediction.clone(),
+                )
+            })
+            .collect();
+        let appended = Some("appended: the command did not pass --optimizer".to_owned());
+        assert_eq!(
+            rows,
+            [
+                (
+                    "--optimizer sgd".to_owned(),
+                    "python train.py --batch-size 64 --optimizer sgd".to_owned(),
+                    appended.clone()
+                ),
+                (
+                    "--optimizer adafactor".to_owned(),
+                    "python train.py --batch-size 64 --optimizer adafactor".to_owned(),
+                    appended.clone()
+                ),
+                (
+                    "--batch-size 16".to_owned(),
+                    "python train.py --batch-size 16".to_owned(),
+                    None
+                ),
+                (
+                    "--optimizer lion".to_owned(),
+                    "python train.py --batch-size 64 --optimizer lion".to_owned(),
+                    appended
+                ),
+            ]
+        );
     }
 
     #[test]
