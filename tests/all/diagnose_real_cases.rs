@@ -398,3 +398,47 @@ fn an_undecided_pattern_is_uncertain_and_names_what_settles_it() {
         primary.recommendations
     );
 }
+
+/// Real H200 logs alone of jobs a per-process cap stopped while the card had room
+/// (`tests/fixtures/cases2/`, `tests/fixtures/cases/memory_cap`): the cap and the cached but
+/// unallocated memory are both named, and the first recommendation is the one the message's
+/// numbers support: a raised cap where the cache could not have held the request (each removed
+/// the failure when re-run), an allocator setting where more was cached than requested and the
+/// live set plus the request fits under the cap (expandable segments removed it).
+#[test]
+fn a_log_of_a_cap_refusal_names_the_cap_and_the_cached_memory() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for (log, cap_size, first) in [
+        ("cases2/cap_static.log", "4.00 GiB", "raise-memory-fraction"),
+        ("cases2/cap_growth.log", "4.00 GiB", "raise-memory-fraction"),
+        ("cases/memory_cap.log", "14.0 GiB", "raise-memory-fraction"),
+        (
+            "cases2/cap_fragmentation.log",
+            "24.0 GiB",
+            "expandable-segments",
+        ),
+    ] {
+        let analysis = analyze_file(&root.join(log)).unwrap_or_else(|e| panic!("{e}"));
+        let findings = diagnose(&DiagnosisInput {
+            logs: vec![analysis],
+            ..Default::default()
+        })
+        .findings;
+        assert_eq!(findings[0].recommendations[0].id, first, "{log}");
+        let cap = findings
+            .iter()
+            .find(|f| f.category == Category::MemoryCap)
+            .unwrap_or_else(|| panic!("{log}: no cap finding"));
+        assert!(
+            cap.title
+                .contains(&format!("cap of {cap_size} stopped the")),
+            "{log}: {}",
+            cap.title
+        );
+        assert!(
+            cap.explanation.contains("cached but unallocated"),
+            "{log}: {}",
+            cap.explanation
+        );
+    }
+}

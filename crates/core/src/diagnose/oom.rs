@@ -1096,7 +1096,7 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                 evidence.clone(),
             ));
             // A cap under a live set that grows step after step: no cap is the fix, the leak is.
-            if step_leak(case, &verdict).is_some() {
+            if step_leak(case, &verdict).is_some_and(|l| l.deserves_a_finding(case, false)) {
                 out.push(growth_finding(
                     case,
                     &verdict,
@@ -1132,7 +1132,7 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
                 &words,
                 evidence.clone(),
             ));
-            if step_leak(case, &verdict).is_some() {
+            if step_leak(case, &verdict).is_some_and(|l| l.deserves_a_finding(case, true)) {
                 out.push(growth_finding(
                     case,
                     &verdict,
@@ -1186,9 +1186,23 @@ struct StepLeak<'a> {
     steps: usize,
     /// The call site whose allocations the completed steps kept, with those bytes.
     kept_by: Option<&'a (String, u64)>,
+    /// Measured on the repetition of whole steps inside the failing stretch, not from iteration
+    /// to iteration.
+    from_repetition: bool,
 }
 
 impl StepLeak<'_> {
+    /// Whether the leak deserves its own finding beside a capacity or cap verdict: measured on
+    /// an allocator trace (a log's per-step figures have the log's own leak finding), and, beside
+    /// capacity, only where the failing stretch's repetition showed it (a live set growing from
+    /// iteration to iteration that did not fill the card is not what stopped the job).
+    fn deserves_a_finding(&self, case: &OomCase, beside_capacity: bool) -> bool {
+        let on_a_trace = case
+            .trajectory()
+            .is_some_and(|t| t.source != IterationSource::LoggedSteps);
+        on_a_trace && (self.from_repetition || !beside_capacity)
+    }
+
     /// ", most of it allocated at SITE (4.00 GiB kept)", or nothing without a call site.
     fn kept_text(&self) -> String {
         self.kept_by
@@ -1221,6 +1235,7 @@ fn step_leak<'a>(case: &'a OomCase, verdict: &Verdict) -> Option<StepLeak<'a>> {
                 per_step_bytes: per_iteration_bytes,
                 steps: t.iterations.len(),
                 kept_by: t.kept_by.as_ref(),
+                from_repetition: false,
             });
         }
         _ => {}
@@ -1234,6 +1249,7 @@ fn step_leak<'a>(case: &'a OomCase, verdict: &Verdict) -> Option<StepLeak<'a>> {
         per_step_bytes: steps.growth_per_repetition_bytes.unsigned_abs(),
         steps: steps.whole_repetitions(),
         kept_by: steps.kept_by.as_ref(),
+        from_repetition: true,
     })
 }
 
@@ -1275,7 +1291,7 @@ fn cap_finding(
                 n.reserved_bytes
                     .map(format_bytes)
                     .unwrap_or_else(|| "its share".into()),
-                hint_not_echoed(case)
+                cached_under_cap_text(case)
             ),
         ),
         None => (
@@ -1284,33 +1300,18 @@ fn cap_finding(
             ),
             format!(
                 "CUDA reported {free_text} free at the failure, more than the {req} requested, and the cached memory could not explain it: a per-process limit stopped the allocation (torch.cuda.set_per_process_memory_fraction, an MPS memory limit or a container limit).{}{history}",
-                hint_not_echoed(case)
+                cached_under_cap_text(case)
             ),
         ),
     };
-    let mut raise = match &need_why {
-        Some(why) => recommend::raise_memory_fraction_from_history(
-            n.allowed_bytes,
-            needed,
-            n.total_bytes,
-            growing,
-            why,
-        ),
-        None => recommend::raise_memory_fraction(n.allowed_bytes, needed, n.total_bytes),
-    };
-    raise.verification = Some(proof::unverified(if growing {
-        "a replay ends where the recorded run ended, and this live set was still growing"
-    } else {
-        "a raised cap is not replayed yet"
-    }));
     let leak = step_leak(case, verdict);
-    let mut recommendations = vec![raise];
+    let mut recommendations = cap_recommendations(case, needed, need_why.as_deref(), growing);
     match &leak {
-        Some(leak) => recommendations.push(recommend::find_leak_per_step(
-            leak.per_step_bytes,
-            leak.kept_by,
-        )),
-        None if growing => recommendations.push(recommend::find_leak(None)),
+        Some(leak) => recommendations.insert(
+            1,
+            recommend::find_leak_per_step(leak.per_step_bytes, leak.kept_by),
+        ),
+        None if growing => recommendations.insert(1, recommend::find_leak(None)),
         None => {}
     }
     let explanation = match &leak {
@@ -1322,19 +1323,130 @@ fn cap_finding(
         ),
         None => explanation,
     };
-    recommendations.push(recommend::reduce_batch_size_within(
-        n.requested_bytes,
-        n.allocated_bytes,
-        activation_bytes(case),
-    ));
-    recommendations.push(recommend::mixed_precision(
-        activation_bytes(case).or(n.allocated_bytes),
-    ));
     Finding::new(Category::MemoryCap, severity, title)
         .with_evidence(evidence)
         .explained(explanation)
         .recommend(recommendations)
         .in_wizard(Wizard::OutOfMemory)
+}
+
+/// The recommendations of a cap finding, first the one the failure's numbers support: a cap
+/// raised to what is `needed` (`need_why`: from the history; `growing`: remove it), within what
+/// the card leaves the process (what it holds plus the free memory); when even that is less than
+/// needed, a smaller job comes first. From the numbers alone (no history to replay), cached memory
+/// that would have held the request with the cap's room ([`CachedUnderCap::WithRoom`]) adds
+/// expandable segments, unverified, after the cap.
+fn cap_recommendations(
+    case: &OomCase,
+    needed: u64,
+    need_why: Option<&str>,
+    growing: bool,
+) -> Vec<Recommendation> {
+    let n = &case.numbers;
+    let room = n
+        .free_bytes
+        .zip(n.reserved_bytes)
+        .map(|(f, r)| f.saturating_add(r));
+    let mut raise = recommend::raise_memory_fraction_within(
+        n.allowed_bytes,
+        needed,
+        n.total_bytes,
+        growing && need_why.is_some(),
+        need_why,
+        room,
+    );
+    raise.verification = Some(proof::unverified(if growing {
+        "a replay ends where the recorded run ended, and this live set was still growing"
+    } else {
+        "a raised cap is not replayed yet"
+    }));
+    let smaller = recommend::reduce_batch_size_within(
+        n.requested_bytes,
+        n.allocated_bytes,
+        activation_bytes(case),
+    );
+    let card_too_small = !growing && room.is_some_and(|room| room < needed);
+    let mut recs = if card_too_small {
+        vec![smaller, raise]
+    } else {
+        vec![raise, smaller]
+    };
+    let from_numbers_alone = case.history_file.is_none() && case.replay.is_none();
+    if let CachedUnderCap::WithRoom { cached, room } = cached_under_cap(n)
+        && from_numbers_alone
+        && case.framework == Framework::PyTorch
+        && case.expandable_segments != Some(true)
+    {
+        let mut rec = recommend::expandable_segments(Some(cached));
+        rec.expected_effect = format!(
+            "The {} cached plus the {} the cap still left would have held the {} request: with expandable segments the allocator can unmap cached pages of partly used segments and map them where the request needs them, within the cap. Whether the whole run then fits is not known.",
+            format_bytes(cached),
+            format_bytes(room),
+            n.requested_bytes.map(format_bytes).unwrap_or_default()
+        );
+        rec.verification = Some(proof::unverified(&unverified_reason(case)));
+        recs.insert(1, rec);
+    }
+    recs.push(recommend::mixed_precision(
+        activation_bytes(case).or(n.allocated_bytes),
+    ));
+    recs
+}
+
+/// What the cached-but-unallocated memory could have done for a request that a cap refused,
+/// from the failure's numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CachedUnderCap {
+    /// The numbers lack the cache or the request.
+    Unknown,
+    /// More cached than requested, yet no cached block held the request.
+    Enough { cached: u64 },
+    /// Less cached than requested, but with the `room` the cap still left the allocator it
+    /// would have held the request, and the live set plus the request fits under the cap.
+    WithRoom { cached: u64, room: u64 },
+    /// Less cached than requested, even with the cap's room.
+    TooLittle,
+}
+
+fn cached_under_cap(n: &OomNumbers) -> CachedUnderCap {
+    let (Some(cached), Some(requested)) = (n.reserved_unallocated_bytes, n.requested_bytes) else {
+        return CachedUnderCap::Unknown;
+    };
+    if cached >= requested {
+        return CachedUnderCap::Enough { cached };
+    }
+    let room = n
+        .allowed_bytes
+        .zip(n.reserved_bytes)
+        .map_or(0, |(cap, reserved)| cap.saturating_sub(reserved));
+    if cached >= NOTABLE_BYTES
+        && cached.saturating_add(room) >= requested
+        && live_set_fits_under_cap(n)
+    {
+        CachedUnderCap::WithRoom { cached, room }
+    } else {
+        CachedUnderCap::TooLittle
+    }
+}
+
+/// The cached-but-unallocated memory at a cap's refusal in words: how much, and whether it could
+/// have held the request (PyTorch's standing advice, expandable segments, is judged by
+/// [`hint_not_echoed`] where it could not).
+fn cached_under_cap_text(case: &OomCase) -> String {
+    let n = &case.numbers;
+    let request = n.requested_bytes.map(format_bytes).unwrap_or_default();
+    match cached_under_cap(n) {
+        CachedUnderCap::Enough { cached } => format!(
+            " {} was cached but unallocated, more than the {request} requested, yet no cached block held it: memory the allocator had under the cap but could not use for this request.",
+            format_bytes(cached)
+        ),
+        CachedUnderCap::WithRoom { cached, room } => format!(
+            " {} was cached but unallocated, less than the {request} requested, but with the {} the cap still left the allocator it would have held the request, had the cached memory been usable where the request needed it.",
+            format_bytes(cached),
+            format_bytes(room)
+        ),
+        CachedUnderCap::TooLittle | CachedUnderCap::Unknown => hint_not_echoed(case),
+    }
 }
 
 /// Enough memory was cached (in the request's pool and stream), but in blocks too small for it.
@@ -1868,6 +1980,117 @@ mod tests {
 
     /// A 4 GiB cap, expandable segments on, a 36 MiB request failing with 280 MiB cached, a live
     /// set growing by 512 MiB per iteration.
+    /// A log's OOM message under a 4 GiB cap on a 140 GiB card with `free_gib` free: 3.5 GiB
+    /// live, `cached_mib` cached, a `request_mib` request.
+    fn capped_log(free_gib: u64, cached_mib: u64, request_mib: u64) -> OomCase {
+        OomCase::new(
+            Framework::PyTorch,
+            OomNumbers {
+                device_index: Some(0),
+                requested_bytes: Some(request_mib * MIB),
+                total_bytes: Some(140 * GIB),
+                free_bytes: Some(free_gib * GIB),
+                allowed_bytes: Some(4 * GIB),
+                allocated_bytes: Some(3 * GIB + GIB / 2),
+                reserved_bytes: Some(3 * GIB + GIB / 2 + cached_mib * MIB),
+                reserved_unallocated_bytes: Some(cached_mib * MIB),
+                ..Default::default()
+            },
+            EvidenceSource::LogLine {
+                file: "train.log".into(),
+                line: 3,
+            },
+        )
+    }
+
+    /// From a log alone, a cap that refused while the card had room: the cap and the cached
+    /// memory are both named, and the first recommendation is one the numbers support.
+    #[test]
+    fn a_cap_refusal_from_a_log_names_the_cap_and_the_cached_memory() {
+        // 400 MiB cached, less than the 500 MiB request, but with the 112 MiB the cap still left
+        // it would have held it: expandable segments is no "would not help".
+        let f = &findings(&capped_log(3, 400, 500))[0];
+        assert_eq!(f.category, Category::MemoryCap);
+        assert!(f.title.contains("cap of 4.00 GiB"), "{}", f.title);
+        assert!(
+            f.explanation
+                .contains("400 MiB was cached but unallocated, less than the 500 MiB requested, but with the 112 MiB the cap still left")
+                && !f.explanation.contains("would not help"),
+            "{}",
+            f.explanation
+        );
+        let ids: Vec<&str> = f.recommendations.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids[..2], ["raise-memory-fraction", "expandable-segments"]);
+        // The raised cap stops at what the card leaves the process (3.89 GiB held + 3 GiB free):
+        // a 5 % margin above the need would ask for more than is free.
+        assert!(
+            f.recommendations[0]
+                .action
+                .contains("set_per_process_memory_fraction(0.04)"),
+            "{}",
+            f.recommendations[0].action
+        );
+        // Too little cached even with the cap's room: named, and it would not help.
+        let f = &findings(&capped_log(100, 1, 1200))[0];
+        assert_eq!(f.category, Category::MemoryCap);
+        assert!(
+            f.explanation.contains(
+                "only 1.00 MiB is cached but unallocated, less than the 1.17 GiB requested"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(f.recommendations[0].id, "raise-memory-fraction");
+        assert!(
+            !f.recommendations
+                .iter()
+                .any(|r| r.id == "expandable-segments"),
+            "{:?}",
+            f.recommendations
+        );
+        // More cached than requested: fragmentation under the cap, and the cap finding names
+        // the cached memory it could not use.
+        let d = findings(&capped_log(100, 400, 200));
+        assert_eq!(d[0].category, Category::Fragmentation);
+        assert_eq!(d[0].recommendations[0].id, "expandable-segments");
+        let cap = d
+            .iter()
+            .find(|f| f.category == Category::MemoryCap)
+            .unwrap_or_else(|| panic!("no cap finding"));
+        assert!(
+            cap.explanation
+                .contains("400 MiB was cached but unallocated, more than the 200 MiB requested, yet no cached block held it"),
+            "{}",
+            cap.explanation
+        );
+    }
+
+    /// A history whose steady iterations peaked above what the card leaves the process: a
+    /// raised cap alone cannot make it fit, so a smaller job comes first.
+    #[test]
+    fn a_cap_need_beyond_what_the_card_has_free_leads_with_a_smaller_job() {
+        let mut t = trajectory(
+            6,
+            LiveGrowth::Steady {
+                peak_bytes: 9 * GIB,
+            },
+            true,
+        );
+        t.source = IterationSource::ProfilerSteps;
+        let case = with_history(capped_log(2, 1, 600), t);
+        let f = &findings(&case)[0];
+        assert_eq!(f.category, Category::MemoryCap);
+        let ids: Vec<&str> = f.recommendations.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids[..2], ["reduce-batch-size", "raise-memory-fraction"]);
+        assert!(
+            f.recommendations[1]
+                .expected_effect
+                .contains("a raised cap alone cannot make it fit"),
+            "{}",
+            f.recommendations[1].expected_effect
+        );
+    }
+
     fn growth_under_cap() -> OomCase {
         let mut case = snapshot_case(OomNumbers {
             device_index: Some(0),

@@ -73,7 +73,7 @@ pub fn raise_memory_fraction(
     needed_bytes: u64,
     total_bytes: Option<u64>,
 ) -> Recommendation {
-    memory_fraction(cap_bytes, needed_bytes, total_bytes, false, None)
+    memory_fraction(cap_bytes, needed_bytes, total_bytes, false, None, None)
 }
 
 /// Raise (or remove) a per-process memory cap, knowing the job's history: `still_growing` when
@@ -92,6 +92,30 @@ pub fn raise_memory_fraction_from_history(
         total_bytes,
         still_growing,
         Some(need_why),
+        None,
+    )
+}
+
+/// [`raise_memory_fraction`] (no `need_why`) or [`raise_memory_fraction_from_history`], on a card
+/// that leaves the process at most `room_bytes` at the failure (what it holds plus the free
+/// memory): a cap above that cannot be used, so the fraction asks for no more than it, and when
+/// even that is less than what is needed, the effect says that a raised cap alone cannot make
+/// the job fit.
+pub fn raise_memory_fraction_within(
+    cap_bytes: Option<u64>,
+    needed_bytes: u64,
+    total_bytes: Option<u64>,
+    still_growing: bool,
+    need_why: Option<&str>,
+    room_bytes: Option<u64>,
+) -> Recommendation {
+    memory_fraction(
+        cap_bytes,
+        needed_bytes,
+        total_bytes,
+        still_growing,
+        need_why,
+        room_bytes,
     )
 }
 
@@ -101,15 +125,22 @@ fn memory_fraction(
     total_bytes: Option<u64>,
     still_growing: bool,
     need_why: Option<&str>,
+    room_bytes: Option<u64>,
 ) -> Recommendation {
+    // A growing need asks for the whole card (or no cap), which takes what is free anyway.
+    let room_bytes = room_bytes.filter(|_| !still_growing);
     let fraction = total_bytes.filter(|&t| t > 0).map(|t| {
         if still_growing {
             1.0
         } else {
-            ((needed_bytes as f64 / t as f64) * 100.0 + 5.0)
+            let wanted = ((needed_bytes as f64 / t as f64) * 100.0 + 5.0)
                 .ceil()
                 .min(100.0)
-                / 100.0
+                / 100.0;
+            let room = room_bytes.map_or(1.0, |room| {
+                ((room as f64 / t as f64) * 100.0).floor() / 100.0
+            });
+            wanted.min(room)
         }
     });
     let was = match (cap_bytes, total_bytes) {
@@ -143,6 +174,12 @@ fn memory_fraction(
             format_bytes(needed_bytes)
         ),
     };
+    if let Some(room) = room_bytes.filter(|&room| room < needed_bytes) {
+        effect.push_str(&format!(
+            " The card leaves this process at most {} (what it holds plus the free memory), less than that: a raised cap alone cannot make it fit.",
+            format_bytes(room)
+        ));
+    }
     match need_why {
         Some(why) => {
             effect.push(' ');
