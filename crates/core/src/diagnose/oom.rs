@@ -33,7 +33,13 @@
 //! where it can: when no allocator setting would have avoided the failure, it is not
 //! fragmentation; when one would have (and the job was neither in its first step nor growing), it
 //! is — under a cap too, where the cap then stays a second finding. Allocator settings are recommended only as the replay proves them; without a replay they say
-//! they are unverified and how to verify them.
+//! they are unverified and how to verify them. When the trace ends inside the step that failed
+//! (a snapshot taken at the failure), a setting the replay saw serve the failing request only
+//! *passes* it (`super::proof`), and the failing step's own pattern decides how far it carries
+//! (`super::step_reach`): one more repetition of the step's call sites needing more than the
+//! setting leaves keeps the verdict capacity (or the cap); a one-off request, or earlier
+//! iterations that held as much, make it fragmentation; otherwise the finding says uncertain and
+//! what settles it.
 //!
 //! PyTorch prints the `expandable_segments` hint on every OOM; it is only repeated when
 //! fragmentation is the verdict, and otherwise the explanation says why it would not help.
