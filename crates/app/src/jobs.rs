@@ -64,6 +64,7 @@ impl OpenedSnapshot {
                     .map(|f| LastFailureEvidence {
                         history: f.trajectory.clone(),
                         replay: f.replay.clone(),
+                        breakdown: f.breakdown.clone(),
                     });
                 JudgedDevice::new(&snapshot, device, last_failure)
             })

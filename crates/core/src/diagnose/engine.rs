@@ -8,7 +8,7 @@
 
 use super::finding::{
     Category, Diagnosis, Evidence, EvidenceSource, Finding, InputSummary, NamedAllocatorState,
-    Severity, Unit, Wizard,
+    NamedBreakdown, Severity, Unit, Wizard,
 };
 use super::leak::{self, SnapshotFacts};
 use super::log::{Framework, LogAnalysis, OomNumbers};
@@ -125,6 +125,17 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
             .snapshots
             .iter()
             .filter_map(|facts| facts.what_if.clone())
+            .collect(),
+        memory_categories: input
+            .snapshots
+            .iter()
+            .filter_map(|facts| {
+                Some(NamedBreakdown {
+                    name: facts.name.clone(),
+                    device_index: facts.device_index,
+                    breakdown: facts.breakdown.clone()?,
+                })
+            })
             .collect(),
     }
 }
@@ -389,7 +400,7 @@ fn latest_on<'a>(snapshots: &[&'a SnapshotFacts], device: u32) -> Option<&'a Sna
 
 /// Fills what a log's OOM message lacks from a snapshot of the same device: the free blocks the
 /// request could use, the expandable-segments setting, the allocator's numbers, the live set's
-/// history and the what-if replay.
+/// history, the what-if replay and where the live memory went.
 fn enrich_from_snapshot(case: &mut OomCase, s: &SnapshotFacts, device: u32) {
     let source = EvidenceSource::Snapshot {
         file: s.name.clone(),
@@ -425,6 +436,7 @@ fn enrich_from_snapshot(case: &mut OomCase, s: &SnapshotFacts, device: u32) {
         case.history = Some((t.clone(), source));
     }
     case.replay = s.replay.clone();
+    case.breakdown = s.breakdown.clone().map(|b| (b, source_of(s, device)));
     // A snapshot without a trace (history not recorded) has nothing to replay.
     if s.trajectory.is_some() || s.oom.is_some() {
         case.history_file = Some(s.name.clone());
@@ -477,7 +489,19 @@ fn snapshot_oom(s: &SnapshotFacts) -> Option<OomCase> {
         s.trajectory.clone(),
     );
     case.replay = s.replay.clone();
+    case.breakdown = s
+        .breakdown
+        .clone()
+        .map(|b| (b, source_of(s, s.device_index)));
     Some(case)
+}
+
+/// A snapshot's facts of `device` as an evidence source.
+fn source_of(s: &SnapshotFacts, device: u32) -> EvidenceSource {
+    EvidenceSource::Snapshot {
+        file: s.name.clone(),
+        device_index: Some(device),
+    }
 }
 
 /// An OOM event in a capture, with the device's memory at that moment.

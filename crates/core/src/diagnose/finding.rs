@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::categories::MemoryBreakdown;
 use crate::analysis::replay::WhatIfReport;
 use crate::analysis::timetravel::AllocatorState;
 use crate::model::allocator::AllocatorSnapshot;
@@ -486,6 +487,20 @@ pub struct Diagnosis {
     /// here (the JSON report writes them itself).
     #[serde(skip)]
     pub what_if: Vec<NamedWhatIf>,
+    /// Where the live memory went, by category, in each snapshot with an allocation history
+    /// (one per snapshot and device), for the reports' bars. Figures, not findings: not
+    /// serialized here (the JSON report writes them itself, `memory_categories`).
+    #[serde(skip)]
+    pub memory_categories: Vec<NamedBreakdown>,
+}
+
+/// Where one snapshot device's live memory went, by category, with the snapshot's name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedBreakdown {
+    /// The snapshot's file name.
+    pub name: String,
+    pub device_index: u32,
+    pub breakdown: Arc<MemoryBreakdown>,
 }
 
 /// A what-if replay of one snapshot device's history (`analysis::replay::what_if` with the

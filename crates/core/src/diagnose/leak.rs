@@ -674,6 +674,9 @@ pub struct SnapshotFacts {
     /// The sweep of candidate settings replayed over the trace (for reports), when the
     /// snapshot has an allocation history.
     pub what_if: Option<super::finding::NamedWhatIf>,
+    /// Where the live memory went, by category, at the last OOM and at the peak before it (at
+    /// the trace's peak without an OOM), when the facts came from a snapshot file.
+    pub breakdown: Option<Arc<crate::analysis::categories::MemoryBreakdown>>,
 }
 
 impl SnapshotFacts {

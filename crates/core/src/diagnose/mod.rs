@@ -7,6 +7,7 @@
 //! [`finding::Diagnosis`], primary cause first.
 
 pub mod alerts;
+pub mod categories;
 pub mod compare;
 pub mod compat;
 pub mod cuda_errors;

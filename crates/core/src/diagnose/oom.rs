@@ -43,7 +43,15 @@
 //!
 //! PyTorch prints the `expandable_segments` hint on every OOM; it is only repeated when
 //! fragmentation is the verdict, and otherwise the explanation says why it would not help.
+//!
+//! Where the live memory went at the failure (`super::categories`: parameters, gradients,
+//! optimizer state, activations, caches, private pools, ...) is evidence of every finding, and
+//! places its advice around the smaller batch: never a smaller batch first when the live set is
+//! mostly batch-independent.
 
+use std::sync::Arc;
+
+use super::categories;
 use super::finding::{
     Category, Evidence, EvidenceSource, Finding, Recommendation, Severity, Unit, Wizard,
 };
@@ -54,6 +62,7 @@ use super::proof::{self, ReplayEvidence};
 use super::recommend::{self, NOTABLE_BYTES, NOTABLE_OTHER_PROCESS_FRACTION};
 use super::step_reach::{self, StepReach};
 use super::trajectory::{IterationSource, LiveGrowth, Trajectory};
+use crate::analysis::categories::MemoryBreakdown;
 use crate::analysis::oom::OomExplanation;
 use crate::model::format_bytes;
 
@@ -83,6 +92,9 @@ pub struct OomCase {
     /// The snapshot holding the allocation history, when there is one (its name, for "how to
     /// verify").
     pub history_file: Option<String>,
+    /// Where the live memory went, by category, at the failure (and at the peak before it),
+    /// and the snapshot it was read from.
+    pub breakdown: Option<(Arc<MemoryBreakdown>, EvidenceSource)>,
 }
 
 impl OomCase {
@@ -100,6 +112,7 @@ impl OomCase {
             history: None,
             replay: None,
             history_file: None,
+            breakdown: None,
         }
     }
 
@@ -470,13 +483,17 @@ fn process_label(pid: u32, bytes: u64) -> String {
 }
 
 /// The evidence a finding about `case` shows, in this order: the device's figures and its
-/// processes ([`device_evidence`]), the framework's ([`framework_evidence`]), the live set's
+/// processes ([`device_evidence`]), the framework's ([`framework_evidence`]), where the live
+/// memory went by category ([`categories::evidence`]), the live set's
 /// history ([`history_evidence`]), what the what-if replay found ([`replay_evidence`]), and how
 /// often the failure was reported.
 fn evidence(case: &OomCase, verdict: &Verdict) -> Vec<Evidence> {
     let mut ev = Vec::new();
     device_evidence(case, &mut ev);
     framework_evidence(case, &mut ev);
+    if let Some((breakdown, source)) = &case.breakdown {
+        ev.extend(categories::evidence(breakdown, source));
+    }
     if let Some((trajectory, source)) = &case.history {
         history_evidence(trajectory, source, &mut ev);
     }
@@ -782,6 +799,36 @@ fn activation_bytes(case: &OomCase) -> Option<u64> {
     Some(failing_step.max(t.typical_excursion_bytes().unwrap_or(0))).filter(|&b| b > 0)
 }
 
+/// `recs` with what the live set's categories advise ([`categories::advice`], for a failure that
+/// lacked `shortfall_bytes`) placed around the smaller-batch recommendation: what must come
+/// before a smaller batch (a live set mostly of weights, gradients and optimizer state, a
+/// private pool holding the shortfall) right before it, the rest right after it.
+fn with_category_advice(
+    case: &OomCase,
+    shortfall_bytes: Option<u64>,
+    mut recs: Vec<Recommendation>,
+) -> Vec<Recommendation> {
+    let Some((breakdown, _)) = &case.breakdown else {
+        return recs;
+    };
+    let advice = categories::advice(breakdown, shortfall_bytes, case.numbers.requested_bytes);
+    match recs.iter().position(|r| r.id == "reduce-batch-size") {
+        Some(at) => {
+            let rest = recs.split_off(at + 1);
+            let batch = recs.pop();
+            recs.extend(advice.first);
+            recs.extend(batch);
+            recs.extend(advice.after_batch);
+            recs.extend(rest);
+        }
+        None => {
+            recs.extend(advice.first);
+            recs.extend(advice.after_batch);
+        }
+    }
+    recs
+}
+
 fn framework_capacity_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendation> {
     let n = &case.numbers;
     let mut recs = vec![recommend::reduce_batch_size_within(
@@ -821,7 +868,7 @@ fn framework_capacity_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendat
     recs.push(recommend::activation_checkpointing());
     recs.push(recommend::inference_mode());
     recs.push(recommend::shard_model(n.total_bytes));
-    recs
+    with_category_advice(case, shortfall(n), recs)
 }
 
 /// "No single change covers the shortfall" when every recommendation with an estimate saves less
@@ -1179,7 +1226,14 @@ impl Wording {
                 .requested_bytes
                 .map(format_bytes)
                 .unwrap_or_else(|| "an allocation".to_owned()),
-            history: history_text(case, verdict),
+            history: format!(
+                "{}{}",
+                history_text(case, verdict),
+                case.breakdown
+                    .as_ref()
+                    .map(|(b, _)| categories::explanation(b))
+                    .unwrap_or_default()
+            ),
         }
     }
 }
@@ -1396,7 +1450,7 @@ fn cap_recommendations(
     recs.push(recommend::mixed_precision(
         activation_bytes(case).or(n.allocated_bytes),
     ));
-    recs
+    with_category_advice(case, n.requested_bytes, recs)
 }
 
 /// What the cached-but-unallocated memory could have done for a request that a cap refused,
@@ -1560,15 +1614,19 @@ fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence
         format_bytes(sum),
         hint_not_echoed(case)
     ))
-    .recommend([
-        recommend::free_other_process(&others, shortfall(n)),
-        recommend::reduce_batch_size_within(
-            shortfall(n),
-            n.allocated_bytes,
-            activation_bytes(case),
-        ),
-        recommend::mixed_precision(activation_bytes(case).or(n.allocated_bytes)),
-    ])
+    .recommend(with_category_advice(
+        case,
+        shortfall(n),
+        vec![
+            recommend::free_other_process(&others, shortfall(n)),
+            recommend::reduce_batch_size_within(
+                shortfall(n),
+                n.allocated_bytes,
+                activation_bytes(case),
+            ),
+            recommend::mixed_precision(activation_bytes(case).or(n.allocated_bytes)),
+        ],
+    ))
     .in_wizard(Wizard::OutOfMemory)
 }
 
@@ -1626,14 +1684,18 @@ fn growth_finding(
         "Every iteration left more memory allocated than the one before, and the failure came when the growth reached the limit. A smaller batch, a larger cap or an allocator setting only buys a few iterations.{history}{}",
         hint_not_echoed(case)
     ))
-    .recommend([
-        find_leak,
-        recommend::reduce_batch_size_within(
-            shortfall(n),
-            n.allocated_bytes,
-            activation_bytes(case),
-        ),
-    ])
+    .recommend(with_category_advice(
+        case,
+        shortfall(n),
+        vec![
+            find_leak,
+            recommend::reduce_batch_size_within(
+                shortfall(n),
+                n.allocated_bytes,
+                activation_bytes(case),
+            ),
+        ],
+    ))
     .in_wizard(Wizard::Leak)
 }
 
@@ -1788,14 +1850,40 @@ pub fn judge_explanation(
     trajectory: Option<Trajectory>,
     replay: Option<ReplayEvidence>,
 ) -> JudgedOom {
+    judge_explanation_with(
+        e,
+        snapshot_name,
+        expandable_segments,
+        LastFailureEvidence {
+            history: trajectory,
+            replay,
+            breakdown: None,
+        },
+    )
+}
+
+/// [`judge_explanation`] with where the live memory went at the failure, when known: the
+/// explanation then says what the categories add, as `diagnose`'s does.
+fn judge_explanation_with(
+    e: &OomExplanation,
+    snapshot_name: &str,
+    expandable_segments: Option<bool>,
+    evidence: LastFailureEvidence,
+) -> JudgedOom {
+    let LastFailureEvidence {
+        history,
+        replay,
+        breakdown,
+    } = evidence;
     let mut case = case_from_snapshot(
         &SnapshotOom::from_explanation(e),
         snapshot_name,
         e.device,
         expandable_segments,
-        trajectory,
+        history,
     );
     case.replay = replay;
+    case.breakdown = breakdown.map(|b| (b, case.source.clone()));
     let verdict = classify(&case);
     let primary = findings(&case).into_iter().next();
     JudgedOom {
@@ -1846,6 +1934,8 @@ pub fn judge_all(
 pub struct LastFailureEvidence {
     pub history: Option<Trajectory>,
     pub replay: Option<ReplayEvidence>,
+    /// Where the live memory went at the failure (`analysis::categories::breakdown`).
+    pub breakdown: Option<Arc<MemoryBreakdown>>,
 }
 
 /// [`judge_all`] with the last failure's history and replay already worked out (`None`: work
@@ -1863,18 +1953,27 @@ pub fn judge_all_with(
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            // The last failure is the one `diagnose` judges: the same history and replay.
-            let (history, replay) = if i != last {
-                (None, None)
+            // The last failure is the one `diagnose` judges: the same history, replay and
+            // categories.
+            let evidence = if i != last {
+                LastFailureEvidence {
+                    history: None,
+                    replay: None,
+                    breakdown: None,
+                }
             } else if let Some(known) = last_failure.take() {
-                (known.history, known.replay)
+                known
             } else {
-                (
-                    super::trajectory::of_trace(travel, Some(e.event_index)),
-                    proof::replay_trace(travel, travel.device()).ok(),
-                )
+                LastFailureEvidence {
+                    history: super::trajectory::of_trace(travel, Some(e.event_index)),
+                    replay: proof::replay_trace(travel, travel.device()).ok(),
+                    breakdown: Some(Arc::new(crate::analysis::categories::breakdown(
+                        travel,
+                        Some(e.event_index),
+                    ))),
+                }
             };
-            judge_explanation(e, name, expandable_segments, history, replay)
+            judge_explanation_with(e, name, expandable_segments, evidence)
         })
         .collect()
 }

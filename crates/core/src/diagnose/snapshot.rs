@@ -1,8 +1,9 @@
 //! Snapshot facts for the rules, taken from a PyTorch allocator snapshot with the allocator
 //! analysis (`analysis::timetravel`, `fragmentation`, `oom`): per device, what was reserved and
 //! allocated, the largest cached free block, the last OOM with the numbers at that moment, the
-//! live set's history up to it (`super::trajectory`), and the allocated bytes per user call site
-//! (for "what grew" between two snapshots).
+//! live set's history up to it (`super::trajectory`), the allocated bytes per user call site
+//! (for "what grew" between two snapshots), and where the live memory went by category
+//! (`analysis::categories`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use super::leak::{SnapshotFacts, SnapshotIdentity, SnapshotOom};
 use super::proof;
 use super::trace_events::TraceEventCollector;
 use super::trajectory::{self, TrajectoryBuild};
+use crate::analysis::categories;
 use crate::analysis::deadline::Step;
 use crate::analysis::fragmentation;
 use crate::analysis::replay::{WhatIfReport, WhatIfRequest, WhatIfSteps, what_if};
@@ -62,6 +64,7 @@ enum FactsPart {
     History(Option<Box<TrajectoryBuild>>),
     /// The what-if sweep; `Some` once started a range of events at a time.
     Replay(Option<Box<WhatIfSteps>>),
+    /// The allocated bytes per call site, and the live memory by category.
     CallSites,
     /// The identity; `Some` once its trace events are collected a range at a time.
     Identity(Option<Box<IdentityScan>>),
@@ -155,6 +158,11 @@ impl FactsBuild {
             }
             FactsPart::CallSites => {
                 facts.allocated_by_call_site = allocated_by_call_site(snapshot, state);
+                // Where the live memory went at the failure the rules judge (the last OOM).
+                facts.breakdown = Some(Arc::new(categories::breakdown(
+                    travel,
+                    facts.oom.as_ref().map(|o| o.event_index),
+                )));
                 Some(FactsPart::Identity(None))
             }
             FactsPart::Identity(scan) => {
@@ -222,6 +230,7 @@ fn start_device(
             trajectory: None,
             replay: None,
             what_if: None,
+            breakdown: None,
         },
         analysis,
         device: 0,
