@@ -214,6 +214,17 @@ impl Job {
         if let Some(dir) = &options.working_dir {
             command.current_dir(dir);
         }
+        // A shell starts background commands with SIGINT ignored, and an ignored signal stays
+        // ignored across exec: the job would never see the Ctrl+C that vramscope forwards (Stop
+        // in the app, Ctrl+C in the terminal). The job has a process group of its own, so the
+        // default disposition exposes it to nothing but what vramscope forwards.
+        // SAFETY: only async-signal-safe calls may run between fork and exec; signal(2) is one.
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         let mut child = command.spawn()?;
         let tail = Arc::new(Mutex::new(Tail {
             lines: VecDeque::new(),
