@@ -4,7 +4,7 @@
 #                                                            the caps (calibrate.py), then CASE…
 #   bash scripts/run-corpus/gpu_corpus.sh prove CASE…       CASE… with the committed caps
 # The vramscope binary travels xz-compressed in target/corpus-bin/ (built on the CPU machine).
-# Everything lands in $OUT; each call stops starting cases before the device's 10 minutes.
+# Everything lands in $OUT; each call stops starting cases 40 s before CALL_SECONDS (default 560).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mode=$1; shift
@@ -25,10 +25,10 @@ try:
 except Exception as e:
     print("cap-from-conf:", type(e).__name__, str(e).splitlines()[0][:200])
 ' 2>&1 | tail -2
-    python3 scripts/run-corpus/calibrate.py "$OUT"
+    python3 scripts/run-corpus/calibrate.py "$OUT" "$@"
   fi
   echo "== corpus after $SECONDS s"
-  CORPUS_DEADLINE_SECONDS=$((520 - SECONDS)) python3 scripts/run-corpus/run_corpus.py /tmp/vramscope "$OUT" "$@"
+  CORPUS_DEADLINE_SECONDS=$((${CALL_SECONDS:-560} - 40 - SECONDS)) python3 scripts/run-corpus/run_corpus.py /tmp/vramscope "$OUT" "$@"
   echo "== done after $SECONDS s"
 } >"$log" 2>&1
 tail -c 5000 "$log"

@@ -56,6 +56,7 @@ mod record_faults;
 mod report_formats;
 mod report_whatif;
 mod run_cli;
+mod run_validation;
 mod sampler_thread;
 mod snapshot_cli;
 mod snapshot_fixtures;
