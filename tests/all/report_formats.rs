@@ -205,6 +205,7 @@ fn json_matches_the_documented_schema() {
     );
     field(&doc, "$", "title", "string");
     field(&doc, "$", "simulated", "boolean");
+    field(&doc, "$", "memory_categories", "array");
     for input in field(&doc, "$", "inputs", "array")
         .as_array()
         .into_iter()
@@ -598,4 +599,101 @@ fn html_timeline_has_one_chart_per_gpu_with_its_events_marked() {
     // The process line is visible on GPU 1's chart (drawn over the GPU line).
     let process = vramscope_core::report::chart::SERIES_COLORS[1];
     assert!(pngs[1].pixels().any(|p| p.0 == process));
+}
+
+/// The real job that ran out inside Adam's foreach step (`tests/fixtures/run/hook_oom/`): every
+/// format shows where its memory went, at the failure and at the peak, a bar per category in
+/// the palette's colours (HTML), and the JSON entry follows `docs/report-schema.md`
+/// (`MemoryCategories`): the categories add up to the total, the failing request was made
+/// inside `optimizer.step()`.
+#[test]
+fn every_format_shows_where_the_memory_went() {
+    use vramscope_core::analysis::categories::MemoryCategory;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/run/hook_oom/snapshots/rank3-pid668-oom-1.pickle");
+    let snapshot = std::sync::Arc::new(
+        vramscope_core::formats::pytorch::read_file(&path, &|_| true)
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let report = Report {
+        title: "vramscope diagnosis".into(),
+        diagnosis: diagnose(&DiagnosisInput {
+            snapshots: vramscope_core::diagnose::snapshot::facts(&snapshot),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let markdown = report::render(&report, ReportFormat::Markdown);
+    assert!(
+        markdown.contains("## Where the memory went: `"),
+        "{markdown}"
+    );
+    // The failure was the peak: one column.
+    assert!(markdown.contains("| category | at the failure, its peak (event #2523) |\n"));
+    assert!(
+        markdown.contains("| optimizer state | 128 MiB (8 %) "),
+        "{markdown}"
+    );
+    assert!(markdown.contains("inside optimizer.step()"));
+    let html = report::render(&report, ReportFormat::Html);
+    let mut reader = quick_xml::Reader::from_str(&html);
+    reader.config_mut().check_end_names = true;
+    loop {
+        match reader.read_event() {
+            Ok(XmlEvent::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("HTML does not parse at {}: {e}", reader.buffer_position()),
+        }
+    }
+    let [r, g, b] = report::palette::category_rgb(MemoryCategory::OptimizerState);
+    assert!(html.contains(&format!("background:#{r:02x}{g:02x}{b:02x}")));
+    assert!(html.contains("<h2>Where the memory went: <code>"));
+    let doc: Value = serde_json::from_str(&report::render(&report, ReportFormat::Json))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let entries = field(&doc, "$", "memory_categories", "array");
+    let entry = &entries[0];
+    field(entry, "memory_categories[0]", "snapshot", "string");
+    field(entry, "memory_categories[0]", "device", "number");
+    field(
+        entry,
+        "memory_categories[0]",
+        "largest_parameter_bytes",
+        "number",
+    );
+    field(entry, "memory_categories[0]", "private_pools", "array");
+    field(entry, "memory_categories[0]", "concatenating", "array");
+    for moment in ["at_failure", "at_peak"] {
+        let m = field(entry, "memory_categories[0]", moment, "object");
+        assert_eq!(m["event"], 2523);
+        for f in [
+            "event",
+            "total_bytes",
+            "batch_independent_bytes",
+            "optimizer_step_bytes",
+        ] {
+            field(m, moment, f, "number");
+        }
+        let categories = field(m, moment, "categories", "object");
+        let keys: Vec<&str> = categories
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(keys.len(), 9, "{keys:?}");
+        let sum: u64 = categories
+            .as_object()
+            .into_iter()
+            .flat_map(|o| o.values())
+            .filter_map(Value::as_u64)
+            .sum();
+        assert_eq!(Some(sum), m["total_bytes"].as_u64());
+    }
+    let request = field(entry, "memory_categories[0]", "failing_request", "object");
+    assert_eq!(request["category"], "temporaries");
+    assert_eq!(request["in_optimizer_step"], true);
+    assert_eq!(
+        entry["at_failure"]["categories"]["optimizer_state"].as_u64(),
+        entry["at_failure"]["categories"]["parameters"]
+            .as_u64()
+            .map(|p| 2 * p)
+    );
 }

@@ -648,8 +648,8 @@ pub fn render_html(report: &CompareReport) -> String {
     let colors: String = MemoryCategory::ALL
         .into_iter()
         .enumerate()
-        .map(|(i, _)| {
-            let [r, g, b] = super::palette::SERIES_COLORS[i % super::palette::SERIES_COLORS.len()];
+        .map(|(i, category)| {
+            let [r, g, b] = super::palette::category_rgb(category);
             format!(".cat-{i}{{background:rgb({r},{g},{b})}}")
         })
         .collect();

@@ -100,6 +100,9 @@ pub fn render(report: &Report) -> String {
     if let Some(timeline) = &report.timeline {
         timeline_section(&mut out, timeline);
     }
+    for named in &d.memory_categories {
+        super::categories::html_section(&mut out, named);
+    }
     for named in d.allocator_states.iter().take(MAX_BLOCK_MAPS) {
         block_map_section(&mut out, named);
     }

@@ -25,6 +25,9 @@ struct Document<'a> {
     /// What-if replays of the snapshots with an allocation history: each a
     /// `vramscope.whatif/1` document, marked `"kind": "replay prediction"`.
     what_if: Vec<WhatIfEntry>,
+    /// Where the live memory went, by category, in each snapshot device: at the failure and at
+    /// the peak before it (`super::categories::json_entry`).
+    memory_categories: Vec<serde_json::Value>,
 }
 
 /// One snapshot device's what-if replay in the report.
@@ -56,6 +59,12 @@ pub fn render(report: &Report) -> String {
                 note: PREDICTION_NOTE,
                 replay: json_document(&named.report, &named.snapshot),
             })
+            .collect(),
+        memory_categories: report
+            .diagnosis
+            .memory_categories
+            .iter()
+            .map(super::categories::json_entry)
             .collect(),
     };
     // Serializing plain structs of strings and numbers cannot fail.

@@ -150,6 +150,9 @@ pub fn render(report: &Report) -> String {
         }
         out.push('\n');
     }
+    for named in &d.memory_categories {
+        super::categories::markdown_section(&mut out, named);
+    }
     for named in &d.what_if {
         what_if_section(&mut out, named);
     }

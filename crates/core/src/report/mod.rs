@@ -9,6 +9,7 @@
 pub mod alert_rules;
 pub mod axis;
 pub mod blockmap;
+pub mod categories;
 pub mod chart;
 pub mod compare;
 pub mod export;

@@ -2,6 +2,8 @@
 //! like, in the app and in every report image, so that a report reads like the screen. The app
 //! turns these into egui colours; the report writers draw them as they are.
 
+use crate::analysis::categories::MemoryCategory;
+
 /// An sRGB colour, red, green, blue.
 pub type Rgb = [u8; 3];
 
@@ -82,3 +84,20 @@ pub const XID_COLOR: Rgb = [0, 0, 0];
 pub const HARDWARE_COLOR: Rgb = [150, 20, 60];
 /// Notes.
 pub const NOTE_COLOR: Rgb = [30, 120, 210];
+
+/// The colour of a memory category's bars (the OOM explainer, the reports, `compare`): the
+/// model's own memory in blues and purple, what the batch drives in warm colours, the
+/// allocator's and libraries' in teal and greys.
+pub const fn category_rgb(category: MemoryCategory) -> Rgb {
+    match category {
+        MemoryCategory::Parameters => [52, 101, 164],
+        MemoryCategory::Gradients => [114, 159, 207],
+        MemoryCategory::OptimizerState => [117, 80, 123],
+        MemoryCategory::Activations => [245, 121, 0],
+        MemoryCategory::InferenceCaches => [204, 0, 102],
+        MemoryCategory::GraphPools => [0, 140, 140],
+        MemoryCategory::Workspaces => [136, 138, 133],
+        MemoryCategory::Temporaries => [237, 212, 0],
+        MemoryCategory::Other => [85, 87, 83],
+    }
+}
