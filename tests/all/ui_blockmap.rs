@@ -149,3 +149,56 @@ fn allocator_view_snapshot() {
     let mut harness = harness();
     harness.snapshot_options("allocator_view_frag_oom", &snapshot_options());
 }
+
+/// The OOM explainer of a real job that ran out inside Adam's foreach step
+/// (`tests/fixtures/run/hook_oom/`): under the last failure's verdict, a bar per category of the
+/// live memory at the failure, with its bytes and share, and what the failing request was for;
+/// and a snapshot image of it.
+#[test]
+fn the_oom_explainer_shows_where_the_memory_went() {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/run/hook_oom/snapshots/rank3-pid668-oom-1.pickle");
+    let snapshot = Arc::new(
+        vramscope_core::formats::pytorch::read_file(&path, &|_| true)
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let view = AllocatorView::new(snapshot, "rank3-pid668-oom-1.pickle".to_string());
+    let mut harness = Harness::builder()
+        .with_size(Vec2::new(1280.0, 900.0))
+        .wgpu()
+        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    harness.step();
+    while !harness.state().is_ready() {
+        assert!(
+            Instant::now() < deadline,
+            "allocator analysis did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+    harness.run_steps(3);
+    harness.get_by_label("OOM (1)").click();
+    harness.run_steps(3);
+    assert!(harness.query_by_label("Where the memory went").is_some());
+    assert!(
+        harness
+            .query_by_label("at the failure (event #2523)")
+            .is_some()
+    );
+    for category in ["parameters", "gradients", "optimizer state", "temporaries"] {
+        assert!(harness.query_by_label(category).is_some(), "{category}");
+    }
+    assert!(harness.query_by_label("128 MiB (8 %)").is_some());
+    assert!(
+        harness
+            .query_by_label(
+                "The failing request was made for temporaries, inside optimizer.step()."
+            )
+            .is_some()
+    );
+    harness.snapshot_options("allocator_oom_categories", &snapshot_options());
+}

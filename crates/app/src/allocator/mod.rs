@@ -24,6 +24,7 @@ use egui::{Color32, Key, Rect, RichText, Sense, Stroke, StrokeKind, Ui, pos2, ve
 use self::block_map::{BlockMapLayout, BlockPaint, MapRow, MapView, PaintedRect, ROW_HEIGHT};
 use self::timeline::TimelineCache;
 use crate::runner::{Job, Poll, Runner, Step, job_progress_ui};
+use vramscope_core::analysis::categories::MemoryBreakdown;
 use vramscope_core::analysis::deadline::{self, Deadline};
 use vramscope_core::analysis::fragmentation::{self, FragmentationReport};
 use vramscope_core::analysis::oom::OomExplanation;
@@ -52,12 +53,15 @@ pub struct JudgedDevice {
     pub analysis: DeviceAnalysis,
     /// The diagnosis's verdict on each of `analysis.ooms`, in the same order.
     pub judged: Vec<JudgedOom>,
+    /// Where the live memory went at the last OOM (the one the diagnosis judges), for the
+    /// explainer's bars; `None` without an OOM.
+    pub breakdown: Option<Arc<MemoryBreakdown>>,
 }
 
 impl JudgedDevice {
-    /// Judges the OOMs of `analysis`, a device of `snapshot`, with the last failure's history
-    /// and replay from `last_failure` where the doctor's facts already have them (else worked
-    /// out here).
+    /// Judges the OOMs of `analysis`, a device of `snapshot`, with the last failure's history,
+    /// replay and categories from `last_failure` where the doctor's facts already have them
+    /// (else worked out here).
     pub fn new(
         snapshot: &AllocatorSnapshot,
         analysis: DeviceAnalysis,
@@ -67,8 +71,19 @@ impl JudgedDevice {
             .settings
             .as_ref()
             .and_then(|s| s.expandable_segments);
+        let last_failure = last_failure.or_else(|| {
+            let last = analysis.ooms.last()?;
+            Some(LastFailureEvidence::of(&analysis.travel, last.event_index))
+        });
+        let breakdown = last_failure
+            .as_ref()
+            .and_then(|evidence| evidence.breakdown.clone());
         let judged = judge_all_with(&analysis.travel, &analysis.ooms, expandable, last_failure);
-        JudgedDevice { analysis, judged }
+        JudgedDevice {
+            analysis,
+            judged,
+            breakdown,
+        }
     }
 }
 
@@ -121,6 +136,8 @@ struct DeviceView {
     travel: Arc<TimeTravel>,
     ooms: Vec<OomExplanation>,
     judged: Vec<JudgedOom>,
+    /// Where the live memory went at the last OOM (see [`JudgedDevice::breakdown`]).
+    breakdown: Option<Arc<MemoryBreakdown>>,
     /// Events applied: the state shown is the one after `position` events.
     position: usize,
     state: AllocatorState,
@@ -148,7 +165,13 @@ struct DeviceView {
 }
 
 impl DeviceView {
-    fn new(JudgedDevice { analysis, judged }: JudgedDevice) -> Self {
+    fn new(
+        JudgedDevice {
+            analysis,
+            judged,
+            breakdown,
+        }: JudgedDevice,
+    ) -> Self {
         let position = analysis.travel.len();
         let state = analysis.travel.state_at(position);
         let layout = BlockMapLayout::new(&state);
@@ -157,6 +180,7 @@ impl DeviceView {
             travel: Arc::new(analysis.travel),
             ooms: analysis.ooms,
             judged,
+            breakdown,
             position,
             state,
             layout,
@@ -678,7 +702,14 @@ fn side_panel_ui(
         }
         SideTab::Oom => {
             let go_to = egui::ScrollArea::vertical()
-                .show(ui, |ui| panels::oom_ui(ui, &device.ooms, &device.judged))
+                .show(ui, |ui| {
+                    panels::oom_ui(
+                        ui,
+                        &device.ooms,
+                        &device.judged,
+                        device.breakdown.as_deref(),
+                    )
+                })
                 .inner;
             if let Some(event) = go_to {
                 device.seek(event);

@@ -3,6 +3,7 @@
 
 use egui::{Color32, RichText, Ui};
 
+use vramscope_core::analysis::categories::{MemoryBreakdown, MemoryCategory};
 use vramscope_core::analysis::fragmentation::{FragmentationMetrics, FragmentationReport};
 use vramscope_core::analysis::frames::stack_lines;
 use vramscope_core::analysis::oom::OomExplanation;
@@ -13,6 +14,8 @@ use vramscope_core::diagnose::fragmentation::summarize;
 use vramscope_core::diagnose::oom::{JudgedOom, OomCause};
 use vramscope_core::model::allocator::{AllocatorSnapshot, StackId};
 use vramscope_core::model::format_bytes;
+use vramscope_core::report::categories::notes;
+use vramscope_core::report::palette::category_rgb;
 
 /// Height of one row of the event list, in points.
 pub const EVENT_ROW_HEIGHT: f32 = 18.0;
@@ -148,14 +151,21 @@ pub fn verdict_ui(ui: &mut Ui, judged: &JudgedOom) {
     }
 }
 
-/// The OOM explanations with the diagnosis's verdict on each; returns the event position the
-/// user asked to see, if any.
-pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation], judged: &[JudgedOom]) -> Option<usize> {
+/// The OOM explanations with the diagnosis's verdict on each, and under the last one (the
+/// failure the diagnosis judges) where its memory went (`breakdown`); returns the event position
+/// the user asked to see, if any.
+pub fn oom_ui(
+    ui: &mut Ui,
+    explanations: &[OomExplanation],
+    judged: &[JudgedOom],
+    breakdown: Option<&MemoryBreakdown>,
+) -> Option<usize> {
     if explanations.is_empty() {
         ui.label("No out-of-memory event in this device's trace.");
         return None;
     }
     let mut go_to = None;
+    let last = explanations.len() - 1;
     for (n, (e, verdict)) in explanations.iter().zip(judged).enumerate() {
         ui.push_id(n, |ui| {
             ui.horizontal(|ui| {
@@ -166,6 +176,9 @@ pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation], judged: &[JudgedOom]
             });
             verdict_ui(ui, verdict);
             ui.label(&verdict.explanation);
+            if let Some(breakdown) = breakdown.filter(|_| n == last) {
+                category_bars_ui(ui, breakdown);
+            }
             ui.label(RichText::new(e.facts_text()).weak());
             egui::Grid::new("oom_numbers")
                 .num_columns(2)
@@ -227,6 +240,75 @@ pub fn oom_ui(ui: &mut Ui, explanations: &[OomExplanation], judged: &[JudgedOom]
         ui.separator();
     }
     go_to
+}
+
+/// Width of the longest category bar, in points.
+const CATEGORY_BAR_WIDTH: f32 = 110.0;
+
+/// Where the live memory went at the failure and at the peak before it: a bar per category in
+/// the reports' colours ([`vramscope_core::report::palette::category_rgb`]) with its bytes and
+/// share, then what else the breakdown tells (the failing request, private pools, caches grown
+/// by concatenation).
+pub fn category_bars_ui(ui: &mut Ui, breakdown: &MemoryBreakdown) {
+    ui.label(RichText::new("Where the memory went").strong());
+    let mut moments = Vec::new();
+    if let Some(failure) = &breakdown.at_failure {
+        moments.push(("at the failure", failure));
+    }
+    if moments
+        .first()
+        .is_none_or(|(_, m)| m.position != breakdown.at_peak.position)
+    {
+        moments.push(("at the peak before it", &breakdown.at_peak));
+    }
+    let largest = moments
+        .iter()
+        .flat_map(|(_, m)| MemoryCategory::ALL.map(|c| m.totals.bytes(c)))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    egui::Grid::new("oom_categories")
+        .num_columns(1 + moments.len())
+        .spacing(egui::vec2(8.0, 3.0))
+        .show(ui, |ui| {
+            ui.label("");
+            for (heading, m) in &moments {
+                ui.label(RichText::new(format!("{heading} (event #{})", m.position)).weak());
+            }
+            ui.end_row();
+            for category in MemoryCategory::ALL {
+                if moments.iter().all(|(_, m)| m.totals.bytes(category) == 0) {
+                    continue;
+                }
+                let [r, g, b] = category_rgb(category);
+                let color = Color32::from_rgb(r, g, b);
+                ui.label(category.label());
+                for (_, m) in &moments {
+                    let bytes = m.totals.bytes(category);
+                    ui.horizontal(|ui| {
+                        let (rect, _) = ui.allocate_exact_size(
+                            egui::vec2(CATEGORY_BAR_WIDTH, 12.0),
+                            egui::Sense::hover(),
+                        );
+                        let width = CATEGORY_BAR_WIDTH * bytes as f32 / largest as f32;
+                        let bar = egui::Rect::from_min_size(
+                            rect.min,
+                            egui::vec2(width.max(if bytes > 0 { 1.0 } else { 0.0 }), 12.0),
+                        );
+                        ui.painter().rect_filled(bar, 1.0, color);
+                        ui.label(format!(
+                            "{} ({:.0} %)",
+                            format_bytes(bytes),
+                            bytes as f64 * 100.0 / m.totals.total_bytes().max(1) as f64
+                        ));
+                    });
+                }
+                ui.end_row();
+            }
+        });
+    for note in notes(breakdown) {
+        ui.label(RichText::new(note).weak());
+    }
 }
 
 /// Short description of trace event `index`.

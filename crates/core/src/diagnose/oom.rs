@@ -1938,6 +1938,22 @@ pub struct LastFailureEvidence {
     pub breakdown: Option<Arc<MemoryBreakdown>>,
 }
 
+impl LastFailureEvidence {
+    /// Works out the evidence of the failure at trace event `event` of `travel`, as
+    /// [`super::snapshot::facts_from`] does: the history up to it, the replay of the trace and
+    /// where the memory went.
+    pub fn of(travel: &crate::analysis::timetravel::TimeTravel, event: usize) -> Self {
+        LastFailureEvidence {
+            history: super::trajectory::of_trace(travel, Some(event)),
+            replay: proof::replay_trace(travel, travel.device()).ok(),
+            breakdown: Some(Arc::new(crate::analysis::categories::breakdown(
+                travel,
+                Some(event),
+            ))),
+        }
+    }
+}
+
 /// [`judge_all`] with the last failure's history and replay already worked out (`None`: work
 /// them out here). They must be those of `travel`'s last OOM, i.e. the facts of the same device.
 pub fn judge_all_with(
@@ -1964,14 +1980,7 @@ pub fn judge_all_with(
             } else if let Some(known) = last_failure.take() {
                 known
             } else {
-                LastFailureEvidence {
-                    history: super::trajectory::of_trace(travel, Some(e.event_index)),
-                    replay: proof::replay_trace(travel, travel.device()).ok(),
-                    breakdown: Some(Arc::new(crate::analysis::categories::breakdown(
-                        travel,
-                        Some(e.event_index),
-                    ))),
-                }
+                LastFailureEvidence::of(travel, e.event_index)
             };
             judge_explanation_with(e, name, expandable_segments, evidence)
         })
