@@ -3389,6 +3389,24 @@ mod tests {
             r
         };
         assert_eq!(routed, [45, 47, 48, 50, 51, 53, 55, 57]);
+        // A trace that records each event's pool (PyTorch with `pool_id` on trace entries) is
+        // routed by it: the same requests, though the segments no longer say.
+        let mut recorded = (**travel.snapshot()).clone();
+        let pools = facts.routing.ids.clone();
+        recorded.traces[0].pool_ids = routed
+            .iter()
+            .map(|&i| (i as u32, pools[usize::from(facts.routing.requests[&i]) - 1]))
+            .collect();
+        for segment in &mut recorded.segments {
+            segment.pool_id = PoolId::default();
+        }
+        let by_ids = TimeTravel::new(Arc::new(recorded), 0);
+        let by_ids = PoolRouting::learn(
+            by_ids.trace(),
+            &by_ids.state_at(0),
+            &by_ids.state_at(by_ids.len()),
+        );
+        assert_eq!(by_ids.requests, facts.routing.requests);
         facts.routing = PoolRouting::default();
         let input = ReplayInput::new(&travel, &facts);
         let rules = AllocConf::recorded(travel.snapshot().settings.as_ref());
