@@ -20,6 +20,11 @@ DEADLINE_SECONDS = float(os.environ.get("CORPUS_DEADLINE_SECONDS", "540"))
 STARTED = time.time()
 
 
+def time_left():
+    """Seconds until this call must stop starting work (CORPUS_DEADLINE_SECONDS)."""
+    return DEADLINE_SECONDS - (time.time() - STARTED)
+
+
 def findings_of(report):
     if "findings" in report:
         return report["findings"]
@@ -63,7 +68,8 @@ def run_case(vramscope, out, case):
     for vary in case.get("vary_arg", []):
         cli += ["--vary-arg=" + vary]
     started = time.time()
-    done = subprocess.run(cli + ["--", *command], capture_output=True, text=True, timeout=400)
+    done = subprocess.run(cli + ["--", *command], capture_output=True, text=True,
+                          timeout=max(30.0, min(400.0, time_left())))
     with open(os.path.join(out, case["case"] + ".vramscope.log"), "w") as f:
         f.write(done.stdout[-20000:] + "\n--- stderr ---\n" + done.stderr[-20000:])
     folders = sorted(glob.glob(os.path.join(runs, "*-" + case["case"])))
@@ -80,7 +86,7 @@ def run_case(vramscope, out, case):
         if os.path.exists(os.path.join(folder, name)):
             subprocess.run(["cp", os.path.join(folder, name), keep])
     for snapshot in glob.glob(os.path.join(folder, "snapshots", "*oom*.pickle"))[:2]:
-        if os.path.getsize(snapshot) < 8 << 20:
+        if os.path.getsize(snapshot) < 48 << 20:
             subprocess.run(["sh", "-c", f"xz -c '{snapshot}' > '{keep}/{os.path.basename(snapshot)}.xz'"])
     with open(os.path.join(folder, "run.json")) as f:
         manifest = json.load(f)
@@ -104,7 +110,8 @@ def run_case(vramscope, out, case):
         change = first["title"][len("Run with "):]
         confirm_command, env = apply_change(change, command)
         t = time.time()
-        confirm = subprocess.run(confirm_command, env=env, capture_output=True, text=True, timeout=300)
+        confirm = subprocess.run(confirm_command, env=env, capture_output=True, text=True,
+                                 timeout=max(20.0, min(300.0, time_left() + 30.0)))
         result["confirmation"] = {"change": change, "command": confirm_command[1:],
                                   "exit": confirm.returncode, "seconds": round(time.time() - t, 1),
                                   "final": final_json(confirm.stdout),
@@ -126,7 +133,7 @@ def main():
                         cases[name].setdefault("cap_gib", calibration["cap_gib"])
     results = []
     for name in names:
-        if time.time() - STARTED > DEADLINE_SECONDS:
+        if time_left() < 20:
             results.append({"case": name, "error": "not run: the device call's time ran out"})
             continue
         if "cap_gib" not in cases.get(name, {}):
