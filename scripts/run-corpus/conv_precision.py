@@ -9,6 +9,7 @@ import json
 import time
 
 import torch
+from gpu_size import limit_memory
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
@@ -16,9 +17,7 @@ parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
 parser.add_argument("--steps", type=int, default=20)
 args = parser.parse_args()
 started = time.time()
-if args.cap_gib > 0:
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total))
+limit_memory(args.cap_gib)
 
 layers = []
 channels = 3

@@ -9,6 +9,7 @@ import json
 import time
 
 import torch
+from gpu_size import limit_memory
 from torch.utils.checkpoint import checkpoint
 
 parser = argparse.ArgumentParser()
@@ -17,9 +18,7 @@ parser.add_argument("--checkpoint", type=int, default=0)
 parser.add_argument("--steps", type=int, default=20)
 args = parser.parse_args()
 started = time.time()
-if args.cap_gib > 0:
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total))
+limit_memory(args.cap_gib)
 
 
 class Block(torch.nn.Module):

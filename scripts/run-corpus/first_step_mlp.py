@@ -8,6 +8,7 @@ import json
 import time
 
 import torch
+from gpu_size import limit_memory
 import torch.nn.functional as F
 
 parser = argparse.ArgumentParser()
@@ -16,9 +17,7 @@ parser.add_argument("--batch-size", type=int, default=8192)
 parser.add_argument("--steps", type=int, default=40)
 args = parser.parse_args()
 started = time.time()
-if args.cap_gib > 0:
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total))
+limit_memory(args.cap_gib)
 
 width = 4096
 layers = [torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU()) for _ in range(6)]

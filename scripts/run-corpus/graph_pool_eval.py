@@ -10,6 +10,7 @@ import json
 import time
 
 import torch
+from gpu_size import limit_memory
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
@@ -18,9 +19,7 @@ parser.add_argument("--eval-batch-size", type=int, default=8192)
 parser.add_argument("--replays", type=int, default=200)
 args = parser.parse_args()
 started = time.time()
-if args.cap_gib > 0:
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total))
+limit_memory(args.cap_gib)
 
 width = 2048
 net = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),

@@ -10,6 +10,7 @@ import json
 import time
 
 import torch
+from gpu_size import limit_memory
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
@@ -17,9 +18,7 @@ parser.add_argument("--cache", default="cat", choices=["cat", "prealloc"])
 parser.add_argument("--new-tokens", type=int, default=1536)
 args = parser.parse_args()
 started = time.time()
-if args.cap_gib > 0:
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total))
+limit_memory(args.cap_gib)
 
 layers, batch, heads, head_dim, prompt = 8, 32, 16, 64, 512
 d_model = heads * head_dim

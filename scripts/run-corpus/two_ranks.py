@@ -29,12 +29,11 @@ if not args.worker:
     sys.exit(failed[0] if failed else 0)
 
 import torch  # noqa: E402  (the launcher itself never imports torch)
+from gpu_size import limit_memory
 
 rank = int(os.environ["RANK"])
 started = time.time()
-if args.cap_gib > 0:
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total))
+limit_memory(args.cap_gib, how="cap")
 batch = args.batch_size * (rank + 1)
 width = 4096
 net = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU())

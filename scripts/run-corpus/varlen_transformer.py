@@ -10,6 +10,7 @@ import random
 import time
 
 import torch
+from gpu_size import limit_memory
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
@@ -18,9 +19,7 @@ parser.add_argument("--max-len", type=int, default=2048)
 parser.add_argument("--batch-size", type=int, default=16)
 args = parser.parse_args()
 started = time.time()
-if args.cap_gib > 0:
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total))
+limit_memory(args.cap_gib)
 
 random.seed(7)
 torch.manual_seed(7)

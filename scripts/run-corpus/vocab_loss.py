@@ -11,6 +11,7 @@ import json
 import time
 
 import torch
+from gpu_size import limit_memory
 from torch.utils.checkpoint import checkpoint
 
 parser = argparse.ArgumentParser()
@@ -19,9 +20,7 @@ parser.add_argument("--loss-chunks", type=int, default=1)
 parser.add_argument("--steps", type=int, default=12)
 args = parser.parse_args()
 started = time.time()
-if args.cap_gib > 0:
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total))
+limit_memory(args.cap_gib)
 
 vocab, hidden, tokens = 50304, 1024, 8 * 1024
 body = torch.nn.Sequential(torch.nn.Embedding(vocab, hidden), torch.nn.Linear(hidden, hidden),
