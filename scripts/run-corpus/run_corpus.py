@@ -58,6 +58,54 @@ def final_json(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith('{"done"')]
 
 
+def full_run(command, change, timeout):
+    """The program to its end under one change, without vramscope: the truth of that change."""
+    run_command, env = apply_change(change, command)
+    t = time.time()
+    try:
+        done = subprocess.run(run_command, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"change": change, "command": run_command[1:], "exit": None, "timed_out": True,
+                "seconds": round(time.time() - t, 1)}
+    return {"change": change, "command": run_command[1:], "exit": done.returncode,
+            "seconds": round(time.time() - t, 1), "final": final_json(done.stdout),
+            "out_of_memory": "out of memory" in done.stderr,
+            "stderr_tail": done.stderr[-400:] if done.returncode else ""}
+
+
+def doctor(vramscope, folder, keep):
+    """What `vramscope diagnose` says of the original run's evidence alone (timeline, log, OOM
+    snapshots; no re-runs): the diagnosis a user gets before --prove (issue 35's fresh batch)."""
+    cli = [vramscope, "diagnose", "--json"]
+    timeline = os.path.join(folder, "timeline.vramcap")
+    if os.path.exists(timeline):
+        cli += ["--capture", timeline]
+    snapshots = sorted(glob.glob(os.path.join(folder, "snapshots", "*oom*.pickle")))
+    if snapshots:
+        cli += ["--snapshot", *snapshots]
+    log = os.path.join(folder, "output.log")
+    if os.path.exists(log):
+        cli += ["--log", log]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    with open(os.path.join(keep, "doctor.json"), "w") as f:
+        f.write(done.stdout)
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        return {"error": done.stderr[-1000:]}
+
+
+def alloc_conf_changes(recommendations):
+    """`PYTORCH_CUDA_ALLOC_CONF=…` of each recommendation's action, in order."""
+    out = []
+    for r in recommendations:
+        for line in (r.get("action") or "").splitlines():
+            line = line.strip()
+            if line.startswith("export PYTORCH_CUDA_ALLOC_CONF="):
+                out.append(line[len("export "):])
+    return out
+
+
 def run_case(vramscope, out, case):
     command = [sys.executable, os.path.join(HERE, case["script"]), *case["args"],
                "--cap-gib", str(case["cap_gib"])]
@@ -116,6 +164,28 @@ def run_case(vramscope, out, case):
                                   "exit": confirm.returncode, "seconds": round(time.time() - t, 1),
                                   "final": final_json(confirm.stdout),
                                   "stderr_tail": confirm.stderr[-400:] if confirm.returncode else ""}
+    # Issue 35: the diagnosis before any re-run, and the truth of the changes it and the user
+    # name that --prove did not get to (it stops at the first that works): one full run each.
+    diagnosis = doctor(vramscope, folder, keep)
+    findings = findings_of(diagnosis)
+    result["doctor"] = [{"category": x.get("category"), "title": x.get("title"),
+                         "recommendations": [{"id": r.get("id"), "title": r.get("title"),
+                                              "action": r.get("action")}
+                                             for r in x.get("recommendations", [])[:3]]}
+                        for x in findings[:3]]
+    tried = {p.get("change") for p in result["proof"]}
+    if "confirmation" in result:
+        tried.add(result["confirmation"]["change"])
+    wanted = alloc_conf_changes(findings[0].get("recommendations", [])[:2]) if findings else []
+    for vary in case.get("vary_arg", []):
+        flag, _, values = vary.partition("=")
+        wanted += [f"{flag} {v}" for v in values.split(",")]
+    result["truth_runs"] = []
+    for change in wanted:
+        if change in tried or time_left() < 60:
+            continue
+        tried.add(change)
+        result["truth_runs"].append(full_run(command, change, max(20.0, min(300.0, time_left()))))
     return result
 
 

@@ -135,19 +135,22 @@ impl RunEvents for Terminal {
             candidates.len()
         );
         eprintln!(
-            "  {:<56} {:<10} {:>12} {:>8} {:>7}",
+            "  (speed against the original run: time per iteration, or allocations per second \
+             where a run made fewer than two optimizer steps)"
+        );
+        eprintln!(
+            "  {:<56} {:<10} {:>12} {:>16} {:>7}",
             "change", "outcome", "peak", "speed", "time"
         );
     }
 
     fn proof_result(&mut self, run: &ProofRun) {
         eprintln!(
-            "  {:<56} {:<10} {:>12} {:>8} {:>6.0}s",
+            "  {:<56} {:<10} {:>12} {:>16} {:>6.0}s",
             run.change,
             run.outcome,
             run.peak_reserved_bytes.map_or("?".to_owned(), format_bytes),
-            run.relative_speed
-                .map_or("?".to_owned(), |s| format!("×{s:.2}")),
+            run.speed_text(),
             run.seconds
         );
     }

@@ -26,6 +26,30 @@ FAKE_TORCH = {
         # A stand-in for torch: just what vramscope_run_hook touches.
         from torch import _C
         from torch import cuda
+        from torch import optim
+    """,
+    "torch/optim/__init__.py": """
+        from torch.optim import optimizer
+        from torch.optim.optimizer import Optimizer
+    """,
+    "torch/optim/optimizer.py": """
+        import os
+
+        _global_step_post_hooks = []
+
+
+        def register_optimizer_step_post_hook(hook):
+            if os.environ.get("FAKE_TORCH_FAIL_STEP_HOOK") == "1":
+                raise RuntimeError("fake register failure")
+            _global_step_post_hooks.append(hook)
+
+
+        class Optimizer:
+            # As torch.optim.Optimizer's profile_hook_step wrapper: global post-hooks get
+            # (optimizer, args, kwargs) after every step.
+            def step(self, *args, **kwargs):
+                for hook in _global_step_post_hooks:
+                    hook(self, args, kwargs)
     """,
     "torch/_C.py": """
         import torch
@@ -358,6 +382,46 @@ class RunHookTest(unittest.TestCase):
         self.assertEqual(progress["num_alloc_retries"], 2)
         self.assertIsInstance(progress["time_unix_ms"], int)
         self.assertEqual(self.files(), ["progress/pid%d.json" % out["pid"]])
+
+    def test_optimizer_steps_and_their_times_are_in_the_progress(self):
+        code = """
+            import json, os, time, torch
+            optimizer = torch.optim.Optimizer()
+            optimizer.step()  # before CUDA init: not counted (recording starts with CUDA)
+            torch.cuda._fake_alloc(1, 100)
+            before = time.time() * 1000
+            for _ in range(3):
+                optimizer.step()
+                time.sleep(0.02)
+            optimizer.step()
+            after = time.time() * 1000
+            print(json.dumps({"pid": os.getpid(), "before": before, "after": after}))
+        """
+        out, stderr = self.run_child(code)
+        self.assertEqual(stderr, "")
+        progress = self.read_json("progress/pid%d.json" % out["pid"])
+        self.assertEqual(progress["optimizer_steps"], 4)
+        first = progress["first_optimizer_step_unix_ms"]
+        last = progress["last_optimizer_step_unix_ms"]
+        self.assertTrue(out["before"] <= first < last <= out["after"], (out, progress))
+        self.assertGreaterEqual(last - first, 3 * 20 - 1)  # three sleeps of 20 ms between them
+
+    def test_no_steps_no_step_fields_and_a_failing_register_is_one_line(self):
+        code = """
+            import json, os, torch
+            torch.cuda._fake_alloc(1, 100)
+            torch.optim.Optimizer().step()
+            print(json.dumps({"pid": os.getpid()}))
+        """
+        out, stderr = self.run_child(code, env={"FAKE_TORCH_FAIL_STEP_HOOK": "1"})
+        self.assertEqual(
+            self.vramscope_lines(stderr),
+            ["vramscope: could not count optimizer steps: RuntimeError: fake register failure"],
+        )
+        progress = self.read_json("progress/pid%d.json" % out["pid"])
+        self.assertEqual(progress["num_allocs"], 1)
+        self.assertNotIn("optimizer_steps", progress)
+        self.assertNotIn("first_optimizer_step_unix_ms", progress)
 
     def test_exit_flushes_progress_once_more(self):
         code = """

@@ -8,7 +8,8 @@ imports ``torch``. Then, once the program itself initialises CUDA, the process
 * records allocator history (``torch.cuda.memory._record_memory_history``),
 * writes a snapshot the moment an allocation fails (the allocator's out-of-memory observer),
   followed by a ``<name>.oom.json`` record of that failure,
-* writes ``progress/<name>.json`` every 0.5 s (allocation count, bytes) for the orchestrator,
+* writes ``progress/<name>.json`` every 0.5 s (allocation count, bytes, optimizer steps and the
+  times of the first and last) for the orchestrator,
 * optionally writes a snapshot every ``VRAMSCOPE_RUN_PERIODIC_S`` seconds.
 
 The contract with vramscope (environment variables, file names, JSON fields) is in README.md.
@@ -373,6 +374,11 @@ class Recorder:
         self._num_ooms_seen = 0
         self._reported = set()
         self._dynamo_checked = False
+        # Optimizer steps: one per training iteration in nearly every training loop, so
+        # vramscope can compare runs by time per iteration (``--prove``'s speed column).
+        self._optimizer_steps = 0
+        self._first_step_s = None
+        self._last_step_s = None
 
     # -- start ------------------------------------------------------------------------------
 
@@ -416,6 +422,7 @@ class Recorder:
             self.observer_attached = True
         except Exception as error:  # noqa: BLE001 - progress still helps
             warn("could not attach the out-of-memory observer: " + describe(error))
+        self._watch_optimizer_steps()
         import atexit
         import threading
 
@@ -427,6 +434,31 @@ class Recorder:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def _watch_optimizer_steps(self):
+        """Counts ``Optimizer.step`` calls through PyTorch's global step post-hook
+        (``torch.optim.optimizer.register_optimizer_step_post_hook``, PyTorch >= 2.0). torch
+        imports ``torch.optim`` itself, so nothing is imported here; a torch without the hook
+        (or without optim) just leaves the step fields out, and vramscope compares speeds by
+        allocations per second instead."""
+        optimizer_module = getattr(getattr(self.torch, "optim", None), "optimizer", None)
+        register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
+        if register is None:
+            return
+        try:
+            register(self._on_optimizer_step)
+        except Exception as error:  # noqa: BLE001 - speeds fall back to allocation rates
+            warn("could not count optimizer steps: " + describe(error))
+
+    def _on_optimizer_step(self, optimizer, args, kwargs):
+        # Called after every optimizer.step() of the program: keep it to a few assignments.
+        import time
+
+        now = time.time()
+        if self._first_step_s is None:
+            self._first_step_s = now
+        self._last_step_s = now
+        self._optimizer_steps += 1
 
     def _history_already_on(self):
         # torch._C._cuda_isHistoryEnabled: what torch/_inductor/cudagraph_trees.py checks
@@ -501,6 +533,10 @@ class Recorder:
 
             name, record = self._identity()
             record.update(self.read_stats())
+            if self._optimizer_steps:
+                record["optimizer_steps"] = self._optimizer_steps
+                record["first_optimizer_step_unix_ms"] = round(self._first_step_s * 1000.0, 3)
+                record["last_optimizer_step_unix_ms"] = round(self._last_step_s * 1000.0, 3)
             data = json.dumps(record, sort_keys=True).encode("utf-8")
             with self._lock:
                 return write_atomically(

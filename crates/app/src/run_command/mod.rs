@@ -433,10 +433,7 @@ fn proof_table_ui(ui: &mut egui::Ui, candidates: &[String], proof: &[ProofRun], 
                     _ => outcome,
                 });
                 ui.label(run.peak_reserved_bytes.map_or("?".to_owned(), format_bytes));
-                ui.label(
-                    run.relative_speed
-                        .map_or("?".to_owned(), |s| format!("×{s:.2}")),
-                );
+                ui.label(run.speed_text());
                 ui.label(format!("{:.0} s", run.seconds));
                 ui.label(run.replay_prediction.as_deref().unwrap_or("–"));
                 ui.end_row();

@@ -49,8 +49,8 @@ fn evidence_of(run: &ProofRun) -> Evidence {
     if let Some(peak) = run.peak_reserved_bytes {
         display.push_str(&format!(", peak reserved {}", format_bytes(peak)));
     }
-    if let Some(speed) = run.relative_speed {
-        display.push_str(&format!(", speed ×{speed:.2}"));
+    if run.relative_speed.is_some() {
+        display.push_str(&format!(", speed {}", run.speed_text()));
     }
     Evidence::text(
         format!("re-run with {}", run.change),
@@ -69,9 +69,11 @@ pub fn finding(proof: &[ProofRun], category: Category) -> Option<Finding> {
     }
     let evidence: Vec<Evidence> = proof.iter().map(evidence_of).collect();
     if let Some(best) = best(proof) {
-        let speed = best.relative_speed.map_or(String::new(), |s| {
-            format!(", at ×{s:.2} the original speed")
-        });
+        let speed = match (best.relative_speed, best.speed_basis) {
+            (Some(s), Some(basis)) => format!(", at ×{s:.2} the original speed ({})", basis.label()),
+            (Some(s), None) => format!(", at ×{s:.2} the original speed"),
+            _ => String::new(),
+        };
         let detail = format!(
             "re-run past the original failure by a clear margin{}{speed}",
             best.peak_reserved_bytes.map_or(String::new(), |p| format!(

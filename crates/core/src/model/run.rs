@@ -28,6 +28,26 @@ impl RunExit {
     }
 }
 
+/// What a re-run's speed is compared by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpeedBasis {
+    /// Seconds per optimizer step, first step left out (the hook's global step post-hook).
+    TimePerIteration,
+    /// Allocations per second over the whole run, start-up included.
+    AllocationsPerSecond,
+}
+
+impl SpeedBasis {
+    /// Words for tables and reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::TimePerIteration => "time per iteration",
+            Self::AllocationsPerSecond => "allocations per second",
+        }
+    }
+}
+
 /// One re-run of a `--prove`: the job under one candidate change.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProofRun {
@@ -43,13 +63,33 @@ pub struct ProofRun {
     pub peak_reserved_bytes: Option<u64>,
     /// When it ran out: the failed request minus the memory the device had free then.
     pub missing_bytes: Option<u64>,
-    /// Allocations per second relative to the original run (1 = as fast; lower is slower).
+    /// Speed relative to the original run (1 = as fast; lower is slower), measured as
+    /// `speed_basis` says.
     pub relative_speed: Option<f64>,
+    /// What `relative_speed` compares: time per iteration when both runs made at least two
+    /// optimizer steps, else allocations per second. Absent in run folders written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_basis: Option<SpeedBasis>,
+    /// This re-run's seconds per training iteration (optimizer step), when it made two or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds_per_iteration: Option<f64>,
     pub seconds: f64,
     /// The folder of this re-run's evidence, relative to the run folder.
     pub folder: String,
     /// What the replay of the original snapshot predicted for this change, when it could.
     pub replay_prediction: Option<String>,
+}
+
+impl ProofRun {
+    /// The speed as tables show it: `×0.97` by time per iteration, `×0.97 (alloc/s)` where it
+    /// could only be compared by allocations per second, `?` when unknown.
+    pub fn speed_text(&self) -> String {
+        match (self.relative_speed, self.speed_basis) {
+            (Some(speed), Some(SpeedBasis::TimePerIteration)) => format!("×{speed:.2}"),
+            (Some(speed), _) => format!("×{speed:.2} (alloc/s)"),
+            (None, _) => "?".to_owned(),
+        }
+    }
 }
 
 /// `run.json`.

@@ -14,7 +14,7 @@ use vramscope_core::diagnose::finding::Diagnosis;
 use vramscope_core::diagnose::proof::from_what_if;
 use vramscope_core::evidence::Evidence;
 use vramscope_core::model::format_bytes;
-use vramscope_core::model::run::ProofRun;
+use vramscope_core::model::run::{ProofRun, SpeedBasis};
 
 use super::{Forwarder, RunOptions, RunOutcome, run_until};
 
@@ -49,6 +49,24 @@ struct Progress {
     reserved_bytes_peak: u64,
     #[serde(default)]
     time_unix_ms: i64,
+    /// `Optimizer.step` calls seen by the hook's global step post-hook, and the times of the
+    /// first and the last (Unix milliseconds); absent when the job made none.
+    #[serde(default)]
+    optimizer_steps: u64,
+    #[serde(default)]
+    first_optimizer_step_unix_ms: f64,
+    #[serde(default)]
+    last_optimizer_step_unix_ms: f64,
+}
+
+impl Progress {
+    /// Seconds per optimizer step between the first step's end and the last's: the first
+    /// step's warm-up (kernel selection, lazy state) is left out. `None` below two steps.
+    fn seconds_per_step(&self) -> Option<f64> {
+        let span_ms = self.last_optimizer_step_unix_ms - self.first_optimizer_step_unix_ms;
+        (self.optimizer_steps >= 2 && span_ms > 0.0)
+            .then(|| span_ms / 1000.0 / (self.optimizer_steps - 1) as f64)
+    }
 }
 
 /// The hook's OOM record (`progress/<name>.oom.json`).
@@ -72,6 +90,9 @@ pub struct HookRecords {
     /// At the first OOM: the failed request minus what the device had free.
     pub oom_missing_bytes: Option<u64>,
     pub last_ms: i64,
+    /// Seconds per training iteration (optimizer step), of the slowest process that made at
+    /// least two: a job goes at the pace of its slowest rank.
+    pub seconds_per_iteration: Option<f64>,
 }
 
 /// Reads the hook's records of `folder` (summed over the job's processes).
@@ -106,6 +127,13 @@ pub fn hook_records(folder: &Path) -> HookRecords {
             && let Ok(progress) = serde_json::from_str::<Progress>(&text)
         {
             records.allocations += progress.num_allocs;
+            if let Some(seconds) = progress.seconds_per_step() {
+                records.seconds_per_iteration = Some(
+                    records
+                        .seconds_per_iteration
+                        .map_or(seconds, |s| s.max(seconds)),
+                );
+            }
             records.peak_reserved_bytes = records
                 .peak_reserved_bytes
                 .max(progress.reserved_bytes_peak);
@@ -331,6 +359,32 @@ fn allocation_rate(records: &HookRecords, seconds: f64) -> Option<f64> {
     (records.allocations > 0 && seconds > 0.0).then(|| records.allocations as f64 / seconds)
 }
 
+/// How fast the original run went, to compare re-runs with.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OriginalPace {
+    pub seconds_per_iteration: Option<f64>,
+    pub allocations_per_second: Option<f64>,
+}
+
+/// A re-run's speed relative to the original (1 = as fast, lower is slower) and what it was
+/// measured by: time per iteration where both runs made at least two optimizer steps (what a
+/// user means by "slower"), else allocations per second (the only pace a run that failed in its
+/// first step has; start-up counts in it).
+pub fn relative_speed(
+    original: &OriginalPace,
+    rerun: &HookRecords,
+    rerun_seconds: f64,
+) -> Option<(f64, SpeedBasis)> {
+    if let (Some(original), Some(rerun)) =
+        (original.seconds_per_iteration, rerun.seconds_per_iteration)
+    {
+        return Some((original / rerun, SpeedBasis::TimePerIteration));
+    }
+    allocation_rate(rerun, rerun_seconds)
+        .zip(original.allocations_per_second)
+        .map(|(rate, original)| (rate / original, SpeedBasis::AllocationsPerSecond))
+}
+
 /// Re-runs the job of `original` under each candidate (in order), stopping at the first that
 /// removes the failure unless `try_all`; `on_result` hears of each re-run as it ends.
 pub fn prove(
@@ -349,7 +403,10 @@ pub fn prove(
         .unwrap_or(original_records.allocations);
     let margin = ((failed_at as f64 * MARGIN_FRACTION) as u64).max(MIN_MARGIN_ALLOCATIONS);
     let past = failed_at + margin;
-    let original_rate = allocation_rate(&original_records, original_seconds);
+    let original_pace = OriginalPace {
+        seconds_per_iteration: original_records.seconds_per_iteration,
+        allocations_per_second: allocation_rate(&original_records, original_seconds),
+    };
     let budget = base
         .budget
         .unwrap_or_else(|| Duration::from_secs_f64((2.0 * original_seconds).max(30.0)));
@@ -392,7 +449,7 @@ pub fn prove(
                 stopped_early,
                 past,
                 seconds,
-                original_rate,
+                &original_pace,
                 &original.folder,
             ),
             Err(e) => ProofRun {
@@ -420,10 +477,11 @@ fn judge_rerun(
     stopped_early: bool,
     past: u64,
     seconds: f64,
-    original_rate: Option<f64>,
+    original_pace: &OriginalPace,
     original_folder: &Path,
 ) -> ProofRun {
     let records = hook_records(&outcome.folder);
+    let speed = relative_speed(original_pace, &records, seconds);
     let log_says_out_of_memory = std::fs::read_to_string(outcome.folder.join(super::LOG_FILE))
         .is_ok_and(|log| {
             log.contains("CUDA out of memory")
@@ -453,9 +511,9 @@ fn judge_rerun(
         missing_bytes: records.oom_missing_bytes,
         peak_reserved_bytes: (records.peak_reserved_bytes > 0)
             .then_some(records.peak_reserved_bytes),
-        relative_speed: allocation_rate(&records, seconds)
-            .zip(original_rate)
-            .map(|(rate, original)| rate / original),
+        relative_speed: speed.map(|(s, _)| s),
+        speed_basis: speed.map(|(_, basis)| basis),
+        seconds_per_iteration: records.seconds_per_iteration,
         seconds,
         folder: relative(&outcome.folder, original_folder),
         replay_prediction: candidate.prediction.clone(),
@@ -590,6 +648,57 @@ mod tests {
     }
 
     #[test]
+    fn speed_is_time_per_iteration_where_both_runs_made_two_steps() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let progress = dir.path().join("progress");
+        std::fs::create_dir_all(&progress).expect("folder");
+        // Rank 0: 5 steps over 400 ms (0.1 s each); rank 1: 3 steps over 500 ms (0.25 s each,
+        // the slower: the job's pace); rank 2: one step, no interval.
+        for (name, text) in [
+            (
+                "rank0-pid1.json",
+                r#"{"num_allocs": 1000, "optimizer_steps": 5, "first_optimizer_step_unix_ms": 1000.0, "last_optimizer_step_unix_ms": 1400.0}"#,
+            ),
+            (
+                "rank1-pid2.json",
+                r#"{"num_allocs": 1000, "optimizer_steps": 3, "first_optimizer_step_unix_ms": 1000.5, "last_optimizer_step_unix_ms": 1500.5}"#,
+            ),
+            (
+                "rank2-pid3.json",
+                r#"{"num_allocs": 1000, "optimizer_steps": 1, "first_optimizer_step_unix_ms": 1000.0, "last_optimizer_step_unix_ms": 1000.0}"#,
+            ),
+        ] {
+            std::fs::write(progress.join(name), text).expect("written");
+        }
+        let rerun = hook_records(dir.path());
+        let per_iteration = rerun.seconds_per_iteration.expect("two ranks made two steps");
+        assert!((per_iteration - 0.25).abs() < 1e-9, "{per_iteration}");
+
+        // The original made steps at 0.2 s: the re-run is slower, ×0.8, by iteration, even
+        // though its allocation rate is far higher.
+        let original = OriginalPace {
+            seconds_per_iteration: Some(0.2),
+            allocations_per_second: Some(10.0),
+        };
+        let (speed, basis) = relative_speed(&original, &rerun, 10.0).expect("a speed");
+        assert_eq!(basis, SpeedBasis::TimePerIteration);
+        assert!((speed - 0.8).abs() < 1e-9, "{speed}");
+
+        // An original that failed in its first step has no iteration time: allocations/s.
+        let first_step_failure = OriginalPace {
+            seconds_per_iteration: None,
+            allocations_per_second: Some(100.0),
+        };
+        let (speed, basis) = relative_speed(&first_step_failure, &rerun, 10.0).expect("a speed");
+        assert_eq!(basis, SpeedBasis::AllocationsPerSecond);
+        assert!((speed - 3.0).abs() < 1e-9, "{speed}"); // 3000 allocations in 10 s vs 100/s
+        assert_eq!(
+            relative_speed(&OriginalPace::default(), &rerun, 10.0),
+            None
+        );
+    }
+
+    #[test]
     fn hook_records_sum_processes_and_take_the_first_oom() {
         let dir = tempfile::tempdir().expect("temp dir");
         let progress = dir.path().join("progress");
@@ -618,6 +727,7 @@ mod tests {
                 oom_at_allocation: Some(40),
                 oom_missing_bytes: Some(200),
                 last_ms: 7,
+                seconds_per_iteration: None,
             }
         );
         assert_eq!(
