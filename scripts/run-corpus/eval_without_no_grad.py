@@ -1,7 +1,9 @@
 """An evaluation loop that forgets `torch.no_grad()` and keeps every batch's output: each kept
 output holds its whole autograd graph, so memory grows batch after batch.
 
-    python3 eval_without_no_grad.py --cap-gib G [--batches 200]
+    python3 eval_without_no_grad.py --cap-gib G [--batches 200] [--no-grad 0|1]
+
+`--no-grad 1` is the fix: evaluation under torch.no_grad() keeps the outputs but no graphs.
 """
 
 import argparse
@@ -14,6 +16,7 @@ from gpu_size import limit_memory
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
 parser.add_argument("--batches", type=int, default=200)
+parser.add_argument("--no-grad", type=int, default=0)
 args = parser.parse_args()
 started = time.time()
 limit_memory(args.cap_gib)
@@ -24,7 +27,8 @@ net = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width), t
 outputs = []
 for batch in range(args.batches):
     x = torch.randn(512, width, device="cuda")
-    outputs.append(net(x).softmax(dim=1))
+    with torch.set_grad_enabled(not args.no_grad):
+        outputs.append(net(x).softmax(dim=1))
     if batch % 20 == 0:
         print(f"batch {batch}", flush=True)
 accuracy = torch.cat(outputs).argmax(dim=1).float().mean().item()
