@@ -173,6 +173,11 @@ def run_case(vramscope, out, case):
                                               "action": r.get("action")}
                                              for r in x.get("recommendations", [])[:3]]}
                         for x in findings[:3]]
+    result["doctor_memory"] = [{"snapshot": m.get("snapshot"),
+                                "at_failure": (m.get("at_failure") or {}).get("categories"),
+                                "at_peak": (m.get("at_peak") or {}).get("categories"),
+                                "failing_request": m.get("failing_request")}
+                               for m in diagnosis.get("memory_categories", [])[:2]]
     tried = {p.get("change") for p in result["proof"]}
     if "confirmation" in result:
         tried.add(result["confirmation"]["change"])
