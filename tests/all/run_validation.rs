@@ -246,3 +246,292 @@ fn the_validation_document_shows_the_recorded_results() {
          VRAMSCOPE_WRITE_DOCS=1 cargo test --test all run_validation::"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 35's fresh batch: the same real runs, judged as a diagnosis made before any re-run.
+// ---------------------------------------------------------------------------------------------
+
+/// The case's entry in `scripts/run-corpus/cases.json` (its expectations, written before any
+/// run, and the kinds of change its switches make).
+fn corpus_spec(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/run-corpus/cases.json");
+    let cases: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    cases
+        .into_iter()
+        .find(|c| c["case"] == name)
+        .unwrap_or(Value::Null)
+}
+
+fn is_alloc_conf(change: &str) -> bool {
+    change.starts_with("PYTORCH_CUDA_ALLOC_CONF=") || change.starts_with("PYTORCH_ALLOC_CONF=")
+}
+
+/// What the real runs say of `change`: `Some(true)` removed the failure (a `--prove` re-run
+/// past the failure, or a full run that finished), `Some(false)` ran out, `None` not tried.
+fn change_truth(case: &Value, change: &str) -> Option<bool> {
+    let mut truth = None;
+    for row in case["proof"].as_array().into_iter().flatten() {
+        if row["change"] == change {
+            match row["outcome"].as_str() {
+                Some("removed") => return Some(true),
+                Some("ran_out") => truth = Some(false),
+                _ => {}
+            }
+        }
+    }
+    let full_runs = case["truth_runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(case.get("confirmation"));
+    for run in full_runs {
+        if run["change"] == change {
+            if run["exit"] == 0 {
+                return Some(true);
+            }
+            if run["out_of_memory"] == true
+                || run["stderr_tail"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("out of memory"))
+            {
+                truth = Some(false);
+            }
+        }
+    }
+    truth
+}
+
+/// The finding the case must get: as written in cases.json, except that between capacity and
+/// fragmentation the real runs decide (an allocator setting alone removed the failure: a
+/// placement problem, fragmentation; none did: capacity).
+fn expected_category(case: &Value, spec: &Value) -> String {
+    let written = spec["expected_category"].as_str().unwrap_or("");
+    if written != "capacity" && written != "fragmentation" {
+        return written.to_owned();
+    }
+    let changes: Vec<&str> = case["proof"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(case["truth_runs"].as_array().into_iter().flatten())
+        .filter_map(|r| r["change"].as_str())
+        .filter(|c| is_alloc_conf(c))
+        .collect();
+    if changes.iter().any(|c| change_truth(case, c) == Some(true)) {
+        "fragmentation".to_owned()
+    } else {
+        "capacity".to_owned()
+    }
+}
+
+/// The kind of program change a recommendation asks for, as the corpus's switches are labelled
+/// (`knob_kinds` in cases.json); `None` for advice no switch of the corpus makes.
+fn knob_kind(recommendation_id: &str) -> Option<&'static str> {
+    Some(match recommendation_id {
+        "reduce-batch-size" => "batch",
+        "activation-checkpointing" => "activation-checkpointing",
+        "mixed-precision" | "low-precision-weights" => "precision",
+        "low-precision-optimizer-state" => "optimizer-state",
+        "preallocate-cache" => "preallocate-cache",
+        "release-private-pool" => "release-private-pool",
+        "fix-leak" | "no-grad-inference" => "leak-fix",
+        _ => return None,
+    })
+}
+
+/// The real changes a recommendation stands for in this case: its allocator settings, or the
+/// case's switch values of its kind.
+fn recommendation_changes(recommendation: &Value, spec: &Value) -> Vec<String> {
+    let action = recommendation["action"].as_str().unwrap_or("");
+    let settings: Vec<String> = action
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("export "))
+        .filter(|c| is_alloc_conf(c))
+        .map(str::to_owned)
+        .collect();
+    if !settings.is_empty() {
+        return settings;
+    }
+    let Some(kind) = recommendation["id"].as_str().and_then(knob_kind) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for vary in spec["vary_arg"].as_array().into_iter().flatten() {
+        let Some((flag, values)) = vary.as_str().and_then(|v| v.split_once('=')) else {
+            continue;
+        };
+        if spec["knob_kinds"][flag] == kind {
+            out.extend(values.split(',').map(|v| format!("{flag} {v}")));
+        }
+    }
+    out
+}
+
+/// A recommendation's truth: worked (one of its changes removed the failure), failed (every
+/// change tried ran out), or not tried.
+fn recommendation_truth(
+    case: &Value,
+    spec: &Value,
+    recommendation: &Value,
+) -> (String, Option<bool>) {
+    let changes = recommendation_changes(recommendation, spec);
+    if changes.is_empty() {
+        return ("no switch of the program makes it".to_owned(), None);
+    }
+    let truths: Vec<Option<bool>> = changes.iter().map(|c| change_truth(case, c)).collect();
+    let verdict = if truths.contains(&Some(true)) {
+        Some(true)
+    } else if truths.iter().all(|t| *t == Some(false)) {
+        Some(false)
+    } else {
+        None
+    };
+    (changes.join(", "), verdict)
+}
+
+/// The largest memory category at the failure (else at the peak) of the doctor's first device.
+fn largest_memory_category(case: &Value) -> Option<String> {
+    let first = case["doctor_memory"].get(0)?;
+    let categories = if first["at_failure"].is_object() {
+        &first["at_failure"]
+    } else {
+        &first["at_peak"]
+    };
+    categories
+        .as_object()?
+        .iter()
+        .filter_map(|(k, v)| v.as_u64().map(|b| (k.clone(), b)))
+        .max_by_key(|(_, b)| *b)
+        .map(|(k, _)| k)
+}
+
+/// One case of the fresh batch, judged.
+struct FreshVerdict {
+    name: String,
+    expected: String,
+    diagnosed: String,
+    expected_memory: Option<String>,
+    largest_memory: Option<String>,
+    first: String,
+    maps_to: String,
+    worked: Option<bool>,
+    uncertain_with_working_second: bool,
+}
+
+impl FreshVerdict {
+    fn category_right(&self) -> bool {
+        self.expected == self.diagnosed
+    }
+    fn recommendation_right(&self) -> bool {
+        self.worked == Some(true) || self.uncertain_with_working_second
+    }
+}
+
+fn fresh_verdict(case: &Value) -> FreshVerdict {
+    let name = case["case"].as_str().unwrap_or("").to_owned();
+    let spec = corpus_spec(&name);
+    let finding = &case["doctor"][0];
+    let recommendations: Vec<&Value> = finding["recommendations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
+    let (maps_to, worked) = recommendations
+        .first()
+        .map_or(("no recommendation".to_owned(), None), |r| {
+            recommendation_truth(case, &spec, r)
+        });
+    let uncertain = finding["title"]
+        .as_str()
+        .is_some_and(|t| t.contains("Uncertain"));
+    let uncertain_with_working_second = uncertain
+        && recommendations
+            .iter()
+            .take(2)
+            .any(|r| recommendation_truth(case, &spec, r).1 == Some(true));
+    FreshVerdict {
+        expected: expected_category(case, &spec),
+        diagnosed: finding["category"].as_str().unwrap_or("none").to_owned(),
+        expected_memory: spec["expected_memory_category"].as_str().map(str::to_owned),
+        largest_memory: largest_memory_category(case),
+        first: recommendations
+            .first()
+            .and_then(|r| r["id"].as_str())
+            .unwrap_or("-")
+            .to_owned(),
+        maps_to,
+        worked,
+        uncertain_with_working_second,
+        name,
+    }
+}
+
+fn fresh_table(verdicts: &[FreshVerdict]) -> String {
+    let mut out = String::from(
+        "| case | expected | diagnosed | largest memory at the failure (expected) | first recommendation | what it changes | for real |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for v in verdicts {
+        let real = match (v.worked, v.uncertain_with_working_second) {
+            (Some(true), _) => "removed the failure",
+            (_, true) => "uncertain; the second removed it",
+            (Some(false), _) => "**still ran out**",
+            (None, _) => "**not tried**",
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} ({}) | {} | {} | {real} |\n",
+            v.name,
+            v.expected,
+            v.diagnosed,
+            v.largest_memory.as_deref().unwrap_or("?"),
+            v.expected_memory.as_deref().unwrap_or("any"),
+            v.first,
+            v.maps_to.replace('|', "\\|"),
+        ));
+    }
+    let right = verdicts.iter().filter(|v| v.category_right()).count();
+    let works = verdicts.iter().filter(|v| v.recommendation_right()).count();
+    out.push_str(&format!(
+        "\nPrimary category right: {right} of {} cases. First recommendation removed the failure \
+         for real (or honestly uncertain with the working fix second): {works} of {}.\n",
+        verdicts.len(),
+        verdicts.len()
+    ));
+    out
+}
+
+/// Issue 35's fresh batch in `docs/diagnosis-validation.md`: written by this test with
+/// `VRAMSCOPE_WRITE_DOCS=1`, checked against the recorded runs otherwise. The targets are held
+/// by `the_fresh_batch_is_diagnosed_right` below, so a table that falls short fails there.
+#[test]
+fn the_diagnosis_validation_document_shows_the_fresh_batch() {
+    let Some(cases) = recorded_cases() else {
+        return skipped(
+            "run_validation::the_diagnosis_validation_document_shows_the_fresh_batch",
+            NOT_RUN,
+        );
+    };
+    let verdicts: Vec<FreshVerdict> = cases
+        .iter()
+        .filter(|c| c.get("doctor").is_some())
+        .map(fresh_verdict)
+        .collect();
+    let generated = fresh_table(&verdicts);
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/diagnosis-validation.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap_or_default();
+    const START: &str = "<!-- fresh batch: generated by tests/all/run_validation.rs -->\n";
+    const END: &str = "<!-- end of fresh batch -->";
+    if std::env::var_os("VRAMSCOPE_WRITE_DOCS").is_some() {
+        let (head, tail) = match (doc.find(START), doc.find(END)) {
+            (Some(s), Some(e)) => (doc[..s].to_owned(), doc[e..].to_owned()),
+            _ => (doc.clone(), format!("{END}\n")),
+        };
+        std::fs::write(&doc_path, format!("{head}{START}{generated}{tail}")).unwrap();
+        return;
+    }
+    assert!(
+        doc.contains(&format!("{START}{generated}{END}")),
+        "docs/diagnosis-validation.md does not show the fresh batch; rewrite it with \
+         VRAMSCOPE_WRITE_DOCS=1 cargo test --test all run_validation::"
+    );
+}

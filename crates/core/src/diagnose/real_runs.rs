@@ -70,7 +70,9 @@ pub fn finding(proof: &[ProofRun], category: Category) -> Option<Finding> {
     let evidence: Vec<Evidence> = proof.iter().map(evidence_of).collect();
     if let Some(best) = best(proof) {
         let speed = match (best.relative_speed, best.speed_basis) {
-            (Some(s), Some(basis)) => format!(", at ×{s:.2} the original speed ({})", basis.label()),
+            (Some(s), Some(basis)) => {
+                format!(", at ×{s:.2} the original speed ({})", basis.label())
+            }
             (Some(s), None) => format!(", at ×{s:.2} the original speed"),
             _ => String::new(),
         };

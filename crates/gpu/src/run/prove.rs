@@ -671,7 +671,9 @@ mod tests {
             std::fs::write(progress.join(name), text).expect("written");
         }
         let rerun = hook_records(dir.path());
-        let per_iteration = rerun.seconds_per_iteration.expect("two ranks made two steps");
+        let per_iteration = rerun
+            .seconds_per_iteration
+            .expect("two ranks made two steps");
         assert!((per_iteration - 0.25).abs() < 1e-9, "{per_iteration}");
 
         // The original made steps at 0.2 s: the re-run is slower, ×0.8, by iteration, even
@@ -692,10 +694,7 @@ mod tests {
         let (speed, basis) = relative_speed(&first_step_failure, &rerun, 10.0).expect("a speed");
         assert_eq!(basis, SpeedBasis::AllocationsPerSecond);
         assert!((speed - 3.0).abs() < 1e-9, "{speed}"); // 3000 allocations in 10 s vs 100/s
-        assert_eq!(
-            relative_speed(&OriginalPace::default(), &rerun, 10.0),
-            None
-        );
+        assert_eq!(relative_speed(&OriginalPace::default(), &rerun, 10.0), None);
     }
 
     #[test]
