@@ -43,9 +43,20 @@ def substitute(command, flag, value):
     return out + [flag, value]
 
 
-def apply_change(change, command):
-    """The command and environment of a change as vramscope writes it: NAME=VALUE or --flag value."""
+def device_total_gib():
+    done = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
+                           "-i", "0"], capture_output=True, text=True)
+    return float(done.stdout.split()[0]) / 1024.0
+
+
+def apply_change(change, command, cap_flag=None):
+    """The command and environment of a change as vramscope writes it: NAME=VALUE or --flag value.
+    A raised cap (VRAMSCOPE_RUN_MEMORY_FRACTION=F, which only the hook applies) becomes what a
+    user edits, the program's own cap: its `cap_flag` set to F x the card."""
     env = dict(os.environ)
+    if change.startswith("VRAMSCOPE_RUN_MEMORY_FRACTION=") and cap_flag:
+        fraction = float(change.split("=", 1)[1])
+        return substitute(command, cap_flag, str(round(fraction * device_total_gib(), 3))), env
     m = re.fullmatch(r"([A-Z_][A-Z0-9_]*)=(.*)", change)
     if m:
         env[m.group(1)] = m.group(2)
@@ -58,9 +69,9 @@ def final_json(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith('{"done"')]
 
 
-def full_run(command, change, timeout):
+def full_run(command, change, timeout, cap_flag=None):
     """The program to its end under one change, without vramscope: the truth of that change."""
-    run_command, env = apply_change(change, command)
+    run_command, env = apply_change(change, command, cap_flag)
     t = time.time()
     try:
         done = subprocess.run(run_command, env=env, capture_output=True, text=True, timeout=timeout)
@@ -156,7 +167,7 @@ def run_case(vramscope, out, case):
     result["first_recommendation"] = first and {"id": first.get("id"), "title": first.get("title")}
     if first and first.get("id") == "proven-by-run" and first.get("title", "").startswith("Run with "):
         change = first["title"][len("Run with "):]
-        confirm_command, env = apply_change(change, command)
+        confirm_command, env = apply_change(change, command, case.get("cap_flag"))
         t = time.time()
         confirm = subprocess.run(confirm_command, env=env, capture_output=True, text=True,
                                  timeout=max(20.0, min(300.0, time_left() + 30.0)))
@@ -190,7 +201,8 @@ def run_case(vramscope, out, case):
         if change in tried or time_left() < 60:
             continue
         tried.add(change)
-        result["truth_runs"].append(full_run(command, change, max(20.0, min(300.0, time_left()))))
+        result["truth_runs"].append(full_run(command, change, max(20.0, min(300.0, time_left())),
+                                             case.get("cap_flag")))
     return result
 
 

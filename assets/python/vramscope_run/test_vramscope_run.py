@@ -140,6 +140,13 @@ FAKE_TORCH = {
             return int(os.environ.get("FAKE_TORCH_DEVICES", "1"))
 
 
+        fractions = []  # what reached the allocator
+
+
+        def set_per_process_memory_fraction(fraction, device=None):
+            fractions.append(fraction)
+
+
         def _fake_alloc(count, nbytes, device=0):
             # The program allocating: counters as the caching allocator keeps them.
             _lazy_init()
@@ -166,6 +173,7 @@ FAKE_TORCH = {
 
         from torch.cuda import memory
         from torch.cuda.memory import memory_stats
+        memory.set_per_process_memory_fraction = set_per_process_memory_fraction
     """,
     "torch/cuda/memory.py": """
         import json
@@ -422,6 +430,37 @@ class RunHookTest(unittest.TestCase):
         self.assertEqual(progress["num_allocs"], 1)
         self.assertNotIn("optimizer_steps", progress)
         self.assertNotIn("first_optimizer_step_unix_ms", progress)
+
+    def test_memory_fraction_is_recorded_and_raised_only_when_asked(self):
+        code = """
+            import json, os, torch
+            from torch.cuda import set_per_process_memory_fraction
+            set_per_process_memory_fraction(0.1)         # before CUDA init, as programs do
+            torch.cuda.memory.set_per_process_memory_fraction(0.9)  # above the least: kept
+            torch.cuda.set_per_process_memory_fraction(0.2)
+            torch.cuda._fake_alloc(1, 100)
+            print(json.dumps({"pid": os.getpid(), "fractions": torch.cuda.fractions,
+                              "wrapped": torch.cuda.set_per_process_memory_fraction.__wrapped__.__name__}))
+        """
+        out, stderr = self.run_child(code)
+        self.assertEqual(stderr, "")
+        self.assertEqual(out["fractions"], [0.1, 0.9, 0.2])  # untouched without the option
+        progress = self.read_json("progress/pid%d.json" % out["pid"])
+        self.assertEqual(progress["memory_fraction"], 0.2)  # the program's last request
+
+        out, stderr = self.run_child(code, env={"VRAMSCOPE_RUN_MEMORY_FRACTION": "0.5"})
+        self.assertEqual(stderr, "")
+        self.assertEqual(out["fractions"], [0.5, 0.9, 0.5])  # raised to the least, never lowered
+        self.assertEqual(out["wrapped"], "set_per_process_memory_fraction")
+        progress = self.read_json("progress/pid%d.json" % out["pid"])
+        self.assertEqual(progress["memory_fraction"], 0.2)  # still what the program asked
+
+        out, stderr = self.run_child(code, env={"VRAMSCOPE_RUN_MEMORY_FRACTION": "2"})
+        self.assertEqual(
+            self.vramscope_lines(stderr),
+            ["vramscope: VRAMSCOPE_RUN_MEMORY_FRACTION='2' is not a fraction in (0, 1]; the program's own caps are kept"],
+        )
+        self.assertEqual(out["fractions"], [0.1, 0.9, 0.2])
 
     def test_exit_flushes_progress_once_more(self):
         code = """

@@ -68,6 +68,9 @@ ENV_OFF = "VRAMSCOPE_RUN_OFF"
 ENV_MAX_ENTRIES = "VRAMSCOPE_RUN_MAX_ENTRIES"
 ENV_STACKS = "VRAMSCOPE_RUN_STACKS"
 ENV_PERIODIC_S = "VRAMSCOPE_RUN_PERIODIC_S"
+# --prove's raised-cap candidate: the per-process memory fraction the program sets is raised to
+# at least this (a fraction in (0, 1]).
+ENV_MEMORY_FRACTION = "VRAMSCOPE_RUN_MEMORY_FRACTION"
 
 # Same default as the live-capture helper: several training steps of history, files in the tens
 # of megabytes ("expect each entry to be several KB" -- _record_memory_history's docstring).
@@ -281,6 +284,15 @@ class Options:
         self.periodic_s = _parse(
             environ, ENV_PERIODIC_S, 0.0, float, lambda v: v >= 0 and v == v, "seconds >= 0"
         )
+        self.least_memory_fraction = _parse(
+            environ,
+            ENV_MEMORY_FRACTION,
+            None,
+            float,
+            lambda v: 0 < v <= 1,
+            "a fraction in (0, 1]",
+            "the program's own caps are kept",
+        )
 
     def record_history_kwargs(self):
         kwargs = {"enabled": "all", "max_entries": self.max_entries}
@@ -288,7 +300,7 @@ class Options:
         return kwargs
 
 
-def _parse(environ, name, default, convert, valid, expected):
+def _parse(environ, name, default, convert, valid, expected, default_text=None):
     raw = environ.get(name, "").strip()
     if not raw:
         return default
@@ -298,7 +310,7 @@ def _parse(environ, name, default, convert, valid, expected):
             return value
     except (ValueError, OverflowError):
         pass
-    warn("%s=%r is not %s; using %s" % (name, raw, expected, default))
+    warn("%s=%r is not %s; %s" % (name, raw, expected, default_text or "using %s" % default))
     return default
 
 
@@ -379,6 +391,7 @@ class Recorder:
         self._optimizer_steps = 0
         self._first_step_s = None
         self._last_step_s = None
+        self.memory_fraction = None  # the last per-process fraction the program asked for
 
     # -- start ------------------------------------------------------------------------------
 
@@ -387,6 +400,7 @@ class Recorder:
         cuda = getattr(self.torch, "cuda", None) or sys.modules.get("torch.cuda")
         if cuda is None:
             return  # nothing CUDA-related to record
+        self._watch_memory_fraction(cuda)
         lazy_call = getattr(cuda, "_lazy_call", None)
         if lazy_call is not None:
             # Runs now if CUDA is already initialised, else from inside torch.cuda._lazy_init.
@@ -434,6 +448,33 @@ class Recorder:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def _watch_memory_fraction(self, cuda):
+        """Wraps ``set_per_process_memory_fraction`` (in ``torch.cuda`` and ``torch.cuda.memory``;
+        the program has not run yet, so a later ``from torch.cuda import ...`` gets the wrapper):
+        the fraction the program asks for is kept for the progress record (what cap refused,
+        when one did), and with ``VRAMSCOPE_RUN_MEMORY_FRACTION`` raised to at least that --
+        ``--prove``'s raised-cap candidate, a real run under a larger cap with no code change.
+        Wrapping touches no CUDA state."""
+        original = getattr(cuda, "set_per_process_memory_fraction", None)
+        if original is None or getattr(original, "_vramscope_wrapped", False):
+            return
+        recorder = self
+
+        def set_per_process_memory_fraction(fraction, device=None):
+            recorder.memory_fraction = fraction
+            least = recorder.options.least_memory_fraction
+            if least is not None and isinstance(fraction, (int, float)) and fraction < least:
+                fraction = least
+            return original(fraction, device)
+
+        set_per_process_memory_fraction._vramscope_wrapped = True
+        set_per_process_memory_fraction.__doc__ = original.__doc__
+        set_per_process_memory_fraction.__wrapped__ = original
+        cuda.set_per_process_memory_fraction = set_per_process_memory_fraction
+        memory = getattr(cuda, "memory", None)
+        if getattr(memory, "set_per_process_memory_fraction", None) is original:
+            memory.set_per_process_memory_fraction = set_per_process_memory_fraction
 
     def _watch_optimizer_steps(self):
         """Counts ``Optimizer.step`` calls through PyTorch's global step post-hook
@@ -533,6 +574,8 @@ class Recorder:
 
             name, record = self._identity()
             record.update(self.read_stats())
+            if isinstance(self.memory_fraction, (int, float)):
+                record["memory_fraction"] = float(self.memory_fraction)
             if self._optimizer_steps:
                 record["optimizer_steps"] = self._optimizer_steps
                 record["first_optimizer_step_unix_ms"] = round(self._first_step_s * 1000.0, 3)

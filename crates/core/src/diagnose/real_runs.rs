@@ -30,6 +30,14 @@ pub fn best(proof: &[ProofRun]) -> Option<&ProofRun> {
 /// How a change is applied: `export NAME=VALUE` for an environment variable, the command line
 /// for an argument.
 fn action(change: &str) -> String {
+    if let Some(fraction) = change.strip_prefix("VRAMSCOPE_RUN_MEMORY_FRACTION=") {
+        // The hook's raised cap: the job's own cap is the thing to change.
+        return format!(
+            "torch.cuda.set_per_process_memory_fraction({fraction})  # where the job sets its \
+             cap\n# or, with no code change: VRAMSCOPE_RUN_MEMORY_FRACTION={fraction} vramscope \
+             run -- COMMAND (raises the job's own cap to {fraction})"
+        );
+    }
     match change.split_once('=') {
         Some((name, value))
             if !name.starts_with('-')
@@ -265,6 +273,13 @@ mod tests {
             action("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
             "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
         );
+        // A raised cap is a change to the job's own cap, not an export that would do nothing.
+        let raised = action("VRAMSCOPE_RUN_MEMORY_FRACTION=0.4");
+        assert!(
+            raised.starts_with("torch.cuda.set_per_process_memory_fraction(0.4)"),
+            "{raised}"
+        );
+        assert!(!raised.starts_with("export"), "{raised}");
     }
 
     #[test]

@@ -113,9 +113,8 @@ fn conclude_failure(
         return;
     }
     let mut report = evidence.report("vramscope run", vramscope_core::model::now_unix_ms());
-    let ran_out = prove::hook_records(&outcome.folder)
-        .oom_at_allocation
-        .is_some()
+    let original_records = prove::hook_records(&outcome.folder);
+    let ran_out = original_records.oom_at_allocation.is_some()
         || report
             .diagnosis
             .findings
@@ -125,6 +124,7 @@ fn conclude_failure(
         let candidates = prove::candidates(
             &evidence,
             &report.diagnosis,
+            &original_records,
             &options.command,
             &prove.vary,
             &prove.vary_arg,

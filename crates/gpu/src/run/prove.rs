@@ -57,6 +57,9 @@ struct Progress {
     first_optimizer_step_unix_ms: f64,
     #[serde(default)]
     last_optimizer_step_unix_ms: f64,
+    /// The per-process memory fraction the program set, when it set one.
+    #[serde(default)]
+    memory_fraction: Option<f64>,
 }
 
 impl Progress {
@@ -93,6 +96,10 @@ pub struct HookRecords {
     /// Seconds per training iteration (optimizer step), of the slowest process that made at
     /// least two: a job goes at the pace of its slowest rank.
     pub seconds_per_iteration: Option<f64>,
+    /// The smallest per-process memory fraction a process of the job set, when one did.
+    pub memory_fraction: Option<f64>,
+    /// At the first OOM the device had room for the request: a cap refused it, not the card.
+    pub cap_refused: bool,
 }
 
 /// Reads the hook's records of `folder` (summed over the job's processes).
@@ -116,6 +123,7 @@ pub fn hook_records(folder: &Path) -> HookRecords {
                     // not in the record, so nothing is claimed then.
                     records.oom_missing_bytes = (oom.alloc_bytes > oom.device_free)
                         .then(|| oom.alloc_bytes - oom.device_free);
+                    records.cap_refused = oom.alloc_bytes <= oom.device_free;
                 }
                 records.oom_at_allocation = Some(
                     records
@@ -127,6 +135,13 @@ pub fn hook_records(folder: &Path) -> HookRecords {
             && let Ok(progress) = serde_json::from_str::<Progress>(&text)
         {
             records.allocations += progress.num_allocs;
+            if let Some(fraction) = progress.memory_fraction.filter(|f| *f > 0.0) {
+                records.memory_fraction = Some(
+                    records
+                        .memory_fraction
+                        .map_or(fraction, |f| f.min(fraction)),
+                );
+            }
             if let Some(seconds) = progress.seconds_per_step() {
                 records.seconds_per_iteration = Some(
                     records
@@ -210,6 +225,41 @@ fn replay_candidates(evidence: &Evidence) -> Vec<Candidate> {
     }
     scored.sort_by_key(|(unsettled, headroom_rank, _)| (*unsettled, *headroom_rank));
     scored.into_iter().map(|(_, _, c)| c).collect()
+}
+
+/// The hook's option that raises every per-process memory fraction the job sets to at least
+/// its value: how a raised cap is tried with no change to the job's code.
+pub const MEMORY_FRACTION_VARIABLE: &str = "VRAMSCOPE_RUN_MEMORY_FRACTION";
+
+/// Raised caps, where a per-process cap refused the request while the device had room: twice
+/// the fraction the job set (when that is below the whole card) and no cap (fraction 1).
+fn raised_cap_candidates(original: &HookRecords) -> Vec<Candidate> {
+    let Some(fraction) = original.memory_fraction.filter(|f| *f < 1.0) else {
+        return Vec::new();
+    };
+    if !original.cap_refused {
+        return Vec::new();
+    }
+    let mut fractions = Vec::new();
+    if fraction * 2.0 < 1.0 {
+        fractions.push((fraction * 2.0 * 1000.0).round() / 1000.0);
+    }
+    fractions.push(1.0);
+    fractions
+        .into_iter()
+        .map(|raised| {
+            let value = format!("{raised}");
+            Candidate {
+                change: format!("{MEMORY_FRACTION_VARIABLE}={value}"),
+                env: vec![(MEMORY_FRACTION_VARIABLE.to_owned(), value)],
+                command: None,
+                prediction: Some(format!(
+                    "a cap refused while the device had room: the job's per-process memory \
+                     fraction {fraction} raised to {raised}"
+                )),
+            }
+        })
+        .collect()
 }
 
 /// `NAME=V1,V2` of `--vary` and `--vary-arg`.
@@ -312,11 +362,13 @@ fn recommended_candidates(diagnosis: &Diagnosis, known: &[Candidate]) -> Vec<Can
     out
 }
 
-/// Every candidate: the replay's, the diagnosis's other allocator settings, then the user's
-/// environment variables, then the user's argument values.
+/// Every candidate: the replay's, the diagnosis's other allocator settings, raised caps where a
+/// cap refused (`original`: the hook's records of the failed run), then the user's environment
+/// variables, then the user's argument values.
 pub fn candidates(
     evidence: &Evidence,
     diagnosis: &Diagnosis,
+    original: &HookRecords,
     command: &[String],
     vary_env: &[(String, Vec<String>)],
     vary_args: &[(String, Vec<String>)],
@@ -324,6 +376,7 @@ pub fn candidates(
     let mut out = replay_candidates(evidence);
     let recommended = recommended_candidates(diagnosis, &out);
     out.extend(recommended);
+    out.extend(raised_cap_candidates(original));
     for (name, values) in vary_env {
         for value in values {
             out.push(Candidate {
@@ -605,6 +658,7 @@ mod tests {
         let candidates = candidates(
             &Evidence::default(),
             &Diagnosis::default(),
+            &HookRecords::default(),
             &command,
             &[],
             &vary_args,
@@ -698,6 +752,62 @@ mod tests {
     }
 
     #[test]
+    fn a_cap_that_refused_while_the_device_had_room_gets_raised_cap_candidates() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let progress = dir.path().join("progress");
+        std::fs::create_dir_all(&progress).expect("folder");
+        let write =
+            |name: &str, text: &str| std::fs::write(progress.join(name), text).expect("written");
+        write(
+            "rank0-pid1.json",
+            r#"{"num_allocs": 10, "memory_fraction": 0.3}"#,
+        );
+        write(
+            "rank1-pid2.json",
+            r#"{"num_allocs": 10, "memory_fraction": 0.2}"#,
+        );
+        // The device had 900 bytes free for a 300-byte request: the cap refused it.
+        write(
+            "rank1-pid2.oom.json",
+            r#"{"num_allocs": 8, "alloc_bytes": 300, "device_free": 900}"#,
+        );
+        let records = hook_records(dir.path());
+        assert_eq!(records.memory_fraction, Some(0.2));
+        assert!(records.cap_refused);
+        assert_eq!(records.oom_missing_bytes, None);
+        let rows: Vec<(String, Vec<(String, String)>)> = raised_cap_candidates(&records)
+            .into_iter()
+            .map(|c| (c.change, c.env))
+            .collect();
+        let env = |v: &str| vec![(MEMORY_FRACTION_VARIABLE.to_owned(), v.to_owned())];
+        assert_eq!(
+            rows,
+            [
+                (format!("{MEMORY_FRACTION_VARIABLE}=0.4"), env("0.4")),
+                (format!("{MEMORY_FRACTION_VARIABLE}=1"), env("1")),
+            ]
+        );
+        // The card itself was full: no raised cap would help, none is tried.
+        let full = HookRecords {
+            cap_refused: false,
+            ..records
+        };
+        assert!(raised_cap_candidates(&full).is_empty());
+        // No cap set: nothing to raise.
+        let uncapped = HookRecords {
+            memory_fraction: None,
+            ..records
+        };
+        assert!(raised_cap_candidates(&uncapped).is_empty());
+        // A cap above half the card: only "no cap".
+        let high = HookRecords {
+            memory_fraction: Some(0.6),
+            ..records
+        };
+        assert_eq!(raised_cap_candidates(&high).len(), 1);
+    }
+
+    #[test]
     fn hook_records_sum_processes_and_take_the_first_oom() {
         let dir = tempfile::tempdir().expect("temp dir");
         let progress = dir.path().join("progress");
@@ -727,6 +837,8 @@ mod tests {
                 oom_missing_bytes: Some(200),
                 last_ms: 7,
                 seconds_per_iteration: None,
+                memory_fraction: None,
+                cap_refused: false,
             }
         );
         assert_eq!(
