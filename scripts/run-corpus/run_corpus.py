@@ -141,7 +141,7 @@ def run_case(vramscope, out, case):
     folder = folders[-1]
     keep = os.path.join(out, case["case"])
     os.makedirs(keep, exist_ok=True)
-    for name in ["run.json", "report.json", "report.html", "output.log"]:
+    for name in ["run.json", "report.json", "report.html", "output.log", "timeline.vramcap"]:
         if os.path.exists(os.path.join(folder, name)):
             subprocess.run(["cp", os.path.join(folder, name), keep])
     for snapshot in glob.glob(os.path.join(folder, "snapshots", "*oom*.pickle"))[:2]:

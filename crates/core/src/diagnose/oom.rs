@@ -242,11 +242,19 @@ fn free_is_exact(case: &OomCase) -> bool {
     )
 }
 
+/// Free device memory this close to a request is no proof of room: the driver maps memory in
+/// 2 MiB pages and takes its page tables from the same memory, so a cudaMalloc of N bytes can
+/// fail on a full card that reports a little more than N free (seen on an H100: 20.0 MiB refused
+/// with 20.2 MiB free and no cap anywhere, docs/gpu-verification/run-corpus/). Four pages.
+pub const DRIVER_SLACK_BYTES: u64 = 8 << 20;
+
 /// Whether a per-process limit, not the GPU, refused an allocation that cached memory could not
 /// serve: the device's free memory read at the failure (cudaMemGetInfo) covers the `needed_bytes`
-/// cudaMalloc asked for.
+/// cudaMalloc asked for, with [`DRIVER_SLACK_BYTES`] to spare.
 pub fn refused_by_memory_cap(device_free_bytes: Option<u64>, needed_bytes: u64) -> bool {
-    needed_bytes > 0 && device_free_bytes.is_some_and(|free| free >= needed_bytes)
+    needed_bytes > 0
+        && device_free_bytes
+            .is_some_and(|free| free >= needed_bytes.saturating_add(DRIVER_SLACK_BYTES))
 }
 
 /// Applies the rules in the module comment.
@@ -2046,6 +2054,24 @@ mod tests {
             reserved_unallocated_bytes: Some(22 * GIB + GIB / 2),
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn free_memory_within_the_drivers_slack_of_the_request_is_a_full_card_not_a_cap() {
+        const MIB: u64 = 1 << 20;
+        // The real H100 case: 20.0 MiB refused with 20.2 MiB free, no cap set.
+        assert!(!refused_by_memory_cap(Some(20 * MIB + MIB / 5), 20 * MIB));
+        assert!(!refused_by_memory_cap(
+            Some(20 * MIB + DRIVER_SLACK_BYTES - 1),
+            20 * MIB
+        ));
+        assert!(refused_by_memory_cap(
+            Some(20 * MIB + DRIVER_SLACK_BYTES),
+            20 * MIB
+        ));
+        assert!(refused_by_memory_cap(Some(60 << 30), 20 * MIB));
+        assert!(!refused_by_memory_cap(None, 20 * MIB));
+        assert!(!refused_by_memory_cap(Some(60 << 30), 0));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use vramscope_core::analysis::replay::conf::AllocConf;
 use vramscope_core::diagnose::finding::Diagnosis;
+use vramscope_core::diagnose::oom::refused_by_memory_cap;
 use vramscope_core::diagnose::proof::from_what_if;
 use vramscope_core::evidence::Evidence;
 use vramscope_core::model::format_bytes;
@@ -123,7 +124,8 @@ pub fn hook_records(folder: &Path) -> HookRecords {
                     // not in the record, so nothing is claimed then.
                     records.oom_missing_bytes = (oom.alloc_bytes > oom.device_free)
                         .then(|| oom.alloc_bytes - oom.device_free);
-                    records.cap_refused = oom.alloc_bytes <= oom.device_free;
+                    records.cap_refused =
+                        refused_by_memory_cap(Some(oom.device_free), oom.alloc_bytes);
                 }
                 records.oom_at_allocation = Some(
                     records
@@ -766,10 +768,10 @@ mod tests {
             "rank1-pid2.json",
             r#"{"num_allocs": 10, "memory_fraction": 0.2}"#,
         );
-        // The device had 900 bytes free for a 300-byte request: the cap refused it.
+        // The device had 900 MiB free for a 300 MiB request: the cap refused it.
         write(
             "rank1-pid2.oom.json",
-            r#"{"num_allocs": 8, "alloc_bytes": 300, "device_free": 900}"#,
+            r#"{"num_allocs": 8, "alloc_bytes": 314572800, "device_free": 943718400}"#,
         );
         let records = hook_records(dir.path());
         assert_eq!(records.memory_fraction, Some(0.2));
