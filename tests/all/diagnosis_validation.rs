@@ -406,9 +406,7 @@ fn real_cases_hold_up_when_the_fix_is_tried() {
     let on_disk = std::fs::read_to_string(&doc_path).unwrap_or_default();
     // The sections after this corpus's table (the fresh batch of tests/all/run_validation.rs)
     // are another test's to write.
-    let later_sections = on_disk
-        .find(LATER_SECTIONS)
-        .map_or("", |at| &on_disk[at..]);
+    let later_sections = on_disk.find(LATER_SECTIONS).map_or("", |at| &on_disk[at..]);
     if std::env::var_os("VRAMSCOPE_WRITE_VALIDATION").is_some() {
         std::fs::write(&doc_path, format!("{doc}{later_sections}"))
             .unwrap_or_else(|e| panic!("{}: {e}", doc_path.display()));
