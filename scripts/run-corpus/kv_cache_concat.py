@@ -2,7 +2,7 @@
 a copy one token longer of every layer's cache, so the cache needs its own size again in
 transit. `--cache prealloc` writes into a cache allocated once at its final length.
 
-    python3 kv_cache_concat.py --cap-gib G [--cache cat|prealloc] [--new-tokens 1536]
+    python3 kv_cache_concat.py --cap-gib G [--cache cat|prealloc] [--new-tokens 768]
 """
 
 import argparse
@@ -15,12 +15,12 @@ from gpu_size import limit_memory
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
 parser.add_argument("--cache", default="cat", choices=["cat", "prealloc"])
-parser.add_argument("--new-tokens", type=int, default=1536)
+parser.add_argument("--new-tokens", type=int, default=768)
 args = parser.parse_args()
 started = time.time()
 limit_memory(args.cap_gib)
 
-layers, batch, heads, head_dim, prompt = 8, 32, 16, 64, 512
+layers, batch, heads, head_dim, prompt = 8, 64, 16, 64, 512
 d_model = heads * head_dim
 dtype = torch.bfloat16
 torch.manual_seed(0)
