@@ -511,9 +511,10 @@ fn the_diagnosis_validation_document_shows_the_fresh_batch() {
             NOT_RUN,
         );
     };
+    // Only the runs that failed are cases of a diagnosis of a failure.
     let verdicts: Vec<FreshVerdict> = cases
         .iter()
-        .filter(|c| c.get("doctor").is_some())
+        .filter(|c| c.get("doctor").is_some() && c["exit"] != 0)
         .map(fresh_verdict)
         .collect();
     let generated = fresh_table(&verdicts);
