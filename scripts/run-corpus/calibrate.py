@@ -15,6 +15,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The cases and their programs (another file for the dry-run test, test_run_corpus.py).
+CASES_FILE = os.environ.get("CORPUS_CASES", os.path.join(HERE, "cases.json"))
+PROGRAMS = os.path.dirname(os.path.abspath(CASES_FILE))
 
 
 def replaced(args, changes):
@@ -32,7 +35,7 @@ def calibrate(case):
     env.update(case.get("cap_from_env", {}))
     args = replaced(case["args"], case.get("cap_from", []))
     started = time.time()
-    done = subprocess.run([sys.executable, os.path.join(HERE, case["script"]), *args], env=env,
+    done = subprocess.run([sys.executable, os.path.join(PROGRAMS, case["script"]), *args], env=env,
                           capture_output=True, text=True, timeout=240)
     peaks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"done"')]
     result = {"args": args, "env": case.get("cap_from_env", {}), "exit": done.returncode,
@@ -51,7 +54,7 @@ def calibrate(case):
 def main():
     out, only = sys.argv[1], sys.argv[2:]
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(HERE, "cases.json")) as f:
+    with open(CASES_FILE) as f:
         cases = json.load(f)
     results = {}
     for case in cases:

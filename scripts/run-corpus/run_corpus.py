@@ -16,6 +16,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The cases and their programs (another file for the dry-run test, test_run_corpus.py).
+CASES_FILE = os.environ.get("CORPUS_CASES", os.path.join(HERE, "cases.json"))
+PROGRAMS = os.path.dirname(os.path.abspath(CASES_FILE))
+RUNS_DIR = os.environ.get("CORPUS_RUNS_DIR", "/tmp/corpus-runs")
 DEADLINE_SECONDS = float(os.environ.get("CORPUS_DEADLINE_SECONDS", "540"))
 STARTED = time.time()
 
@@ -118,9 +122,9 @@ def alloc_conf_changes(recommendations):
 
 
 def run_case(vramscope, out, case):
-    command = [sys.executable, os.path.join(HERE, case["script"]), *case["args"],
+    command = [sys.executable, os.path.join(PROGRAMS, case["script"]), *case["args"],
                "--cap-gib", str(case["cap_gib"])]
-    runs = "/tmp/corpus-runs"
+    runs = RUNS_DIR
     cli = [vramscope, "run", "--prove", "--out", runs, "--name", case["case"]]
     for vary in case.get("vary", []):
         cli += ["--vary=" + vary]
@@ -209,10 +213,10 @@ def run_case(vramscope, out, case):
 def main():
     vramscope, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(HERE, "cases.json")) as f:
+    with open(CASES_FILE) as f:
         cases = {c["case"]: c for c in json.load(f)}
     # Caps from calibrate.py: this call's own calibration, else the one committed beside.
-    for path in [os.path.join(out, "calibration.json"), os.path.join(HERE, "calibration.json")]:
+    for path in [os.path.join(out, "calibration.json"), os.path.join(PROGRAMS, "calibration.json")]:
         if os.path.exists(path):
             with open(path) as f:
                 for name, calibration in json.load(f).items():
@@ -222,15 +226,15 @@ def main():
     for name in names:
         if time_left() < 20:
             results.append({"case": name, "error": "not run: the device call's time ran out"})
-            continue
-        if "cap_gib" not in cases.get(name, {}):
+        elif "cap_gib" not in cases.get(name, {}):
             results.append({"case": name, "error": "no cap: its calibration failed"})
-            continue
-        try:
-            results.append(run_case(vramscope, out, cases[name]))
-        except Exception as error:  # one case's failure must not lose the others' results
-            results.append({"case": name, "error": repr(error)})
+        else:
+            try:
+                results.append(run_case(vramscope, out, cases[name]))
+            except Exception as error:  # one case's failure must not lose the others' results
+                results.append({"case": name, "error": repr(error)})
         print(json.dumps(results[-1])[:1500], flush=True)
+        # After every case, whether it ran or not: a call cut short keeps what it learned.
         with open(os.path.join(out, f"results-{names[0]}.json"), "w") as f:
             json.dump(results, f, indent=1)
 

@@ -87,6 +87,21 @@ fn first_finding_title(case: &Value) -> &str {
     case["findings"][0]["title"].as_str().unwrap_or("")
 }
 
+/// The device scripts (`calibrate.py`, `run_corpus.py`) dry-run here against a fake job and a
+/// fake `vramscope`: calibration, the case's run, its confirmation, the diagnosis before any
+/// re-run, the truth runs and the files kept. A mistake there would waste a device call.
+#[test]
+fn corpus_scripts_dry_run_against_their_fakes() {
+    let output = std::process::Command::new("python3")
+        .arg("-B")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/run-corpus/test_run_corpus.py"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 (scripts/run-corpus's tests need it): {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("\nOK"), "{stderr}");
+}
+
 #[test]
 fn every_case_of_the_corpus_was_run_on_a_gpu() {
     let Some(recorded) = recorded_cases() else {
