@@ -270,6 +270,76 @@ fn prove_reruns_the_job_and_recommends_the_change_that_worked() {
     );
 }
 
+/// A job under a per-process cap of a quarter of the card that runs out while the GPU has 60 GiB
+/// free, and runs through once its cap is raised to half or more: it writes the hook's records
+/// itself (a fraction it set, an OOM with the device's free memory), as the hook would under
+/// PyTorch, and prints PyTorch's message for a cap.
+const CAPPED_JOB: &str = r#"import json, os, sys
+run = os.environ["VRAMSCOPE_RUN_DIR"]
+os.makedirs(os.path.join(run, "progress"), exist_ok=True)
+name = os.path.join(run, "progress", "pid%d" % os.getpid())
+with open(name + ".json", "w") as f:
+    json.dump({"num_allocs": 100, "memory_fraction": 0.25, "time_unix_ms": 1}, f)
+if float(os.environ.get("VRAMSCOPE_RUN_MEMORY_FRACTION", "0")) >= 0.5:
+    print("finished", flush=True)
+    sys.exit(0)
+with open(name + ".oom.json", "w") as f:
+    json.dump({"num_allocs": 90, "alloc_bytes": 300 << 20, "device_free": 60 << 30}, f)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 MiB. GPU 0 has a "
+      "total capacity of 79.19 GiB of which 60.00 GiB is free. Including non-PyTorch memory, this "
+      "process has 19.50 GiB memory in use. 19.79 GiB allowed; Of the allocated memory 19.00 GiB "
+      "is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.",
+      file=sys.stderr, flush=True)
+sys.exit(1)
+"#;
+
+#[test]
+fn a_cap_that_refused_while_the_gpu_had_room_is_raised_and_the_raise_proven() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = dir.path().join("capped.py");
+    std::fs::write(&script, CAPPED_JOB).expect("script");
+    let out = run_in(
+        dir.path(),
+        &["--prove", "--", "python3", script.to_str().expect("utf-8")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let folder = run_folder(dir.path());
+    let proof = manifest(&folder)["proof"].clone();
+    let rows: Vec<(String, String)> = proof
+        .as_array()
+        .expect("proof runs")
+        .iter()
+        .map(|p| {
+            (
+                p["change"].as_str().unwrap_or_default().to_owned(),
+                p["outcome"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    // Twice the job's fraction is tried, and it works, so the search ends there.
+    assert_eq!(
+        rows.last(),
+        Some(&(
+            "VRAMSCOPE_RUN_MEMORY_FRACTION=0.5".to_owned(),
+            "removed".to_owned()
+        )),
+        "{rows:?}"
+    );
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(folder.join("report.json")).expect("report.json"),
+    )
+    .expect("JSON");
+    let first = &report["findings"][0]["recommendations"][0];
+    assert_eq!(first["verification"]["status"], "proven-by-run", "{first}");
+    // Recommended as the job's own cap, not as an export that would do nothing outside vramscope.
+    assert!(
+        first["action"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("torch.cuda.set_per_process_memory_fraction(0.5)")),
+        "{first}"
+    );
+}
+
 #[test]
 fn the_python_hooks_own_tests_pass() {
     let hook = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/python/vramscope_run");
