@@ -8,6 +8,7 @@
 //! `VRAMSCOPE_WRITE_DOCS=1 cargo test --test all run_validation::` rewrites it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -444,6 +445,61 @@ fn largest_memory_category(case: &Value) -> Option<String> {
         .map(|(k, _)| k)
 }
 
+/// Today's diagnosis of a case's kept evidence (its output and OOM snapshots, and the timeline
+/// where the call kept it): (category, first recommendation id) of the primary finding. The
+/// table shows it beside the recorded one, so that a rule changed after the run shows what it
+/// changed, and a rule that breaks a recorded case shows too.
+fn diagnose_now(name: &str) -> Option<(String, String)> {
+    use vramscope_core::diagnose::{DiagnosisInput, NamedCapture, diagnose};
+    let dir = results_dir().join(name);
+    let mut input = DiagnosisInput::default();
+    let log = dir.join("output.log");
+    if log.exists() {
+        input
+            .logs
+            .push(vramscope_core::diagnose::log::analyze_file(&log).unwrap());
+    }
+    let mut snapshots: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".pickle.xz"))
+        .collect();
+    snapshots.sort();
+    for path in snapshots {
+        let compressed = std::fs::read(&path).unwrap();
+        let mut bytes = Vec::new();
+        lzma_rs::xz_decompress(&mut compressed.as_slice(), &mut bytes).unwrap();
+        let snapshot = vramscope_core::formats::pytorch::read_bytes(
+            &bytes,
+            &path.display().to_string(),
+            &|_| true,
+        )
+        .unwrap();
+        input
+            .snapshots
+            .extend(vramscope_core::diagnose::snapshot::facts(&Arc::new(
+                snapshot,
+            )));
+    }
+    let timeline = dir.join("timeline.vramcap");
+    if timeline.exists() {
+        input.captures.push(NamedCapture {
+            name: "timeline.vramcap".to_owned(),
+            capture: vramscope_core::formats::vramcap::read_file(&timeline).unwrap(),
+        });
+    }
+    let diagnosis = diagnose(&input);
+    let primary = diagnosis.primary()?;
+    Some((
+        primary.category.as_str().to_owned(),
+        primary
+            .recommendations
+            .first()
+            .map_or("-".to_owned(), |r| r.id.clone()),
+    ))
+}
+
 /// One case of the fresh batch, judged.
 struct FreshVerdict {
     name: String,
@@ -455,6 +511,8 @@ struct FreshVerdict {
     maps_to: String,
     worked: Option<bool>,
     uncertain_with_working_second: bool,
+    /// Today's code on the same evidence: category and first recommendation.
+    now: Option<(String, String)>,
 }
 
 impl FreshVerdict {
@@ -501,14 +559,15 @@ fn fresh_verdict(case: &Value) -> FreshVerdict {
         maps_to,
         worked,
         uncertain_with_working_second,
+        now: diagnose_now(&name),
         name,
     }
 }
 
 fn fresh_table(verdicts: &[FreshVerdict]) -> String {
     let mut out = String::from(
-        "| case | expected | diagnosed | largest memory at the failure (expected) | first recommendation | what it changes | for real |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| case | expected | diagnosed | largest memory at the failure (expected) | first recommendation | what it changes | for real | today's code on the kept evidence |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for v in verdicts {
         let real = match (v.worked, v.uncertain_with_working_second) {
@@ -517,8 +576,18 @@ fn fresh_table(verdicts: &[FreshVerdict]) -> String {
             (Some(false), _) => "**still ran out**",
             (None, _) => "**not tried**",
         };
+        let now = v
+            .now
+            .as_ref()
+            .map_or("(no evidence kept)".to_owned(), |(c, r)| {
+                if *c == v.diagnosed && *r == v.first {
+                    "the same".to_owned()
+                } else {
+                    format!("{c}, {r}")
+                }
+            });
         out.push_str(&format!(
-            "| `{}` | {} | {} | {} ({}) | {} | {} | {real} |\n",
+            "| `{}` | {} | {} | {} ({}) | {} | {} | {real} | {now} |\n",
             v.name,
             v.expected,
             v.diagnosed,
@@ -537,6 +606,36 @@ fn fresh_table(verdicts: &[FreshVerdict]) -> String {
         verdicts.len()
     ));
     out
+}
+
+/// Today's code still gets right every fresh case the recorded diagnosis got right (category and
+/// a first recommendation that removed the failure for real): a rule written later must not
+/// break a case it was not written from.
+#[test]
+fn todays_code_keeps_the_fresh_batchs_right_diagnoses() {
+    let Some(cases) = recorded_cases() else {
+        return skipped(
+            "run_validation::todays_code_keeps_the_fresh_batchs_right_diagnoses",
+            NOT_RUN,
+        );
+    };
+    for verdict in cases
+        .iter()
+        .filter(|c| c.get("doctor").is_some() && c["exit"] != 0)
+        .map(fresh_verdict)
+        .filter(|v| v.category_right() && v.worked == Some(true))
+    {
+        let (category, first) = verdict
+            .now
+            .clone()
+            .unwrap_or_else(|| panic!("{}: no evidence kept to diagnose", verdict.name));
+        assert_eq!(
+            (category.as_str(), first.as_str()),
+            (verdict.diagnosed.as_str(), verdict.first.as_str()),
+            "{}: today's code diagnoses the kept evidence differently",
+            verdict.name
+        );
+    }
 }
 
 /// Issue 35's fresh batch in `docs/diagnosis-validation.md`: written by this test with
