@@ -638,6 +638,43 @@ fn todays_code_keeps_the_fresh_batchs_right_diagnoses() {
     }
 }
 
+/// Where the memory went, against known sizes (issue 35 §3): the parameters the doctor finds in
+/// each fresh case's OOM snapshot are the model's float32 parameters counted from its layers
+/// (`known_parameter_bytes` in cases.json), within 5 %; Adam-family state never exceeds twice
+/// the parameters, and gradients never exceed the parameters.
+#[test]
+fn the_fresh_batchs_memory_categories_match_known_sizes() {
+    let Some(cases) = recorded_cases() else {
+        return skipped(
+            "run_validation::the_fresh_batchs_memory_categories_match_known_sizes",
+            NOT_RUN,
+        );
+    };
+    let mut checked = 0;
+    for case in cases.iter().filter(|c| c["exit"] != 0) {
+        let name = case["case"].as_str().unwrap_or("");
+        let Some(known) = corpus_spec(name)["known_parameter_bytes"].as_u64() else {
+            continue;
+        };
+        let at_failure = &case["doctor_memory"][0]["at_failure"];
+        let bytes = |key: &str| at_failure[key].as_u64().unwrap_or(0);
+        let parameters = bytes("parameters");
+        let off = (parameters as f64 - known as f64).abs() / known as f64;
+        assert!(
+            off <= 0.05,
+            "{name}: parameters {parameters} B against {known} B known ({:.1} % off)",
+            off * 100.0
+        );
+        assert!(
+            bytes("optimizer_state") <= 2 * parameters,
+            "{name}: {at_failure}"
+        );
+        assert!(bytes("gradients") <= parameters, "{name}: {at_failure}");
+        checked += 1;
+    }
+    assert!(checked > 0, "no recorded case has a known parameter size");
+}
+
 /// Issue 35's fresh batch in `docs/diagnosis-validation.md`: written by this test with
 /// `VRAMSCOPE_WRITE_DOCS=1`, checked against the recorded runs otherwise. The targets are held
 /// by `the_fresh_batch_is_diagnosed_right` below, so a table that falls short fails there.
