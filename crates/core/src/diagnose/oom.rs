@@ -49,6 +49,7 @@
 //! places its advice around the smaller batch: never a smaller batch first when the live set is
 //! mostly batch-independent.
 
+use crate::analysis::replay::DRIVER_SLACK_BYTES;
 use std::sync::Arc;
 
 use super::categories;
@@ -241,12 +242,6 @@ fn free_is_exact(case: &OomCase) -> bool {
         EvidenceSource::LogLine { .. } | EvidenceSource::Snapshot { .. }
     )
 }
-
-/// Free device memory this close to a request is no proof of room: the driver maps memory in
-/// 2 MiB pages and takes its page tables from the same memory, so a cudaMalloc of N bytes can
-/// fail on a full card that reports a little more than N free (seen on an H100: 20.0 MiB refused
-/// with 20.2 MiB free and no cap anywhere, docs/gpu-verification/run-corpus/). Four pages.
-pub const DRIVER_SLACK_BYTES: u64 = 8 << 20;
 
 /// Whether a per-process limit, not the GPU, refused an allocation that cached memory could not
 /// serve: the device's free memory read at the failure (cudaMemGetInfo) covers the `needed_bytes`

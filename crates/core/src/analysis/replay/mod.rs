@@ -48,6 +48,13 @@ pub use allocator::{AddressHints, Limits, ModelOom, ReusedRange, SegmentHints};
 use allocator::{AllocatorModel, BlockHandle, ChunkRuleRecord, pool_index};
 pub use conf::{AllocConf, ConfError};
 
+/// Free device memory this close to a request is no proof of room: the driver maps memory in
+/// 2 MiB pages and takes its page tables from the same memory, so a cudaMalloc of N bytes can
+/// fail on a full device that reports a little more than N free (seen on an H100: 20.0 MiB
+/// refused with 20.2 MiB free and no cap anywhere, docs/gpu-verification/run-corpus/). A cap is
+/// inferred only when more than this is free beyond the request: four pages.
+pub const DRIVER_SLACK_BYTES: u64 = 8 << 20;
+
 /// Virtual address space an expandable segment reserves when the device's memory is not known:
 /// PyTorch reserves 1⅛ × device memory; 1 TiB exceeds that for every GPU made so far.
 const DEFAULT_EXPANDABLE_VA_BYTES: u64 = 1 << 40;
@@ -1989,7 +1996,9 @@ impl<'a> ReplayInput<'a> {
                     let segment = rules.allocation_size(size_at(index));
                     let refused = reserved.saturating_add(segment).saturating_sub(1);
                     match trace.device_free_bytes(index) {
-                        Some(free) if free >= segment => {
+                        // Free memory within the driver's slack of the segment is a full
+                        // device, not a cap (see DRIVER_SLACK_BYTES).
+                        Some(free) if free >= segment.saturating_add(DRIVER_SLACK_BYTES) => {
                             cap_high = Some(cap_high.map_or(refused, |c| c.min(refused)));
                             evidence.free_at_cap_refusal_bytes = free;
                         }
