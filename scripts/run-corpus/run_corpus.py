@@ -171,14 +171,9 @@ def run_case(vramscope, out, case):
     result["first_recommendation"] = first and {"id": first.get("id"), "title": first.get("title")}
     if first and first.get("id") == "proven-by-run" and first.get("title", "").startswith("Run with "):
         change = first["title"][len("Run with "):]
-        confirm_command, env = apply_change(change, command, case.get("cap_flag"))
-        t = time.time()
-        confirm = subprocess.run(confirm_command, env=env, capture_output=True, text=True,
-                                 timeout=max(20.0, min(300.0, time_left() + 30.0)))
-        result["confirmation"] = {"change": change, "command": confirm_command[1:],
-                                  "exit": confirm.returncode, "seconds": round(time.time() - t, 1),
-                                  "final": final_json(confirm.stdout),
-                                  "stderr_tail": confirm.stderr[-400:] if confirm.returncode else ""}
+        result["confirmation"] = full_run(command, change,
+                                          max(20.0, min(300.0, time_left() + 30.0)),
+                                          case.get("cap_flag"))
     # Issue 35: the diagnosis before any re-run, and the truth of the changes it and the user
     # name that --prove did not get to (it stops at the first that works): one full run each.
     diagnosis = doctor(vramscope, folder, keep)
