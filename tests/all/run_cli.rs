@@ -42,6 +42,21 @@ fn run_folder(dir: &Path) -> PathBuf {
     runs[0].clone()
 }
 
+/// (change, outcome) of every `--prove` re-run in the folder's manifest, in order.
+fn proof_rows(folder: &Path) -> Vec<(String, String)> {
+    manifest(folder)["proof"]
+        .as_array()
+        .expect("proof runs")
+        .iter()
+        .map(|p| {
+            (
+                p["change"].as_str().unwrap_or_default().to_owned(),
+                p["outcome"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
 fn manifest(folder: &Path) -> Value {
     let text = std::fs::read_to_string(folder.join("run.json")).expect("run.json");
     serde_json::from_str(&text).expect("run.json is JSON")
@@ -224,18 +239,7 @@ fn prove_reruns_the_job_and_recommends_the_change_that_worked() {
     // vramscope exits as the original job did.
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let folder = run_folder(dir.path());
-    let proof = manifest(&folder)["proof"].clone();
-    let outcomes: Vec<(String, String)> = proof
-        .as_array()
-        .expect("proof runs")
-        .iter()
-        .map(|p| {
-            (
-                p["change"].as_str().unwrap_or_default().to_owned(),
-                p["outcome"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
+    let outcomes = proof_rows(&folder);
     assert!(
         outcomes.contains(&(
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
@@ -304,18 +308,7 @@ fn a_cap_that_refused_while_the_gpu_had_room_is_raised_and_the_raise_proven() {
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let folder = run_folder(dir.path());
-    let proof = manifest(&folder)["proof"].clone();
-    let rows: Vec<(String, String)> = proof
-        .as_array()
-        .expect("proof runs")
-        .iter()
-        .map(|p| {
-            (
-                p["change"].as_str().unwrap_or_default().to_owned(),
-                p["outcome"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
+    let rows = proof_rows(&folder);
     // Twice the job's fraction is tried, and it works, so the search ends there.
     assert_eq!(
         rows.last(),
