@@ -703,14 +703,22 @@ mod tests {
         );
     }
 
-    #[test]
-    fn speed_is_time_per_iteration_where_both_runs_made_two_steps() {
+    /// A run folder whose `progress/` holds `records` (file name, text), as the hook leaves it.
+    fn run_folder_with(records: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("temp dir");
         let progress = dir.path().join("progress");
         std::fs::create_dir_all(&progress).expect("folder");
+        for (name, text) in records {
+            std::fs::write(progress.join(name), text).expect("written");
+        }
+        dir
+    }
+
+    #[test]
+    fn speed_is_time_per_iteration_where_both_runs_made_two_steps() {
         // Rank 0: 5 steps over 400 ms (0.1 s each); rank 1: 3 steps over 500 ms (0.25 s each,
         // the slower: the job's pace); rank 2: one step, no interval.
-        for (name, text) in [
+        let dir = run_folder_with(&[
             (
                 "rank0-pid1.json",
                 r#"{"num_allocs": 1000, "optimizer_steps": 5, "first_optimizer_step_unix_ms": 1000.0, "last_optimizer_step_unix_ms": 1400.0}"#,
@@ -723,9 +731,7 @@ mod tests {
                 "rank2-pid3.json",
                 r#"{"num_allocs": 1000, "optimizer_steps": 1, "first_optimizer_step_unix_ms": 1000.0, "last_optimizer_step_unix_ms": 1000.0}"#,
             ),
-        ] {
-            std::fs::write(progress.join(name), text).expect("written");
-        }
+        ]);
         let rerun = hook_records(dir.path());
         let per_iteration = rerun
             .seconds_per_iteration
@@ -755,24 +761,21 @@ mod tests {
 
     #[test]
     fn a_cap_that_refused_while_the_device_had_room_gets_raised_cap_candidates() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let progress = dir.path().join("progress");
-        std::fs::create_dir_all(&progress).expect("folder");
-        let write =
-            |name: &str, text: &str| std::fs::write(progress.join(name), text).expect("written");
-        write(
-            "rank0-pid1.json",
-            r#"{"num_allocs": 10, "memory_fraction": 0.3}"#,
-        );
-        write(
-            "rank1-pid2.json",
-            r#"{"num_allocs": 10, "memory_fraction": 0.2}"#,
-        );
-        // The device had 900 MiB free for a 300 MiB request: the cap refused it.
-        write(
-            "rank1-pid2.oom.json",
-            r#"{"num_allocs": 8, "alloc_bytes": 314572800, "device_free": 943718400}"#,
-        );
+        let dir = run_folder_with(&[
+            (
+                "rank0-pid1.json",
+                r#"{"num_allocs": 10, "memory_fraction": 0.3}"#,
+            ),
+            (
+                "rank1-pid2.json",
+                r#"{"num_allocs": 10, "memory_fraction": 0.2}"#,
+            ),
+            // The device had 900 MiB free for a 300 MiB request: the cap refused it.
+            (
+                "rank1-pid2.oom.json",
+                r#"{"num_allocs": 8, "alloc_bytes": 314572800, "device_free": 943718400}"#,
+            ),
+        ]);
         let records = hook_records(dir.path());
         assert_eq!(records.memory_fraction, Some(0.2));
         assert!(records.cap_refused);
@@ -811,24 +814,21 @@ mod tests {
 
     #[test]
     fn hook_records_sum_processes_and_take_the_first_oom() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let progress = dir.path().join("progress");
-        std::fs::create_dir_all(&progress).expect("folder");
-        let write =
-            |name: &str, text: &str| std::fs::write(progress.join(name), text).expect("written");
-        write(
-            "rank0-pid1.json",
-            r#"{"num_allocs": 100, "reserved_bytes_peak": 10, "time_unix_ms": 5}"#,
-        );
-        write(
-            "rank1-pid2.json",
-            r#"{"num_allocs": 50, "reserved_bytes_peak": 30, "time_unix_ms": 7}"#,
-        );
-        write(
-            "rank1-pid2.oom.json",
-            r#"{"num_allocs": 40, "alloc_bytes": 300, "device_free": 100}"#,
-        );
-        write(".rank0-pid1.json.tmp", "half a file");
+        let dir = run_folder_with(&[
+            (
+                "rank0-pid1.json",
+                r#"{"num_allocs": 100, "reserved_bytes_peak": 10, "time_unix_ms": 5}"#,
+            ),
+            (
+                "rank1-pid2.json",
+                r#"{"num_allocs": 50, "reserved_bytes_peak": 30, "time_unix_ms": 7}"#,
+            ),
+            (
+                "rank1-pid2.oom.json",
+                r#"{"num_allocs": 40, "alloc_bytes": 300, "device_free": 100}"#,
+            ),
+            (".rank0-pid1.json.tmp", "half a file"),
+        ]);
         let records = hook_records(dir.path());
         assert_eq!(
             records,
