@@ -12,7 +12,7 @@ use vramscope_core::evidence::{self, Evidence, Unwatched};
 use vramscope_core::model::run::ProofRun;
 use vramscope_core::report::{self, Report};
 
-use super::prove::{self, Candidate};
+use super::prove::{self, Candidate, HookRecords};
 use super::{Forwarder, RunError, RunOptions, RunOutcome, write_manifest};
 
 /// What `--prove` asks for (the app's "prove a fix" checkbox and its fields).
@@ -135,7 +135,15 @@ fn conclude_failure(
                  appended at its end"
             ));
         }
-        let proof = prove_fix(options, prove, outcome, forwarder, &candidates, events);
+        let proof = prove_fix(
+            options,
+            prove,
+            outcome,
+            &original_records,
+            forwarder,
+            &candidates,
+            events,
+        );
         // Diagnosed again with the proof, as the folder diagnoses whenever it is opened.
         evidence.add_proof(&proof);
         report = evidence.report("vramscope run", vramscope_core::model::now_unix_ms());
@@ -152,6 +160,7 @@ fn prove_fix(
     options: &RunOptions,
     prove: &ProveOptions,
     outcome: &RunOutcome,
+    original_records: &HookRecords,
     forwarder: &Forwarder,
     candidates: &[Candidate],
     events: &mut dyn RunEvents,
@@ -170,6 +179,7 @@ fn prove_fix(
     };
     prove::prove(
         outcome,
+        original_records,
         candidates,
         &base,
         forwarder,

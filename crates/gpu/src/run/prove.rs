@@ -440,17 +440,18 @@ pub fn relative_speed(
         .map(|(rate, original)| (rate / original, SpeedBasis::AllocationsPerSecond))
 }
 
-/// Re-runs the job of `original` under each candidate (in order), stopping at the first that
-/// removes the failure unless `try_all`; `on_result` hears of each re-run as it ends.
+/// Re-runs the job of `original` (whose hook records are `original_records`) under each
+/// candidate (in order), stopping at the first that removes the failure unless `try_all`;
+/// `on_result` hears of each re-run as it ends.
 pub fn prove(
     original: &RunOutcome,
+    original_records: &HookRecords,
     candidates: &[Candidate],
     base: &RunOptions,
     forwarder: &Forwarder,
     try_all: bool,
     on_result: &mut dyn FnMut(&ProofRun),
 ) -> Vec<ProofRun> {
-    let original_records = hook_records(&original.folder);
     let original_seconds =
         (original.manifest.ended_ms - original.manifest.started_ms).max(1) as f64 / 1000.0;
     let failed_at = original_records
@@ -460,7 +461,7 @@ pub fn prove(
     let past = failed_at + margin;
     let original_pace = OriginalPace {
         seconds_per_iteration: original_records.seconds_per_iteration,
-        allocations_per_second: allocation_rate(&original_records, original_seconds),
+        allocations_per_second: allocation_rate(original_records, original_seconds),
     };
     let budget = base
         .budget
