@@ -12,7 +12,7 @@ use egui_kittest::{Harness, SnapshotOptions};
 use vramscope_app::allocator::AllocatorView;
 use vramscope_core::model::allocator::BlockState;
 
-use crate::support::ui::frag_oom_view_harness;
+use crate::support::ui::{allocator_view_harness, frag_oom_view_harness};
 
 /// A 1280×800 harness showing `frag_oom`, stepped until the background analysis is done.
 fn harness() -> Harness<'static, AllocatorView> {
@@ -158,29 +158,19 @@ fn allocator_view_snapshot() {
 fn the_oom_explainer_shows_where_the_memory_went() {
     use std::path::PathBuf;
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/run/hook_oom/snapshots/rank3-pid668-oom-1.pickle");
     let snapshot = Arc::new(
         vramscope_core::formats::pytorch::read_file(&path, &|_| true)
             .unwrap_or_else(|e| panic!("{e}")),
     );
-    let view = AllocatorView::new(snapshot, "rank3-pid668-oom-1.pickle".to_string());
-    let mut harness = Harness::builder()
-        .with_size(Vec2::new(1280.0, 900.0))
-        .wgpu()
-        .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    harness.step();
-    while !harness.state().is_ready() {
-        assert!(
-            Instant::now() < deadline,
-            "allocator analysis did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-        harness.step();
-    }
-    harness.run_steps(3);
+    let mut harness = allocator_view_harness(
+        snapshot,
+        "rank3-pid668-oom-1.pickle",
+        Vec2::new(1280.0, 900.0),
+        Duration::from_secs(120),
+    );
     harness.get_by_label("OOM (1)").click();
     harness.run_steps(3);
     assert!(harness.query_by_label("Where the memory went").is_some());

@@ -25,12 +25,23 @@ pub fn frag_oom() -> Arc<AllocatorSnapshot> {
 /// A `size` harness drawing `frag_oom`'s Allocator view on its own, stepped until the
 /// background analysis is done.
 pub fn frag_oom_view_harness(size: Vec2) -> Harness<'static, AllocatorView> {
-    let view = AllocatorView::new(frag_oom(), "frag_oom.pickle".to_string());
+    allocator_view_harness(frag_oom(), "frag_oom.pickle", size, Duration::from_secs(60))
+}
+
+/// A `size` harness drawing `snapshot`'s Allocator view (named `name`) on its own, stepped until
+/// the background analysis is done, which must take less than `analysis_limit`.
+pub fn allocator_view_harness(
+    snapshot: Arc<AllocatorSnapshot>,
+    name: &str,
+    size: Vec2,
+    analysis_limit: Duration,
+) -> Harness<'static, AllocatorView> {
+    let view = AllocatorView::new(snapshot, name.to_string());
     let mut harness = Harness::builder()
         .with_size(size)
         .wgpu()
         .build_ui_state(|ui, view: &mut AllocatorView| view.ui(ui), view);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + analysis_limit;
     harness.step();
     while !harness.state().is_ready() {
         assert!(
