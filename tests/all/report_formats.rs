@@ -100,6 +100,19 @@ fn decode_base64(text: &str) -> Vec<u8> {
     out
 }
 
+/// Panics, with where, unless `html` parses as XML with matching end tags.
+fn assert_html_parses(html: &str) {
+    let mut reader = quick_xml::Reader::from_str(html);
+    reader.config_mut().check_end_names = true;
+    loop {
+        match reader.read_event() {
+            Ok(XmlEvent::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("HTML does not parse at {}: {e}", reader.buffer_position()),
+        }
+    }
+}
+
 #[test]
 fn html_is_well_formed_self_contained_and_escaped() {
     let html = report::render(&sample_report(), ReportFormat::Html);
@@ -475,15 +488,7 @@ fn html_of_a_snapshot_diagnosis_embeds_the_block_map() {
     assert_eq!(report.diagnosis.allocator_states.len(), 1);
     let html = report::render(&report, ReportFormat::Html);
     // Still well-formed with the new section.
-    let mut reader = quick_xml::Reader::from_str(&html);
-    reader.config_mut().check_end_names = true;
-    loop {
-        match reader.read_event() {
-            Ok(XmlEvent::Eof) => break,
-            Ok(_) => {}
-            Err(e) => panic!("HTML does not parse at {}: {e}", reader.buffer_position()),
-        }
-    }
+    assert_html_parses(&html);
     let pngs = embedded_pngs(&html);
     assert_eq!(pngs.len(), 2, "timeline and block map");
     let block_map = &pngs[1];
@@ -636,15 +641,7 @@ fn every_format_shows_where_the_memory_went() {
     );
     assert!(markdown.contains("inside optimizer.step()"));
     let html = report::render(&report, ReportFormat::Html);
-    let mut reader = quick_xml::Reader::from_str(&html);
-    reader.config_mut().check_end_names = true;
-    loop {
-        match reader.read_event() {
-            Ok(XmlEvent::Eof) => break,
-            Ok(_) => {}
-            Err(e) => panic!("HTML does not parse at {}: {e}", reader.buffer_position()),
-        }
-    }
+    assert_html_parses(&html);
     let [r, g, b] = report::palette::category_rgb(MemoryCategory::OptimizerState);
     assert!(html.contains(&format!("background:#{r:02x}{g:02x}{b:02x}")));
     assert!(html.contains("<h2>Where the memory went: <code>"));
