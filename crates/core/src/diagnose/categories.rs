@@ -473,8 +473,8 @@ mod tests {
     use crate::diagnose::{Diagnosis, DiagnosisInput};
     use crate::model::MIB;
     use crate::model::allocator::{
-        AllocatorSnapshot, Block, BlockState, DeviceAllocState, DeviceTrace, Frame, FrameId,
-        PoolId, PoolKind, Segment, StackId, StringId, TraceAction,
+        AllocatorSnapshot, BlockState, DeviceTrace, Frame, FrameId, PoolId, StackId, StringId,
+        TraceAction,
     };
 
     const GB: u64 = 1 << 30;
@@ -731,41 +731,14 @@ mod tests {
             snapshot.name = "synthetic.pickle".to_owned();
             snapshot.traces = vec![self.trace];
             for (&address, &(size, stack, pool, freed)) in &self.live {
-                let first_block = snapshot.blocks.len() as u32;
-                snapshot.blocks.push(Block {
-                    address,
-                    size_bytes: size,
-                    requested_bytes: Some(size),
-                    state: if freed {
-                        BlockState::Inactive
-                    } else {
-                        BlockState::ActiveAllocated
-                    },
-                    stack,
-                });
-                let held = if freed { 0 } else { size };
-                snapshot.segments.push(Segment {
-                    device: 0,
-                    address,
-                    total_bytes: size,
-                    allocated_bytes: held,
-                    active_bytes: held,
-                    requested_bytes: Some(held),
-                    stream: 0,
-                    pool: PoolKind::Large,
-                    pool_id: pool,
-                    is_expandable: false,
-                    first_block,
-                    block_count: 1,
-                    stack: StackId::EMPTY,
-                });
+                let state = if freed {
+                    BlockState::Inactive
+                } else {
+                    BlockState::ActiveAllocated
+                };
+                snapshot.push_one_block_segment(address, size, state, stack, pool);
             }
-            snapshot.devices.push(DeviceAllocState {
-                device: 0,
-                segments: 0..snapshot.segments.len(),
-                trace: Some(0),
-            });
-            Arc::new(snapshot)
+            snapshot.finish_as_device_zero()
         }
     }
 

@@ -996,9 +996,7 @@ pub(crate) mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::allocator::{
-        AllocatorSnapshot, DeviceAllocState, DeviceTrace, StackId, StringId,
-    };
+    use crate::model::allocator::{AllocatorSnapshot, DeviceTrace, StackId, StringId};
 
     /// What a synthetic job does, event by event.
     #[derive(Clone, Copy)]
@@ -1013,7 +1011,7 @@ pub(crate) mod tests {
     /// segment of its own (reserved just before, released just after), ending in an `oom` event
     /// when `oom_request` is given. Addresses are offsets from a base.
     pub fn trace_snapshot(ops: &[Op], oom_request: Option<u64>) -> Arc<AllocatorSnapshot> {
-        use crate::model::allocator::{Block, BlockState, PoolId, PoolKind, Segment};
+        use crate::model::allocator::{BlockState, PoolId};
         let base = 0x7f00_0000_0000u64;
         let mut trace = DeviceTrace::default();
         let mut live: std::collections::BTreeMap<u64, u64> = Default::default();
@@ -1059,36 +1057,15 @@ pub(crate) mod tests {
             ..Default::default()
         };
         for (&address, &size) in &live {
-            let first_block = snapshot.blocks.len() as u32;
-            snapshot.blocks.push(Block {
+            snapshot.push_one_block_segment(
                 address,
-                size_bytes: size,
-                requested_bytes: Some(size),
-                state: BlockState::ActiveAllocated,
-                stack: StackId::EMPTY,
-            });
-            snapshot.segments.push(Segment {
-                device: 0,
-                address,
-                total_bytes: size,
-                allocated_bytes: size,
-                active_bytes: size,
-                requested_bytes: None,
-                stream: 0,
-                pool: PoolKind::Large,
-                pool_id: PoolId::default(),
-                is_expandable: false,
-                first_block,
-                block_count: 1,
-                stack: StackId::EMPTY,
-            });
+                size,
+                BlockState::ActiveAllocated,
+                StackId::EMPTY,
+                PoolId::default(),
+            );
         }
-        snapshot.devices.push(DeviceAllocState {
-            device: 0,
-            segments: 0..snapshot.segments.len(),
-            trace: Some(0),
-        });
-        Arc::new(snapshot)
+        snapshot.finish_as_device_zero()
     }
 
     const M: u64 = MIB;

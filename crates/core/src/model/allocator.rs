@@ -519,6 +519,58 @@ impl AllocatorSnapshot {
     pub fn event_count(&self) -> usize {
         self.traces.iter().map(DeviceTrace::len).sum()
     }
+
+    /// Test snapshots: adds a segment that is one block of `size_bytes` (held unless the block
+    /// is inactive), so that a synthetic trace's live set can be laid out in a few lines.
+    #[cfg(test)]
+    pub(crate) fn push_one_block_segment(
+        &mut self,
+        address: u64,
+        size_bytes: u64,
+        state: BlockState,
+        stack: StackId,
+        pool_id: PoolId,
+    ) {
+        let first_block = self.blocks.len() as u32;
+        self.blocks.push(Block {
+            address,
+            size_bytes,
+            requested_bytes: Some(size_bytes),
+            state,
+            stack,
+        });
+        let held_bytes = if state == BlockState::Inactive {
+            0
+        } else {
+            size_bytes
+        };
+        self.segments.push(Segment {
+            device: 0,
+            address,
+            total_bytes: size_bytes,
+            allocated_bytes: held_bytes,
+            active_bytes: held_bytes,
+            requested_bytes: Some(held_bytes),
+            stream: 0,
+            pool: PoolKind::Large,
+            pool_id,
+            is_expandable: false,
+            first_block,
+            block_count: 1,
+            stack: StackId::EMPTY,
+        });
+    }
+
+    /// Test snapshots: device 0 owns every segment and the first trace.
+    #[cfg(test)]
+    pub(crate) fn finish_as_device_zero(mut self) -> std::sync::Arc<Self> {
+        self.devices.push(DeviceAllocState {
+            device: 0,
+            segments: 0..self.segments.len(),
+            trace: Some(0),
+        });
+        std::sync::Arc::new(self)
+    }
 }
 
 #[cfg(test)]
