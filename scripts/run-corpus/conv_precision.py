@@ -1,7 +1,7 @@
 """A convolutional network trained in float32; `--precision bf16` runs the forward pass under
 bfloat16 autocast, which halves most saved activations.
 
-    python3 conv_precision.py --cap-gib G [--precision fp32|bf16] [--steps 20]
+    python3 conv_precision.py --cap-gib G [--precision fp32|bf16] [--batch-size 32] [--steps 20]
 """
 
 import argparse
@@ -14,6 +14,7 @@ from gpu_size import limit_memory
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
 parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--steps", type=int, default=20)
 args = parser.parse_args()
 started = time.time()
@@ -29,8 +30,8 @@ net = torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatt
                           torch.nn.Linear(channels, 10)).cuda()
 optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
 for step in range(args.steps):
-    x = torch.randn(32, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 10, (32,), device="cuda")
+    x = torch.randn(args.batch_size, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 10, (args.batch_size,), device="cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
         loss = torch.nn.functional.cross_entropy(net(x), y)
     loss.backward()

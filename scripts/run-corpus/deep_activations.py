@@ -1,7 +1,7 @@
 """A deep residual MLP whose saved activations do not fit; `--checkpoint 1` recomputes each
 block's activations in the backward pass (torch.utils.checkpoint) instead of keeping them.
 
-    python3 deep_activations.py --cap-gib G [--checkpoint 0|1] [--steps 20]
+    python3 deep_activations.py --cap-gib G [--checkpoint 0|1] [--batch-size 8192] [--steps 20]
 """
 
 import argparse
@@ -15,6 +15,7 @@ from torch.utils.checkpoint import checkpoint
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
 parser.add_argument("--checkpoint", type=int, default=0)
+parser.add_argument("--batch-size", type=int, default=8192)
 parser.add_argument("--steps", type=int, default=20)
 args = parser.parse_args()
 started = time.time()
@@ -36,7 +37,7 @@ width, depth = 1024, 24
 blocks = torch.nn.ModuleList([Block(width) for _ in range(depth)]).cuda()
 optimizer = torch.optim.AdamW(blocks.parameters(), lr=1e-4)
 for step in range(args.steps):
-    h = torch.randn(8192, width, device="cuda")
+    h = torch.randn(args.batch_size, width, device="cuda")
     for b in blocks:
         h = checkpoint(b, h, use_reentrant=False) if args.checkpoint else b(h)
     loss = h.square().mean()

@@ -154,6 +154,12 @@ def run_case(vramscope, out, case):
     with open(os.path.join(folder, "run.json")) as f:
         manifest = json.load(f)
     result["proof"] = manifest.get("proof", [])
+    # The end of each re-run's output: why a re-run ended as it did is read there.
+    for row in result["proof"]:
+        log = os.path.join(folder, row.get("folder", ""), "output.log")
+        if row.get("folder") and os.path.exists(log):
+            with open(log, errors="replace") as f:
+                row["output_tail"] = f.read()[-3000:]
     result["not_recorded"] = manifest.get("not_recorded", [])
     report = {}
     if os.path.exists(os.path.join(folder, "report.json")):

@@ -3,7 +3,9 @@ and its gradient are each as large as the batch, and the step runs out at the lo
 forward pass. `--loss-chunks N` computes the loss over N slices of the tokens, recomputing each
 slice's logits in the backward pass.
 
-    python3 vocab_loss.py --cap-gib G [--loss-chunks 1] [--steps 12]
+    python3 vocab_loss.py --cap-gib G [--loss-chunks 1] [--batch-size 8] [--steps 12]
+
+The batch is `--batch-size` sequences of 1024 tokens.
 """
 
 import argparse
@@ -17,12 +19,13 @@ from torch.utils.checkpoint import checkpoint
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
 parser.add_argument("--loss-chunks", type=int, default=1)
+parser.add_argument("--batch-size", type=int, default=8)
 parser.add_argument("--steps", type=int, default=12)
 args = parser.parse_args()
 started = time.time()
 limit_memory(args.cap_gib)
 
-vocab, hidden, tokens = 50304, 1024, 8 * 1024
+vocab, hidden, tokens = 50304, 1024, args.batch_size * 1024
 body = torch.nn.Sequential(torch.nn.Embedding(vocab, hidden), torch.nn.Linear(hidden, hidden),
                            torch.nn.GELU()).cuda()
 lm_head = torch.nn.Linear(hidden, vocab, bias=False).cuda()
