@@ -22,8 +22,9 @@ fn results_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/gpu-verification/run-corpus")
 }
 
-/// Every recorded case, from every `results-*.json` of the corpus folder, in corpus order;
-/// `None` when the corpus has not been run on a GPU yet.
+/// Every recorded case, from every `results-<UTC time>-<first case>.json` of the corpus folder
+/// (`scripts/run-corpus/unpack.sh` names them so that by name a later call comes later), in
+/// corpus order; `None` when the corpus has not been run on a GPU yet.
 fn recorded_cases() -> Option<Vec<Value>> {
     let dir = results_dir();
     if !dir.is_dir() {
