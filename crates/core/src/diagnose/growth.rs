@@ -9,7 +9,8 @@
 //! span (model load, the allocator filling its cache) is left out. Then:
 //! - **too short** when the judged span is below the caller's minimum (60 s for captures), or there
 //!   are too few readings: said so, never "healthy";
-//! - **flat** when the floor's robust (Theil–Sen) line rises less than [`MIN_GROWTH_BYTES`];
+//! - **flat** when the floor's robust (Theil–Sen) line rises less than [`MIN_GROWTH_BYTES`] (for
+//!   an allocator trace's exact live set, a share of the job's peak: `trajectory`);
 //! - **levelled off** (a warm-up: ramp then plateau) when the last third of the floor rises less
 //!   than a quarter of what the whole line predicts for it;
 //! - **growing** otherwise, when the line fits (R² ≥ [`MIN_R_SQUARED`]) and the floor rose in at
@@ -181,12 +182,19 @@ impl Growth {
 /// Judges `points` (`(x, bytes)` in x order) by the rules of the module comment; `min_span` is
 /// the shortest judged span (x units) below which the series is too short.
 pub fn assess(points: &[(f64, f64)], min_span: f64) -> Shape {
-    assess_with(points, min_span, MIN_POINTS)
+    assess_with(points, min_span, MIN_POINTS, MIN_GROWTH_BYTES)
 }
 
-/// [`assess`] with a smaller number of readings allowed: a live set's floor per iteration is
-/// one reading per iteration, already free of the noise that [`MIN_POINTS`] guards against.
-pub fn assess_with(points: &[(f64, f64)], min_span: f64, min_points: usize) -> Shape {
+/// [`assess`] with a smaller number of readings allowed (a live set's floor per iteration is
+/// one reading per iteration, already free of the noise that [`MIN_POINTS`] guards against) and
+/// the least growth that counts (`min_growth_bytes`, [`MIN_GROWTH_BYTES`] for readings of a
+/// whole GPU; an allocator trace's exact live set is judged against the job's own size).
+pub fn assess_with(
+    points: &[(f64, f64)],
+    min_span: f64,
+    min_points: usize,
+    min_growth_bytes: u64,
+) -> Shape {
     let (Some(first), Some(last)) = (points.first(), points.last()) else {
         return Shape::TooShort {
             span: 0.0,
@@ -213,7 +221,7 @@ pub fn assess_with(points: &[(f64, f64)], min_span: f64, min_points: usize) -> S
             points: points.len(),
         };
     };
-    if line.rise() < MIN_GROWTH_BYTES as f64 {
+    if line.rise() < min_growth_bytes as f64 {
         return Shape::Flat;
     }
     let last_third = &floors[floors.len() * 2 / 3..];

@@ -340,6 +340,7 @@ fn judge_readings(capture: &Capture, device: u32, readings: &[(i64, u64)]) -> Op
                     &seconds_points(run),
                     min_span_s,
                     growth::CAPTURE_MIN_POINTS,
+                    growth::MIN_GROWTH_BYTES,
                 ),
                 free_at_end_bytes: free_at(capture, device, last.0),
                 run_start_ms: first.0,

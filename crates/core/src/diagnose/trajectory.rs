@@ -43,6 +43,12 @@ const FALL_SHARE: f64 = 0.5;
 /// ... and free a block after which at least this share of the rise was allocated before the
 /// peak (memory from early in the rise, not a temporary made just before the fall).
 const REACH_SHARE: f64 = 0.5;
+/// A rise of the iterations' floors smaller than [`growth::MIN_GROWTH_BYTES`] is growth when it
+/// is at least this share of their highest peak: a tenth of the job matters to an
+/// out-of-memory error, whatever the size of the job...
+const MIN_GROWTH_SHARE_OF_PEAK: f64 = 0.1;
+/// ... and then their line must fit at least this well, without slowing down.
+const SMALL_GROWTH_MIN_R_SQUARED: f64 = 0.95;
 /// Cycles rising less than this share of the largest one are merged into the next.
 const SMALL_CYCLE_SHARE: f64 = 0.25;
 /// Wiggles below this share of the range (or [`MIN_WIGGLE_BYTES`]) are ignored when finding the
@@ -571,7 +577,26 @@ fn live_growth(iterations: &[Iteration], series: &[u64], span_seconds: Option<f6
         .map(|(i, it)| (i as f64, it.floor_bytes as f64))
         .collect();
     let peak_bytes = iterations.iter().map(|i| i.peak_bytes).max().unwrap_or(0);
-    match growth::assess_with(&floors, 0.0, MIN_ITERATIONS_FOR_TREND) {
+    // The trace's live set is exact, so a growth smaller than the rule for a whole GPU's
+    // readings still counts when it is a tenth of the job and a clean line (a leak adds the same
+    // every step; a first step's warm-up or sub-step cycles rise unevenly).
+    let judged = |min_growth_bytes| {
+        growth::assess_with(&floors, 0.0, MIN_ITERATIONS_FOR_TREND, min_growth_bytes)
+    };
+    let small_growth_bytes =
+        ((peak_bytes as f64 * MIN_GROWTH_SHARE_OF_PEAK) as u64).min(growth::MIN_GROWTH_BYTES);
+    let shape = match judged(growth::MIN_GROWTH_BYTES) {
+        Shape::Growing(g) => Shape::Growing(g),
+        shape => match judged(small_growth_bytes) {
+            Shape::Growing(g)
+                if g.line.r_squared >= SMALL_GROWTH_MIN_R_SQUARED && !g.decelerating =>
+            {
+                Shape::Growing(g)
+            }
+            _ => shape,
+        },
+    };
+    match shape {
         Shape::Growing(g) => LiveGrowth::Growing {
             per_iteration_bytes: g.slope().max(0.0) as u64,
             r_squared: g.line.r_squared,
@@ -1074,9 +1099,20 @@ pub(crate) mod tests {
     /// temporary of `temp` per layer, then the backward frees them newest first; each step also
     /// keeps `leak` bytes.
     pub fn training(steps: u64, layers: u64, act: u64, temp: u64, leak: u64) -> Vec<Op> {
+        training_keeping(steps, layers, act, temp, &|_| leak)
+    }
+
+    /// [`training`] keeping `kept(step)` bytes in each step.
+    pub fn training_keeping(
+        steps: u64,
+        layers: u64,
+        act: u64,
+        temp: u64,
+        kept: &dyn Fn(u64) -> u64,
+    ) -> Vec<Op> {
         let mut ops = vec![Op::Alloc(0, 512 * M)]; // the weights
         let mut next = 1 << 30;
-        for _ in 0..steps {
+        for step in 0..steps {
             let mut acts = Vec::new();
             for _ in 0..layers {
                 ops.push(Op::Alloc(next, act));
@@ -1086,6 +1122,7 @@ pub(crate) mod tests {
                 ops.push(Op::Free(next));
                 next += temp;
             }
+            let leak = kept(step);
             if leak > 0 {
                 ops.push(Op::Alloc(next, leak));
                 next += leak;
@@ -1123,6 +1160,46 @@ pub(crate) mod tests {
             t.describe().contains("no completed iteration"),
             "{}",
             t.describe()
+        );
+    }
+
+    /// A job of under 1 GiB whose steps each keep 8 MiB (less than the rule for a whole GPU's
+    /// readings over the trace, but more than a tenth of the job) grows; the same job keeping nothing is steady,
+    /// and so is one whose floors rise unevenly by as much (a warm-up, not a leak).
+    #[test]
+    fn a_small_job_keeping_a_little_every_step_grows() {
+        let ops = |kept: &dyn Fn(u64) -> u64| training_keeping(20, 4, 64 * M, 16 * M, kept);
+        let leaking = trajectory(&ops(&|_| 8 * M), Some(GIB_TEST));
+        match leaking.growth {
+            LiveGrowth::Growing {
+                per_iteration_bytes,
+                ..
+            } => assert!(
+                per_iteration_bytes.abs_diff(8 * M) < M,
+                "{per_iteration_bytes}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let steady = trajectory(&ops(&|_| 0), Some(GIB_TEST));
+        assert!(
+            matches!(steady.growth, LiveGrowth::Steady { .. }),
+            "{:?}",
+            steady.growth
+        );
+        // The same 160 MiB kept in three lumps at uneven steps: no clean line.
+        let uneven = trajectory(
+            &ops(&|step| match step {
+                3 => 100 * M,
+                4 => 40 * M,
+                16 => 20 * M,
+                _ => 0,
+            }),
+            Some(GIB_TEST),
+        );
+        assert!(
+            !matches!(uneven.growth, LiveGrowth::Growing { .. }),
+            "{:?}",
+            uneven.growth
         );
     }
 
