@@ -12,20 +12,22 @@ dest=$(cd "$(dirname "$0")/../.." && pwd)/docs/gpu-verification/run-corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tar -C "$tmp" -xJf "$archive"
-results=$(ls "$tmp"/results-*.json)
-first=$(basename "$results" .json); first=${first#results-}
-mode=$(ls "$tmp"/corpus-*.log | head -1); mode=$(basename "$mode" .log); mode=${mode#corpus-}
+# The archive is named after the call's mode and first case (gpu_corpus.sh); a warm machine
+# keeps its work folder between calls, so only that call's results and cases are taken.
+name=$(basename "$archive" .tar.xz); name=${name#corpus-}
+mode=${name%%-*}; first=${name#*-}
+results="$tmp/results-$first.json"
+[ -f "$results" ] || { echo "unpack: no results-$first.json in $archive" >&2; exit 1; }
 started=$(date -u -d "$(head -1 "$tmp/corpus-$mode.log")" +%Y%m%dT%H%MZ)
 mkdir -p "$dest"
 cp "$results" "$dest/results-$started-$first.json"
 [ -f "$tmp/calibration.json" ] && cp "$tmp/calibration.json" "$dest/calibration-$started-$first.json"
 cp "$tmp/corpus-$mode.log" "$dest/corpus-$mode-$started-$first.log"
-for log in "$tmp"/*.vramscope.log; do
-  case=$(basename "$log" .vramscope.log)
+for case in $(python3 -c 'import json, sys; print(" ".join(c["case"] for c in json.load(open(sys.argv[1])) if "error" not in c))' "$results"); do
   [ -d "$tmp/$case" ] || continue
   rm -rf "${dest:?}/$case"
   mkdir -p "$dest/$case"
   find "$tmp/$case" -maxdepth 1 -type f ! -name report.html -exec cp {} "$dest/$case/" \;
-  cp "$log" "$dest/$case/vramscope.log"
+  cp "$tmp/$case.vramscope.log" "$dest/$case/vramscope.log"
   echo "$case"
 done

@@ -3,7 +3,9 @@
 //! snapshot did not refute (ordered most headroom first, refuted ones dropped), the changes the
 //! user declares (`--vary ENV=V1,V2`, `--vary-arg FLAG=V1,V2`); each re-run is a fresh process
 //! tree in a folder of its own, stopped as soon as it is past the original failure by a clear
-//! margin (the hook's allocation count), when it runs out, or at the budget.
+//! margin (more allocations than the original made and one more completed optimizer step:
+//! [`PastFailure`]; a job without optimizer steps runs to its end), when it runs out, or at the
+//! budget.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,7 +22,8 @@ use vramscope_core::model::run::{ProofRun, SpeedBasis};
 use super::{Forwarder, RunOptions, RunOutcome, run_until};
 
 /// A re-run is past the original failure when it made this many more allocations than the
-/// original had when it failed (a share of them, at least [`MIN_MARGIN_ALLOCATIONS`]).
+/// original had when it failed (a share of them, at least [`MIN_MARGIN_ALLOCATIONS`]) and
+/// completed more optimizer steps than the original did ([`PastFailure`]).
 pub const MARGIN_FRACTION: f64 = 0.2;
 /// The least margin, in allocations: a few iterations of a small model.
 pub const MIN_MARGIN_ALLOCATIONS: u64 = 500;
@@ -101,6 +104,42 @@ pub struct HookRecords {
     pub memory_fraction: Option<f64>,
     /// At the first OOM the device had room for the request: a cap refused it, not the card.
     pub cap_refused: bool,
+    /// Optimizer steps of the process that made the fewest (every process must be past a
+    /// step for the job to be); `None` before any process wrote a record.
+    pub optimizer_steps: Option<u64>,
+}
+
+/// Where a re-run is past the original failure by a clear margin: the allocations and the
+/// completed optimizer steps it needs. Allocations alone are no margin: a job whose live set
+/// grows without steps (generation growing a cache, a leak) can pass the original failure by
+/// any number of allocations and run out a little later (a real run did: issue 32). A job that
+/// never makes an optimizer step is therefore never stopped early; it runs to its end or to the
+/// budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PastFailure {
+    pub allocations: u64,
+    pub optimizer_steps: u64,
+}
+
+impl PastFailure {
+    /// From the original run's records: its allocations at the failure plus the margin, and one
+    /// optimizer step more than it completed.
+    pub fn of_original(original: &HookRecords) -> Self {
+        let failed_at = original.oom_at_allocation.unwrap_or(original.allocations);
+        let margin = ((failed_at as f64 * MARGIN_FRACTION) as u64).max(MIN_MARGIN_ALLOCATIONS);
+        PastFailure {
+            allocations: failed_at + margin,
+            optimizer_steps: original.optimizer_steps.unwrap_or(0) + 1,
+        }
+    }
+
+    /// The re-run whose records are `records` is there.
+    pub fn reached(&self, records: &HookRecords) -> bool {
+        records.allocations >= self.allocations
+            && records
+                .optimizer_steps
+                .is_some_and(|steps| steps >= self.optimizer_steps)
+    }
 }
 
 /// Reads the hook's records of `folder` (summed over the job's processes).
@@ -137,6 +176,13 @@ pub fn hook_records(folder: &Path) -> HookRecords {
             && let Ok(progress) = serde_json::from_str::<Progress>(&text)
         {
             records.allocations += progress.num_allocs;
+            records.optimizer_steps = Some(
+                records
+                    .optimizer_steps
+                    .map_or(progress.optimizer_steps, |s| {
+                        s.min(progress.optimizer_steps)
+                    }),
+            );
             if let Some(fraction) = progress.memory_fraction.filter(|f| *f > 0.0) {
                 records.memory_fraction = Some(
                     records
@@ -454,11 +500,7 @@ pub fn prove(
 ) -> Vec<ProofRun> {
     let original_seconds =
         (original.manifest.ended_ms - original.manifest.started_ms).max(1) as f64 / 1000.0;
-    let failed_at = original_records
-        .oom_at_allocation
-        .unwrap_or(original_records.allocations);
-    let margin = ((failed_at as f64 * MARGIN_FRACTION) as u64).max(MIN_MARGIN_ALLOCATIONS);
-    let past = failed_at + margin;
+    let past = PastFailure::of_original(original_records);
     let original_pace = OriginalPace {
         seconds_per_iteration: original_records.seconds_per_iteration,
         allocations_per_second: allocation_rate(original_records, original_seconds),
@@ -495,7 +537,7 @@ pub fn prove(
         let started = std::time::Instant::now();
         let ran = run_until(&options, forwarder, &|folder| {
             let records = hook_records(folder);
-            records.oom_at_allocation.is_some() || records.allocations >= past
+            records.oom_at_allocation.is_some() || past.reached(&records)
         });
         let seconds = started.elapsed().as_secs_f64();
         let result = match ran {
@@ -531,7 +573,7 @@ fn judge_rerun(
     candidate: &Candidate,
     outcome: &RunOutcome,
     stopped_early: bool,
-    past: u64,
+    past: PastFailure,
     seconds: f64,
     original_pace: &OriginalPace,
     original_folder: &Path,
@@ -548,7 +590,7 @@ fn judge_rerun(
         || (log_says_out_of_memory && !outcome.manifest.exit.succeeded())
     {
         "ran_out"
-    } else if (stopped_early && records.allocations >= past) || outcome.manifest.exit.succeeded() {
+    } else if (stopped_early && past.reached(&records)) || outcome.manifest.exit.succeeded() {
         "removed"
     } else if outcome
         .manifest
@@ -715,6 +757,62 @@ mod tests {
         dir
     }
 
+    /// Past the original failure means more allocations and one more completed optimizer step
+    /// in every process: a generation job (no steps) that passed the original's allocations is
+    /// not past it (a real one ran out later), and a training job is once its slowest rank
+    /// completed the step the original failed in.
+    #[test]
+    fn a_rerun_is_past_the_failure_after_its_allocations_and_one_more_step() {
+        let original = run_folder_with(&[
+            (
+                "rank0-pid1.json",
+                r#"{"num_allocs": 3000, "optimizer_steps": 2}"#,
+            ),
+            (
+                "rank0-pid1.oom.json",
+                r#"{"num_allocs": 2000, "alloc_bytes": 10, "device_free": 0}"#,
+            ),
+        ]);
+        let past = PastFailure::of_original(&hook_records(original.path()));
+        assert_eq!(
+            past,
+            PastFailure {
+                allocations: 2500,
+                optimizer_steps: 3
+            }
+        );
+        let reached =
+            |records: &[(&str, &str)]| past.reached(&hook_records(run_folder_with(records).path()));
+        // Far more allocations, no optimizer step: a job that grows without steps.
+        assert!(!reached(&[("rank0-pid1.json", r#"{"num_allocs": 90000}"#)]));
+        // One rank is a step further, the other still in the failing step.
+        assert!(!reached(&[
+            (
+                "rank0-pid1.json",
+                r#"{"num_allocs": 4000, "optimizer_steps": 3}"#
+            ),
+            (
+                "rank1-pid2.json",
+                r#"{"num_allocs": 4000, "optimizer_steps": 2}"#
+            ),
+        ]));
+        assert!(reached(&[
+            (
+                "rank0-pid1.json",
+                r#"{"num_allocs": 1500, "optimizer_steps": 3}"#
+            ),
+            (
+                "rank1-pid2.json",
+                r#"{"num_allocs": 1500, "optimizer_steps": 4}"#
+            ),
+        ]));
+        // The step, but not yet the allocations.
+        assert!(!reached(&[(
+            "rank0-pid1.json",
+            r#"{"num_allocs": 2400, "optimizer_steps": 3}"#
+        )]));
+    }
+
     #[test]
     fn speed_is_time_per_iteration_where_both_runs_made_two_steps() {
         // Rank 0: 5 steps over 400 ms (0.1 s each); rank 1: 3 steps over 500 ms (0.25 s each,
@@ -842,6 +940,7 @@ mod tests {
                 seconds_per_iteration: None,
                 memory_fraction: None,
                 cap_refused: false,
+                optimizer_steps: Some(0),
             }
         );
         assert_eq!(
