@@ -18,7 +18,7 @@
 //!
 //! A trace recorded without stacks (`context=None`) says none of this: its blocks are "other".
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -444,44 +444,90 @@ pub struct ConcatSite {
 /// the site while a newer block of the site lived.
 #[derive(Clone, Copy, Default)]
 struct ReallocationRun {
-    /// Every such free.
+    /// Every such free whose newer block was not much larger (a replacement).
     replaced: u32,
-    /// Those whose newer block was larger.
-    grew: u32,
-    /// Of those, the ones that appended at most half the old size: a concatenation appends a
-    /// piece, where an upsampling layer (also a larger output replacing a smaller input)
+    /// Those whose newer block was larger by at most half the old size: a concatenation appends
+    /// a piece, where an upsampling layer (also a larger output replacing a smaller input)
     /// multiplies.
-    appended: u32,
+    grew: u32,
     first_bytes: u64,
     largest_bytes: u64,
 }
 
 impl ReallocationRun {
-    /// A concatenation: enough reallocations, nearly all of them larger than the block they
-    /// replace (an input re-made each step at the same size, sometimes larger, is not one), and
-    /// nearly all of those appending a piece.
+    /// A concatenation: enough reallocations, nearly all of them appending to the block they
+    /// replace (an input re-made each step at the same size, sometimes larger, is not one).
     fn is_concatenation(&self) -> bool {
-        self.grew >= MIN_REALLOCATIONS
-            && self.grew * 4 >= self.replaced * 3
-            && self.appended * 4 >= self.grew * 3
+        self.grew >= MIN_REALLOCATIONS && self.grew * 4 >= self.replaced * 3
     }
 }
+
+/// A block's replacement is looked for among this many of its site's next live blocks.
+const SUCCESSORS_LOOKED_AT: usize = 16;
 
 /// One call site while [`concatenation_sites`] follows it.
 #[derive(Default)]
 struct SiteFollowed {
-    /// Its latest allocation: event, address, size.
-    latest: (usize, u64, u64),
+    /// Its live blocks: size by the event that made it.
+    live: BTreeMap<usize, u64>,
     /// Its longest run of reallocations so far, and the current one.
     best: ReallocationRun,
     run: ReallocationRun,
 }
 
+impl SiteFollowed {
+    /// The current run ended (its block was dropped, or a smaller one replaced it: the next
+    /// sequence, batch): kept if the longest so far.
+    fn end_run(&mut self) {
+        if self.run.grew > self.best.grew {
+            self.best = self.run;
+        }
+        self.run = ReallocationRun::default();
+    }
+
+    /// The site's block of `old_bytes` made at event `allocated_at` is freed.
+    fn freed(&mut self, allocated_at: usize, old_bytes: u64) {
+        self.live.remove(&allocated_at);
+        // The site's next blocks after it (a few: a replacement follows closely).
+        let newer = || {
+            self.live
+                .range(allocated_at + 1..)
+                .take(SUCCESSORS_LOOKED_AT)
+                .map(|(_, &bytes)| bytes)
+        };
+        // The block that took its place: newer, and larger by at most half (appended to).
+        let appended = newer()
+            .filter(|&bytes| bytes > old_bytes && bytes <= old_bytes.saturating_add(old_bytes / 2))
+            .min();
+        if let Some(new_bytes) = appended {
+            if self.run.grew == 0 {
+                self.run.first_bytes = old_bytes;
+            }
+            self.run.replaced += 1;
+            self.run.grew += 1;
+            self.run.largest_bytes = self.run.largest_bytes.max(new_bytes);
+            return;
+        }
+        // Re-made at its size or smaller: a replacement that did not grow.
+        let remade = newer().any(|bytes| bytes <= old_bytes);
+        if remade {
+            self.run.replaced += 1;
+        }
+        // The run's largest block went without a larger one after it: the run ended. (A
+        // temporary the same line made, freed while a much larger block of the line lives,
+        // is no part of the run: `torch.cat([cache, torch.stack(pieces)])`.)
+        if old_bytes >= self.run.largest_bytes && self.run.grew > 0 {
+            self.end_run();
+        }
+    }
+}
+
 /// The call sites of `travel`'s trace that grow a tensor by concatenation: the program frees a
-/// block of the site while a newer block of the site lives, and that newer one is larger, at
-/// least [`MIN_REALLOCATIONS`] times (nearly every time it replaces one) in a run where the
-/// site's blocks never get smaller, nearly always adding at most half the old size. Found from
-/// the trace's stacks: a trace without stacks has none.
+/// block of the site while a newer block of the site lives that is larger by at most half the
+/// old size, at least [`MIN_REALLOCATIONS`] times in a row (nearly every time it replaces one),
+/// until the run's largest block goes without a larger one after it. Other blocks the same
+/// line makes (a piece stacked before it is appended) do not break the run. Found from the
+/// trace's stacks: a trace without stacks has none.
 pub fn concatenation_sites(travel: &TimeTravel) -> Vec<ConcatSite> {
     let trace = travel.trace();
     // Live blocks of the trace by address: the event that allocated them, its stack, its size.
@@ -494,43 +540,16 @@ pub fn concatenation_sites(travel: &TimeTravel) -> Vec<ConcatSite> {
                 let stack = trace.stacks.get(index).copied().unwrap_or(StackId::EMPTY);
                 let size = trace.sizes_bytes.get(index).copied().unwrap_or(0);
                 live.insert(address, (index, stack, size));
-                if stack == StackId::EMPTY {
-                    continue;
-                }
-                let SiteFollowed { latest, best, run } = sites.entry(stack).or_default();
-                *latest = (index, address, size);
-                if size < run.largest_bytes {
-                    // Smaller than the run made: it starts over (the next sequence, batch).
-                    if run.grew > best.grew {
-                        *best = *run;
-                    }
-                    *run = ReallocationRun::default();
+                if stack != StackId::EMPTY {
+                    sites.entry(stack).or_default().live.insert(index, size);
                 }
             }
             TraceAction::FreeRequested => {
                 let Some((allocated_at, stack, old_bytes)) = live.remove(&address) else {
                     continue;
                 };
-                let Some(SiteFollowed {
-                    latest: (newer_at, newer_address, new_bytes),
-                    run,
-                    ..
-                }) = sites.get_mut(&stack)
-                else {
-                    continue;
-                };
-                if *newer_at <= allocated_at || !live.contains_key(newer_address) {
-                    continue;
-                }
-                run.replaced += 1;
-                if *new_bytes > old_bytes {
-                    if run.grew == 0 {
-                        run.first_bytes = old_bytes;
-                    }
-                    run.grew += 1;
-                    run.appended +=
-                        u32::from(*new_bytes <= old_bytes.saturating_add(old_bytes / 2));
-                    run.largest_bytes = run.largest_bytes.max(*new_bytes);
+                if let Some(site) = sites.get_mut(&stack) {
+                    site.freed(allocated_at, old_bytes);
                 }
             }
             _ => {}
@@ -853,6 +872,22 @@ mod tests {
         assert_eq!(concatenation_sites(&travel).len(), 2);
     }
 
+    /// A real beam search (`scripts/whatif/workloads_heldout.py:87`) grows each request's
+    /// history with `torch.cat([history.index_select(..), piece])`: the same line also makes the
+    /// gathered copies, which once hid the growth (a smaller block of the line was taken for the
+    /// next sequence starting). The line is found, with a run per token of the longest request.
+    #[test]
+    fn a_cache_grown_by_a_line_that_also_makes_temporaries_is_found() {
+        let sites = concatenation_sites(&travel("whatif/heldout/beam_search.pickle"));
+        let lines: Vec<&str> = sites.iter().map(|site| site.site.as_str()).collect();
+        assert_eq!(lines, ["workloads_heldout.py:87 beam_search"]);
+        assert!(sites[0].reallocations >= 64, "{sites:?}");
+        assert!(
+            sites[0].largest_bytes > 16 * sites[0].first_bytes,
+            "{sites:?}"
+        );
+    }
+
     fn travel_of_whatif_kv_cache() -> TimeTravel {
         travel("whatif/kv_cache.pickle")
     }
@@ -870,7 +905,6 @@ mod tests {
             "whatif/transformer_step.pickle",
             "whatif/heldout/cnn_train.pickle",
             "whatif/heldout/mlp_grad_accum.pickle",
-            "whatif/heldout/beam_search.pickle",
             "whatif/heldout2/moe_routing.pickle",
             "whatif/heldout2/unet_segment.pickle",
             "whatif/heldout3/lstm_varlen.pickle",
