@@ -153,6 +153,9 @@ impl RunEvents for Terminal {
             run.speed_text(),
             run.seconds
         );
+        if let Some(why) = &run.ended_by {
+            eprintln!("      ended by: {why}");
+        }
     }
 
     /// The diagnosis in a few lines: each finding's title and its first recommendation.

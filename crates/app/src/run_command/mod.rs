@@ -427,11 +427,14 @@ fn proof_table_ui(ui: &mut egui::Ui, candidates: &[String], proof: &[ProofRun], 
             for run in proof {
                 ui.label(&run.change);
                 let outcome = RichText::new(outcome_text(run));
-                ui.label(match run.outcome.as_str() {
+                let outcome = ui.label(match run.outcome.as_str() {
                     "removed" => outcome.color(Color32::from_rgb(0x4a, 0xb0, 0x5a)),
                     "ran_out" => outcome.color(ui.visuals().error_fg_color),
                     _ => outcome,
                 });
+                if let Some(why) = &run.ended_by {
+                    outcome.on_hover_text(format!("ended by: {why}"));
+                }
                 ui.label(run.peak_reserved_bytes.map_or("?".to_owned(), format_bytes));
                 ui.label(run.speed_text());
                 ui.label(format!("{:.0} s", run.seconds));

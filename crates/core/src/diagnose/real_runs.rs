@@ -27,6 +27,15 @@ pub fn best(proof: &[ProofRun]) -> Option<&ProofRun> {
         })
 }
 
+/// A change as a sentence names it: the hook's raised cap as the job's cap raised, anything else
+/// as written.
+fn change_in_words(change: &str) -> String {
+    match change.strip_prefix("VRAMSCOPE_RUN_MEMORY_FRACTION=") {
+        Some(fraction) => format!("the job's memory cap raised to {fraction} of the GPU"),
+        None => change.to_owned(),
+    }
+}
+
 /// How a change is applied: `export NAME=VALUE` for an environment variable, the command line
 /// for an argument.
 fn action(change: &str) -> String {
@@ -59,6 +68,9 @@ fn evidence_of(run: &ProofRun) -> Evidence {
     }
     if run.relative_speed.is_some() {
         display.push_str(&format!(", speed {}", run.speed_text()));
+    }
+    if let Some(why) = &run.ended_by {
+        display.push_str(&format!(", ended by: {why}"));
     }
     Evidence::text(
         format!("re-run with {}", run.change),
@@ -93,7 +105,10 @@ pub fn finding(proof: &[ProofRun], category: Category) -> Option<Finding> {
         );
         let recommendation = Recommendation {
             id: "proven-by-run".to_owned(),
-            title: format!("Run with {}", best.change),
+            title: match best.change.strip_prefix("VRAMSCOPE_RUN_MEMORY_FRACTION=") {
+                Some(fraction) => format!("Raise the job's memory cap to {fraction} of the GPU"),
+                None => format!("Run with {}", best.change),
+            },
             expected_effect: format!("The job got past its out-of-memory error with it: {detail}."),
             action: action(&best.change),
             estimated_saving_bytes: None,
@@ -105,15 +120,17 @@ pub fn finding(proof: &[ProofRun], category: Category) -> Option<Finding> {
                 Severity::Info,
                 format!(
                     "Proven by a real run: {} removes the out-of-memory error",
-                    best.change
+                    change_in_words(&best.change)
                 ),
             )
             .with_evidence(evidence)
             .explained(
                 "vramscope re-ran the job under the candidate changes, each in a fresh process \
                  tree, and stopped each re-run once it was past the original failure by a clear \
-                 margin (allocations counted by the allocator hook), when it ran out, or at the \
-                 budget. The change recommended removed the failure with the least slowdown.",
+                 margin (more allocations than the original made, counted by the allocator hook, \
+                 and one more completed optimizer step; a job without optimizer steps ran to its \
+                 end), when it ran out, or at the budget. The change recommended removed the \
+                 failure with the least slowdown.",
             )
             .recommend([recommendation]),
         );
@@ -280,6 +297,25 @@ mod tests {
             "{raised}"
         );
         assert!(!raised.starts_with("export"), "{raised}");
+        // ... and named as one, not as the hook's variable.
+        let proven = super::finding(
+            &[run(
+                "VRAMSCOPE_RUN_MEMORY_FRACTION=0.4",
+                "removed",
+                Some(1.0),
+                None,
+            )],
+            Category::MemoryCap,
+        )
+        .unwrap_or_else(|| panic!("a finding"));
+        assert_eq!(
+            proven.title,
+            "Proven by a real run: the job's memory cap raised to 0.4 of the GPU removes the out-of-memory error"
+        );
+        assert_eq!(
+            proven.recommendations[0].title,
+            "Raise the job's memory cap to 0.4 of the GPU"
+        );
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub struct ProofRun {
     pub folder: String,
     /// What the replay of the original snapshot predicted for this change, when it could.
     pub replay_prediction: Option<String>,
+    /// Why a re-run that `failed` ended: the last error line of its output (`RuntimeError: …`).
+    /// Absent for other outcomes and in run folders written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<String>,
 }
 
 impl ProofRun {

@@ -580,12 +580,10 @@ fn judge_rerun(
 ) -> ProofRun {
     let records = hook_records(&outcome.folder);
     let speed = relative_speed(original_pace, &records, seconds);
-    let log_says_out_of_memory = std::fs::read_to_string(outcome.folder.join(super::LOG_FILE))
-        .is_ok_and(|log| {
-            log.contains("CUDA out of memory")
-                || log.contains("OutOfMemoryError")
-                || log.contains("CUDA error: out of memory")
-        });
+    let log = std::fs::read_to_string(outcome.folder.join(super::LOG_FILE)).unwrap_or_default();
+    let log_says_out_of_memory = log.contains("CUDA out of memory")
+        || log.contains("OutOfMemoryError")
+        || log.contains("CUDA error: out of memory");
     let verdict = if records.oom_at_allocation.is_some()
         || (log_says_out_of_memory && !outcome.manifest.exit.succeeded())
     {
@@ -615,7 +613,30 @@ fn judge_rerun(
         seconds,
         folder: relative(&outcome.folder, original_folder),
         replay_prediction: candidate.prediction.clone(),
+        ended_by: (verdict == "failed")
+            .then(|| last_error_line(&log))
+            .flatten(),
     }
+}
+
+/// The most this many characters of an error line are kept.
+const ERROR_LINE_CHARS: usize = 160;
+
+/// The last line of a job's output that names an error (`RuntimeError: …`, `SystemError: …`,
+/// `Segmentation fault`), else its last non-empty line; shortened.
+fn last_error_line(log: &str) -> Option<String> {
+    let lines = || log.lines().map(str::trim).filter(|l| !l.is_empty());
+    let is_error = |line: &&str| {
+        line.split_once(':').is_some_and(|(head, _)| {
+            !head.contains(' ') && (head.ends_with("Error") || head.ends_with("Exception"))
+        }) || line.contains("Segmentation fault")
+            || line.contains("core dumped")
+    };
+    let line = lines().rfind(is_error).or_else(|| lines().last())?;
+    Some(match line.char_indices().nth(ERROR_LINE_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
+    })
 }
 
 fn relative(path: &Path, base: &Path) -> String {
@@ -811,6 +832,41 @@ mod tests {
             "rank0-pid1.json",
             r#"{"num_allocs": 2400, "optimizer_steps": 3}"#
         )]));
+    }
+
+    /// Why a re-run failed is its output's last error line: the two real re-runs that ended so
+    /// on an H100 (a cuDNN attention kernel short of workspace; an error lost in a checkpointed
+    /// recomputation), a crash, and a log with no error line.
+    #[test]
+    fn a_failed_rerun_is_said_ended_by_its_last_error_line() {
+        let cudnn = "token 512 cache length 1025\nTraceback (most recent call last):\n  File \"kv.py\", line 60, in generate\n    attn = f(q)\nRuntimeError: Expected mha_graph.execute(handle, variant_pack, workspace_ptr.get()).is_good() to be true, but got false.\n\n";
+        assert_eq!(
+            last_error_line(cudnn).as_deref(),
+            Some(
+                "RuntimeError: Expected mha_graph.execute(handle, variant_pack, workspace_ptr.get()).is_good() to be true, but got false."
+            )
+        );
+        let lost = "  File \"vocab_loss.py\", line 36, in slice_loss\n    return f(x)\nSystemError: <built-in function cross_entropy_loss> returned NULL without setting an exception\n";
+        assert_eq!(
+            last_error_line(lost).as_deref(),
+            Some(
+                "SystemError: <built-in function cross_entropy_loss> returned NULL without setting an exception"
+            )
+        );
+        assert_eq!(
+            last_error_line("step 3\nSegmentation fault (core dumped)\n").as_deref(),
+            Some("Segmentation fault (core dumped)")
+        );
+        assert_eq!(
+            last_error_line("step 1\nstep 2\n").as_deref(),
+            Some("step 2")
+        );
+        assert_eq!(last_error_line(""), None);
+        let long = format!("ValueError: {}", "x".repeat(400));
+        assert_eq!(
+            last_error_line(&long).map(|l| l.chars().count()),
+            Some(ERROR_LINE_CHARS + 1)
+        );
     }
 
     #[test]
