@@ -632,7 +632,7 @@ fn last_error_line(log: &str) -> Option<String> {
         }) || line.contains("Segmentation fault")
             || line.contains("core dumped")
     };
-    let line = lines().rfind(is_error).or_else(|| lines().last())?;
+    let line = lines().rfind(is_error).or_else(|| lines().next_back())?;
     Some(match line.char_indices().nth(ERROR_LINE_CHARS) {
         Some((cut, _)) => format!("{}…", &line[..cut]),
         None => line.to_owned(),
