@@ -364,8 +364,8 @@ fn a_setting_judged_enough_by_the_failing_step_comes_first_and_says_why() {
 /// Where the pattern cannot decide (a real transformer step under a cap, recorded under
 /// `garbage_collection_threshold:0.6`: its backward pass adds 32 MiB per repetition and the best
 /// setting leaves 96 MiB, about two more), the finding says uncertain, the cheapest change that
-/// passes the failing request comes first with why it may not be enough, and what settles it
-/// is named.
+/// passes the failing request comes first with why it may not be enough, a smaller batch second
+/// (the cheapest change if the step needs more than the card), and what settles it third.
 #[test]
 fn an_undecided_pattern_is_uncertain_and_names_what_settles_it() {
     let findings = diagnose_snapshot(&whatif_fixture(
@@ -389,13 +389,29 @@ fn an_undecided_pattern_is_uncertain_and_names_what_settles_it() {
         "{}",
         first.expected_effect
     );
+    let ids: Vec<&str> = primary
+        .recommendations
+        .iter()
+        .map(|r| r.id.as_str())
+        .collect();
+    assert_eq!(
+        ids[1..3],
+        ["reduce-batch-size", "prove-by-rerun"],
+        "{ids:?}"
+    );
     assert!(
-        primary
-            .recommendations
-            .iter()
-            .any(|r| r.id == "prove-by-rerun" && r.action.contains("vramscope run --prove")),
-        "{:?}",
-        primary.recommendations
+        primary.recommendations[1]
+            .expected_effect
+            .starts_with("If the setting is not enough"),
+        "{}",
+        primary.recommendations[1].expected_effect
+    );
+    assert!(
+        primary.recommendations[2]
+            .action
+            .contains("vramscope run --prove"),
+        "{}",
+        primary.recommendations[2].action
     );
 }
 

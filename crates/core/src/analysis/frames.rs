@@ -103,6 +103,10 @@ fn is_library_file(filename: &str) -> bool {
     filename.contains("/torch/") || filename.contains("site-packages") || filename.starts_with('<')
 }
 
+/// The call site of an allocation whose stack was not recorded (a C++ or backward-pass
+/// allocation under `--stacks python`, or a trace recorded without stacks).
+pub const NO_STACK: &str = "(no stack recorded)";
+
 /// The innermost frame of user code (a `.py` file outside torch and site-packages), as
 /// `file.py:line name`; the innermost Python frame when all are library code.
 pub fn user_call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
@@ -123,7 +127,7 @@ pub fn user_call_site(snapshot: &AllocatorSnapshot, stack: StackId) -> String {
             let base = file.rsplit('/').next().unwrap_or(file);
             format!("{base}:{} {}", f.line, snapshot.string(f.name))
         }
-        None => "(no stack recorded)".to_owned(),
+        None => NO_STACK.to_owned(),
     }
 }
 

@@ -57,7 +57,12 @@ fn caveats(sides: &[SnapshotSide]) -> Vec<String> {
                 side.name
             ));
         }
-        if !side.sites.is_empty() && side.sites.keys().all(|s| s == "(no stack recorded)") {
+        if !side.sites.is_empty()
+            && side
+                .sites
+                .keys()
+                .all(|s| s == crate::analysis::frames::NO_STACK)
+        {
             out.push(format!(
                 "{} recorded no stacks (history without context): its call sites and categories \
                  cannot be told.",

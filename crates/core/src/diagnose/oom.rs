@@ -910,7 +910,8 @@ fn combine_note(recs: &[Recommendation], shortfall_bytes: Option<u64>) -> String
 
 /// The allocator-setting recommendations for a fragmentation verdict: those a reliable replay
 /// proved (or saw pass the failing request), best first, the first saying what the failing
-/// step's pattern judged of it, and how to settle it when that is uncertain; without a usable
+/// step's pattern judged of it; when that is uncertain, a smaller batch second (the cheapest
+/// change if the step needs more than the card) and how to settle it third. Without a usable
 /// replay, the usual settings marked unverified with the reason.
 fn allocator_setting_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendation> {
     let n = &case.numbers;
@@ -957,7 +958,19 @@ fn allocator_setting_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendati
             first.expected_effect = format!("{} {judged}", first.expected_effect);
         }
         if let (Some(StepReach::Uncertain(_)), Some(conf)) = (&verdict.step_reach, first_conf) {
-            recs.push(recommend::prove_by_rerun(&conf));
+            // Either the setting is enough or the job needs more than the card: the cheapest
+            // change of each kind first, then how to tell which.
+            let mut smaller = recommend::reduce_batch_size_within(
+                shortfall(n),
+                n.allocated_bytes,
+                activation_bytes(case),
+            );
+            smaller.expected_effect = format!(
+                "If the setting is not enough (the step needs more than the card): {}",
+                smaller.expected_effect
+            );
+            recs.insert(1.min(recs.len()), smaller);
+            recs.insert(2.min(recs.len()), recommend::prove_by_rerun(&conf));
         }
         recs.push(recommend::empty_cache());
         return recs;

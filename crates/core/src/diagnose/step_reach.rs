@@ -14,12 +14,14 @@
 //!    repetition): one more needs nothing more → **placement**;
 //! 4. one more repetition adds more than the headroom the best setting leaves in the replay →
 //!    **capacity**: the setting does not fix the job;
-//! 5. otherwise (no repetition found, or headroom for a few more repetitions and no telling how
-//!    many remain) → **uncertain**, with what settles it.
+//! 5. otherwise (no repetition found, a repetition only of allocations without recorded stacks,
+//!    or headroom for a few more repetitions and no telling how many remain) → **uncertain**,
+//!    with what settles it.
 
 use super::log::OomNumbers;
 use super::proof::SettingsProof;
 use super::trajectory::{IterationSource, Trajectory};
+use crate::analysis::frames::NO_STACK;
 use crate::analysis::repetition::Repetition;
 use crate::model::format_bytes;
 
@@ -84,6 +86,14 @@ pub fn judge(
                 .to_owned(),
         ));
     };
+    if repetition.call_sites.iter().all(|site| site == NO_STACK) {
+        // A pattern of allocations without stacks is a pattern of sizes: nothing says it is the
+        // same code repeating, nor whether the request belongs to it.
+        return Some(StepReach::Uncertain(
+            "the step that failed repeats only allocations without recorded stacks (the backward pass's or C++'s), which cannot tell whether it is the same code repeating, nor how much more the step needs"
+                .to_owned(),
+        ));
+    }
     let sites = sites_text(repetition);
     // A repetition that spans what the failing stretch began with is the job's steps, kept one
     // after the other; otherwise layers inside the step.
@@ -309,6 +319,21 @@ mod tests {
             matches!(reach(&few, 800), Some(StepReach::Uncertain(why)) if why.contains("about 6 more repetition(s)")),
             "{:?}",
             reach(&few, 800)
+        );
+    }
+
+    /// A repetition of allocations without stacks (a backward pass under `--stacks python`)
+    /// decides nothing, however level: it is uncertain.
+    #[test]
+    fn a_repetition_without_stacks_is_uncertain() {
+        let mut level = history(5, 700, 800, Some((0, true, false)));
+        if let Some(r) = level.failing_step.as_mut() {
+            r.call_sites = vec![NO_STACK.to_owned()];
+        }
+        assert!(
+            matches!(reach(&level, 960), Some(StepReach::Uncertain(why)) if why.contains("without recorded stacks")),
+            "{:?}",
+            reach(&level, 960)
         );
     }
 
