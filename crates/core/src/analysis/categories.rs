@@ -433,7 +433,8 @@ pub struct ConcatSite {
     pub stack: StackId,
     /// The site in words: its innermost frame of the user's code (`file.py:12 function`).
     pub site: String,
-    /// Reallocations in the longest run of ever larger ones.
+    /// Reallocations in the longest run of appending ones (a run ends when its largest block is
+    /// freed without a larger one after it; caches kept whole, never freed, run on).
     pub reallocations: u32,
     /// The smallest block of that run (the first replaced) and the largest (the last made).
     pub first_bytes: u64,
@@ -462,9 +463,6 @@ impl ReallocationRun {
     }
 }
 
-/// A block's replacement is looked for among this many of its site's next live blocks.
-const SUCCESSORS_LOOKED_AT: usize = 16;
-
 /// One call site while [`concatenation_sites`] follows it.
 #[derive(Default)]
 struct SiteFollowed {
@@ -488,19 +486,22 @@ impl SiteFollowed {
     /// The site's block of `old_bytes` made at event `allocated_at` is freed.
     fn freed(&mut self, allocated_at: usize, old_bytes: u64) {
         self.live.remove(&allocated_at);
-        // The site's next blocks after it (a few: a replacement follows closely).
-        let newer = || {
-            self.live
-                .range(allocated_at + 1..)
-                .take(SUCCESSORS_LOOKED_AT)
-                .map(|(_, &bytes)| bytes)
-        };
-        // The block that took its place: newer, and larger by at most half (appended to).
-        let appended = newer()
-            .filter(|&bytes| bytes > old_bytes && bytes <= old_bytes.saturating_add(old_bytes / 2))
-            .min();
+        // The site's newest block, when made after it: `x = torch.cat([x, y])` frees `x` right
+        // after making its replacement, however many other blocks of the line live (one cache
+        // per layer) and whatever temporaries the line made and freed before. Older blocks of
+        // the line are not looked at: one larger by chance (varying lengths) is no replacement.
+        let newest = self
+            .live
+            .range(allocated_at + 1..)
+            .next_back()
+            .map(|(_, &bytes)| bytes);
+        // Appended to: larger by at most half.
+        let appended = newest
+            .filter(|&bytes| bytes > old_bytes && bytes <= old_bytes.saturating_add(old_bytes / 2));
         if let Some(new_bytes) = appended {
             if self.run.grew == 0 {
+                // Same-size re-makes before it still count against it: a line whose blocks
+                // mostly keep their size and grow now and then (routing indices) is no cache.
                 self.run.first_bytes = old_bytes;
             }
             self.run.replaced += 1;
@@ -509,8 +510,7 @@ impl SiteFollowed {
             return;
         }
         // Re-made at its size or smaller: a replacement that did not grow.
-        let remade = newer().any(|bytes| bytes <= old_bytes);
-        if remade {
+        if newest.is_some_and(|bytes| bytes <= old_bytes) {
             self.run.replaced += 1;
         }
         // The run's largest block went without a larger one after it: the run ended. (A
@@ -523,8 +523,8 @@ impl SiteFollowed {
 }
 
 /// The call sites of `travel`'s trace that grow a tensor by concatenation: the program frees a
-/// block of the site while a newer block of the site lives that is larger by at most half the
-/// old size, at least [`MIN_REALLOCATIONS`] times in a row (nearly every time it replaces one),
+/// block of the site while the site's newest block, made after it, is larger by at most half
+/// the old size, at least [`MIN_REALLOCATIONS`] times in a row (nearly every time it replaces one),
 /// until the run's largest block goes without a larger one after it. Other blocks the same
 /// line makes (a piece stacked before it is appended) do not break the run. Found from the
 /// trace's stacks: a trace without stacks has none.

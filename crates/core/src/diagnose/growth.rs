@@ -9,8 +9,9 @@
 //! span (model load, the allocator filling its cache) is left out. Then:
 //! - **too short** when the judged span is below the caller's minimum (60 s for captures), or there
 //!   are too few readings: said so, never "healthy";
-//! - **flat** when the floor's robust (Theil–Sen) line rises less than [`MIN_GROWTH_BYTES`] (for
-//!   an allocator trace's exact live set, a share of the job's peak: `trajectory`);
+//! - **flat** when the floor's robust (Theil–Sen) line rises less than [`MIN_GROWTH_BYTES`] (an
+//!   allocator trace's exact live set may also grow by less: a tenth of the job's peak, when
+//!   its line fits with R² ≥ 0.95 and does not slow down; `trajectory`);
 //! - **levelled off** (a warm-up: ramp then plateau) when the last third of the floor rises less
 //!   than a quarter of what the whole line predicts for it;
 //! - **growing** otherwise, when the line fits (R² ≥ [`MIN_R_SQUARED`]) and the floor rose in at

@@ -966,11 +966,12 @@ fn allocator_setting_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendati
                 activation_bytes(case),
             );
             smaller.expected_effect = format!(
-                "If the setting is not enough (the step needs more than the card): {}",
+                "If the setting is not enough (the step needs more than the card; what follows is sized on this failure, and the rest of the step may need more): {}",
                 smaller.expected_effect
             );
-            recs.insert(1.min(recs.len()), smaller);
-            recs.insert(2.min(recs.len()), recommend::prove_by_rerun(&conf));
+            // `first_conf` is a setting's: `recs` holds at least that one.
+            recs.insert(1, smaller);
+            recs.insert(2, recommend::prove_by_rerun(&conf));
         }
         recs.push(recommend::empty_cache());
         return recs;

@@ -104,9 +104,12 @@ pub struct HookRecords {
     pub memory_fraction: Option<f64>,
     /// At the first OOM the device had room for the request: a cap refused it, not the card.
     pub cap_refused: bool,
-    /// Optimizer steps of the process that made the fewest (every process must be past a
-    /// step for the job to be); `None` before any process wrote a record.
+    /// Optimizer steps of the stepping process that made the fewest (every rank must be past a
+    /// step for the job to be; a process that never steps, such as a launcher's GPU check, is
+    /// left out); `None` while no process made one.
     pub optimizer_steps: Option<u64>,
+    /// Processes that made at least one optimizer step.
+    pub stepping_processes: usize,
 }
 
 /// Where a re-run is past the original failure by a clear margin: the allocations and the
@@ -119,23 +122,29 @@ pub struct HookRecords {
 pub struct PastFailure {
     pub allocations: u64,
     pub optimizer_steps: u64,
+    pub stepping_processes: usize,
 }
 
 impl PastFailure {
-    /// From the original run's records: its allocations at the failure plus the margin, and one
-    /// optimizer step more than it completed.
+    /// From the original run's records: its allocations (all processes', as a re-run's are
+    /// counted) plus the margin, one optimizer step more than its slowest stepping process
+    /// completed, in at least as many processes (at least one).
     pub fn of_original(original: &HookRecords) -> Self {
-        let failed_at = original.oom_at_allocation.unwrap_or(original.allocations);
+        let failed_at = original
+            .allocations
+            .max(original.oom_at_allocation.unwrap_or(0));
         let margin = ((failed_at as f64 * MARGIN_FRACTION) as u64).max(MIN_MARGIN_ALLOCATIONS);
         PastFailure {
             allocations: failed_at + margin,
             optimizer_steps: original.optimizer_steps.unwrap_or(0) + 1,
+            stepping_processes: original.stepping_processes.max(1),
         }
     }
 
     /// The re-run whose records are `records` is there.
     pub fn reached(&self, records: &HookRecords) -> bool {
         records.allocations >= self.allocations
+            && records.stepping_processes >= self.stepping_processes
             && records
                 .optimizer_steps
                 .is_some_and(|steps| steps >= self.optimizer_steps)
@@ -176,13 +185,16 @@ pub fn hook_records(folder: &Path) -> HookRecords {
             && let Ok(progress) = serde_json::from_str::<Progress>(&text)
         {
             records.allocations += progress.num_allocs;
-            records.optimizer_steps = Some(
-                records
-                    .optimizer_steps
-                    .map_or(progress.optimizer_steps, |s| {
-                        s.min(progress.optimizer_steps)
-                    }),
-            );
+            if progress.optimizer_steps > 0 {
+                records.stepping_processes += 1;
+                records.optimizer_steps = Some(
+                    records
+                        .optimizer_steps
+                        .map_or(progress.optimizer_steps, |s| {
+                            s.min(progress.optimizer_steps)
+                        }),
+                );
+            }
             if let Some(fraction) = progress.memory_fraction.filter(|f| *f > 0.0) {
                 records.memory_fraction = Some(
                     records
@@ -619,6 +631,14 @@ fn judge_rerun(
     }
 }
 
+/// A line without torchrun's `[rankN]:` prefix.
+fn without_rank_prefix(line: &str) -> &str {
+    line.strip_prefix("[rank")
+        .and_then(|rest| rest.split_once("]:"))
+        .filter(|(rank, _)| rank.chars().all(|c| c.is_ascii_digit()))
+        .map_or(line, |(_, rest)| rest.trim_start())
+}
+
 /// The most this many characters of an error line are kept.
 const ERROR_LINE_CHARS: usize = 160;
 
@@ -626,13 +646,19 @@ const ERROR_LINE_CHARS: usize = 160;
 /// `Segmentation fault`), else its last non-empty line; shortened.
 fn last_error_line(log: &str) -> Option<String> {
     let lines = || log.lines().map(str::trim).filter(|l| !l.is_empty());
+    // torchrun prefixes each rank's lines (`[rank1]: RuntimeError: …`) and ends with its own
+    // `ChildFailedError`, which says only that a rank failed.
     let is_error = |line: &&str| {
         line.split_once(':').is_some_and(|(head, _)| {
             !head.contains(' ') && (head.ends_with("Error") || head.ends_with("Exception"))
         }) || line.contains("Segmentation fault")
             || line.contains("core dumped")
     };
-    let line = lines().rfind(is_error).or_else(|| lines().next_back())?;
+    let line = lines()
+        .map(without_rank_prefix)
+        .filter(|line| !line.contains("ChildFailedError"))
+        .rfind(is_error)
+        .or_else(|| lines().next_back())?;
     Some(match line.char_indices().nth(ERROR_LINE_CHARS) {
         Some((cut, _)) => format!("{}…", &line[..cut]),
         None => line.to_owned(),
@@ -784,29 +810,32 @@ mod tests {
     /// completed the step the original failed in.
     #[test]
     fn a_rerun_is_past_the_failure_after_its_allocations_and_one_more_step() {
+        // Two ranks: rank 0 made 2 steps, rank 1 ran out in its first (2000 + 1000 allocations).
         let original = run_folder_with(&[
             (
                 "rank0-pid1.json",
-                r#"{"num_allocs": 3000, "optimizer_steps": 2}"#,
+                r#"{"num_allocs": 2000, "optimizer_steps": 2}"#,
             ),
+            ("rank1-pid2.json", r#"{"num_allocs": 1000}"#),
             (
-                "rank0-pid1.oom.json",
-                r#"{"num_allocs": 2000, "alloc_bytes": 10, "device_free": 0}"#,
+                "rank1-pid2.oom.json",
+                r#"{"num_allocs": 1000, "alloc_bytes": 10, "device_free": 0}"#,
             ),
         ]);
         let past = PastFailure::of_original(&hook_records(original.path()));
         assert_eq!(
             past,
             PastFailure {
-                allocations: 2500,
-                optimizer_steps: 3
+                allocations: 3600,
+                optimizer_steps: 3,
+                stepping_processes: 1
             }
         );
         let reached =
             |records: &[(&str, &str)]| past.reached(&hook_records(run_folder_with(records).path()));
         // Far more allocations, no optimizer step: a job that grows without steps.
         assert!(!reached(&[("rank0-pid1.json", r#"{"num_allocs": 90000}"#)]));
-        // One rank is a step further, the other still in the failing step.
+        // One rank is past the steps, the other still in its second step.
         assert!(!reached(&[
             (
                 "rank0-pid1.json",
@@ -817,20 +846,22 @@ mod tests {
                 r#"{"num_allocs": 4000, "optimizer_steps": 2}"#
             ),
         ]));
+        // Both ranks past; a process that never steps (a GPU check) does not hold it back.
         assert!(reached(&[
             (
                 "rank0-pid1.json",
-                r#"{"num_allocs": 1500, "optimizer_steps": 3}"#
+                r#"{"num_allocs": 1800, "optimizer_steps": 3}"#
             ),
             (
                 "rank1-pid2.json",
-                r#"{"num_allocs": 1500, "optimizer_steps": 4}"#
+                r#"{"num_allocs": 1800, "optimizer_steps": 4}"#
             ),
+            ("check-pid3.json", r#"{"num_allocs": 1}"#),
         ]));
-        // The step, but not yet the allocations.
+        // The steps, but not yet the allocations.
         assert!(!reached(&[(
             "rank0-pid1.json",
-            r#"{"num_allocs": 2400, "optimizer_steps": 3}"#
+            r#"{"num_allocs": 3500, "optimizer_steps": 9}"#
         )]));
     }
 
@@ -860,6 +891,12 @@ mod tests {
         assert_eq!(
             last_error_line("step 1\nstep 2\n").as_deref(),
             Some("step 2")
+        );
+        // Under torchrun: the rank's own error, not the launcher's.
+        let torchrun = "[rank1]: Traceback (most recent call last):\n[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \ntrain.py FAILED\n";
+        assert_eq!(
+            last_error_line(torchrun).as_deref(),
+            Some("RuntimeError: CUDA error: an illegal memory access was encountered")
         );
         assert_eq!(last_error_line(""), None);
         let long = format!("ValueError: {}", "x".repeat(400));
@@ -996,7 +1033,8 @@ mod tests {
                 seconds_per_iteration: None,
                 memory_fraction: None,
                 cap_refused: false,
-                optimizer_steps: Some(0),
+                optimizer_steps: None,
+                stepping_processes: 0,
             }
         );
         assert_eq!(
