@@ -627,6 +627,35 @@ mod tests {
         assert!(!text.contains("(2, 0)"), "{text}");
     }
 
+    /// One line growing a cache per layer, for many more layers than the fixtures' 16 (each
+    /// layer's new copy made just before its old one is freed, the other layers' caches alive
+    /// in between): the line is found, with every growth counted. The same line re-making its
+    /// blocks at one size is no concatenation.
+    #[test]
+    fn a_line_growing_one_cache_per_layer_is_found_for_any_number_of_layers() {
+        let sites = |growth_per_token: u64| {
+            let mut p = Program::new();
+            let site = p.stack(&[("generate.py", "generate")]);
+            let mut caches: Vec<u64> = (0..40).map(|_| p.alloc(M, site)).collect();
+            for token in 1..=8 {
+                for cache in caches.iter_mut() {
+                    let longer = p.alloc(M + token * growth_per_token, site);
+                    p.free(*cache, false);
+                    *cache = longer;
+                }
+            }
+            let snapshot = p.oom(64 * M, site, 0);
+            crate::analysis::categories::concatenation_sites(
+                &crate::analysis::timetravel::TimeTravel::new(snapshot, 0),
+            )
+        };
+        let found = sites(64 << 10);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].site, "generate.py:10 generate");
+        assert_eq!(found[0].reallocations, 8 * 40);
+        assert!(sites(0).is_empty());
+    }
+
     /// A cache grown by concatenation is named with preallocation, after the batch advice.
     #[test]
     fn a_cache_grown_by_concatenation_is_named_with_preallocation() {
