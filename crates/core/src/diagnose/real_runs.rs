@@ -8,7 +8,7 @@ use super::finding::{
     Category, Evidence, EvidenceSource, Finding, Recommendation, Severity, Unit, Verification,
 };
 use crate::model::format_bytes;
-use crate::model::run::ProofRun;
+use crate::model::run::{MEMORY_FRACTION_VARIABLE, ProofRun, raised_memory_fraction};
 
 /// The outcome word of a re-run that got past the original failure.
 pub const REMOVED: &str = "removed";
@@ -30,7 +30,7 @@ pub fn best(proof: &[ProofRun]) -> Option<&ProofRun> {
 /// A change as a sentence names it: the hook's raised cap as the job's cap raised, anything else
 /// as written.
 fn change_in_words(change: &str) -> String {
-    match change.strip_prefix("VRAMSCOPE_RUN_MEMORY_FRACTION=") {
+    match raised_memory_fraction(change) {
         Some(fraction) => format!("the job's memory cap raised to {fraction} of the GPU"),
         None => change.to_owned(),
     }
@@ -39,11 +39,11 @@ fn change_in_words(change: &str) -> String {
 /// How a change is applied: `export NAME=VALUE` for an environment variable, the command line
 /// for an argument.
 fn action(change: &str) -> String {
-    if let Some(fraction) = change.strip_prefix("VRAMSCOPE_RUN_MEMORY_FRACTION=") {
+    if let Some(fraction) = raised_memory_fraction(change) {
         // The hook's raised cap: the job's own cap is the thing to change.
         return format!(
             "torch.cuda.set_per_process_memory_fraction({fraction})  # where the job sets its \
-             cap\n# or, with no code change: VRAMSCOPE_RUN_MEMORY_FRACTION={fraction} vramscope \
+             cap\n# or, with no code change: {MEMORY_FRACTION_VARIABLE}={fraction} vramscope \
              run -- COMMAND (raises the job's own cap to {fraction})"
         );
     }
@@ -105,7 +105,7 @@ pub fn finding(proof: &[ProofRun], category: Category) -> Option<Finding> {
         );
         let recommendation = Recommendation {
             id: "proven-by-run".to_owned(),
-            title: match best.change.strip_prefix("VRAMSCOPE_RUN_MEMORY_FRACTION=") {
+            title: match raised_memory_fraction(&best.change) {
                 Some(fraction) => format!("Raise the job's memory cap to {fraction} of the GPU"),
                 None => format!("Run with {}", best.change),
             },

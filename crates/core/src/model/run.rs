@@ -10,6 +10,18 @@ pub const RUN_SCHEMA: &str = "vramscope.run/1";
 /// The manifest's file name inside a run folder.
 pub const MANIFEST_FILE: &str = "run.json";
 
+/// The run hook's option that raises every per-process memory fraction the job sets to at least
+/// its value: how `--prove` tries a raised cap with no change to the job's code. A re-run's
+/// change `VRAMSCOPE_RUN_MEMORY_FRACTION=F` is read back as "the job's cap raised to F".
+pub const MEMORY_FRACTION_VARIABLE: &str = "VRAMSCOPE_RUN_MEMORY_FRACTION";
+
+/// The fraction a re-run's `change` raised the job's cap to, when it is a raised cap.
+pub fn raised_memory_fraction(change: &str) -> Option<&str> {
+    change
+        .strip_prefix(MEMORY_FRACTION_VARIABLE)
+        .and_then(|rest| rest.strip_prefix('='))
+}
+
 /// How the job ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunExit {

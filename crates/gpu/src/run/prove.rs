@@ -17,7 +17,7 @@ use vramscope_core::diagnose::oom::refused_by_memory_cap;
 use vramscope_core::diagnose::proof::from_what_if;
 use vramscope_core::evidence::Evidence;
 use vramscope_core::model::format_bytes;
-use vramscope_core::model::run::{ProofRun, SpeedBasis};
+use vramscope_core::model::run::{MEMORY_FRACTION_VARIABLE, ProofRun, SpeedBasis};
 
 use super::{Forwarder, RunOptions, RunOutcome, run_until};
 
@@ -286,10 +286,6 @@ fn replay_candidates(evidence: &Evidence) -> Vec<Candidate> {
     scored.sort_by_key(|(unsettled, headroom_rank, _)| (*unsettled, *headroom_rank));
     scored.into_iter().map(|(_, _, c)| c).collect()
 }
-
-/// The hook's option that raises every per-process memory fraction the job sets to at least
-/// its value: how a raised cap is tried with no change to the job's code.
-pub const MEMORY_FRACTION_VARIABLE: &str = "VRAMSCOPE_RUN_MEMORY_FRACTION";
 
 /// Raised caps, where a per-process cap refused the request while the device had room: twice
 /// the fraction the job set (when that is below the whole card) and no cap (fraction 1).
@@ -646,14 +642,14 @@ const ERROR_LINE_CHARS: usize = 160;
 /// `Segmentation fault`), else its last non-empty line; shortened.
 fn last_error_line(log: &str) -> Option<String> {
     let lines = || log.lines().map(str::trim).filter(|l| !l.is_empty());
-    // torchrun prefixes each rank's lines (`[rank1]: RuntimeError: …`) and ends with its own
-    // `ChildFailedError`, which says only that a rank failed.
     let is_error = |line: &&str| {
         line.split_once(':').is_some_and(|(head, _)| {
             !head.contains(' ') && (head.ends_with("Error") || head.ends_with("Exception"))
         }) || line.contains("Segmentation fault")
             || line.contains("core dumped")
     };
+    // torchrun prefixes each rank's lines (`[rank1]: RuntimeError: …`) and ends with its own
+    // `ChildFailedError`, which says only that a rank failed.
     let line = lines()
         .map(without_rank_prefix)
         .filter(|line| !line.contains("ChildFailedError"))
@@ -805,7 +801,7 @@ mod tests {
     }
 
     /// Past the original failure means more allocations and one more completed optimizer step
-    /// in every process: a generation job (no steps) that passed the original's allocations is
+    /// in every process that steps: a generation job (no steps) that passed the original's allocations is
     /// not past it (a real one ran out later), and a training job is once its slowest rank
     /// completed the step the original failed in.
     #[test]
