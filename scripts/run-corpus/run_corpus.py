@@ -121,6 +121,40 @@ def alloc_conf_changes(recommendations):
     return out
 
 
+def kept_snapshots(paths):
+    """The OOM snapshots worth bringing back, at most two: each process's last (the failure
+    that ended it; earlier ones were recovered from, e.g. cuDNN retrying with a smaller
+    workspace), then the first of all."""
+    def order(path):
+        m = re.search(r"pid(\d+)-oom-(\d+)", os.path.basename(path))
+        return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    paths = sorted(paths, key=order)
+    last = {}
+    for path in paths:
+        last[order(path)[0]] = path
+    kept = list(last.values())[:2]
+    if paths and paths[0] not in kept and len(kept) < 2:
+        kept.append(paths[0])
+    return kept
+
+
+def proven_change(first, proof):
+    """The change a proven first recommendation names: "Run with CHANGE", or a raised cap
+    ("Raise the job's memory cap to F of the GPU"), which is the re-run that removed the failure
+    under VRAMSCOPE_RUN_MEMORY_FRACTION=F."""
+    if not first or first.get("id") != "proven-by-run":
+        return None
+    title = first.get("title", "")
+    if title.startswith("Run with "):
+        return title[len("Run with "):]
+    for row in proof:
+        change = row.get("change", "")
+        if (row.get("outcome") == "removed" and change.startswith("VRAMSCOPE_RUN_MEMORY_FRACTION=")
+                and change.split("=", 1)[1] in title):
+            return change
+    return None
+
+
 def run_case(vramscope, out, case):
     command = [sys.executable, os.path.join(PROGRAMS, case["script"]), *case["args"],
                "--cap-gib", str(case["cap_gib"])]
@@ -148,7 +182,7 @@ def run_case(vramscope, out, case):
     for name in ["run.json", "report.json", "report.html", "output.log", "timeline.vramcap"]:
         if os.path.exists(os.path.join(folder, name)):
             subprocess.run(["cp", os.path.join(folder, name), keep])
-    for snapshot in glob.glob(os.path.join(folder, "snapshots", "*oom*.pickle"))[:2]:
+    for snapshot in kept_snapshots(glob.glob(os.path.join(folder, "snapshots", "*oom*.pickle"))):
         if os.path.getsize(snapshot) < 48 << 20:
             subprocess.run(["sh", "-c", f"xz -c '{snapshot}' > '{keep}/{os.path.basename(snapshot)}.xz'"])
     with open(os.path.join(folder, "run.json")) as f:
@@ -175,8 +209,8 @@ def run_case(vramscope, out, case):
                           for x in findings[:4]]
     first = findings[0]["recommendations"][0] if findings and findings[0].get("recommendations") else None
     result["first_recommendation"] = first and {"id": first.get("id"), "title": first.get("title")}
-    if first and first.get("id") == "proven-by-run" and first.get("title", "").startswith("Run with "):
-        change = first["title"][len("Run with "):]
+    change = proven_change(first, result["proof"])
+    if change:
         result["confirmation"] = full_run(command, change,
                                           max(20.0, min(300.0, time_left() + 30.0)),
                                           case.get("cap_flag"))

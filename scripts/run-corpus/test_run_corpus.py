@@ -158,14 +158,39 @@ class RunCorpusDryRun(unittest.TestCase):
             [case] = json.load(f)
         self.assertEqual(case, {"case": "greedy", "error": "no cap: its calibration failed"})
 
-    def test_a_raised_cap_is_confirmed_through_the_programs_cap_flag(self):
-        # The script's functions without its main(): its text up to the call.
+    def functions(self):
+        """The script's functions without its main(): its text up to the call."""
         path = os.path.join(HERE, "run_corpus.py")
         with open(path) as f:
             source = f.read().replace("\nmain()\n", "\n")
         module = type(sys)("run_corpus_under_test")
         module.__file__ = path
         exec(compile(source, path, "exec"), module.__dict__)
+        return module
+
+    def test_the_snapshots_kept_are_each_processs_last_then_the_first(self):
+        module = self.functions()
+        # 26 OOMs of one process (cuDNN recovered from 25): the last ended the job.
+        paths = [f"/r/snapshots/pid7-oom-{n}.pickle" for n in [1, 10, 2, 26, 16, 25, 3]]
+        self.assertEqual(module.kept_snapshots(paths),
+                         ["/r/snapshots/pid7-oom-26.pickle", "/r/snapshots/pid7-oom-1.pickle"])
+        two_ranks = ["/r/pid9-oom-2.pickle", "/r/pid8-oom-1.pickle", "/r/pid9-oom-1.pickle"]
+        self.assertEqual(module.kept_snapshots(two_ranks), ["/r/pid8-oom-1.pickle", "/r/pid9-oom-2.pickle"])
+        self.assertEqual(module.kept_snapshots([]), [])
+
+    def test_a_proven_raised_cap_is_confirmed_by_its_rerun_change(self):
+        module = self.functions()
+        proof = [{"change": "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:32", "outcome": "ran_out"},
+                 {"change": "VRAMSCOPE_RUN_MEMORY_FRACTION=0.032", "outcome": "removed"}]
+        first = {"id": "proven-by-run", "title": "Raise the job's memory cap to 0.032 of the GPU"}
+        self.assertEqual(module.proven_change(first, proof), "VRAMSCOPE_RUN_MEMORY_FRACTION=0.032")
+        self.assertEqual(module.proven_change({"id": "proven-by-run", "title": "Run with --fixed 1"},
+                                              proof), "--fixed 1")
+        self.assertIsNone(module.proven_change({"id": "reduce-batch-size", "title": "Reduce"}, proof))
+        self.assertIsNone(module.proven_change(None, proof))
+
+    def test_a_raised_cap_is_confirmed_through_the_programs_cap_flag(self):
+        module = self.functions()
         module.device_total_gib = lambda: 80.0
         command = ["python3", "job.py", "--cap-gib", "3"]
         self.assertEqual(module.apply_change("VRAMSCOPE_RUN_MEMORY_FRACTION=0.5", command,
