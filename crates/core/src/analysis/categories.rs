@@ -308,24 +308,64 @@ fn never_freed(travel: &TimeTravel) -> HashSet<u32> {
         .collect()
 }
 
+/// Workspaces one stream can hold at one size: PyTorch keeps one per cuBLAS handle and stream,
+/// and a handle per thread (the forward's and the autograd engine's), each with a cuBLASLt
+/// handle beside it.
+const WORKSPACES_PER_STREAM_AND_SIZE: usize = 4;
+
+/// The never-freed allocations that can be cuBLAS workspaces: on each stream, the earliest few
+/// of a workspace's exact size ([`WORKSPACES_PER_STREAM_AND_SIZE`]). A program that keeps many
+/// tensors of that size (attention maps of 32 MiB kept every step) keeps tensors, not
+/// workspaces: the library makes its workspaces once, at the first products.
+fn workspace_candidates(travel: &TimeTravel, kept: &HashSet<u32>) -> HashSet<u32> {
+    let trace = travel.trace();
+    let mut in_order: Vec<u32> = kept
+        .iter()
+        .copied()
+        .filter(|&i| {
+            trace
+                .sizes_bytes
+                .get(i as usize)
+                .is_some_and(|size| CUBLAS_WORKSPACE_BYTES.contains(size))
+        })
+        .collect();
+    in_order.sort_unstable();
+    let mut per_stream_and_size: HashMap<(u64, u64), usize> = HashMap::new();
+    in_order
+        .into_iter()
+        .filter(|&i| {
+            let key = (
+                trace.streams.get(i as usize).copied().unwrap_or(0),
+                trace.sizes_bytes.get(i as usize).copied().unwrap_or(0),
+            );
+            let seen = per_stream_and_size.entry(key).or_insert(0);
+            *seen += 1;
+            *seen <= WORKSPACES_PER_STREAM_AND_SIZE
+        })
+        .collect()
+}
+
 /// A block allocated by a matrix product (in a forward or on the autograd thread) at exactly a
-/// cuBLAS workspace's size and never freed: the library's workspace, not a tensor of the model.
-fn is_cublas_workspace(class: StackClass, block: &StateBlock, kept: &HashSet<u32>) -> bool {
+/// cuBLAS workspace's size, never freed, and among the first of that size on its stream
+/// (`workspaces`, from [`workspace_candidates`]): the library's workspace, not a tensor of the
+/// model.
+fn is_cublas_workspace(class: StackClass, block: &StateBlock, workspaces: &HashSet<u32>) -> bool {
     matches!(class, StackClass::Forward | StackClass::Backward)
         && CUBLAS_WORKSPACE_BYTES.contains(&block.requested_bytes)
-        && matches!(block.origin, BlockOrigin::AllocEvent(i) if kept.contains(&i))
+        && matches!(block.origin, BlockOrigin::AllocEvent(i) if workspaces.contains(&i))
 }
 
 /// A block of a state by position: segment index and block index.
 pub type StateBlockRef = (usize, usize);
 
 /// What attributing blocks needs from the whole trace, learnt once and reused for every state:
-/// whether the trace recorded stacks, which allocations the program never gives back (library
-/// workspaces), and which call sites grow a tensor by concatenation ([`concatenation_sites`]).
+/// whether the trace recorded stacks, which allocations can be library workspaces (never given
+/// back, made first), and which call sites grow a tensor by concatenation
+/// ([`concatenation_sites`]).
 pub struct Attributor<'a> {
     travel: &'a TimeTravel,
     with_frames: bool,
-    kept: HashSet<u32>,
+    workspaces: HashSet<u32>,
     sites: Vec<ConcatSite>,
     concatenating: HashSet<StackId>,
 }
@@ -337,7 +377,10 @@ impl<'a> Attributor<'a> {
         Attributor {
             travel,
             with_frames: trace_has_frames(travel),
-            kept: never_freed(travel),
+            workspaces: {
+                let kept = never_freed(travel);
+                workspace_candidates(travel, &kept)
+            },
             concatenating: sites.iter().map(|site| site.stack).collect(),
             sites,
         }
@@ -379,7 +422,7 @@ impl<'a> Attributor<'a> {
             let block = &state.segments[s].blocks[b];
             let category = if private_pool {
                 MemoryCategory::GraphPools
-            } else if is_cublas_workspace(class, block, &self.kept) {
+            } else if is_cublas_workspace(class, block, &self.workspaces) {
                 MemoryCategory::Workspaces
             } else {
                 category_of(class, parameter_sizes.contains(&block.requested_bytes))
