@@ -2039,7 +2039,7 @@ mod tests {
             peak_live_bytes: 0,
             span_seconds: None,
             growth,
-            blocks_added_per_iteration: Some(1.0),
+            new_tensors_share_of_growth: Some(1.0),
             kept_by: None,
             failing_step: None,
         }
@@ -2446,9 +2446,9 @@ mod tests {
             decelerating: false,
             confidence: crate::diagnose::growth::Confidence::High,
         };
-        let case = |blocks_added| {
+        let case = |share| {
             let mut t = trajectory(16, growing, true);
-            t.blocks_added_per_iteration = Some(blocks_added);
+            t.new_tensors_share_of_growth = Some(share);
             with_history(
                 snapshot_case(OomNumbers {
                     device_index: Some(0),
@@ -2493,7 +2493,7 @@ mod tests {
             },
             true,
         );
-        t.blocks_added_per_iteration = Some(0.0);
+        t.new_tensors_share_of_growth = Some(0.0);
         let mut case = with_history(
             snapshot_case(OomNumbers {
                 device_index: Some(0),

@@ -94,6 +94,15 @@ pub fn judge(
                 .to_owned(),
         ));
     }
+    if repetition.allocations_per_repetition < 2 {
+        // One allocation repeated is a line that allocates again and again (a call into a
+        // library whose layers run below the user's code): its "repetitions" are single tensors
+        // of whatever sizes come, neither layers nor steps.
+        return Some(StepReach::Uncertain(format!(
+            "the step that failed repeats only single allocations from {}, which cannot tell the layers inside that call apart, nor how much more the step needs",
+            sites_text(repetition)
+        )));
+    }
     let sites = sites_text(repetition);
     // A repetition that spans what the failing stretch began with is the job's steps, kept one
     // after the other; otherwise layers inside the step.
@@ -228,7 +237,7 @@ mod tests {
             peak_live_bytes: live_mib * MIB,
             span_seconds: None,
             growth: LiveGrowth::Unknown,
-            blocks_added_per_iteration: None,
+            new_tensors_share_of_growth: None,
             kept_by: None,
             failing_step: repetition.map(|(growth_mib, includes_request, spans_steps)| {
                 Repetition {
@@ -283,6 +292,24 @@ mod tests {
             matches!(reach(&level, 960), Some(StepReach::Placement(why)) if why.contains("frees about what it allocates")),
             "{:?}",
             reach(&level, 960)
+        );
+    }
+
+    /// A real H100 job's failing step (`long_tail_lengths` of the run corpus's second fresh
+    /// batch): the whole transformer forward is one line of user code, so the repetition found
+    /// was that line's allocations one by one, "level" at 1 MiB each, and the setting was judged
+    /// enough; re-run, it ran out 168 MiB short. Single allocations decide nothing.
+    #[test]
+    fn a_repetition_of_single_allocations_of_one_line_is_uncertain() {
+        let mut one_line = history(5, 700, 800, Some((1, true, true)));
+        if let Some(repetition) = one_line.failing_step.as_mut() {
+            repetition.allocations_per_repetition = 1;
+            repetition.call_sites = vec!["train.py:43 <module>".into()];
+        }
+        assert!(
+            matches!(reach(&one_line, 960), Some(StepReach::Uncertain(why)) if why.contains("single allocations from train.py:43")),
+            "{:?}",
+            reach(&one_line, 960)
         );
     }
 

@@ -24,17 +24,20 @@
 //! set each fell back to) are judged by [`super::growth::assess`]: growing, or steady. A growing
 //! live set names the call site that kept the most of it ([`Trajectory::kept_by`]).
 
+use std::collections::HashMap;
+
 use super::growth::{self, Confidence, Shape};
 use super::log::StepSeries;
+use crate::analysis::categories::block_stack;
 use crate::analysis::deadline::Step;
 use crate::analysis::repetition::{self, Repetition};
-use crate::analysis::timetravel::TimeTravel;
+use crate::analysis::timetravel::{BlockStatus, TimeTravel};
 use crate::model::allocator::{StackId, TraceAction};
 use crate::model::{MIB, format_bytes};
 
-/// A growing live set that adds fewer live blocks than this per iteration grows by enlarging
-/// the same tensors (see [`Trajectory::grows_by_enlarging`]).
-const ENLARGING_MAX_BLOCKS_PER_ITERATION: f64 = 0.5;
+/// A growing live set whose new tensors hold less than this share of its growth grows by
+/// enlarging the same tensors (see [`Trajectory::grows_by_enlarging`]).
+const ENLARGING_MAX_NEW_TENSORS_SHARE: f64 = 0.5;
 
 /// Iterations needed before their floors are judged for growth.
 pub const MIN_ITERATIONS_FOR_TREND: usize = 4;
@@ -123,9 +126,11 @@ pub struct Trajectory {
     /// Seconds the events span, when the trace recorded times.
     pub span_seconds: Option<f64>,
     pub growth: LiveGrowth,
-    /// Live blocks (allocations not yet freed) added per iteration on average, from the first
-    /// iteration's end to the last's; `None` without a trace or iterations.
-    pub blocks_added_per_iteration: Option<f64>,
+    /// The share of the floors' growth that new tensors hold (see
+    /// [`new_tensors_share_of_growth`]): about 1 when the job keeps new tensors, about 0 when
+    /// the same tensors are replaced by larger ones; `None` without a trace, iterations or
+    /// growth.
+    pub new_tensors_share_of_growth: Option<f64>,
     /// The call site (`analysis::frames::user_call_site`) that kept the most memory over the
     /// completed iterations of a growing live set (what they allocated and had not freed when the
     /// last one ended), with those bytes; `None` when the live set is not growing or there is no
@@ -156,16 +161,16 @@ impl Trajectory {
         }
     }
 
-    /// The live set grows from iteration to iteration while the number of live blocks stays
-    /// the same: the same tensors are replaced by larger ones (a KV cache concatenated with each
-    /// token, a sequence that gets longer). That is a working set growing by design, which needs
-    /// more memory at its largest (capacity), not references kept by mistake (a leak adds
-    /// blocks every iteration).
+    /// The live set grows from iteration to iteration while the number of live blocks does not
+    /// grow with it: the same tensors are replaced by larger ones (a KV cache concatenated with
+    /// each token, a sequence that gets longer). That is a working set growing by design, which
+    /// needs more memory at its largest (capacity), not references kept by mistake (a leak adds
+    /// blocks that hold the growth).
     pub fn grows_by_enlarging(&self) -> bool {
         matches!(self.growth, LiveGrowth::Growing { .. })
             && self
-                .blocks_added_per_iteration
-                .is_some_and(|b| b.abs() < ENLARGING_MAX_BLOCKS_PER_ITERATION)
+                .new_tensors_share_of_growth
+                .is_some_and(|share| share < ENLARGING_MAX_NEW_TENSORS_SHARE)
     }
 
     /// The live set's growth over the events looked at (bytes), when it is growing.
@@ -492,7 +497,7 @@ fn trajectory(
         .map(|(a, b)| (b - a) as f64 / 1e6)
         .filter(|s| *s > 0.0);
     let growth = live_growth(&iterations, series, span_seconds);
-    let blocks_added_per_iteration = blocks_added_per_iteration(travel, &iterations);
+    let new_tensors_share_of_growth = new_tensors_share_of_growth(travel, &iterations);
     let kept_by = match (growth, iterations.first(), iterations.last()) {
         (LiveGrowth::Growing { .. }, Some(first), Some(last)) => {
             repetition::kept_by_call_site(travel, first.start_event, last.end_event)
@@ -503,7 +508,7 @@ fn trajectory(
     };
     let failing_step = failing_step(travel, end, &iterations);
     Trajectory {
-        blocks_added_per_iteration,
+        new_tensors_share_of_growth,
         kept_by,
         failing_step,
         events: end,
@@ -533,26 +538,72 @@ fn failing_step(
     repetition::repetition_before(travel, from, failure, request)
 }
 
-/// Live blocks added per iteration: allocations minus frees between the end of the first
-/// iteration and the end of the last, per iteration in between.
-fn blocks_added_per_iteration(travel: &TimeTravel, iterations: &[Iteration]) -> Option<f64> {
-    let (first, last) = (iterations.first()?, iterations.last()?);
-    if iterations.len() < 2 {
+/// The share of the floors' rise over the later half of the iterations (from the middle one's
+/// end to the last's) that new tensors hold: for each call stack, the blocks it added in between
+/// (its allocations minus the frees of blocks it made, less one) times the median size of its
+/// blocks allocated in between, summed, over the rise.
+///
+/// The later half, because a cache's first version often comes from another line (the prompt's
+/// keys, then `torch.cat` for each token): the first replacement frees a block of that other
+/// line, and the growing line seems to add one, once per cache.
+///
+/// Per call stack and in bytes, over a span of steps: a cache grown by `torch.cat` frees its old
+/// version at the line that makes the new one (its stack adds nothing, however large it grows),
+/// while small tensors kept beside it (generated tokens) add blocks too small to hold the rise;
+/// a leak adds blocks at the line that makes them, whose size holds the rise. Not per iteration:
+/// the falls can cut one step into many iterations (an inference loop's layers each free the
+/// last one's output).
+fn new_tensors_share_of_growth(travel: &TimeTravel, iterations: &[Iteration]) -> Option<f64> {
+    if iterations.len() < 3 {
         return None;
     }
-    let actions = travel
-        .trace()
-        .actions
-        .get(first.end_event..last.end_event)?;
-    let added: i64 = actions
+    // The later half: what a cache's first version came from (another line) is past.
+    let (first, last) = (&iterations[iterations.len() / 2], iterations.last()?);
+    let rise = last.floor_bytes.checked_sub(first.floor_bytes)?;
+    if rise == 0 {
+        return None;
+    }
+    // The stack of every live block by address, from the span's start on.
+    let mut stack_at: HashMap<u64, StackId> = travel
+        .state_at(first.end_event)
+        .segments
         .iter()
-        .map(|a| match a {
-            TraceAction::Alloc => 1,
-            TraceAction::FreeRequested => -1,
-            _ => 0,
+        .flat_map(|segment| &segment.blocks)
+        .filter(|block| block.status == BlockStatus::Allocated)
+        .map(|block| (block.address, block_stack(travel, block)))
+        .collect();
+    let trace = travel.trace();
+    let mut added: HashMap<StackId, (i64, Vec<u64>)> = HashMap::new();
+    for i in first.end_event..last.end_event.min(trace.len()) {
+        let address = trace.addresses[i];
+        match trace.actions[i] {
+            TraceAction::Alloc => {
+                let stack = trace.stacks[i];
+                stack_at.insert(address, stack);
+                let entry = added.entry(stack).or_default();
+                entry.0 += 1;
+                entry.1.push(trace.sizes_bytes[i]);
+            }
+            TraceAction::FreeRequested => {
+                if let Some(stack) = stack_at.remove(&address) {
+                    added.entry(stack).or_default().0 -= 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    // One block more is where the span's ends cut a replacement (the new version made, the
+    // old not yet freed): a stack keeps tensors when it added at least two.
+    let held: f64 = added
+        .into_values()
+        .filter(|(blocks, _)| *blocks > 1)
+        .map(|(blocks, mut sizes)| {
+            sizes.sort_unstable();
+            let median = sizes.get(sizes.len() / 2).copied().unwrap_or(0);
+            (blocks - 1) as f64 * median as f64
         })
         .sum();
-    Some(added as f64 / (iterations.len() - 1) as f64)
+    Some(held / rise as f64)
 }
 
 fn live_growth(iterations: &[Iteration], series: &[u64], span_seconds: Option<f64>) -> LiveGrowth {
@@ -625,7 +676,7 @@ pub fn of_logged_steps(series: &StepSeries) -> Option<Trajectory> {
         .collect();
     let growth = live_growth(&iterations, &[], None);
     Some(Trajectory {
-        blocks_added_per_iteration: None,
+        new_tensors_share_of_growth: None,
         kept_by: None,
         failing_step: None,
         events: series.points.len(),
