@@ -321,36 +321,33 @@ fn a_setting_whose_headroom_is_less_than_one_more_repetition_is_no_fix() {
 /// the failing request", with why it is judged enough. The setting ran for real.
 #[test]
 fn a_setting_judged_enough_by_the_failing_step_comes_first_and_says_why() {
-    let cases2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cases2");
-    for (path, why) in [(
-        cases2.join("frag_fill_card.pickle"),
-        "iterations completed before the failure held up to",
-    )] {
-        let findings = diagnose_snapshot(&path);
-        let primary = &findings[0];
-        assert_eq!(
-            primary.category,
-            Category::Fragmentation,
-            "{}",
-            primary.title
-        );
-        assert!(!primary.title.starts_with("Uncertain"), "{}", primary.title);
-        let first = &primary.recommendations[0];
-        assert_eq!(first.id, "expandable-segments", "{}", path.display());
-        assert_eq!(
-            first.verification.as_ref().map(|v| v.status),
-            Some(VerificationStatus::PassesFailingRequest)
-        );
-        assert!(
-            first
-                .expected_effect
-                .contains("Judged enough from the step that failed")
-                && first.expected_effect.contains(why),
-            "{}: {}",
-            path.display(),
-            first.expected_effect
-        );
-    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cases2/frag_fill_card.pickle");
+    let why = "iterations completed before the failure held up to";
+    let findings = diagnose_snapshot(&path);
+    let primary = &findings[0];
+    assert_eq!(
+        primary.category,
+        Category::Fragmentation,
+        "{}",
+        primary.title
+    );
+    assert!(!primary.title.starts_with("Uncertain"), "{}", primary.title);
+    let first = &primary.recommendations[0];
+    assert_eq!(first.id, "expandable-segments", "{}", path.display());
+    assert_eq!(
+        first.verification.as_ref().map(|v| v.status),
+        Some(VerificationStatus::PassesFailingRequest)
+    );
+    assert!(
+        first
+            .expected_effect
+            .contains("Judged enough from the step that failed")
+            && first.expected_effect.contains(why),
+        "{}: {}",
+        path.display(),
+        first.expected_effect
+    );
 }
 
 /// Where the pattern cannot decide (a real transformer step under a cap, recorded under
