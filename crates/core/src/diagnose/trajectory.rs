@@ -128,8 +128,8 @@ pub struct Trajectory {
     pub growth: LiveGrowth,
     /// The share of the floors' growth that new tensors hold (see
     /// [`new_tensors_share_of_growth`]): about 1 when the job keeps new tensors, about 0 when
-    /// the same tensors are replaced by larger ones; `None` without a trace, iterations or
-    /// growth.
+    /// the same tensors are replaced by larger ones; `None` without a trace or iterations, or
+    /// when the live set is not growing.
     pub new_tensors_share_of_growth: Option<f64>,
     /// The call site (`analysis::frames::user_call_site`) that kept the most memory over the
     /// completed iterations of a growing live set (what they allocated and had not freed when the
@@ -497,7 +497,11 @@ fn trajectory(
         .map(|(a, b)| (b - a) as f64 / 1e6)
         .filter(|s| *s > 0.0);
     let growth = live_growth(&iterations, series, span_seconds);
-    let new_tensors_share_of_growth = new_tensors_share_of_growth(travel, &iterations);
+    // Read only by `grows_by_enlarging`, which asks it of a growing live set: the per-stack
+    // scan is not paid for steady jobs (the web page builds this in one step).
+    let new_tensors_share_of_growth = matches!(growth, LiveGrowth::Growing { .. })
+        .then(|| new_tensors_share_of_growth(travel, &iterations))
+        .flatten();
     let kept_by = match (growth, iterations.first(), iterations.last()) {
         (LiveGrowth::Growing { .. }, Some(first), Some(last)) => {
             repetition::kept_by_call_site(travel, first.start_event, last.end_event)
