@@ -319,28 +319,23 @@ const WORKSPACES_PER_STREAM_AND_SIZE: usize = 4;
 /// workspaces: the library makes its workspaces once, at the first products.
 fn workspace_candidates(travel: &TimeTravel, kept: &HashSet<u32>) -> HashSet<u32> {
     let trace = travel.trace();
-    let mut in_order: Vec<u32> = kept
+    // (event, size) of every never-freed allocation of a workspace's size, oldest first.
+    let mut in_order: Vec<(u32, u64)> = kept
         .iter()
-        .copied()
-        .filter(|&i| {
-            trace
-                .sizes_bytes
-                .get(i as usize)
-                .is_some_and(|size| CUBLAS_WORKSPACE_BYTES.contains(size))
+        .filter_map(|&i| {
+            let size = *trace.sizes_bytes.get(i as usize)?;
+            CUBLAS_WORKSPACE_BYTES.contains(&size).then_some((i, size))
         })
         .collect();
     in_order.sort_unstable();
     let mut per_stream_and_size: HashMap<(u64, u64), usize> = HashMap::new();
     in_order
         .into_iter()
-        .filter(|&i| {
-            let key = (
-                trace.streams.get(i as usize).copied().unwrap_or(0),
-                trace.sizes_bytes.get(i as usize).copied().unwrap_or(0),
-            );
-            let seen = per_stream_and_size.entry(key).or_insert(0);
+        .filter_map(|(i, size)| {
+            let stream = trace.streams.get(i as usize).copied().unwrap_or(0);
+            let seen = per_stream_and_size.entry((stream, size)).or_insert(0);
             *seen += 1;
-            *seen <= WORKSPACES_PER_STREAM_AND_SIZE
+            (*seen <= WORKSPACES_PER_STREAM_AND_SIZE).then_some(i)
         })
         .collect()
 }
