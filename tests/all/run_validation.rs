@@ -539,6 +539,28 @@ fn largest_memory_category(case: &Value) -> Option<String> {
         .map(|(k, _)| k)
 }
 
+/// The OOM snapshots a case's folder kept (`*.pickle.xz`), sorted; `None` when the folder
+/// cannot be read.
+fn kept_snapshots(name: &str) -> Option<Vec<PathBuf>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(results_dir().join(name))
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".pickle.xz"))
+        .collect();
+    paths.sort();
+    Some(paths)
+}
+
+/// A kept OOM snapshot, decompressed and read.
+fn read_kept_snapshot(path: &Path) -> vramscope_core::model::allocator::AllocatorSnapshot {
+    let compressed = std::fs::read(path).unwrap();
+    let mut bytes = Vec::new();
+    lzma_rs::xz_decompress(&mut compressed.as_slice(), &mut bytes).unwrap();
+    vramscope_core::formats::pytorch::read_bytes(&bytes, &path.display().to_string(), &|_| true)
+        .unwrap()
+}
+
 /// Today's diagnosis of a case's kept evidence (its output and OOM snapshots, and the timeline
 /// where the call kept it): (category, marked "(uncertain)" when the finding says so, first
 /// recommendation id) of the primary finding. The
@@ -554,23 +576,8 @@ fn diagnose_now(name: &str) -> Option<(String, String)> {
             .logs
             .push(vramscope_core::diagnose::log::analyze_file(&log).unwrap());
     }
-    let mut snapshots: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .ok()?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".pickle.xz"))
-        .collect();
-    snapshots.sort();
-    for path in snapshots {
-        let compressed = std::fs::read(&path).unwrap();
-        let mut bytes = Vec::new();
-        lzma_rs::xz_decompress(&mut compressed.as_slice(), &mut bytes).unwrap();
-        let snapshot = vramscope_core::formats::pytorch::read_bytes(
-            &bytes,
-            &path.display().to_string(),
-            &|_| true,
-        )
-        .unwrap();
+    for path in kept_snapshots(name)? {
+        let snapshot = read_kept_snapshot(&path);
         input
             .snapshots
             .extend(vramscope_core::diagnose::snapshot::facts(&Arc::new(
@@ -634,14 +641,8 @@ impl FreshVerdict {
 /// (kept, seen) OOM snapshots of a case: `.pickle.xz` files in its folder, and the snapshots
 /// the recorded `vramscope diagnose` read (its `doctor.json`).
 fn snapshot_counts(name: &str) -> (usize, usize) {
-    let dir = results_dir().join(name);
-    let kept = std::fs::read_dir(&dir).map_or(0, |entries| {
-        entries
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".pickle.xz"))
-            .count()
-    });
-    let seen = std::fs::read_to_string(dir.join("doctor.json"))
+    let kept = kept_snapshots(name).map_or(0, |paths| paths.len());
+    let seen = std::fs::read_to_string(results_dir().join(name).join("doctor.json"))
         .ok()
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
         .and_then(|d| d["memory_categories"].as_array().map(Vec::len))
@@ -874,25 +875,15 @@ fn kept_tensors_of_a_workspaces_size_are_not_workspaces() {
     use vramscope_core::analysis::categories::{MemoryCategory, breakdown};
     use vramscope_core::analysis::timetravel::TimeTravel;
     use vramscope_core::model::allocator::TraceAction;
-    let dir = results_dir().join("attention_map_hooks");
-    let Some(path) = std::fs::read_dir(&dir).ok().and_then(|entries| {
-        entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.to_string_lossy().ends_with(".pickle.xz"))
-    }) else {
+    let Some(path) =
+        kept_snapshots("attention_map_hooks").and_then(|paths| paths.into_iter().next())
+    else {
         return skipped(
             "run_validation::kept_tensors_of_a_workspaces_size_are_not_workspaces",
             NOT_RUN,
         );
     };
-    let compressed = std::fs::read(&path).unwrap();
-    let mut bytes = Vec::new();
-    lzma_rs::xz_decompress(&mut compressed.as_slice(), &mut bytes).unwrap();
-    let snapshot =
-        vramscope_core::formats::pytorch::read_bytes(&bytes, "attention_map_hooks", &|_| true)
-            .unwrap();
-    let travel = TimeTravel::new(Arc::new(snapshot), 0);
+    let travel = TimeTravel::new(Arc::new(read_kept_snapshot(&path)), 0);
     let oom = travel
         .trace()
         .actions
