@@ -22,6 +22,8 @@ PROGRAMS = os.path.dirname(os.path.abspath(CASES_FILE))
 RUNS_DIR = os.environ.get("CORPUS_RUNS_DIR", "/tmp/corpus-runs")
 DEADLINE_SECONDS = float(os.environ.get("CORPUS_DEADLINE_SECONDS", "540"))
 STARTED = time.time()
+# A re-run's raised cap, as vramscope writes the change: the hook's variable, then the fraction.
+RAISED_CAP = "VRAMSCOPE_RUN_MEMORY_FRACTION="
 
 
 def time_left():
@@ -58,8 +60,8 @@ def apply_change(change, command, cap_flag=None):
     A raised cap (VRAMSCOPE_RUN_MEMORY_FRACTION=F, which only the hook applies) becomes what a
     user edits, the program's own cap: its `cap_flag` set to F x the card."""
     env = dict(os.environ)
-    if change.startswith("VRAMSCOPE_RUN_MEMORY_FRACTION=") and cap_flag:
-        fraction = float(change.split("=", 1)[1])
+    if change.startswith(RAISED_CAP) and cap_flag:
+        fraction = float(change[len(RAISED_CAP):])
         return substitute(command, cap_flag, str(round(fraction * device_total_gib(), 3))), env
     m = re.fullmatch(r"([A-Z_][A-Z0-9_]*)=(.*)", change)
     if m:
@@ -149,8 +151,8 @@ def proven_change(first, proof):
         return title[len("Run with "):]
     for row in proof:
         change = row.get("change", "")
-        if (row.get("outcome") == "removed" and change.startswith("VRAMSCOPE_RUN_MEMORY_FRACTION=")
-                and change.split("=", 1)[1] in title):
+        if (row.get("outcome") == "removed" and change.startswith(RAISED_CAP)
+                and change[len(RAISED_CAP):] in title):
             return change
     return None
 
