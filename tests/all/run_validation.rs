@@ -920,3 +920,40 @@ fn a_tensor_kept_per_batch_is_a_leak_however_the_batch_is_cut_into_iterations() 
     let kv = diagnose_now("kv_cache_concat").map(|(category, _)| category);
     assert_eq!(kv.as_deref(), Some("capacity"));
 }
+
+/// A job whose process ran out 26 times and went on 25 times (`gpu_dataset_cache`, second
+/// fresh batch: cuDNN retried with a smaller workspace): two of its OOM snapshots, read
+/// together, are one failure, the later one, with the earlier counted as caught, not a finding
+/// per file.
+#[test]
+fn an_oom_the_process_went_on_from_is_counted_not_diagnosed_again() {
+    use vramscope_core::diagnose::{DiagnosisInput, diagnose};
+    let Some(paths) = kept_snapshots("gpu_dataset_cache").filter(|p| p.len() >= 2) else {
+        return skipped(
+            "run_validation::an_oom_the_process_went_on_from_is_counted_not_diagnosed_again",
+            NOT_RUN,
+        );
+    };
+    let mut input = DiagnosisInput::default();
+    for path in &paths {
+        input
+            .snapshots
+            .extend(vramscope_core::diagnose::snapshot::facts(&Arc::new(
+                read_kept_snapshot(path),
+            )));
+    }
+    let diagnosis = diagnose(&input);
+    let primary = &diagnosis.findings[0];
+    assert!(
+        diagnosis.findings.iter().all(|f| !f.title.contains("(in ")),
+        "one failure, no finding per file: {:?}",
+        diagnosis.findings.iter().map(|f| &f.title).collect::<Vec<_>>()
+    );
+    let caught = primary
+        .evidence
+        .iter()
+        .find(|e| e.label.starts_with("earlier out-of-memory errors"))
+        .and_then(|e| e.value);
+    assert_eq!(caught, Some((paths.len() - 1) as f64));
+    assert_eq!(primary.category.as_str(), "leak");
+}

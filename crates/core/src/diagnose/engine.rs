@@ -307,11 +307,7 @@ fn oom_cases(input: &DiagnosisInput) -> Vec<OomCase> {
             })
             .sum::<usize>();
     let snapshots = leak::in_time_order(&input.snapshots);
-    let with_oom: Vec<&SnapshotFacts> = snapshots
-        .iter()
-        .copied()
-        .filter(|s| s.oom.is_some())
-        .collect();
+    let (with_oom, recovered_before) = final_ooms(&snapshots);
 
     let log_case = input
         .logs
@@ -369,11 +365,67 @@ fn oom_cases(input: &DiagnosisInput) -> Vec<OomCase> {
     if case.numbers.other_processes.is_empty() {
         case.other_processes_from_capture = capture_others_at_oom(&input.captures, device);
     }
+    let recovered_of = |s: &SnapshotFacts| {
+        with_oom
+            .iter()
+            .position(|kept| std::ptr::eq(*kept, s))
+            .map_or(0, |i| recovered_before[i])
+    };
+    if let Some(used) = used_snapshot.filter(|s| s.oom.is_some()) {
+        case.recovered_before = recovered_of(used);
+    }
     let others = with_oom
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|s| used_snapshot.is_none_or(|used| !std::ptr::eq(*s, used)))
-        .filter_map(snapshot_oom);
+        .filter_map(|s| {
+            let mut case = snapshot_oom(s)?;
+            case.recovered_before = recovered_of(s);
+            Some(case)
+        });
     primary.into_iter().chain(others).collect()
+}
+
+/// The OOM snapshots (in time order) that show a failure, with how many earlier OOM snapshots
+/// each stands for: an OOM snapshot followed by a later OOM snapshot of the same process on the
+/// same device was caught and the process went on (a library retrying with less memory, a
+/// program that halves its batch), so it is not a failure of its own. Its allocator trace lives
+/// on in the later snapshot.
+fn final_ooms<'a>(snapshots: &[&'a SnapshotFacts]) -> (Vec<&'a SnapshotFacts>, Vec<usize>) {
+    let with_oom: Vec<&SnapshotFacts> = snapshots
+        .iter()
+        .copied()
+        .filter(|s| s.oom.is_some())
+        .collect();
+    // For each OOM snapshot, the first later one of the same process, if any.
+    let successor: Vec<Option<usize>> = (0..with_oom.len())
+        .map(|i| {
+            (i + 1..with_oom.len()).find(|&j| {
+                with_oom[j].device_index == with_oom[i].device_index
+                    && leak::same_process(with_oom[i], with_oom[j]).is_some()
+            })
+        })
+        .collect();
+    let mut kept = Vec::new();
+    let mut recovered = Vec::new();
+    for (i, s) in with_oom.iter().enumerate() {
+        if successor[i].is_some() {
+            continue;
+        }
+        // Every earlier snapshot whose chain of successors ends here.
+        let stands_for = (0..i)
+            .filter(|&k| {
+                let mut at = k;
+                while let Some(next) = successor[at] {
+                    at = next;
+                }
+                at == i
+            })
+            .count();
+        kept.push(*s);
+        recovered.push(stands_for);
+    }
+    (kept, recovered)
 }
 
 /// Whether a snapshot's OOM is the failure a log reports: the same request, as PyTorch prints it
@@ -759,4 +811,43 @@ pub fn oom_composition(input: &DiagnosisInput) -> Option<OomComposition> {
         cap_bytes: n.allowed_bytes,
         requested_bytes: n.requested_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::leak::{SnapshotIdentity, SnapshotOom};
+    use crate::diagnose::trace_events::TraceEventSet;
+
+    /// An OOM snapshot of `device` whose trace holds `events` (time µs, address).
+    fn oom_snapshot(name: &str, device: u32, events: &[(i64, u64)]) -> SnapshotFacts {
+        SnapshotFacts {
+            name: name.into(),
+            device_index: device,
+            oom: Some(SnapshotOom::default()),
+            identity: SnapshotIdentity {
+                last_trace_time_us: events.iter().map(|e| e.0).max(),
+                trace_events: TraceEventSet::from_events(events),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_oom_the_same_process_went_on_from_is_no_failure_of_its_own() {
+        // Process A ran out twice (the first caught), process B once, on the same device; a
+        // process on another device that shares nothing.
+        let a1 = oom_snapshot("a1", 0, &[(1, 0x10), (2, 0x20)]);
+        let b = oom_snapshot("b", 0, &[(3, 0x10), (4, 0x50)]);
+        let a2 = oom_snapshot("a2", 0, &[(2, 0x20), (5, 0x30), (6, 0x40)]);
+        let a3 = oom_snapshot("a3", 0, &[(6, 0x40), (7, 0x60)]);
+        let other_device = oom_snapshot("d1", 1, &[(2, 0x20), (8, 0x70)]);
+        let all = [a1, b, a2, a3, other_device];
+        let ordered = leak::in_time_order(&all);
+        let (kept, recovered) = final_ooms(&ordered);
+        let names: Vec<&str> = kept.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["b", "a3", "d1"]);
+        assert_eq!(recovered, [0, 2, 0]);
+    }
 }

@@ -96,6 +96,9 @@ pub struct OomCase {
     /// Where the live memory went, by category, at the failure (and at the peak before it),
     /// and the snapshot it was read from.
     pub breakdown: Option<(Arc<MemoryBreakdown>, EvidenceSource)>,
+    /// Out-of-memory errors the same process caught and went on from before this one (earlier
+    /// OOM snapshots of it, e.g. cuDNN retrying with a smaller workspace): not the failure.
+    pub recovered_before: usize,
 }
 
 impl OomCase {
@@ -114,6 +117,7 @@ impl OomCase {
             replay: None,
             history_file: None,
             breakdown: None,
+            recovered_before: 0,
         }
     }
 
@@ -502,6 +506,18 @@ fn evidence(case: &OomCase, verdict: &Verdict) -> Vec<Evidence> {
     }
     if let Some(replay) = &case.replay {
         replay_evidence(replay, verdict, &mut ev);
+    }
+    if case.recovered_before > 0 {
+        ev.push(Evidence::number(
+            "earlier out-of-memory errors this process went on from",
+            case.recovered_before as f64,
+            Unit::Count,
+            format!(
+                "{} (caught, e.g. by a library retrying with less memory; not the failure)",
+                case.recovered_before
+            ),
+            case.source.clone(),
+        ));
     }
     if case.occurrences > 1 {
         ev.push(Evidence::number(
