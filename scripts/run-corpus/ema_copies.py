@@ -3,10 +3,12 @@ AdamW and, as diffusion training does, exponential moving averages of its weight
 each a full copy of the weights kept on the GPU and updated after every step. Weights, two
 averages, gradients and AdamW's two state tensors: the forward and backward passes fit, the first
 `optimizer.step()` runs out making AdamW's state. `--ema-device cpu` keeps the averages in host
-memory and updates them from a host copy of the weights.
+memory and updates them from a host copy of the weights. `--optimizer adafactor` keeps factored
+second moments and no first moment instead of AdamW's two full-size states (a switch added after
+the first run, for the doctor's optimizer-state advice; the failing configuration is unchanged).
 
     python3 ema_copies.py --cap-gib G [--ema-device gpu|cpu] [--ema-decays 0.999,0.9999]
-                          [--batch-size 1] [--steps 6]
+                          [--optimizer adamw|adafactor] [--batch-size 1] [--steps 6]
 """
 
 import argparse
@@ -22,6 +24,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
 parser.add_argument("--ema-device", default="gpu", choices=["gpu", "cpu"])
 parser.add_argument("--ema-decays", default="0.999,0.9999")
+parser.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor"])
 parser.add_argument("--batch-size", type=int, default=1)
 parser.add_argument("--steps", type=int, default=6)
 args = parser.parse_args()
@@ -61,7 +64,10 @@ if args.ema_device == "gpu":
     averages = [[p.detach().clone() for p in parameters] for _ in decays]
 else:
     averages = [[p.detach().cpu() for p in parameters] for _ in decays]
-optimizer = torch.optim.AdamW(parameters, lr=1e-4, weight_decay=0.0)
+if args.optimizer == "adafactor":
+    optimizer = torch.optim.Adafactor(parameters, lr=1e-4, weight_decay=0.0)
+else:
+    optimizer = torch.optim.AdamW(parameters, lr=1e-4, weight_decay=0.0)
 for step in range(args.steps):
     clean = torch.randn(args.batch_size, patches, patch_dim, device="cuda")
     noise = torch.randn_like(clean)
