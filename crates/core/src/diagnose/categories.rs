@@ -265,8 +265,18 @@ pub fn advice(
         .filter(|r| r.in_optimizer_step && r.category == MemoryCategory::Temporaries)
         .and(request_bytes)
         .unwrap_or(0);
-    let optimizer = optimizer_fixes(totals, breakdown.largest_parameter_bytes, step_request);
-    if mostly_batch_independent(breakdown) {
+    let making_state = breakdown
+        .failing_request
+        .is_some_and(|r| r.in_optimizer_step && r.category == MemoryCategory::OptimizerState);
+    let optimizer = optimizer_fixes(
+        totals,
+        breakdown.largest_parameter_bytes,
+        step_request,
+        making_state,
+    );
+    // Inside optimizer.step() the backward pass has freed the step's activations: a smaller
+    // batch shrinks nothing the step still needs, whatever else is live.
+    if mostly_batch_independent(breakdown) || in_step {
         let fixes = if optimizer.is_empty() {
             weight_fixes(totals)
         } else {
@@ -276,8 +286,6 @@ pub fn advice(
         let (covering, short): (Vec<_>, Vec<_>) = fixes.into_iter().partition(|r| covers(r));
         advice.first.extend(covering);
         advice.first.extend(short);
-    } else if in_step {
-        advice.after_batch.extend(optimizer);
     }
     if !breakdown.concatenating.is_empty() {
         advice
@@ -313,8 +321,24 @@ fn optimizer_fixes(
     totals: &CategoryTotals,
     largest_parameter_bytes: u64,
     step_request_bytes: u64,
+    making_state: bool,
 ) -> Vec<Recommendation> {
-    let state = totals.bytes(MemoryCategory::OptimizerState);
+    let made = totals.bytes(MemoryCategory::OptimizerState);
+    // A failure while the first step makes the state: every parameter with a gradient gets at
+    // least a state tensor of its size, so the whole state is at least the gradients.
+    let state = if making_state {
+        made.max(totals.bytes(MemoryCategory::Gradients))
+    } else {
+        made
+    };
+    let held = if state > made {
+        format!(
+            "The optimizer state being made at the failure comes to at least {} (a state tensor per gradient; Adam keeps two)",
+            format_bytes(state)
+        )
+    } else {
+        format!("The optimizer state held {}", format_bytes(state))
+    };
     let temporaries = totals.optimizer_step_bytes() + step_request_bytes;
     let mut fixes = Vec::new();
     if temporaries > 0 {
@@ -340,8 +364,7 @@ fn optimizer_fixes(
             "low-precision-optimizer-state",
             "Keep the optimizer state in 8 bits (or bfloat16)".to_owned(),
             format!(
-                "The optimizer state held {}: 8-bit states take about a quarter of 32-bit ones, saving about {}; bfloat16 states save half ({}).",
-                format_bytes(state),
+                "{held}: 8-bit states take about a quarter of 32-bit ones, saving about {}; bfloat16 states save half ({}).",
                 format_bytes(state / 4 * 3),
                 format_bytes(state / 2)
             ),
@@ -554,6 +577,38 @@ mod tests {
             text.contains("none of which shrinks with the batch")
                 && text.contains("optimizer.step()"),
             "{text}"
+        );
+    }
+
+    /// A failure while the first optimizer.step() makes its state, with the model's float32
+    /// copies kept where no stack names them ("other", most of the live set): the activations
+    /// are gone by then, so the optimizer fixes still come before a smaller batch, sized on the
+    /// state to come (at least the gradients), not on the none made yet.
+    #[test]
+    fn a_failure_making_the_optimizer_state_sizes_the_state_to_come_and_puts_it_first() {
+        let b = breakdown(
+            &[
+                (MemoryCategory::Parameters, GB),
+                (MemoryCategory::Gradients, GB),
+                (MemoryCategory::Other, 4 * GB),
+                (MemoryCategory::Activations, 100 * MIB),
+            ],
+            0,
+            Some(FailingRequest {
+                category: MemoryCategory::OptimizerState,
+                in_optimizer_step: true,
+            }),
+        );
+        assert!(!mostly_batch_independent(&b));
+        let advice = advice(&b, Some(100 * MIB), Some(GB));
+        assert_eq!(advice.first[0].id, "low-precision-optimizer-state");
+        assert_eq!(advice.first[0].estimated_saving_bytes, Some(GB / 4 * 3));
+        assert!(
+            advice.first[0]
+                .expected_effect
+                .contains("comes to at least 1.00 GiB"),
+            "{}",
+            advice.first[0].expected_effect
         );
     }
 

@@ -405,7 +405,12 @@ fn apply_replay(case: &OomCase, verdict: &mut Verdict) {
     let Some(proof) = case.replay.as_ref().and_then(proof::judge) else {
         return;
     };
-    let reach = step_reach::judge(&case.numbers, case.trajectory(), &proof);
+    let reach = step_reach::judge(
+        &case.numbers,
+        case.trajectory(),
+        case.breakdown.as_ref().map(|(b, _)| b.as_ref()),
+        &proof,
+    );
     let not_enough = |why: &str| {
         format!(
             "The replay got past the failing request under {} other allocator setting(s), but the trace ends inside the step that failed, and the step's own pattern says that is not enough: {why}.",

@@ -8,19 +8,24 @@
 //! 1. iterations completed before the failure already held at least the live set at the failure
 //!    plus the request: the rest of the step is what they ran under the same limit, and the
 //!    failure is where the allocator put things → **placement** (a setting can fix it);
-//! 2. the failing request is not one of the repetition's call sites (a one-off after it) →
+//! 2. the failing request makes the optimizer's state (its first step makes it, parameter by
+//!    parameter) and the state still to come, at least one tensor of each gradient's size less
+//!    the state already made, needs more than the headroom the best setting leaves →
+//!    **capacity**;
+//! 3. the failing request is not one of the repetition's call sites (a one-off after it) →
 //!    **placement**;
-//! 3. the repetition is level (adds less than [`LEVEL_REPETITION_SHARE`] of the live set per
+//! 4. the repetition is level (adds less than [`LEVEL_REPETITION_SHARE`] of the live set per
 //!    repetition): one more needs nothing more → **placement**;
-//! 4. one more repetition adds more than the headroom the best setting leaves in the replay →
+//! 5. one more repetition adds more than the headroom the best setting leaves in the replay →
 //!    **capacity**: the setting does not fix the job;
-//! 5. otherwise (no repetition found, a repetition only of allocations without recorded stacks,
+//! 6. otherwise (no repetition found, a repetition only of allocations without recorded stacks,
 //!    or headroom for a few more repetitions and no telling how many remain) → **uncertain**,
 //!    with what settles it.
 
 use super::log::OomNumbers;
 use super::proof::SettingsProof;
 use super::trajectory::{IterationSource, Trajectory};
+use crate::analysis::categories::{MemoryBreakdown, MemoryCategory};
 use crate::analysis::frames::NO_STACK;
 use crate::analysis::repetition::Repetition;
 use crate::model::format_bytes;
@@ -52,11 +57,13 @@ impl StepReach {
 }
 
 /// The verdict of the module comment's rules on the settings `proof` found passing the failing
-/// request of `numbers`, with the live set's history `trajectory`; `None` when there is nothing
-/// to judge (no setting passes, or the trace goes past the failure, which then proves them).
+/// request of `numbers`, with the live set's history `trajectory` and where the memory went at
+/// the failure (`breakdown`); `None` when there is nothing to judge (no setting passes, or the
+/// trace goes past the failure, which then proves them).
 pub fn judge(
     numbers: &OomNumbers,
     trajectory: Option<&Trajectory>,
+    breakdown: Option<&MemoryBreakdown>,
     proof: &SettingsProof,
 ) -> Option<StepReach> {
     let best = proof.helps.first()?;
@@ -78,6 +85,20 @@ pub fn judge(
             format_bytes(live.saturating_add(request)),
             format_bytes(live),
             format_bytes(request)
+        )));
+    }
+    let headroom = proof
+        .limit_bytes
+        .map(|limit| limit.saturating_sub(best.peak_reserved_bytes));
+    if let (Some(state_to_come), Some(headroom)) =
+        (breakdown.and_then(optimizer_state_to_come), headroom)
+        && state_to_come > headroom
+    {
+        return Some(StepReach::Capacity(format!(
+            "the failing request makes the optimizer's state, which its first step makes parameter by parameter: at least {} more is to come (a state tensor of each gradient's size, less the state made so far), more than the {} the best setting ({}) leaves in the replay",
+            format_bytes(state_to_come),
+            format_bytes(headroom),
+            best.conf
         )));
     }
     let Some(repetition) = trajectory.and_then(|t| t.failing_step.as_ref()) else {
@@ -127,9 +148,6 @@ pub fn judge(
         )));
     }
     let growth = growth.unsigned_abs();
-    let headroom = proof
-        .limit_bytes
-        .map(|limit| limit.saturating_sub(best.peak_reserved_bytes));
     match headroom {
         Some(headroom) if growth > headroom => Some(StepReach::Capacity(format!(
             "each {unit} of {sites} adds {} of live memory, and the failing request is the next {unit}'s; the best setting ({}) leaves {} in the replay, less than one more {unit} needs",
@@ -149,6 +167,22 @@ pub fn judge(
             format_bytes(growth)
         ))),
     }
+}
+
+/// The optimizer state still to be made when the failing request makes it: every parameter
+/// with a gradient gets at least one state tensor of its size at the first step (SGD's momentum
+/// one, Adam's two), so what is to come is at least the gradients less the state already made.
+/// `None` when the failing request is not the optimizer's state, or nothing is known to come.
+fn optimizer_state_to_come(breakdown: &MemoryBreakdown) -> Option<u64> {
+    let request = breakdown.failing_request?;
+    if !request.in_optimizer_step || request.category != MemoryCategory::OptimizerState {
+        return None;
+    }
+    let at_failure = &breakdown.at_failure.as_ref()?.totals;
+    let to_come = at_failure
+        .bytes(MemoryCategory::Gradients)
+        .saturating_sub(at_failure.bytes(MemoryCategory::OptimizerState));
+    (to_come > 0).then_some(to_come)
 }
 
 /// "jobs.py:181 forward, jobs.py:183 forward and 2 more": a repetition's call sites for a
@@ -264,7 +298,7 @@ mod tests {
     fn reach(t: &Trajectory, best_peak_mib: u64) -> Option<StepReach> {
         let e = evidence(best_peak_mib, None);
         let proof = judge_replay(&e).unwrap_or_else(|| panic!("reliable"));
-        judge(&numbers(), Some(t), &proof)
+        judge(&numbers(), Some(t), None, &proof)
     }
 
     #[test]
@@ -369,11 +403,62 @@ mod tests {
         let t = history(0, 0, 800, Some((50, true, false)));
         let e = evidence(960, Some(1200));
         let proof = judge_replay(&e).unwrap_or_else(|| panic!("reliable"));
-        assert_eq!(judge(&numbers(), Some(&t), &proof), None);
+        assert_eq!(judge(&numbers(), Some(&t), None, &proof), None);
         // Nor does a replay in which no setting passes.
         let mut e = evidence(960, None);
         e.settings.truncate(1);
         let proof = judge_replay(&e).unwrap_or_else(|| panic!("reliable"));
-        assert_eq!(judge(&numbers(), Some(&t), &proof), None);
+        assert_eq!(judge(&numbers(), Some(&t), None, &proof), None);
+    }
+
+    /// A failure while the optimizer makes its state: 600 MiB of gradients and 100 MiB of
+    /// state made, so at least 500 MiB is to come, more than the 10 MiB the best setting
+    /// leaves: capacity, whatever the forward's repetition says. With the state nearly made
+    /// (less to come than the headroom) the rule says nothing and the pattern decides.
+    #[test]
+    fn optimizer_state_still_to_come_beyond_the_headroom_is_capacity() {
+        use crate::analysis::categories::{
+            CategoryMoment, CategoryTotals, FailingRequest, MemoryBreakdown, MemoryCategory,
+        };
+        let making_state = |gradients_mib: u64, state_mib: u64| {
+            let totals = CategoryTotals::for_test(
+                &[
+                    (MemoryCategory::Gradients, gradients_mib * MIB),
+                    (MemoryCategory::OptimizerState, state_mib * MIB),
+                ],
+                0,
+            );
+            MemoryBreakdown {
+                at_failure: Some(CategoryMoment {
+                    position: 900,
+                    totals: totals.clone(),
+                }),
+                at_peak: CategoryMoment {
+                    position: 900,
+                    totals,
+                },
+                failing_request: Some(FailingRequest {
+                    category: MemoryCategory::OptimizerState,
+                    in_optimizer_step: true,
+                }),
+                largest_parameter_bytes: 64 * MIB,
+                private_pools: Vec::new(),
+                concatenating: Vec::new(),
+            }
+        };
+        let e = evidence(990, None);
+        let proof = judge_replay(&e).unwrap_or_else(|| panic!("reliable"));
+        // A one-off request outside the repetition: placement, but for the state to come.
+        let t = history(0, 0, 800, Some((40, false, false)));
+        let verdict = judge(&numbers(), Some(&t), Some(&making_state(600, 100)), &proof);
+        assert!(
+            matches!(&verdict, Some(StepReach::Capacity(why)) if why.contains("500 MiB")),
+            "{verdict:?}"
+        );
+        let verdict = judge(&numbers(), Some(&t), Some(&making_state(600, 595)), &proof);
+        assert!(
+            matches!(verdict, Some(StepReach::Placement(_))),
+            "{verdict:?}"
+        );
     }
 }
