@@ -958,7 +958,11 @@ fn an_oom_the_process_went_on_from_is_counted_not_diagnosed_again() {
     assert!(
         diagnosis.findings.iter().all(|f| !f.title.contains("(in ")),
         "one failure, no finding per file: {:?}",
-        diagnosis.findings.iter().map(|f| &f.title).collect::<Vec<_>>()
+        diagnosis
+            .findings
+            .iter()
+            .map(|f| &f.title)
+            .collect::<Vec<_>>()
     );
     let caught = primary
         .evidence
