@@ -142,8 +142,8 @@ def kept_snapshots(paths):
 
 def proven_change(first, proof):
     """The change a proven first recommendation names: "Run with CHANGE", or a raised cap
-    ("Raise the job's memory cap to F of the GPU"), which is the re-run that removed the failure
-    under VRAMSCOPE_RUN_MEMORY_FRACTION=F."""
+    ("Raise the job's memory cap to F of the GPU", or "Lift … to the whole GPU (fraction F)"),
+    which is the re-run that removed the failure under VRAMSCOPE_RUN_MEMORY_FRACTION=F."""
     if not first or first.get("id") != "proven-by-run":
         return None
     title = first.get("title", "")

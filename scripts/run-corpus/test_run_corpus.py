@@ -188,6 +188,9 @@ class RunCorpusDryRun(unittest.TestCase):
                                               proof), "--fixed 1")
         self.assertIsNone(module.proven_change({"id": "reduce-batch-size", "title": "Reduce"}, proof))
         self.assertIsNone(module.proven_change(None, proof))
+        lifted = [{"change": "VRAMSCOPE_RUN_MEMORY_FRACTION=1", "outcome": "removed"}]
+        first = {"id": "proven-by-run", "title": "Lift the job's memory cap to the whole GPU (fraction 1)"}
+        self.assertEqual(module.proven_change(first, lifted), "VRAMSCOPE_RUN_MEMORY_FRACTION=1")
 
     def test_a_raised_cap_is_confirmed_through_the_programs_cap_flag(self):
         module = self.functions()

@@ -31,9 +31,17 @@ pub fn best(proof: &[ProofRun]) -> Option<&ProofRun> {
 /// as written.
 fn change_in_words(change: &str) -> String {
     match raised_memory_fraction(change) {
+        Some(fraction) if is_whole_gpu(fraction) => {
+            format!("the job's memory cap lifted to the whole GPU (fraction {fraction})")
+        }
         Some(fraction) => format!("the job's memory cap raised to {fraction} of the GPU"),
         None => change.to_owned(),
     }
+}
+
+/// Whether a raised cap's fraction is the whole card: the cap, not its size, was the limit.
+fn is_whole_gpu(fraction: &str) -> bool {
+    fraction.parse::<f64>().is_ok_and(|f| f >= 1.0)
 }
 
 /// How a change is applied: `export NAME=VALUE` for an environment variable, the command line
@@ -106,6 +114,9 @@ pub fn finding(proof: &[ProofRun], category: Category) -> Option<Finding> {
         let recommendation = Recommendation {
             id: "proven-by-run".to_owned(),
             title: match raised_memory_fraction(&best.change) {
+                Some(fraction) if is_whole_gpu(fraction) => {
+                    format!("Lift the job's memory cap to the whole GPU (fraction {fraction})")
+                }
                 Some(fraction) => format!("Raise the job's memory cap to {fraction} of the GPU"),
                 None => format!("Run with {}", best.change),
             },
@@ -315,6 +326,26 @@ mod tests {
         assert_eq!(
             proven.recommendations[0].title,
             "Raise the job's memory cap to 0.4 of the GPU"
+        );
+        // A cap raised to the whole card is the cap lifted, not a size of the card.
+        let lifted = super::finding(
+            &[run(
+                "VRAMSCOPE_RUN_MEMORY_FRACTION=1",
+                "removed",
+                Some(1.0),
+                None,
+            )],
+            Category::MemoryCap,
+        )
+        .unwrap_or_else(|| panic!("a finding"));
+        assert_eq!(
+            lifted.recommendations[0].title,
+            "Lift the job's memory cap to the whole GPU (fraction 1)"
+        );
+        assert!(
+            lifted.title.contains("lifted to the whole GPU"),
+            "{}",
+            lifted.title
         );
     }
 
