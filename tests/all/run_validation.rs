@@ -203,10 +203,6 @@ fn where_a_change_removed_the_failure_the_first_recommendation_works_in_a_full_r
             case["first_recommendation"]["id"], "proven-by-run",
             "{name}: the first recommendation is not the proven fix"
         );
-        if unconfirmed_raised_cap(&case) {
-            // Shown in the table as not confirmed: the runner of that call looked for "Run with".
-            continue;
-        }
         let confirmation = &case["confirmation"];
         let change = confirmation["change"].as_str().unwrap_or("");
         assert!(
@@ -234,21 +230,6 @@ fn where_a_change_removed_the_failure_the_first_recommendation_works_in_a_full_r
 /// without steps could be called fixed and run out later (`kv_cache_concat` did, in that call).
 /// Calls after it are held to the full-run target without exception.
 const LAST_CALL_BEFORE_THE_STEP_RULE: &str = "20261207T0830Z";
-
-/// The last device call whose runner confirmed only fixes titled "Run with CHANGE", so that a
-/// proven raised cap ("Raise the job's memory cap to F of the GPU") had no full run.
-const LAST_CALL_WITHOUT_RAISED_CAP_CONFIRMATION: &str = "20261207T1157Z";
-
-/// A proven raised cap that its call's runner did not confirm (see the constant above).
-fn unconfirmed_raised_cap(case: &Value) -> bool {
-    case.get("confirmation").is_none()
-        && case["first_recommendation"]["title"]
-            .as_str()
-            .is_some_and(|t| t.starts_with("Raise the job's memory cap"))
-        && case["call_started"]
-            .as_str()
-            .is_some_and(|t| !t.is_empty() && t <= LAST_CALL_WITHOUT_RAISED_CAP_CONFIRMATION)
-}
 
 fn recorded_before_the_step_rule(case: &Value) -> bool {
     case["call_started"]
@@ -300,10 +281,6 @@ fn table(cases: &[Value]) -> String {
                 format!("**ran out of memory** (exit {})", c["exit"])
             }
             Some(c) => format!("**failed** (exit {})", c["exit"]),
-            None if unconfirmed_raised_cap(case) => {
-                "**not run** (this call's runner confirmed only fixes titled \"Run with\")"
-                    .to_owned()
-            }
             None => "— (nothing to confirm)".to_owned(),
         };
         out.push_str(&format!(
