@@ -5,13 +5,13 @@
 //! A forward pass is a repetition: the same call sites allocate again layer after layer, each
 //! repetition adding live memory (`analysis::repetition::repetition_before`, found in the failing
 //! step by the live set's history, [`super::trajectory::Trajectory::failing_step`]). In order:
-//! 1. iterations completed before the failure already held at least the live set at the failure
+//! 1. the failing request makes the optimizer's state (its first step makes it, parameter by
+//!    parameter, work no iteration before ran) and the state still to come, at least one tensor
+//!    of each gradient's size less the state already made, needs more than the headroom the best
+//!    setting leaves → **capacity**;
+//! 2. iterations completed before the failure already held at least the live set at the failure
 //!    plus the request: the rest of the step is what they ran under the same limit, and the
 //!    failure is where the allocator put things → **placement** (a setting can fix it);
-//! 2. the failing request makes the optimizer's state (its first step makes it, parameter by
-//!    parameter) and the state still to come, at least one tensor of each gradient's size less
-//!    the state already made, needs more than the headroom the best setting leaves →
-//!    **capacity**;
 //! 3. the failing request is not one of the repetition's call sites (a one-off after it) →
 //!    **placement**;
 //! 4. the repetition is level (adds less than [`LEVEL_REPETITION_SHARE`] of the live set per
@@ -75,6 +75,22 @@ pub fn judge(
     let live = trajectory.map_or(numbers.allocated_bytes.unwrap_or(0), |t| {
         t.live_at_end_bytes
     });
+    let headroom = proof
+        .limit_bytes
+        .map(|limit| limit.saturating_sub(best.peak_reserved_bytes));
+    // Before the iterations: the optimizer makes its state once, so no iteration before the
+    // failure ran that work, whatever it held.
+    if let (Some(state_to_come), Some(headroom)) =
+        (breakdown.and_then(optimizer_state_to_come), headroom)
+        && state_to_come > headroom
+    {
+        return Some(StepReach::Capacity(format!(
+            "the failing request makes the optimizer's state, which its first step makes parameter by parameter: at least {} more is to come (a state tensor of each gradient's size, less the state made so far), more than the {} the best setting ({}) leaves in the replay",
+            format_bytes(state_to_come),
+            format_bytes(headroom),
+            best.conf
+        )));
+    }
     if let Some(peak) = trajectory
         .and_then(|t| t.iterations.iter().map(|i| i.peak_bytes).max())
         .filter(|&peak| live.saturating_add(request) <= peak)
@@ -85,20 +101,6 @@ pub fn judge(
             format_bytes(live.saturating_add(request)),
             format_bytes(live),
             format_bytes(request)
-        )));
-    }
-    let headroom = proof
-        .limit_bytes
-        .map(|limit| limit.saturating_sub(best.peak_reserved_bytes));
-    if let (Some(state_to_come), Some(headroom)) =
-        (breakdown.and_then(optimizer_state_to_come), headroom)
-        && state_to_come > headroom
-    {
-        return Some(StepReach::Capacity(format!(
-            "the failing request makes the optimizer's state, which its first step makes parameter by parameter: at least {} more is to come (a state tensor of each gradient's size, less the state made so far), more than the {} the best setting ({}) leaves in the replay",
-            format_bytes(state_to_come),
-            format_bytes(headroom),
-            best.conf
         )));
     }
     let Some(repetition) = trajectory.and_then(|t| t.failing_step.as_ref()) else {
@@ -413,7 +415,7 @@ mod tests {
 
     /// A failure while the optimizer makes its state: 600 MiB of gradients and 100 MiB of
     /// state made, so at least 500 MiB is to come, more than the 10 MiB the best setting
-    /// leaves: capacity, whatever the forward's repetition says. With the state nearly made
+    /// leaves: capacity, whatever the iterations before held. With the state nearly made
     /// (less to come than the headroom) the rule says nothing and the pattern decides.
     #[test]
     fn optimizer_state_still_to_come_beyond_the_headroom_is_capacity() {
@@ -448,8 +450,9 @@ mod tests {
         };
         let e = evidence(990, None);
         let proof = judge_replay(&e).unwrap_or_else(|| panic!("reliable"));
-        // A one-off request outside the repetition: placement, but for the state to come.
-        let t = history(0, 0, 800, Some((40, false, false)));
+        // Iterations before the failure that held more than the step needs (placement, but for
+        // the state to come: no iteration made it).
+        let t = history(3, 2000, 800, Some((40, false, false)));
         let verdict = judge(&numbers(), Some(&t), Some(&making_state(600, 100)), &proof);
         assert!(
             matches!(&verdict, Some(StepReach::Capacity(why)) if why.contains("500 MiB")),
