@@ -307,7 +307,8 @@ fn oom_cases(input: &DiagnosisInput) -> Vec<OomCase> {
             })
             .sum::<usize>();
     let snapshots = leak::in_time_order(&input.snapshots);
-    let (with_oom, recovered_before) = final_ooms(&snapshots);
+    let final_oom = final_ooms(&snapshots);
+    let with_oom: Vec<&SnapshotFacts> = final_oom.iter().map(|(s, _)| *s).collect();
 
     let log_case = input
         .logs
@@ -365,67 +366,51 @@ fn oom_cases(input: &DiagnosisInput) -> Vec<OomCase> {
     if case.numbers.other_processes.is_empty() {
         case.other_processes_from_capture = capture_others_at_oom(&input.captures, device);
     }
-    let recovered_of = |s: &SnapshotFacts| {
-        with_oom
-            .iter()
-            .position(|kept| std::ptr::eq(*kept, s))
-            .map_or(0, |i| recovered_before[i])
-    };
-    if let Some(used) = used_snapshot.filter(|s| s.oom.is_some()) {
-        case.recovered_before = recovered_of(used);
+    let is_used = |s: &SnapshotFacts| used_snapshot.is_some_and(|used| std::ptr::eq(s, used));
+    if let Some((_, recovered)) = final_oom.iter().find(|(s, _)| is_used(s)) {
+        case.recovered_before = *recovered;
     }
-    let others = with_oom
+    let others = final_oom
         .iter()
-        .copied()
-        .filter(|s| used_snapshot.is_none_or(|used| !std::ptr::eq(*s, used)))
-        .filter_map(|s| {
+        .filter(|(s, _)| !is_used(s))
+        .filter_map(|&(s, recovered)| {
             let mut case = snapshot_oom(s)?;
-            case.recovered_before = recovered_of(s);
+            case.recovered_before = recovered;
             Some(case)
         });
     primary.into_iter().chain(others).collect()
 }
 
-/// The OOM snapshots (in time order) that show a failure, with how many earlier OOM snapshots
-/// each stands for: an OOM snapshot followed by a later OOM snapshot of the same process on the
-/// same device was caught and the process went on (a library retrying with less memory, a
+/// The OOM snapshots (in time order) that show a failure, each with how many earlier OOM
+/// snapshots it stands for: an OOM snapshot followed by a later OOM snapshot of the same process
+/// on the same device was caught and the process went on (a library retrying with less memory, a
 /// program that halves its batch), so it is not a failure of its own. Its allocator trace lives
 /// on in the later snapshot.
-fn final_ooms<'a>(snapshots: &[&'a SnapshotFacts]) -> (Vec<&'a SnapshotFacts>, Vec<usize>) {
+fn final_ooms<'a>(snapshots: &[&'a SnapshotFacts]) -> Vec<(&'a SnapshotFacts, usize)> {
     let with_oom: Vec<&SnapshotFacts> = snapshots
         .iter()
         .copied()
         .filter(|s| s.oom.is_some())
         .collect();
-    // For each OOM snapshot, the first later one of the same process, if any.
-    let successor: Vec<Option<usize>> = (0..with_oom.len())
-        .map(|i| {
-            (i + 1..with_oom.len()).find(|&j| {
-                with_oom[j].device_index == with_oom[i].device_index
-                    && leak::same_process(with_oom[i], with_oom[j]).is_some()
-            })
-        })
-        .collect();
-    let mut kept = Vec::new();
-    let mut recovered = Vec::new();
-    for (i, s) in with_oom.iter().enumerate() {
-        if successor[i].is_some() {
-            continue;
+    // Each OOM snapshot's last successor of the same process (itself when none follows), from
+    // the last one back: a successor always comes later, so its own is already known.
+    let mut last_of: Vec<usize> = (0..with_oom.len()).collect();
+    for i in (0..with_oom.len()).rev() {
+        let successor = (i + 1..with_oom.len()).find(|&j| {
+            with_oom[j].device_index == with_oom[i].device_index
+                && leak::same_process(with_oom[i], with_oom[j]).is_some()
+        });
+        if let Some(j) = successor {
+            last_of[i] = last_of[j];
         }
-        // Every earlier snapshot whose chain of successors ends here.
-        let stands_for = (0..i)
-            .filter(|&k| {
-                let mut at = k;
-                while let Some(next) = successor[at] {
-                    at = next;
-                }
-                at == i
-            })
-            .count();
-        kept.push(*s);
-        recovered.push(stands_for);
     }
-    (kept, recovered)
+    (0..with_oom.len())
+        .filter(|&i| last_of[i] == i)
+        .map(|i| {
+            let stands_for = (0..i).filter(|&k| last_of[k] == i).count();
+            (with_oom[i], stands_for)
+        })
+        .collect()
 }
 
 /// Whether a snapshot's OOM is the failure a log reports: the same request, as PyTorch prints it
@@ -845,9 +830,10 @@ mod tests {
         let other_device = oom_snapshot("d1", 1, &[(2, 0x20), (8, 0x70)]);
         let all = [a1, b, a2, a3, other_device];
         let ordered = leak::in_time_order(&all);
-        let (kept, recovered) = final_ooms(&ordered);
-        let names: Vec<&str> = kept.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["b", "a3", "d1"]);
-        assert_eq!(recovered, [0, 2, 0]);
+        let kept: Vec<(&str, usize)> = final_ooms(&ordered)
+            .into_iter()
+            .map(|(s, recovered)| (s.name.as_str(), recovered))
+            .collect();
+        assert_eq!(kept, [("b", 0), ("a3", 2), ("d1", 0)]);
     }
 }
