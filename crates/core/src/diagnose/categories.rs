@@ -265,14 +265,11 @@ pub fn advice(
         .filter(|r| r.in_optimizer_step && r.category == MemoryCategory::Temporaries)
         .and(request_bytes)
         .unwrap_or(0);
-    let making_state = breakdown
-        .failing_request
-        .is_some_and(|r| r.in_optimizer_step && r.category == MemoryCategory::OptimizerState);
     let optimizer = optimizer_fixes(
         totals,
         breakdown.largest_parameter_bytes,
         step_request,
-        making_state,
+        optimizer_state_to_come(breakdown).unwrap_or(0),
     );
     // Inside optimizer.step() the backward pass has freed the step's activations: a smaller
     // batch shrinks nothing the step still needs, whatever else is live.
@@ -313,25 +310,38 @@ fn code_change(
     }
 }
 
+/// The optimizer state still to be made when the failing request makes it (the first
+/// `optimizer.step()` makes it parameter by parameter): every parameter with a gradient gets at
+/// least one state tensor of its size (SGD's momentum one, Adam's two), so what is to come is at
+/// least the gradients less the state already made. `None` when the failing request is not the
+/// optimizer's state, or nothing is known to come.
+pub fn optimizer_state_to_come(breakdown: &MemoryBreakdown) -> Option<u64> {
+    let request = breakdown.failing_request?;
+    if !request.in_optimizer_step || request.category != MemoryCategory::OptimizerState {
+        return None;
+    }
+    let at_failure = &breakdown.at_failure.as_ref()?.totals;
+    let to_come = at_failure
+        .bytes(MemoryCategory::Gradients)
+        .saturating_sub(at_failure.bytes(MemoryCategory::OptimizerState));
+    (to_come > 0).then_some(to_come)
+}
+
 /// The optimizer-side changes, cheapest first, each with what it saves from the category sizes:
 /// a fused (or non-foreach) step for the step's temporaries (and the failing request of
 /// `step_request_bytes`, when it was one), 8-bit or bfloat16 state, state sharded over GPUs,
-/// state offloaded to the CPU. Empty without optimizer state or step temporaries.
+/// state offloaded to the CPU, the state counting what the failing step has yet to make
+/// (`state_to_come`, from [`optimizer_state_to_come`]). Empty without optimizer state or step
+/// temporaries.
 fn optimizer_fixes(
     totals: &CategoryTotals,
     largest_parameter_bytes: u64,
     step_request_bytes: u64,
-    making_state: bool,
+    state_to_come: u64,
 ) -> Vec<Recommendation> {
     let made = totals.bytes(MemoryCategory::OptimizerState);
-    // A failure while the first step makes the state: every parameter with a gradient gets at
-    // least a state tensor of its size, so the whole state is at least the gradients.
-    let state = if making_state {
-        made.max(totals.bytes(MemoryCategory::Gradients))
-    } else {
-        made
-    };
-    let held = if state > made {
+    let state = made + state_to_come;
+    let held = if state_to_come > 0 {
         format!(
             "The optimizer state being made at the failure comes to at least {} (a state tensor per gradient; Adam keeps two)",
             format_bytes(state)

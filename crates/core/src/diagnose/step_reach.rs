@@ -22,10 +22,11 @@
 //!    or headroom for a few more repetitions and no telling how many remain) → **uncertain**,
 //!    with what settles it.
 
+use super::categories;
 use super::log::OomNumbers;
 use super::proof::SettingsProof;
 use super::trajectory::{IterationSource, Trajectory};
-use crate::analysis::categories::{MemoryBreakdown, MemoryCategory};
+use crate::analysis::categories::MemoryBreakdown;
 use crate::analysis::frames::NO_STACK;
 use crate::analysis::repetition::Repetition;
 use crate::model::format_bytes;
@@ -80,9 +81,10 @@ pub fn judge(
         .map(|limit| limit.saturating_sub(best.peak_reserved_bytes));
     // Before the iterations: the optimizer makes its state once, so no iteration before the
     // failure ran that work, whatever it held.
-    if let (Some(state_to_come), Some(headroom)) =
-        (breakdown.and_then(optimizer_state_to_come), headroom)
-        && state_to_come > headroom
+    if let (Some(state_to_come), Some(headroom)) = (
+        breakdown.and_then(categories::optimizer_state_to_come),
+        headroom,
+    ) && state_to_come > headroom
     {
         return Some(StepReach::Capacity(format!(
             "the failing request makes the optimizer's state, which its first step makes parameter by parameter: at least {} more is to come (a state tensor of each gradient's size, less the state made so far), more than the {} the best setting ({}) leaves in the replay",
@@ -169,22 +171,6 @@ pub fn judge(
             format_bytes(growth)
         ))),
     }
-}
-
-/// The optimizer state still to be made when the failing request makes it: every parameter
-/// with a gradient gets at least one state tensor of its size at the first step (SGD's momentum
-/// one, Adam's two), so what is to come is at least the gradients less the state already made.
-/// `None` when the failing request is not the optimizer's state, or nothing is known to come.
-fn optimizer_state_to_come(breakdown: &MemoryBreakdown) -> Option<u64> {
-    let request = breakdown.failing_request?;
-    if !request.in_optimizer_step || request.category != MemoryCategory::OptimizerState {
-        return None;
-    }
-    let at_failure = &breakdown.at_failure.as_ref()?.totals;
-    let to_come = at_failure
-        .bytes(MemoryCategory::Gradients)
-        .saturating_sub(at_failure.bytes(MemoryCategory::OptimizerState));
-    (to_come > 0).then_some(to_come)
 }
 
 /// "jobs.py:181 forward, jobs.py:183 forward and 2 more": a repetition's call sites for a
