@@ -538,6 +538,16 @@ fn read_kept_snapshot(path: &Path) -> vramscope_core::model::allocator::Allocato
         .unwrap()
 }
 
+/// What the doctor reads from kept OOM snapshots: each one's facts, one per device.
+fn kept_snapshot_facts(paths: &[PathBuf]) -> Vec<vramscope_core::diagnose::leak::SnapshotFacts> {
+    paths
+        .iter()
+        .flat_map(|path| {
+            vramscope_core::diagnose::snapshot::facts(&Arc::new(read_kept_snapshot(path)))
+        })
+        .collect()
+}
+
 /// Today's diagnosis of a case's kept evidence (its output and OOM snapshots, and the timeline
 /// where the call kept it): (category, marked "(uncertain)" when the finding says so, first
 /// recommendation id) of the primary finding. The
@@ -553,14 +563,9 @@ fn diagnose_now(name: &str) -> Option<(String, String)> {
             .logs
             .push(vramscope_core::diagnose::log::analyze_file(&log).unwrap());
     }
-    for path in kept_snapshots(name)? {
-        let snapshot = read_kept_snapshot(&path);
-        input
-            .snapshots
-            .extend(vramscope_core::diagnose::snapshot::facts(&Arc::new(
-                snapshot,
-            )));
-    }
+    input
+        .snapshots
+        .extend(kept_snapshot_facts(&kept_snapshots(name)?));
     let timeline = dir.join("timeline.vramcap");
     if timeline.exists() {
         input.captures.push(NamedCapture {
@@ -928,14 +933,10 @@ fn an_oom_the_process_went_on_from_is_counted_not_diagnosed_again() {
             NOT_RUN,
         );
     };
-    let mut input = DiagnosisInput::default();
-    for path in &paths {
-        input
-            .snapshots
-            .extend(vramscope_core::diagnose::snapshot::facts(&Arc::new(
-                read_kept_snapshot(path),
-            )));
-    }
+    let input = DiagnosisInput {
+        snapshots: kept_snapshot_facts(&paths),
+        ..DiagnosisInput::default()
+    };
     let diagnosis = diagnose(&input);
     let primary = &diagnosis.findings[0];
     assert!(
