@@ -12,9 +12,10 @@ evaluation while rank 1 trains on. The launcher exits with the first failing ran
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
+
+from ranks import run_as_ranks  # never imports torch: the launcher stays off the GPU
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0, help="each process's cap in GiB (0: none)")
@@ -25,14 +26,7 @@ parser.add_argument("--eval-every", type=int, default=10)
 parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
 args = parser.parse_args()
 
-if not args.worker:
-    ranks = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
-        ranks.append(subprocess.Popen([sys.executable, __file__, "--worker", *sys.argv[1:]], env=env))
-    codes = [p.wait() for p in ranks]
-    failed = [c for c in codes if c != 0]
-    sys.exit(failed[0] if failed else 0)
+run_as_ranks(__file__, args.worker)
 
 import torch  # noqa: E402  (the launcher itself never imports torch)
 import torch.nn.functional as F  # noqa: E402

@@ -8,9 +8,10 @@ The launcher exits with the first failing rank's status.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
+
+from ranks import run_as_ranks  # never imports torch: the launcher stays off the GPU
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--cap-gib", type=float, default=0.0)
@@ -19,14 +20,7 @@ parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
 args = parser.parse_args()
 
-if not args.worker:
-    ranks = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
-        ranks.append(subprocess.Popen([sys.executable, __file__, "--worker", *sys.argv[1:]], env=env))
-    codes = [p.wait() for p in ranks]
-    failed = [c for c in codes if c != 0]
-    sys.exit(failed[0] if failed else 0)
+run_as_ranks(__file__, args.worker)
 
 import torch  # noqa: E402  (the launcher itself never imports torch)
 from gpu_size import limit_memory
