@@ -157,6 +157,19 @@ impl<'a> Keys<'a> {
         deepest
     }
 
+    /// The loop level of `stacks`: the outermost depth at which their keys differ, with the keys
+    /// at that depth; `None` when they never differ.
+    fn loop_level(&mut self, stacks: &[StackId]) -> Option<(usize, Vec<u32>)> {
+        let deepest = self.max_depth(stacks);
+        (1..=deepest).find_map(|depth| {
+            let sequence = self.keys(stacks, depth);
+            sequence
+                .iter()
+                .any(|&k| k != sequence[0])
+                .then_some((depth, sequence))
+        })
+    }
+
     /// One key per stack: its `depth` outermost user frames (all of them with `usize::MAX`).
     fn keys(&mut self, stacks: &[StackId], depth: usize) -> Vec<u32> {
         let mut numbers: HashMap<Vec<FrameId>, u32> = HashMap::new();
@@ -187,32 +200,40 @@ impl<'a> Keys<'a> {
 pub fn step_starts(travel: &TimeTravel, end: usize, min_steps: usize) -> Option<Vec<usize>> {
     let allocations = allocations(travel, 0, end);
     let mut keys = Keys::new(travel.snapshot());
-    let deepest = keys.max_depth(&allocations.stacks);
-    for depth in 1..=deepest {
-        let sequence = keys.keys(&allocations.stacks, depth);
-        if sequence.iter().all(|&k| k == sequence[0]) {
-            continue;
-        }
-        // The outermost level at which the program's allocations differ is the loop's.
-        let period = periodic_tail(&sequence, min_steps.saturating_add(1))?;
-        let one = &sequence[sequence.len() - period.length..];
-        if one.iter().all(|&k| k == one[0]) {
-            return None;
-        }
-        let earlier = sequence[..period.start]
-            .iter()
-            .filter(|k| one.contains(k))
-            .count();
-        if earlier >= EARLIER_RUNS_FOR_INNER_LOOP * period.length {
-            return None;
-        }
-        let starts: Vec<usize> = (period.start..sequence.len())
-            .step_by(period.length)
-            .map(|i| allocations.positions[i])
-            .collect();
-        return (starts.len() > min_steps).then_some(starts);
+    // The outermost level at which the program's allocations differ is the loop's.
+    let (_, sequence) = keys.loop_level(&allocations.stacks)?;
+    let period = periodic_tail(&sequence, min_steps.saturating_add(1))?;
+    let one = &sequence[sequence.len() - period.length..];
+    if one.iter().all(|&k| k == one[0]) {
+        return None;
     }
-    None
+    let earlier = sequence[..period.start]
+        .iter()
+        .filter(|k| one.contains(k))
+        .count();
+    if earlier >= EARLIER_RUNS_FOR_INNER_LOOP * period.length {
+        return None;
+    }
+    let starts: Vec<usize> = (period.start..sequence.len())
+        .step_by(period.length)
+        .map(|i| allocations.positions[i])
+        .collect();
+    (starts.len() > min_steps).then_some(starts)
+}
+
+/// Whether the allocations `one` (one repetition's stacks) come from at least two call sites at
+/// the job's loop level: the outermost level of user frames at which the allocations of the
+/// trace before `to` differ ([`Keys::loop_level`]). Whole steps do (the batch made, the forward
+/// called, the backward without frames, the optimizer stepped, each from its own line of the
+/// loop); the layers of one forward pass do not: they all run inside the one line of the loop
+/// that called the model.
+fn varies_at_loop_level(travel: &TimeTravel, keys: &mut Keys, to: usize, one: &[StackId]) -> bool {
+    let before = allocations(travel, 0, to);
+    let Some((depth, _)) = keys.loop_level(&before.stacks) else {
+        return false;
+    };
+    let at_loop_level = keys.keys(one, depth);
+    at_loop_level.iter().any(|&k| k != at_loop_level[0])
 }
 
 /// A repetition at the end of a stretch of allocations: the same call sites allocating again,
@@ -232,9 +253,11 @@ pub struct Repetition {
     /// The stack of the request at the end of the stretch (the failing one) is one of the
     /// repetition's: the request is the repetition's next allocation, not a one-off after it.
     pub includes_request: bool,
-    /// The stack of the stretch's first allocation is one of the repetition's: the repetition
-    /// is what the stretch began with, whole steps of the job (a stretch that begins where the
-    /// last iteration ended and repeats its first allocation site), not layers inside one step.
+    /// The repetition is whole steps of the job, not layers inside one step: the stack of the
+    /// stretch's first allocation is one of the repetition's (a stretch that begins where the
+    /// last iteration ended and repeats its first allocation site), and one repetition
+    /// allocates from at least two lines of the job's loop (a forward pass's layers all run
+    /// inside the one line that called the model, however the live set fell back before them).
     pub spans_steps: bool,
     /// The call site whose allocations the whole repetitions kept (still alive when the last one
     /// began), with those bytes: what the repetition adds, where it is made.
@@ -294,7 +317,8 @@ pub fn repetition_before(
         growth_per_repetition_bytes,
         call_sites,
         includes_request: one.contains(&request_key),
-        spans_steps: sequence.first().is_some_and(|first| one.contains(first)),
+        spans_steps: sequence.first().is_some_and(|first| one.contains(first))
+            && varies_at_loop_level(travel, &mut keys, to, &allocations.stacks[one_start..]),
         kept_by,
         starts,
     })
