@@ -671,6 +671,10 @@ pub struct MemoryBreakdown {
     pub private_pools: Vec<PrivatePoolHold>,
     /// Call sites growing a tensor by concatenation, largest first.
     pub concatenating: Vec<ConcatSite>,
+    /// State tensors the optimizer makes per parameter (SGD's momentum 1, Adam 2, Adam with
+    /// `amsgrad` 3), learnt from the order in which its first step made them
+    /// ([`state_tensors_per_parameter`]); 1 when the trace cannot tell.
+    pub state_tensors_per_parameter: u64,
 }
 
 impl MemoryBreakdown {
@@ -718,13 +722,75 @@ pub fn breakdown(travel: &TimeTravel, failure: Option<usize>) -> MemoryBreakdown
         .unwrap_or(0);
     let failing_pool = failure.map(|event| travel.trace().pool_id(event));
     let private_pools = private_pools(state, failing_pool);
+    let parameter_sizes: HashSet<u64> = blocks
+        .iter()
+        .filter(|(_, category)| *category == MemoryCategory::Parameters)
+        .map(|((s, b), _)| state.segments[*s].blocks[*b].size_bytes)
+        .collect();
     MemoryBreakdown {
+        state_tensors_per_parameter: state_tensors_per_parameter(
+            &attributor,
+            end,
+            &parameter_sizes,
+        ),
         failing_request: failure.map(|event| failing_request(&attributor, event)),
         at_failure: judged.map(|(_, _, moment)| moment),
         at_peak,
         largest_parameter_bytes,
         private_pools,
         concatenating: attributor.sites,
+    }
+}
+
+/// State tensors the optimizer made per parameter in the trace before position `end`: its first
+/// step makes them parameter by parameter (`_init_group`: `zeros_like(p)` once per kind of
+/// state), so among its allocations of a parameter's size (`parameter_sizes`; a `step` counter
+/// kept on the device is smaller) the sizes come in runs of that many, or a multiple of it where
+/// neighbouring parameters have one size: the greatest common divisor of the runs' lengths. The
+/// last run is left out (the failure may have cut it). 1 when there is no whole run to judge.
+fn state_tensors_per_parameter(
+    attributor: &Attributor,
+    end: usize,
+    parameter_sizes: &HashSet<u64>,
+) -> u64 {
+    let travel = attributor.travel;
+    let trace = travel.trace();
+    let snapshot = travel.snapshot();
+    let mut classes: HashMap<StackId, StackClass> = HashMap::new();
+    let mut runs: Vec<(u64, u64)> = Vec::new(); // (size, length)
+    for i in 0..end.min(trace.len()) {
+        if trace.actions[i] != TraceAction::Alloc {
+            continue;
+        }
+        let size = trace.sizes_bytes[i];
+        if !parameter_sizes.contains(&size) {
+            continue;
+        }
+        let stack = trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY);
+        let class = *classes
+            .entry(stack)
+            .or_insert_with(|| classify_stack(snapshot, stack, attributor.with_frames));
+        if class != StackClass::OptimizerState {
+            continue;
+        }
+        match runs.last_mut() {
+            Some((run_size, length)) if *run_size == size => *length += 1,
+            _ => runs.push((size, 1)),
+        }
+    }
+    runs.pop();
+    runs.iter()
+        .map(|&(_, length)| length)
+        .reduce(greatest_common_divisor)
+        .unwrap_or(1)
+        .max(1)
+}
+
+fn greatest_common_divisor(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        greatest_common_divisor(b, a % b)
     }
 }
 

@@ -311,19 +311,20 @@ fn code_change(
 }
 
 /// The optimizer state still to be made when the failing request makes it (the first
-/// `optimizer.step()` makes it parameter by parameter): every parameter with a gradient gets at
-/// least one state tensor of its size (SGD's momentum one, Adam's two), so what is to come is at
-/// least the gradients less the state already made. `None` when the failing request is not the
-/// optimizer's state, or nothing is known to come.
+/// `optimizer.step()` makes it parameter by parameter): every parameter with a gradient gets as
+/// many state tensors of its size as the trace shows the optimizer making per parameter
+/// (`state_tensors_per_parameter`: SGD's momentum one, Adam's two, with `amsgrad` three; at
+/// least one), so what is to come is that many times the gradients less the state already made.
+/// `None` when the failing request is not the optimizer's state, or nothing is known to come.
 pub fn optimizer_state_to_come(breakdown: &MemoryBreakdown) -> Option<u64> {
     let request = breakdown.failing_request?;
     if !request.in_optimizer_step || request.category != MemoryCategory::OptimizerState {
         return None;
     }
     let at_failure = &breakdown.at_failure.as_ref()?.totals;
-    let to_come = at_failure
-        .bytes(MemoryCategory::Gradients)
-        .saturating_sub(at_failure.bytes(MemoryCategory::OptimizerState));
+    let to_come = (at_failure.bytes(MemoryCategory::Gradients)
+        * breakdown.state_tensors_per_parameter.max(1))
+    .saturating_sub(at_failure.bytes(MemoryCategory::OptimizerState));
     (to_come > 0).then_some(to_come)
 }
 
@@ -531,6 +532,7 @@ mod tests {
             largest_parameter_bytes: 512 * MIB,
             private_pools: Vec::new(),
             concatenating: Vec::new(),
+            state_tensors_per_parameter: 1,
         }
     }
 

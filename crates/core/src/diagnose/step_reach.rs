@@ -402,13 +402,14 @@ mod tests {
     /// A failure while the optimizer makes its state: 600 MiB of gradients and 100 MiB of
     /// state made, so at least 500 MiB is to come, more than the 10 MiB the best setting
     /// leaves: capacity, whatever the iterations before held. With the state nearly made
-    /// (less to come than the headroom) the rule says nothing and the pattern decides.
+    /// (less to come than the headroom) the rule says nothing and the pattern decides, unless
+    /// the optimizer makes more than one state tensor per parameter.
     #[test]
     fn optimizer_state_still_to_come_beyond_the_headroom_is_capacity() {
         use crate::analysis::categories::{
             CategoryMoment, CategoryTotals, FailingRequest, MemoryBreakdown, MemoryCategory,
         };
-        let making_state = |gradients_mib: u64, state_mib: u64| {
+        let making_state = |gradients_mib: u64, state_mib: u64, per_parameter: u64| {
             let totals = CategoryTotals::for_test(
                 &[
                     (MemoryCategory::Gradients, gradients_mib * MIB),
@@ -432,6 +433,7 @@ mod tests {
                 largest_parameter_bytes: 64 * MIB,
                 private_pools: Vec::new(),
                 concatenating: Vec::new(),
+                state_tensors_per_parameter: per_parameter,
             }
         };
         let e = evidence(990, None);
@@ -439,14 +441,36 @@ mod tests {
         // Iterations before the failure that held more than the step needs (placement, but for
         // the state to come: no iteration made it).
         let t = history(3, 2000, 800, Some((40, false, false)));
-        let verdict = judge(&numbers(), Some(&t), Some(&making_state(600, 100)), &proof);
+        let verdict = judge(
+            &numbers(),
+            Some(&t),
+            Some(&making_state(600, 100, 1)),
+            &proof,
+        );
         assert!(
             matches!(&verdict, Some(StepReach::Capacity(why)) if why.contains("500 MiB")),
             "{verdict:?}"
         );
-        let verdict = judge(&numbers(), Some(&t), Some(&making_state(600, 595)), &proof);
+        let verdict = judge(
+            &numbers(),
+            Some(&t),
+            Some(&making_state(600, 595, 1)),
+            &proof,
+        );
         assert!(
             matches!(verdict, Some(StepReach::Placement(_))),
+            "{verdict:?}"
+        );
+        // The same state made, by an optimizer seen making three tensors per parameter (Adam
+        // with amsgrad): 3 x 600 - 595 = 1205 MiB to come, capacity.
+        let verdict = judge(
+            &numbers(),
+            Some(&t),
+            Some(&making_state(600, 595, 3)),
+            &proof,
+        );
+        assert!(
+            matches!(&verdict, Some(StepReach::Capacity(why)) if why.contains("1.18 GiB")),
             "{verdict:?}"
         );
     }
