@@ -2,7 +2,8 @@
 # Unpacks one device call's archive of the run corpus into docs/gpu-verification/run-corpus/
 # (docs/run-validation.md): results-<UTC time>-<first case>.json, calibration-<…>.json and the
 # call's log, named by the time the call started (so that by name a later call comes later: a case
-# run again counts by its latest run), and per case its evidence (run.json, report.json, doctor.json, output.log, the OOM
+# run again counts by its latest run), and per case its evidence (run.json, report.json, doctor.json
+# (each xz-compressed when over 1 MiB), output.log, the OOM
 # snapshots, the timeline, vramscope.log: what vramscope printed). report.html is left out: it
 # is made again from report.json by `vramscope`. A case that ran again replaces its folder.
 #   bash scripts/run-corpus/unpack.sh corpus-calibrate-feature_history.tar.xz
@@ -29,5 +30,10 @@ for case in $(python3 -c 'import json, sys; print(" ".join(c["case"] for c in js
   mkdir -p "$dest/$case"
   find "$tmp/$case" -maxdepth 1 -type f ! -name report.html -exec cp {} "$dest/$case/" \;
   cp "$tmp/$case.vramscope.log" "$dest/$case/vramscope.log"
+  # A job that wrote hundreds of OOM snapshots (cuDNN retrying) makes JSON of several MB, which
+  # compresses to a few percent: kept as .json.xz (`xz -dk` before opening the folder).
+  for json in "$dest/$case/doctor.json" "$dest/$case/report.json"; do
+    [ -f "$json" ] && [ "$(stat -c %s "$json")" -gt 1048576 ] && xz -9 -f "$json"
+  done
   echo "$case"
 done

@@ -554,6 +554,25 @@ fn kept_snapshot_facts(paths: &[PathBuf]) -> Vec<vramscope_core::diagnose::leak:
 /// table shows it beside the recorded one, so that a rule changed after the run shows what it
 /// changed, and a rule that breaks a recorded case shows too.
 fn diagnose_now(name: &str) -> Option<(String, String)> {
+    let diagnosis = diagnose_kept(name)?;
+    let primary = diagnosis.primary()?;
+    let uncertain = if primary.title.starts_with("Uncertain") {
+        " (uncertain)"
+    } else {
+        ""
+    };
+    Some((
+        format!("{}{uncertain}", primary.category.as_str()),
+        primary
+            .recommendations
+            .first()
+            .map_or("-".to_owned(), |r| r.id.clone()),
+    ))
+}
+
+/// Today's whole diagnosis of a case's kept evidence (see [`diagnose_now`]); `None` when the
+/// case's folder cannot be read.
+fn diagnose_kept(name: &str) -> Option<vramscope_core::diagnose::Diagnosis> {
     use vramscope_core::diagnose::{DiagnosisInput, NamedCapture, diagnose};
     let dir = results_dir().join(name);
     let mut input = DiagnosisInput::default();
@@ -573,20 +592,7 @@ fn diagnose_now(name: &str) -> Option<(String, String)> {
             capture: vramscope_core::formats::vramcap::read_file(&timeline).unwrap(),
         });
     }
-    let diagnosis = diagnose(&input);
-    let primary = diagnosis.primary()?;
-    let uncertain = if primary.title.starts_with("Uncertain") {
-        " (uncertain)"
-    } else {
-        ""
-    };
-    Some((
-        format!("{}{uncertain}", primary.category.as_str()),
-        primary
-            .recommendations
-            .first()
-            .map_or("-".to_owned(), |r| r.id.clone()),
-    ))
+    Some(diagnose(&input))
 }
 
 /// One case of the fresh batch, judged.
@@ -620,12 +626,23 @@ impl FreshVerdict {
     }
 }
 
+/// A JSON file of a case's folder, or its `.xz` (unpack.sh compresses those over 1 MiB);
+/// `None` when neither can be read.
+fn read_kept_json(path: &Path) -> Option<String> {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        return Some(text);
+    }
+    let compressed = std::fs::read(format!("{}.xz", path.display())).ok()?;
+    let mut bytes = Vec::new();
+    lzma_rs::xz_decompress(&mut compressed.as_slice(), &mut bytes).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
 /// (kept, seen) OOM snapshots of a case: `.pickle.xz` files in its folder, and the snapshots
 /// the recorded `vramscope diagnose` read (its `doctor.json`).
 fn snapshot_counts(name: &str) -> (usize, usize) {
     let kept = kept_snapshots(name).map_or(0, |paths| paths.len());
-    let seen = std::fs::read_to_string(results_dir().join(name).join("doctor.json"))
-        .ok()
+    let seen = read_kept_json(&results_dir().join(name).join("doctor.json"))
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
         .and_then(|d| d["memory_categories"].as_array().map(Vec::len))
         .unwrap_or(0);
@@ -1040,4 +1057,50 @@ fn replay_predictions_are_compared_with_real_reruns() {
         "<!-- end of replay against re-runs -->",
         &table,
     );
+}
+
+/// The layers of a first forward pass repeat the same call sites, each adding memory, while the
+/// live set once fell back before them (`vit_large_image`, `fp32_swiglu_upcast`, fourth fresh
+/// batch): they all run inside the one line of the loop that called the model, so they are no
+/// steps, and no leak finding may come of them (both runs read "grew by ... per iteration for
+/// 5 iterations", a warning beside the right capacity finding, before).
+#[test]
+fn a_forward_passs_layers_are_not_steps_that_leak() {
+    for name in ["vit_large_image", "fp32_swiglu_upcast"] {
+        let Some(diagnosis) = diagnose_kept(name) else {
+            return skipped(
+                "run_validation::a_forward_passs_layers_are_not_steps_that_leak",
+                NOT_RUN,
+            );
+        };
+        let categories: Vec<&str> = diagnosis
+            .findings
+            .iter()
+            .map(|f| f.category.as_str())
+            .collect();
+        assert_eq!(categories[0], "capacity", "{name}: {categories:?}");
+        assert!(!categories.contains(&"leak"), "{name}: {categories:?}");
+    }
+}
+
+/// The optimizer's state tensors per parameter are read from the order its first step made
+/// them: Adam with `amsgrad` makes three (`adam_amsgrad_lm`, fourth fresh batch), so the state
+/// to come at its failure is three gradients' worth less what was made, more than any allocator
+/// setting frees: capacity, not the fragmentation it was called with one tensor assumed.
+#[test]
+fn the_optimizers_state_per_parameter_is_read_from_its_first_step() {
+    let Some(diagnosis) = diagnose_kept("adam_amsgrad_lm") else {
+        return skipped(
+            "run_validation::the_optimizers_state_per_parameter_is_read_from_its_first_step",
+            NOT_RUN,
+        );
+    };
+    let per_parameter: Vec<u64> = diagnosis
+        .memory_categories
+        .iter()
+        .map(|named| named.breakdown.state_tensors_per_parameter)
+        .collect();
+    assert_eq!(per_parameter, [3]);
+    let primary = diagnosis.primary().unwrap();
+    assert_eq!(primary.category.as_str(), "capacity", "{}", primary.title);
 }
