@@ -1104,3 +1104,35 @@ fn the_optimizers_state_per_parameter_is_read_from_its_first_step() {
     let primary = diagnosis.primary().unwrap();
     assert_eq!(primary.category.as_str(), "capacity", "{}", primary.title);
 }
+
+/// One crowded image's anchor-by-box IoU matrix, 1.10 GiB made by the program's own function
+/// (`crowded_image_assign`, fourth fresh batch), is named with its call site to be made in
+/// pieces or on the CPU (computing it on the CPU removed the failure for real; a smaller batch,
+/// still first, did not).
+#[test]
+fn a_large_tensor_of_the_programs_own_code_is_named_with_its_site() {
+    let Some(diagnosis) = diagnose_kept("crowded_image_assign") else {
+        return skipped(
+            "run_validation::a_large_tensor_of_the_programs_own_code_is_named_with_its_site",
+            NOT_RUN,
+        );
+    };
+    let primary = diagnosis.primary().unwrap();
+    let ids: Vec<&str> = primary
+        .recommendations
+        .iter()
+        .map(|r| r.id.as_str())
+        .collect();
+    assert_eq!(
+        ids[..2],
+        ["reduce-batch-size", "tensor-in-pieces"],
+        "{ids:?}"
+    );
+    assert!(
+        primary.recommendations[1]
+            .title
+            .contains("crowded_image_assign.py:100 box_iou"),
+        "{}",
+        primary.recommendations[1].title
+    );
+}

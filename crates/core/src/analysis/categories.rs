@@ -671,6 +671,9 @@ pub struct MemoryBreakdown {
     pub private_pools: Vec<PrivatePoolHold>,
     /// Call sites growing a tensor by concatenation, largest first.
     pub concatenating: Vec<ConcatSite>,
+    /// The user call site of the failing request (`frames::user_call_site`), in a trace that
+    /// records stacks; `None` without a failure or without stacks.
+    pub failing_site: Option<String>,
     /// State tensors the optimizer makes per parameter (SGD's momentum 1, Adam 2, Adam with
     /// `amsgrad` 3), learnt from the order in which its first step made them
     /// ([`state_tensors_per_parameter`]); 1 when the trace cannot tell.
@@ -727,7 +730,13 @@ pub fn breakdown(travel: &TimeTravel, failure: Option<usize>) -> MemoryBreakdown
         .filter(|(_, category)| *category == MemoryCategory::Parameters)
         .map(|((s, b), _)| state.segments[*s].blocks[*b].size_bytes)
         .collect();
+    let failing_site = failure
+        .filter(|_| attributor.with_frames)
+        .and_then(|event| travel.trace().stacks.get(event).copied())
+        .filter(|stack| *stack != StackId::EMPTY)
+        .map(|stack| super::frames::user_call_site(travel.snapshot(), stack));
     MemoryBreakdown {
+        failing_site,
         state_tensors_per_parameter: state_tensors_per_parameter(
             &attributor,
             end,

@@ -16,7 +16,11 @@
 //! - a call site that grows a tensor by concatenation (a KV cache grown with `torch.cat`) is
 //!   named, with preallocation as its fix. It comes after the batch and sequence advice: the
 //!   trace shows the copies a concatenation makes, not the length the cache will reach, so
-//!   whether a preallocated cache fits is not known.
+//!   whether a preallocated cache fits is not known;
+//! - a failing request that the program's own code makes outside any module's forward and the
+//!   optimizer, a quarter or more of the memory in use (a pairwise matrix, float32 logits over a
+//!   large vocabulary), is named with its call site, to be made in pieces or on the CPU. After
+//!   the batch advice: whether the tensor's size follows the batch is not in the trace.
 
 use super::finding::{Evidence, EvidenceSource, Recommendation, Unit, Verification};
 use crate::analysis::categories::{
@@ -284,12 +288,65 @@ pub fn advice(
         advice.first.extend(covering);
         advice.first.extend(short);
     }
+    // After a smaller batch: whether the tensor's size follows the batch (a batch-by-batch
+    // similarity matrix does, one image's box matrix does not) is not in the trace.
+    if let Some(rec) = request_bytes.and_then(|bytes| large_tensor_in_pieces(breakdown, bytes)) {
+        advice.after_batch.push(rec);
+    }
     if !breakdown.concatenating.is_empty() {
         advice
             .after_batch
             .push(preallocate_cache(&breakdown.concatenating));
     }
     advice
+}
+
+/// The share of the memory in use (live at the failure plus the request) from which a failing
+/// request made outside the model is one tensor to make in pieces, not a step too large.
+const LARGE_REQUEST_SHARE: f64 = 0.25;
+
+/// Slices a tensor made in pieces is cut into, for the saving's estimate.
+const PIECES: u64 = 8;
+
+/// A failing request of `request_bytes` that the program's own code made outside any module's
+/// forward pass and outside the optimizer (the request's category "other" or "temporaries"),
+/// at least [`LARGE_REQUEST_SHARE`] of the memory in use: one tensor (a pairwise matrix, float32
+/// logits over a large vocabulary) whose size need not follow the batch. Made in slices, in a
+/// lower precision or on the CPU, it needs a fraction of that at once. `None` otherwise.
+fn large_tensor_in_pieces(
+    breakdown: &MemoryBreakdown,
+    request_bytes: u64,
+) -> Option<Recommendation> {
+    let request = breakdown.failing_request?;
+    let site = breakdown.failing_site.as_deref()?;
+    if request.in_optimizer_step
+        || !matches!(
+            request.category,
+            MemoryCategory::Other | MemoryCategory::Temporaries
+        )
+    {
+        return None;
+    }
+    let live = breakdown.at_failure.as_ref()?.totals.total_bytes();
+    let share = request_bytes as f64 / (live + request_bytes) as f64;
+    if share < LARGE_REQUEST_SHARE {
+        return None;
+    }
+    let size = format_bytes(request_bytes);
+    Some(code_change(
+        "tensor-in-pieces",
+        format!("Make the {size} tensor at {site} in pieces, or on the CPU"),
+        format!(
+            "The failing request alone is {size}, {:.0} % of the memory in use, made by your code at {site} outside any module's forward pass and the optimizer: one tensor, not a layer's activations. Computed in slices (a loop over its rows, a loss over chunks of the sequence), in a lower precision or on the CPU, it needs a fraction of that at once (in {PIECES} slices, an eighth); a smaller batch shrinks it only where its size follows the batch.",
+            share * 100.0
+        ),
+        "# a pairwise matrix in slices of rows:
+out = torch.cat([f(a[i:i + rows], b) for i in range(0, len(a), rows)])
+# a loss summed over chunks, without keeping every chunk's logits:
+total = sum(loss_fn(head(h[:, i:i + n]).float(), y[:, i:i + n]) for i in range(0, h.shape[1], n))
+# or on the CPU: f(a.cpu(), b.cpu())",
+        request_bytes - request_bytes / PIECES,
+    ))
 }
 
 /// A recommendation of a code change (unverified until a run tries it).
@@ -532,6 +589,7 @@ mod tests {
             largest_parameter_bytes: 512 * MIB,
             private_pools: Vec::new(),
             concatenating: Vec::new(),
+            failing_site: None,
             state_tensors_per_parameter: 1,
         }
     }
@@ -739,6 +797,49 @@ mod tests {
         assert_eq!(ids(&advice.after_batch), ["preallocate-cache"]);
         assert_eq!(advice.after_batch[0].estimated_saving_bytes, Some(3 * GB));
         assert!(explanation(&b).contains("generate.py:40 step grows a tensor by concatenation"));
+    }
+
+    /// One large tensor made by the program's own code is named with its call site, after the
+    /// batch advice; not a small one, nor a module's activation, nor without a site.
+    #[test]
+    fn a_large_tensor_of_the_programs_own_code_is_named_to_make_in_pieces() {
+        let made_by = |category| FailingRequest {
+            category,
+            in_optimizer_step: false,
+        };
+        let mut b = breakdown(
+            &[(MemoryCategory::Activations, 2 * GB)],
+            0,
+            Some(made_by(MemoryCategory::Other)),
+        );
+        b.failing_site = Some("assign.py:100 box_iou".to_owned());
+        let advice_for = |b: &MemoryBreakdown, request| advice(b, Some(GB / 2), Some(request));
+        let got = advice_for(&b, GB);
+        assert!(got.first.is_empty());
+        assert_eq!(ids(&got.after_batch), ["tensor-in-pieces"]);
+        let rec = &got.after_batch[0];
+        assert!(
+            rec.title
+                .contains("1.00 GiB tensor at assign.py:100 box_iou"),
+            "{}",
+            rec.title
+        );
+        assert!(
+            rec.expected_effect.contains("33 %"),
+            "{}",
+            rec.expected_effect
+        );
+        assert_eq!(rec.estimated_saving_bytes, Some(GB - GB / 8));
+        // A tenth of the memory in use is no such tensor.
+        assert!(advice_for(&b, GB / 4).after_batch.is_empty());
+        // Made inside a module's forward, it is a layer's activation: the batch advice's.
+        let mut activation = b.clone();
+        activation.failing_request = Some(made_by(MemoryCategory::Activations));
+        assert!(advice_for(&activation, GB).after_batch.is_empty());
+        // Without a recorded stack there is no site to name.
+        let mut no_site = b.clone();
+        no_site.failing_site = None;
+        assert!(advice_for(&no_site, GB).after_batch.is_empty());
     }
 
     /// A synthetic program, event by event, for the whole path from a snapshot to the

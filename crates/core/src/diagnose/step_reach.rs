@@ -433,6 +433,7 @@ mod tests {
                 largest_parameter_bytes: 64 * MIB,
                 private_pools: Vec::new(),
                 concatenating: Vec::new(),
+                failing_site: None,
                 state_tensors_per_parameter: per_parameter,
             }
         };
