@@ -1136,3 +1136,20 @@ fn a_large_tensor_of_the_programs_own_code_is_named_with_its_site() {
         primary.recommendations[1].title
     );
 }
+
+/// A custom autograd Function's backward that keeps each step's incoming gradient in a list
+/// (`grad_reversal_log`, fourth fresh batch): the kept tensors are made on the autograd
+/// engine's thread, which records no Python frames, beside every backward temporary of every
+/// size. Counted per stack and size for such blocks, they hold the growth: a leak, whose fix
+/// removed the failure for real. Called capacity (the same tensors growing) before, when the
+/// blocks without frames were one maker sized by its median allocation.
+#[test]
+fn a_gradient_kept_by_a_backward_per_step_is_a_leak() {
+    let Some(now) = diagnose_now("grad_reversal_log") else {
+        return skipped(
+            "run_validation::a_gradient_kept_by_a_backward_per_step_is_a_leak",
+            NOT_RUN,
+        );
+    };
+    assert_eq!(now, ("leak".to_owned(), "fix-leak".to_owned()));
+}

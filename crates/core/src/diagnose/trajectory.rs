@@ -551,7 +551,8 @@ fn failing_step(
 /// keys, then `torch.cat` for each token): the first replacement frees a block of that other
 /// line, and the growing line seems to add one, once per cache.
 ///
-/// Per call stack and in bytes, over a span of steps: a cache grown by `torch.cat` frees its old
+/// Per call stack (per stack and size for blocks without frames, [`maker`]) and in bytes, over
+/// a span of steps: a cache grown by `torch.cat` frees its old
 /// version at the line that makes the new one (its stack adds nothing, however large it grows),
 /// while small tensors kept beside it (generated tokens) add blocks too small to hold the rise;
 /// a leak adds blocks at the line that makes them, whose size holds the rise. Not per iteration:
@@ -567,30 +568,34 @@ fn new_tensors_share_of_growth(travel: &TimeTravel, iterations: &[Iteration]) ->
     if rise == 0 {
         return None;
     }
-    // The stack of every live block by address, from the span's start on.
-    let mut stack_at: HashMap<u64, StackId> = travel
+    // The maker of every live block by address, from the span's start on: its call stack, and
+    // for the backward thread's blocks (no frames) its size too.
+    let mut maker_at: HashMap<u64, (StackId, u64)> = travel
         .state_at(first.end_event)
         .segments
         .iter()
         .flat_map(|segment| &segment.blocks)
         .filter(|block| block.status == BlockStatus::Allocated)
-        .map(|block| (block.address, block_stack(travel, block)))
+        .map(|block| {
+            let maker = maker(block_stack(travel, block), block.size_bytes);
+            (block.address, maker)
+        })
         .collect();
     let trace = travel.trace();
-    let mut added: HashMap<StackId, (i64, Vec<u64>)> = HashMap::new();
+    let mut added: HashMap<(StackId, u64), (i64, Vec<u64>)> = HashMap::new();
     for i in first.end_event..last.end_event.min(trace.len()) {
         let address = trace.addresses[i];
         match trace.actions[i] {
             TraceAction::Alloc => {
-                let stack = trace.stacks[i];
-                stack_at.insert(address, stack);
-                let entry = added.entry(stack).or_default();
+                let maker = maker(trace.stacks[i], trace.sizes_bytes[i]);
+                maker_at.insert(address, maker);
+                let entry = added.entry(maker).or_default();
                 entry.0 += 1;
                 entry.1.push(trace.sizes_bytes[i]);
             }
             TraceAction::FreeRequested => {
-                if let Some(stack) = stack_at.remove(&address) {
-                    added.entry(stack).or_default().0 -= 1;
+                if let Some(maker) = maker_at.remove(&address) {
+                    added.entry(maker).or_default().0 -= 1;
                 }
             }
             _ => {}
@@ -608,6 +613,18 @@ fn new_tensors_share_of_growth(travel: &TimeTravel, iterations: &[Iteration]) ->
         })
         .sum();
     Some(held / rise as f64)
+}
+
+/// Who made a block, for [`new_tensors_share_of_growth`]: its call stack, and for a block
+/// without frames (the autograd engine's thread, which makes every backward temporary) its size
+/// as well, so that a gradient kept every step by a backward hook or a custom autograd
+/// Function counts apart from the temporaries of every size made beside it.
+fn maker(stack: StackId, size_bytes: u64) -> (StackId, u64) {
+    if stack == StackId::EMPTY {
+        (stack, size_bytes)
+    } else {
+        (stack, 0)
+    }
 }
 
 fn live_growth(iterations: &[Iteration], series: &[u64], span_seconds: Option<f64>) -> LiveGrowth {
