@@ -1095,14 +1095,21 @@ fn the_optimizers_state_per_parameter_is_read_from_its_first_step() {
             NOT_RUN,
         );
     };
-    let per_parameter: Vec<u64> = diagnosis
-        .memory_categories
-        .iter()
-        .map(|named| named.breakdown.state_tensors_per_parameter)
-        .collect();
-    assert_eq!(per_parameter, [3]);
+    let per_parameter = |diagnosis: &vramscope_core::diagnose::Diagnosis| -> Vec<u64> {
+        diagnosis
+            .memory_categories
+            .iter()
+            .map(|named| named.breakdown.state_tensors_per_parameter)
+            .collect()
+    };
+    assert_eq!(per_parameter(&diagnosis), [3]);
     let primary = diagnosis.primary().unwrap();
     assert_eq!(primary.category.as_str(), "capacity", "{}", primary.title);
+    // AdamW without amsgrad (the programs' default optimizer): two.
+    for name in ["optimizer_state", "ema_copies"] {
+        let adamw = diagnose_kept(name).unwrap_or_else(|| panic!("{name} is kept"));
+        assert_eq!(per_parameter(&adamw), [2], "{name}");
+    }
 }
 
 /// One crowded image's anchor-by-box IoU matrix, 1.10 GiB made by the program's own function
