@@ -1063,7 +1063,8 @@ fn replay_predictions_are_compared_with_real_reruns() {
 /// live set once fell back before them (`vit_large_image`, `fp32_swiglu_upcast`, fourth fresh
 /// batch): they all run inside the one line of the loop that called the model, so they are no
 /// steps, and no leak finding may come of them (both runs read "grew by ... per iteration for
-/// 5 iterations", a warning beside the right capacity finding, before).
+/// 5 iterations", a warning beside the right capacity finding, before). The smaller batch then
+/// says that the layers still to come are not in the trace (vit's halved batch ran out).
 #[test]
 fn a_forward_passs_layers_are_not_steps_that_leak() {
     for name in ["vit_large_image", "fp32_swiglu_upcast"] {
@@ -1080,6 +1081,18 @@ fn a_forward_passs_layers_are_not_steps_that_leak() {
             .collect();
         assert_eq!(categories[0], "capacity", "{name}: {categories:?}");
         assert!(!categories.contains(&"leak"), "{name}: {categories:?}");
+        // The smaller batch, sized on the failing request, says what it cannot know: the
+        // layers still to come and the backward pass.
+        let batch = &diagnosis.findings[0].recommendations[0];
+        assert_eq!(batch.id, "reduce-batch-size", "{name}");
+        assert!(
+            batch
+                .expected_effect
+                .contains("before a whole step was seen")
+                && batch.expected_effect.contains("the backward pass"),
+            "{name}: {}",
+            batch.expected_effect
+        );
     }
 }
 

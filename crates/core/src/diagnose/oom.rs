@@ -855,11 +855,15 @@ fn with_category_advice(
 
 fn framework_capacity_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendation> {
     let n = &case.numbers;
-    let mut recs = vec![recommend::reduce_batch_size_within(
+    let mut smaller_batch = recommend::reduce_batch_size_within(
         shortfall(n),
         n.allocated_bytes,
         activation_bytes(case),
-    )];
+    );
+    if let Some(caveat) = case.trajectory().and_then(first_step_layers_to_come) {
+        smaller_batch.expected_effect = format!("{} {caveat}", smaller_batch.expected_effect);
+    }
+    let mut recs = vec![smaller_batch];
     let others_sum: u64 = other_processes(case).iter().map(|(_, b)| b).sum();
     let worth_a_try = case.framework == Framework::PyTorch
         && case.expandable_segments != Some(true)
@@ -1666,6 +1670,29 @@ fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence
         ],
     ))
     .in_wizard(Wizard::OutOfMemory)
+}
+
+/// What a smaller batch sized on the failing request does not know, when the job failed with at
+/// most one iteration completed (too few to show what a whole step needs) inside a repetition
+/// of layers (the request one of the repetition's, each repetition adding memory): the
+/// repetitions still to come, and in training the backward pass, are not in the trace. `None`
+/// otherwise.
+fn first_step_layers_to_come(trajectory: &Trajectory) -> Option<String> {
+    let layers = trajectory.failing_step.as_ref()?;
+    let growth = layers.growth_per_repetition_bytes;
+    if trajectory.iterations.len() > 1
+        || !layers.includes_request
+        || layers.spans_steps
+        || growth <= 0
+    {
+        return None;
+    }
+    Some(format!(
+        "It failed before a whole step was seen, in the repetition of {} that adds {} each time ({} seen): the repetitions still to come, and in training the backward pass, are not in the trace, so this cut is sized on the failing request, not on the whole step. Activation checkpointing bounds what each repetition keeps; `vramscope run --prove --vary-arg` with the batch settles which is enough.",
+        step_reach::sites_text(layers),
+        format_bytes(growth.unsigned_abs()),
+        layers.whole_repetitions()
+    ))
 }
 
 /// The live set grew every iteration until the GPU (or the cap) ran out: a leak, not a peak;

@@ -175,7 +175,7 @@ pub fn judge(
 
 /// "jobs.py:181 forward, jobs.py:183 forward and 2 more": a repetition's call sites for a
 /// sentence.
-fn sites_text(repetition: &Repetition) -> String {
+pub fn sites_text(repetition: &Repetition) -> String {
     const SHOWN: usize = 3;
     let sites = &repetition.call_sites;
     let shown = sites[..sites.len().min(SHOWN)].join(", ");
