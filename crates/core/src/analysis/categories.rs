@@ -676,7 +676,8 @@ pub struct MemoryBreakdown {
     pub failing_site: Option<String>,
     /// State tensors the optimizer makes per parameter (SGD's momentum 1, Adam 2, Adam with
     /// `amsgrad` 3), learnt from the order in which its first step made them
-    /// ([`state_tensors_per_parameter`]); 1 when the trace cannot tell.
+    /// ([`state_tensors_per_parameter`]), where the failing request makes that state; 1 when
+    /// the trace cannot tell, and for any other failure.
     pub state_tensors_per_parameter: u64,
 }
 
@@ -725,11 +726,21 @@ pub fn breakdown(travel: &TimeTravel, failure: Option<usize>) -> MemoryBreakdown
         .unwrap_or(0);
     let failing_pool = failure.map(|event| travel.trace().pool_id(event));
     let private_pools = private_pools(state, failing_pool);
-    let parameter_sizes: HashSet<u64> = blocks
-        .iter()
-        .filter(|(_, category)| *category == MemoryCategory::Parameters)
-        .map(|((s, b), _)| state.segments[*s].blocks[*b].size_bytes)
-        .collect();
+    let failing_request = failure.map(|event| failing_request(&attributor, event));
+    // Read only where the failing request makes the optimizer's state (the state still to
+    // come): the pass over the whole trace is not paid for other failures.
+    let state_tensors_per_parameter = if failing_request
+        .is_some_and(|r| r.in_optimizer_step && r.category == MemoryCategory::OptimizerState)
+    {
+        let parameter_sizes: HashSet<u64> = blocks
+            .iter()
+            .filter(|(_, category)| *category == MemoryCategory::Parameters)
+            .map(|((s, b), _)| state.segments[*s].blocks[*b].size_bytes)
+            .collect();
+        state_tensors_per_parameter(&attributor, end, &parameter_sizes)
+    } else {
+        1
+    };
     let failing_site = failure
         .filter(|_| attributor.with_frames)
         .and_then(|event| travel.trace().stacks.get(event).copied())
@@ -737,12 +748,8 @@ pub fn breakdown(travel: &TimeTravel, failure: Option<usize>) -> MemoryBreakdown
         .map(|stack| super::frames::user_call_site(travel.snapshot(), stack));
     MemoryBreakdown {
         failing_site,
-        state_tensors_per_parameter: state_tensors_per_parameter(
-            &attributor,
-            end,
-            &parameter_sizes,
-        ),
-        failing_request: failure.map(|event| failing_request(&attributor, event)),
+        state_tensors_per_parameter,
+        failing_request,
         at_failure: judged.map(|(_, _, moment)| moment),
         at_peak,
         largest_parameter_bytes,

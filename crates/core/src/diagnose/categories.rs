@@ -274,6 +274,7 @@ pub fn advice(
         breakdown.largest_parameter_bytes,
         step_request,
         optimizer_state_to_come(breakdown).unwrap_or(0),
+        breakdown.state_tensors_per_parameter,
     );
     // Inside optimizer.step() the backward pass has freed the step's activations: a smaller
     // batch shrinks nothing the step still needs, whatever else is live.
@@ -367,6 +368,16 @@ fn code_change(
     }
 }
 
+/// How the state still to come is counted, for a sentence: as many state tensors of each
+/// gradient's size as the first step was seen making per parameter
+/// (`MemoryBreakdown::state_tensors_per_parameter`), at least one.
+pub fn state_per_gradient_text(per_parameter: u64) -> String {
+    match per_parameter {
+        0 | 1 => "at least one state tensor of each gradient's size".to_owned(),
+        n => format!("{n} state tensors of each gradient's size, as the first step made them"),
+    }
+}
+
 /// The optimizer state still to be made when the failing request makes it (the first
 /// `optimizer.step()` makes it parameter by parameter): every parameter with a gradient gets as
 /// many state tensors of its size as the trace shows the optimizer making per parameter
@@ -389,20 +400,22 @@ pub fn optimizer_state_to_come(breakdown: &MemoryBreakdown) -> Option<u64> {
 /// a fused (or non-foreach) step for the step's temporaries (and the failing request of
 /// `step_request_bytes`, when it was one), 8-bit or bfloat16 state, state sharded over GPUs,
 /// state offloaded to the CPU, the state counting what the failing step has yet to make
-/// (`state_to_come`, from [`optimizer_state_to_come`]). Empty without optimizer state or step
-/// temporaries.
+/// (`state_to_come`, from [`optimizer_state_to_come`], counted with `state_per_parameter`
+/// tensors per gradient). Empty without optimizer state or step temporaries.
 fn optimizer_fixes(
     totals: &CategoryTotals,
     largest_parameter_bytes: u64,
     step_request_bytes: u64,
     state_to_come: u64,
+    state_per_parameter: u64,
 ) -> Vec<Recommendation> {
     let made = totals.bytes(MemoryCategory::OptimizerState);
     let state = made + state_to_come;
     let held = if state_to_come > 0 {
         format!(
-            "The optimizer state being made at the failure comes to at least {} (a state tensor per gradient; Adam keeps two)",
-            format_bytes(state)
+            "The optimizer state being made at the failure comes to at least {} ({})",
+            format_bytes(state),
+            state_per_gradient_text(state_per_parameter)
         )
     } else {
         format!("The optimizer state held {}", format_bytes(state))

@@ -81,14 +81,14 @@ pub fn judge(
         .map(|limit| limit.saturating_sub(best.peak_reserved_bytes));
     // Before the iterations: the optimizer makes its state once, so no iteration before the
     // failure ran that work, whatever it held.
-    if let (Some(state_to_come), Some(headroom)) = (
-        breakdown.and_then(categories::optimizer_state_to_come),
-        headroom,
-    ) && state_to_come > headroom
+    if let (Some(breakdown), Some(headroom)) = (breakdown, headroom)
+        && let Some(state_to_come) = categories::optimizer_state_to_come(breakdown)
+        && state_to_come > headroom
     {
         return Some(StepReach::Capacity(format!(
-            "the failing request makes the optimizer's state, which its first step makes parameter by parameter: at least {} more is to come (a state tensor of each gradient's size, less the state made so far), more than the {} the best setting ({}) leaves in the replay",
+            "the failing request makes the optimizer's state, which its first step makes parameter by parameter: at least {} more is to come ({}, less the state made so far), more than the {} the best setting ({}) leaves in the replay",
             format_bytes(state_to_come),
+            categories::state_per_gradient_text(breakdown.state_tensors_per_parameter),
             format_bytes(headroom),
             best.conf
         )));
@@ -471,7 +471,7 @@ mod tests {
             &proof,
         );
         assert!(
-            matches!(&verdict, Some(StepReach::Capacity(why)) if why.contains("1.18 GiB")),
+            matches!(&verdict, Some(StepReach::Capacity(why)) if why.contains("1.18 GiB") && why.contains("3 state tensors of each gradient's size")),
             "{verdict:?}"
         );
     }
