@@ -1,4 +1,4 @@
-"""Dry run of the run corpus's device scripts (calibrate.py, run_corpus.py) with no GPU, no torch
+"""Dry run of the run corpus's device scripts (calibrate.py, run_corpus.py, smoke_cpu.py) with no GPU, no torch
 and no vramscope: a fake job and a fake `vramscope` stand in, so that a mistake in the scripts'
 control flow, arguments or result files shows here, not in a device call (device time is scarce).
 Numbers from the fakes are made up and mean nothing; what is checked is what the scripts do with
@@ -25,12 +25,21 @@ FAKE_JOB = """
     p = argparse.ArgumentParser()
     p.add_argument("--cap-gib", type=float, default=0.0)
     p.add_argument("--batch-size", type=int, default=200)
+    p.add_argument("--beside-others", default="")  # a marker file: absent, the first run's
+    p.add_argument("--then", default="fail")       # fate beside others: fail, or retry
     a = p.parse_args()
+    retries = 0
+    if a.beside_others and not os.path.exists(a.beside_others):
+        open(a.beside_others, "w").close()
+        if a.then == "fail":
+            sys.stderr.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9 GiB.\\n")
+            sys.exit(1)
+        retries, a.batch_size = 1, a.batch_size // 2  # the retry freed cache: a lower peak
     if a.batch_size > 100:
         sys.stderr.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB.\\n")
         sys.exit(1)
     print(json.dumps({"done": True, "peak_allocated_bytes": a.batch_size << 20,
-                      "peak_reserved_bytes": a.batch_size << 21,
+                      "peak_reserved_bytes": a.batch_size << 21, "alloc_retries": retries,
                       "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}))
 """
 
@@ -151,6 +160,49 @@ class RunCorpusDryRun(unittest.TestCase):
         kept = sorted(os.listdir(os.path.join(self.out, "greedy")))
         self.assertEqual(kept, ["doctor.json", "output.log", "pid1-oom-1.pickle.xz", "report.json",
                                 "run.json", "timeline.vramcap"])
+
+    def test_calibrations_share_the_card_and_one_disturbed_there_is_measured_alone(self):
+        marker = os.path.join(self.tmp, "marker-")
+        cases = [{"case": "greedy", "script": "fake_job.py", "args": ["--batch-size", "200"],
+                  "cap_from": ["--batch-size", "50"]},
+                 {"case": "failed_beside", "script": "fake_job.py", "args": [],
+                  "cap_from": ["--batch-size", "60", "--beside-others", marker + "a"]},
+                 {"case": "retried_beside", "script": "fake_job.py", "args": [],
+                  "cap_from": ["--batch-size", "70", "--beside-others", marker + "b", "--then", "retry"]}]
+        with open(self.cases_file, "w") as f:
+            json.dump(cases, f)
+        self.env["CALIBRATE_JOBS"] = "3"
+        self.script("calibrate.py", self.out)
+        with open(os.path.join(self.out, "calibration.json")) as f:
+            calibration = json.load(f)
+        # In the cases' order; each cap from its own peak (batch b: 2b MiB reserved).
+        self.assertEqual(list(calibration), ["greedy", "failed_beside", "retried_beside"])
+        for name, batch in [("greedy", 50), ("failed_beside", 60), ("retried_beside", 70)]:
+            self.assertAlmostEqual(calibration[name]["cap_gib"], round(1.05 * (batch << 21) / 2**30, 3))
+        self.assertNotIn("failed_beside_others", calibration["greedy"])
+        self.assertEqual(calibration["failed_beside"]["failed_beside_others"]["exit"], 1)
+        # The first run's retry lowered its peak (35 not 70): the cap is the lone run's.
+        self.assertEqual(calibration["retried_beside"]["failed_beside_others"]["peaks"][0]["alloc_retries"], 1)
+
+    def test_the_cpu_smoke_test_runs_every_configuration_small_and_keeps_declared_values(self):
+        with open(self.cases_file, "w") as f:
+            json.dump([{"case": "greedy", "script": "fake_job.py", "args": ["--batch-size", "200"],
+                        "cap_from": ["--batch-size", "50"], "vary_arg": ["--batch-size=150,30"],
+                        "smoke_args": ["--batch-size", "20"]},
+                       {"case": "graphs", "script": "fake_job.py", "args": [],
+                        "smoke_skip": "CUDA graphs need a GPU"}], f)
+        done = subprocess.run([sys.executable, "-B", os.path.join(HERE, "smoke_cpu.py")],
+                              env=self.env, capture_output=True, text=True, timeout=120)
+        lines = done.stdout.splitlines()
+        # The own and cap_from configurations shrink to the smoke batch; a declared value stays
+        # as declared, and 150 "runs out" in the fake: the smoke test fails.
+        self.assertEqual(done.returncode, 1, done.stdout)
+        self.assertEqual([line.split(" ")[1:3] for line in lines[:4]],
+                         [["[own]", "ok"], ["[cap_from]", "ok"], ["[--batch-size=150]", "FAILED"],
+                          ["[--batch-size=30]", "ok"]])
+        self.assertIn("--batch-size 20", lines[0])
+        self.assertIn("--batch-size 150", lines[2])
+        self.assertEqual(lines[4], "graphs: skipped (CUDA graphs need a GPU)")
 
     def test_a_case_without_a_cap_is_reported_not_run(self):
         self.script("run_corpus.py", self.vramscope, self.out, "greedy")
