@@ -679,6 +679,21 @@ pub struct MemoryBreakdown {
     /// ([`state_tensors_per_parameter`]), where the failing request makes that state; 1 when
     /// the trace cannot tell, and for any other failure.
     pub state_tensors_per_parameter: u64,
+    /// The model's repeated layers, counted from its parameters ([`parameter_layers`]), where
+    /// the failing request is a forward pass's activation (the layers still to come are the
+    /// rest of that pass); `None` otherwise, or where the parameters do not repeat.
+    pub parameter_layers: Option<ParameterLayers>,
+}
+
+/// A model's body of identical layers, read from the order its parameters were allocated: the
+/// same sizes again, layer after layer (a transformer block's weights and biases, a stack of
+/// equal linear layers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParameterLayers {
+    /// Layers: repetitions of the sizes' pattern.
+    pub layers: u64,
+    /// Parameter tensors per layer.
+    pub tensors_per_layer: usize,
 }
 
 impl MemoryBreakdown {
@@ -741,6 +756,9 @@ pub fn breakdown(travel: &TimeTravel, failure: Option<usize>) -> MemoryBreakdown
     } else {
         1
     };
+    let parameter_layers = failing_request
+        .filter(|r| r.category == MemoryCategory::Activations && !r.in_optimizer_step)
+        .and_then(|_| parameter_layers(&attributor, end));
     let failing_site = failure
         .filter(|_| attributor.with_frames)
         .and_then(|event| travel.trace().stacks.get(event).copied())
@@ -749,6 +767,7 @@ pub fn breakdown(travel: &TimeTravel, failure: Option<usize>) -> MemoryBreakdown
     MemoryBreakdown {
         failing_site,
         state_tensors_per_parameter,
+        parameter_layers,
         failing_request,
         at_failure: judged.map(|(_, _, moment)| moment),
         at_peak,
@@ -800,6 +819,51 @@ fn state_tensors_per_parameter(
         .reduce(greatest_common_divisor)
         .unwrap_or(1)
         .max(1)
+}
+
+/// Parameter allocations read for a layer count at most: the pattern search is quadratic in
+/// them, and a model of more tensors than this is not one a trace of a failing first step
+/// needs counted.
+const MAX_PARAMETER_ALLOCATIONS: usize = 4096;
+
+/// The model's layers, from the sizes of the parameters allocated up to `end` (trace events), in
+/// order ([`repeated_run`]): the pattern that repeats over the most of them, when it repeats at
+/// least twice and its repetitions hold at least half of the parameters' bytes (the model's
+/// body, not a few equal biases). `None` without stacks (no allocation is known to be a
+/// parameter).
+fn parameter_layers(attributor: &Attributor, end: usize) -> Option<ParameterLayers> {
+    if !attributor.with_frames {
+        return None;
+    }
+    let travel = attributor.travel;
+    let trace = travel.trace();
+    let snapshot = travel.snapshot();
+    let mut classes: HashMap<StackId, StackClass> = HashMap::new();
+    let mut sizes: Vec<u64> = Vec::new();
+    for i in 0..end.min(trace.len()) {
+        if trace.actions[i] != TraceAction::Alloc {
+            continue;
+        }
+        let stack = trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY);
+        let class = *classes
+            .entry(stack)
+            .or_insert_with(|| classify_stack(snapshot, stack, attributor.with_frames));
+        if class == StackClass::Parameters {
+            sizes.push(trace.sizes_bytes[i]);
+            if sizes.len() > MAX_PARAMETER_ALLOCATIONS {
+                return None;
+            }
+        }
+    }
+    let run = super::repetition::repeated_run(&sizes)?;
+    let repeated_bytes: u64 = sizes[run.start..run.start + run.period * run.repeats]
+        .iter()
+        .sum();
+    let all_bytes: u64 = sizes.iter().sum();
+    (run.repeats >= 2 && repeated_bytes * 2 >= all_bytes).then_some(ParameterLayers {
+        layers: run.repeats as u64,
+        tensors_per_layer: run.period,
+    })
 }
 
 fn greatest_common_divisor(a: u64, b: u64) -> u64 {

@@ -82,6 +82,47 @@ pub fn periodic_tail(keys: &[u32], min_repeats: usize) -> Option<Period> {
     best
 }
 
+/// A pattern repeated back to back somewhere in a sequence: `repeats` copies of the `period`
+/// keys at `start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RepeatedRun {
+    pub start: usize,
+    pub period: usize,
+    pub repeats: usize,
+}
+
+/// The pattern repeated back to back, exactly, over the most keys of `keys` (a model's
+/// parameter sizes: its layers), the shortest period among equals; `None` when nothing repeats.
+/// Unlike [`periodic_tail`] it looks anywhere, not only at the end, and tolerates no mismatch.
+pub fn repeated_run<K: PartialEq>(keys: &[K]) -> Option<RepeatedRun> {
+    let n = keys.len();
+    let mut best: Option<RepeatedRun> = None;
+    for period in 1..=n / 2 {
+        // Maximal stretches where each key equals the one a period later.
+        let mut i = 0;
+        while i + period < n {
+            if keys[i] != keys[i + period] {
+                i += 1;
+                continue;
+            }
+            let begin = i;
+            while i + period < n && keys[i] == keys[i + period] {
+                i += 1;
+            }
+            let repeats = (i - begin) / period + 1;
+            let covered = repeats * period;
+            if repeats >= 2 && best.is_none_or(|b| covered > b.repeats * b.period) {
+                best = Some(RepeatedRun {
+                    start: begin,
+                    period,
+                    repeats,
+                });
+            }
+        }
+    }
+    best
+}
+
 /// Where the stretch that repeats with period `length` at the end of `keys` begins: walking
 /// back, each key against the one a period earlier, until the mismatches exceed what
 /// [`MATCHES_PER_TOLERATED_MISMATCH`] allows.
@@ -357,6 +398,40 @@ pub fn kept_by_call_site(travel: &TimeTravel, from: usize, to: usize) -> Vec<(St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_models_layers_are_the_pattern_repeated_over_the_most_parameters() {
+        // Embedding and position (10, 11), four layers of (w, b, norm, norm), a head (12, 13).
+        let mut sizes = vec![10, 11];
+        for _ in 0..4 {
+            sizes.extend([40, 4, 2, 2]);
+        }
+        sizes.extend([12, 13]);
+        assert_eq!(
+            repeated_run(&sizes),
+            Some(RepeatedRun {
+                start: 2,
+                period: 4,
+                repeats: 4
+            })
+        );
+        // Equal layers of one tensor each: a period of one.
+        assert_eq!(
+            repeated_run(&[9, 5, 5, 5, 5, 5, 9]),
+            Some(RepeatedRun {
+                start: 1,
+                period: 1,
+                repeats: 5
+            })
+        );
+        // Half a layer more does not count; nothing repeated is nothing.
+        assert_eq!(
+            repeated_run(&[1, 2, 3, 1, 2, 3, 1]).map(|r| r.repeats),
+            Some(2)
+        );
+        assert_eq!(repeated_run(&[1, 2, 3, 4]), None);
+        assert_eq!(repeated_run::<u64>(&[]), None);
+    }
 
     #[test]
     fn the_period_is_the_shortest_that_covers_the_longest_tail() {

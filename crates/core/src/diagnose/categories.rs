@@ -604,6 +604,7 @@ mod tests {
             concatenating: Vec::new(),
             failing_site: None,
             state_tensors_per_parameter: 1,
+            parameter_layers: None,
         }
     }
 

@@ -853,14 +853,87 @@ fn with_category_advice(
     recs
 }
 
+/// The rest of a first step's forward pass, where it failed inside its layers: the model's
+/// layers counted from its parameters (`MemoryBreakdown::parameter_layers`), the layers the
+/// trace saw begin, and what the layers still to come add at the growth each one showed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct ForwardToCome {
+    layers: u64,
+    started: u64,
+    per_layer_bytes: u64,
+    /// What the layers not yet begun add: (layers - started) x per layer.
+    to_come_bytes: u64,
+}
+
+impl ForwardToCome {
+    /// What a training step needs beyond the failing request, at the least: the layers still to
+    /// come, and one more layer's worth for the backward pass's first layer (its gradients of
+    /// the layer's activations, made before that layer's saved tensors are freed).
+    fn more_bytes(&self) -> u64 {
+        self.to_come_bytes + self.per_layer_bytes
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "The model has {} layers (its parameters' sizes repeat {} times), and the forward pass failed in layer {} of them, each keeping {}: the {} layers still to come add about {}, and the backward pass at least one layer's worth more, so this cut is sized on the whole forward pass, not on the failing request (a lower bound: the backward's peak is not in the trace). Activation checkpointing keeps about one layer's worth instead of all {}; `vramscope run --prove --vary-arg` with the batch settles which is enough.",
+            self.layers,
+            self.layers,
+            self.started,
+            format_bytes(self.per_layer_bytes),
+            self.layers - self.started,
+            format_bytes(self.to_come_bytes),
+            self.layers
+        )
+    }
+}
+
+/// [`ForwardToCome`] of a job that failed in its first step inside a repetition of layers that
+/// the failing request belongs to, when its parameters tell how many layers there are and more
+/// are to come. Layers begun: the repetitions the trace saw begin, or, when more, the
+/// activations over one layer's growth (a repetition found only in the trace's tail).
+fn forward_to_come(case: &OomCase) -> Option<ForwardToCome> {
+    let trajectory = case.trajectory()?;
+    let repetition = trajectory.failing_step.as_ref()?;
+    let layers = case.breakdown.as_ref()?.0.parameter_layers?.layers;
+    let per_layer_bytes = u64::try_from(repetition.growth_per_repetition_bytes).ok()?;
+    if trajectory.iterations.len() > 1
+        || !repetition.includes_request
+        || repetition.spans_steps
+        || per_layer_bytes == 0
+    {
+        return None;
+    }
+    let by_bytes = activation_bytes(case).unwrap_or(0) / per_layer_bytes;
+    let started = (repetition.starts.len() as u64).max(by_bytes);
+    (layers > started).then(|| ForwardToCome {
+        layers,
+        started,
+        per_layer_bytes,
+        to_come_bytes: (layers - started) * per_layer_bytes,
+    })
+}
+
 fn framework_capacity_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendation> {
     let n = &case.numbers;
-    let mut smaller_batch = recommend::reduce_batch_size_within(
-        shortfall(n),
-        n.allocated_bytes,
-        activation_bytes(case),
-    );
-    if let Some(caveat) = case.trajectory().and_then(first_step_layers_to_come) {
+    let forward = forward_to_come(case);
+    let mut smaller_batch = match forward {
+        // The whole forward pass and the backward's first layer, not only the failing request.
+        Some(forward) => recommend::reduce_batch_size_within(
+            shortfall(n).map(|s| s + forward.more_bytes()),
+            n.allocated_bytes,
+            activation_bytes(case).map(|a| a + forward.more_bytes()),
+        ),
+        None => recommend::reduce_batch_size_within(
+            shortfall(n),
+            n.allocated_bytes,
+            activation_bytes(case),
+        ),
+    };
+    let caveat = match forward {
+        Some(forward) => Some(forward.text()),
+        None => case.trajectory().and_then(first_step_layers_to_come),
+    };
+    if let Some(caveat) = caveat {
         smaller_batch.expected_effect = format!("{} {caveat}", smaller_batch.expected_effect);
     }
     let mut recs = vec![smaller_batch];
@@ -896,7 +969,55 @@ fn framework_capacity_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendat
     recs.push(recommend::activation_checkpointing());
     recs.push(recommend::inference_mode());
     recs.push(recommend::shard_model(n.total_bytes));
-    with_category_advice(case, shortfall(n), recs)
+    let mut recs = with_category_advice(case, shortfall(n), recs);
+    if let Some(forward) = forward {
+        checkpointing_before_a_deep_cut(case, &forward, &mut recs);
+    }
+    recs
+}
+
+/// Where the whole forward pass needs the batch cut by more than half
+/// ([`ForwardToCome`]: the layers still to come and the backward's first layer), and keeping one
+/// layer's activations instead of every layer's covers what it lacks: activation checkpointing,
+/// with that saving, goes right before the smaller batch. A cut sized on a lower bound of the
+/// step leaves no margin for the backward's peak, which the trace does not show, while
+/// checkpointing keeps the batch and saves all layers but one; a cut by half or less stays first
+/// (no recomputation).
+fn checkpointing_before_a_deep_cut(
+    case: &OomCase,
+    forward: &ForwardToCome,
+    recs: &mut Vec<Recommendation>,
+) {
+    let (Some(short), Some(activations)) = (shortfall(&case.numbers), activation_bytes(case))
+    else {
+        return;
+    };
+    let needed = short + forward.more_bytes();
+    let halving_frees = (activations + forward.more_bytes()) / 2;
+    let checkpointing_frees = (forward.layers - 1) * forward.per_layer_bytes;
+    if halving_frees >= needed || checkpointing_frees < needed {
+        return;
+    }
+    let (Some(batch_at), Some(at)) = (
+        recs.iter().position(|r| r.id == "reduce-batch-size"),
+        recs.iter().position(|r| r.id == "activation-checkpointing"),
+    ) else {
+        return;
+    };
+    if at < batch_at {
+        return;
+    }
+    let mut checkpointing = recs.remove(at);
+    checkpointing.expected_effect = format!(
+        "Checkpointing each of the model's {} layers keeps about one layer's {} of saved activations (plus each layer's input) instead of all {}: up to {} less, more than the {} the whole forward pass and the backward's first layer lack. A smaller batch would have to be cut by more than half on a lower bound of the step. The layers' activations are recomputed in the backward pass, for ~30% more compute.",
+        forward.layers,
+        format_bytes(forward.per_layer_bytes),
+        forward.layers,
+        format_bytes(checkpointing_frees),
+        format_bytes(needed)
+    );
+    checkpointing.estimated_saving_bytes = Some(checkpointing_frees);
+    recs.insert(batch_at, checkpointing);
 }
 
 /// "No single change covers the shortfall" when every recommendation with an estimate saves less

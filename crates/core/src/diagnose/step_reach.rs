@@ -435,6 +435,7 @@ mod tests {
                 concatenating: Vec::new(),
                 failing_site: None,
                 state_tensors_per_parameter: per_parameter,
+                parameter_layers: None,
             }
         };
         let e = evidence(990, None);
