@@ -410,20 +410,22 @@ fn expected_category(case: &Value, spec: &Value) -> String {
     }
 }
 
-/// The kind of program change a recommendation asks for, as the corpus's switches are labelled
-/// (`knob_kinds` in cases.json); `None` for advice no switch of the corpus makes.
-fn knob_kind(recommendation_id: &str) -> Option<&'static str> {
-    Some(match recommendation_id {
-        "reduce-batch-size" => "batch",
-        "activation-checkpointing" => "activation-checkpointing",
-        "mixed-precision" | "low-precision-weights" => "precision",
-        "low-precision-optimizer-state" => "optimizer-state",
-        "preallocate-cache" => "preallocate-cache",
-        "release-private-pool" => "release-private-pool",
-        "fix-leak" | "no-grad-inference" => "leak-fix",
-        "fused-optimizer" => "fused-optimizer",
-        _ => return None,
-    })
+/// The kinds of program change a recommendation asks for, as the corpus's switches are labelled
+/// (`knob_kinds` in cases.json); empty for advice no switch of the corpus makes. A tensor made
+/// "in pieces, or on the CPU" is either a chunked computation or an offload.
+fn knob_kinds(recommendation_id: &str) -> &'static [&'static str] {
+    match recommendation_id {
+        "reduce-batch-size" => &["batch"],
+        "activation-checkpointing" => &["activation-checkpointing"],
+        "mixed-precision" | "low-precision-weights" => &["precision"],
+        "low-precision-optimizer-state" => &["optimizer-state"],
+        "preallocate-cache" => &["preallocate-cache"],
+        "release-private-pool" => &["release-private-pool"],
+        "fix-leak" | "no-grad-inference" => &["leak-fix"],
+        "fused-optimizer" => &["fused-optimizer"],
+        "tensor-in-pieces" => &["chunked-loss", "offload"],
+        _ => &[],
+    }
 }
 
 /// Every change a re-run or a full run of the case tried.
@@ -463,15 +465,13 @@ fn recommendation_changes(case: &Value, recommendation: &Value, spec: &Value) ->
             .filter(|c| c.starts_with("VRAMSCOPE_RUN_MEMORY_FRACTION="))
             .collect();
     }
-    let Some(kind) = recommendation["id"].as_str().and_then(knob_kind) else {
-        return Vec::new();
-    };
+    let kinds = recommendation["id"].as_str().map_or(&[][..], knob_kinds);
     let mut out = Vec::new();
     for vary in spec["vary_arg"].as_array().into_iter().flatten() {
         let Some((flag, values)) = vary.as_str().and_then(|v| v.split_once('=')) else {
             continue;
         };
-        if spec["knob_kinds"][flag] == kind {
+        if kinds.iter().any(|kind| spec["knob_kinds"][flag] == *kind) {
             out.extend(values.split(',').map(|v| format!("{flag} {v}")));
         }
     }
@@ -1169,34 +1169,50 @@ fn the_optimizers_state_per_parameter_is_read_from_its_first_step() {
 
 /// One crowded image's anchor-by-box IoU matrix, 1.10 GiB made by the program's own function
 /// (`crowded_image_assign`, fourth fresh batch), is named with its call site to be made in
-/// pieces or on the CPU (computing it on the CPU removed the failure for real; a smaller batch,
-/// still first, did not).
+/// pieces or on the CPU, and first: the same line made 96 tensors in the steps before, none
+/// larger than 15 MiB, so its size follows the data, not the batch (computing it on the CPU
+/// removed the failure for real; a smaller batch did not). Where the line made nothing before
+/// (`contrastive_batch`'s batch-by-batch similarities, which a smaller batch did shrink;
+/// `vocab_loss`'s and `checkpointed_lm_logits`' logits), a smaller batch stays first.
 #[test]
 fn a_large_tensor_of_the_programs_own_code_is_named_with_its_site() {
+    let ids = |name: &str| -> Vec<String> {
+        let diagnosis = diagnose_kept(name).unwrap_or_else(|| panic!("{name} is kept"));
+        let primary = diagnosis.primary().unwrap();
+        primary
+            .recommendations
+            .iter()
+            .map(|r| r.id.clone())
+            .collect()
+    };
     let Some(diagnosis) = diagnose_kept("crowded_image_assign") else {
         return skipped(
             "run_validation::a_large_tensor_of_the_programs_own_code_is_named_with_its_site",
             NOT_RUN,
         );
     };
-    let primary = diagnosis.primary().unwrap();
-    let ids: Vec<&str> = primary
-        .recommendations
-        .iter()
-        .map(|r| r.id.as_str())
-        .collect();
-    assert_eq!(
-        ids[..2],
-        ["reduce-batch-size", "tensor-in-pieces"],
-        "{ids:?}"
+    let first = &diagnosis.primary().unwrap().recommendations[0];
+    assert_eq!(first.id, "tensor-in-pieces");
+    assert!(
+        first.title.contains("crowded_image_assign.py:100 box_iou"),
+        "{}",
+        first.title
     );
     assert!(
-        primary.recommendations[1]
-            .title
-            .contains("crowded_image_assign.py:100 box_iou"),
+        first
+            .expected_effect
+            .contains("The same line made 96 tensors before this one, the largest 15.0 MiB"),
         "{}",
-        primary.recommendations[1].title
+        first.expected_effect
     );
+    assert_eq!(ids("crowded_image_assign")[1], "reduce-batch-size");
+    for name in ["contrastive_batch", "vocab_loss", "checkpointed_lm_logits"] {
+        assert_eq!(
+            ids(name)[..2],
+            ["reduce-batch-size", "tensor-in-pieces"],
+            "{name}"
+        );
+    }
 }
 
 /// A custom autograd Function's backward that keeps each step's incoming gradient in a list
@@ -1214,30 +1230,4 @@ fn a_gradient_kept_by_a_backward_per_step_is_a_leak() {
         );
     };
     assert_eq!(now, ("leak".to_owned(), "fix-leak".to_owned()));
-}
-
-#[test]
-fn zz_temp_print_first_recs() {
-    for case in corpus() {
-        let name = case["case"].as_str().unwrap_or("");
-        let Some(d) = diagnose_kept(name) else {
-            continue;
-        };
-        let Some(p) = d.primary() else { continue };
-        let recs: Vec<String> = p
-            .recommendations
-            .iter()
-            .take(3)
-            .map(|r| r.title.clone())
-            .collect();
-        let layered = p
-            .recommendations
-            .iter()
-            .any(|r| r.expected_effect.contains("parameters' sizes repeat"));
-        println!(
-            "ZZ {name} | {} | layered={layered} | {}",
-            p.category.as_str(),
-            recs.join(" || ")
-        );
-    }
 }

@@ -679,10 +679,22 @@ pub struct MemoryBreakdown {
     /// ([`state_tensors_per_parameter`]), where the failing request makes that state; 1 when
     /// the trace cannot tell, and for any other failure.
     pub state_tensors_per_parameter: u64,
+    /// What the failing request's call stack allocated before it, where the program's own code
+    /// made the request outside the model and the optimizer (category "other" or "temporaries"):
+    /// whether the same line made tensors of that size before, or only far smaller ones.
+    pub failing_site_history: Option<SiteHistory>,
     /// The model's repeated layers, counted from its parameters ([`parameter_layers`]), where
     /// the failing request is a forward pass's activation (the layers still to come are the
     /// rest of that pass); `None` otherwise, or where the parameters do not repeat.
     pub parameter_layers: Option<ParameterLayers>,
+}
+
+/// The allocations one call stack made before a failing request from the same stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteHistory {
+    pub allocations: u64,
+    /// The largest of them; 0 without any.
+    pub largest_bytes: u64,
 }
 
 /// A model's body of identical layers, read from the order its parameters were allocated: the
@@ -759,6 +771,18 @@ pub fn breakdown(travel: &TimeTravel, failure: Option<usize>) -> MemoryBreakdown
     let parameter_layers = failing_request
         .filter(|r| r.category == MemoryCategory::Activations && !r.in_optimizer_step)
         .and_then(|_| parameter_layers(&attributor, end));
+    let failing_site_history = failure
+        .filter(|_| {
+            attributor.with_frames
+                && failing_request.is_some_and(|r| {
+                    !r.in_optimizer_step
+                        && matches!(
+                            r.category,
+                            MemoryCategory::Other | MemoryCategory::Temporaries
+                        )
+                })
+        })
+        .and_then(|event| site_history(travel, event));
     let failing_site = failure
         .filter(|_| attributor.with_frames)
         .and_then(|event| travel.trace().stacks.get(event).copied())
@@ -768,6 +792,7 @@ pub fn breakdown(travel: &TimeTravel, failure: Option<usize>) -> MemoryBreakdown
         failing_site,
         state_tensors_per_parameter,
         parameter_layers,
+        failing_site_history,
         failing_request,
         at_failure: judged.map(|(_, _, moment)| moment),
         at_peak,
@@ -819,6 +844,28 @@ fn state_tensors_per_parameter(
         .reduce(greatest_common_divisor)
         .unwrap_or(1)
         .max(1)
+}
+
+/// What the stack of trace event `event` (a failing request) allocated before it; `None` for a
+/// request without a stack.
+fn site_history(travel: &TimeTravel, event: usize) -> Option<SiteHistory> {
+    let trace = travel.trace();
+    let stack = trace
+        .stacks
+        .get(event)
+        .copied()
+        .filter(|stack| *stack != StackId::EMPTY)?;
+    let mut history = SiteHistory {
+        allocations: 0,
+        largest_bytes: 0,
+    };
+    for i in 0..event.min(trace.len()) {
+        if trace.actions[i] == TraceAction::Alloc && trace.stacks.get(i) == Some(&stack) {
+            history.allocations += 1;
+            history.largest_bytes = history.largest_bytes.max(trace.sizes_bytes[i]);
+        }
+    }
+    Some(history)
 }
 
 /// Parameter allocations read for a layer count at most: the pattern search is quadratic in

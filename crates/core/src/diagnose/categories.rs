@@ -289,10 +289,19 @@ pub fn advice(
         advice.first.extend(covering);
         advice.first.extend(short);
     }
-    // After a smaller batch: whether the tensor's size follows the batch (a batch-by-batch
-    // similarity matrix does, one image's box matrix does not) is not in the trace.
-    if let Some(rec) = request_bytes.and_then(|bytes| large_tensor_in_pieces(breakdown, bytes)) {
-        advice.after_batch.push(rec);
+    // After a smaller batch, unless the same line made only far smaller tensors before: whether
+    // the tensor's size follows the batch (a batch-by-batch similarity matrix does, one image's
+    // box matrix does not) is not in the trace otherwise.
+    if let Some(bytes) = request_bytes
+        && let Some(mut rec) = large_tensor_in_pieces(breakdown, bytes)
+    {
+        match outlier_of_its_site(breakdown, bytes) {
+            Some(text) => {
+                rec.expected_effect = format!("{text} {}", rec.expected_effect);
+                advice.first.push(rec);
+            }
+            None => advice.after_batch.push(rec),
+        }
     }
     if !breakdown.concatenating.is_empty() {
         advice
@@ -347,6 +356,31 @@ out = torch.cat([f(a[i:i + rows], b) for i in range(0, len(a), rows)])
 total = sum(loss_fn(head(h[:, i:i + n]).float(), y[:, i:i + n]) for i in range(0, h.shape[1], n))
 # or on the CPU: f(a.cpu(), b.cpu())",
         request_bytes - request_bytes / PIECES,
+    ))
+}
+
+/// How many times larger than every earlier tensor of its line a failing request must be to be
+/// an outlier of the data, not of the settings: sizes that follow the inputs' lengths vary by a
+/// few times from batch to batch.
+const OUTLIER_FACTOR: u64 = 10;
+
+/// Why a smaller batch does not bound the failing request, when the line that made it made
+/// tensors before (at least twice), all of them [`OUTLIER_FACTOR`] times smaller or more: under
+/// the same settings in every step, a tensor that much larger follows the data (one crowded
+/// image, one long document), not the batch size. `None` otherwise.
+fn outlier_of_its_site(breakdown: &MemoryBreakdown, request_bytes: u64) -> Option<String> {
+    let history = breakdown.failing_site_history?;
+    if history.allocations < 2
+        || history.largest_bytes == 0
+        || request_bytes < OUTLIER_FACTOR * history.largest_bytes
+    {
+        return None;
+    }
+    Some(format!(
+        "The same line made {} tensors before this one, the largest {}; this one is {:.0} times that: its size follows one input of the data, not the batch size (the same in every step), so a smaller batch does not bound it, and this comes first.",
+        history.allocations,
+        format_bytes(history.largest_bytes),
+        request_bytes as f64 / history.largest_bytes as f64
     ))
 }
 
@@ -573,7 +607,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::analysis::categories::{CategoryMoment, FailingRequest};
+    use crate::analysis::categories::{CategoryMoment, FailingRequest, SiteHistory};
     use crate::diagnose::{Diagnosis, DiagnosisInput};
     use crate::model::MIB;
     use crate::model::allocator::{
@@ -605,6 +639,7 @@ mod tests {
             failing_site: None,
             state_tensors_per_parameter: 1,
             parameter_layers: None,
+            failing_site_history: None,
         }
     }
 
@@ -854,6 +889,49 @@ mod tests {
         let mut no_site = b.clone();
         no_site.failing_site = None;
         assert!(advice_for(&no_site, GB).after_batch.is_empty());
+    }
+
+    /// A large tensor of the program's own code comes before the batch advice when its line
+    /// made only far smaller tensors before (its size follows one input, not the batch); not
+    /// when the line made nothing before, made one only, or made tensors within ten times.
+    #[test]
+    fn a_tensor_far_larger_than_its_lines_earlier_ones_comes_before_the_batch() {
+        let mut b = breakdown(
+            &[(MemoryCategory::Activations, 2 * GB)],
+            0,
+            Some(FailingRequest {
+                category: MemoryCategory::Other,
+                in_optimizer_step: false,
+            }),
+        );
+        b.failing_site = Some("assign.py:100 box_iou".to_owned());
+        let with_history = |allocations, largest_bytes| {
+            let mut b = b.clone();
+            b.failing_site_history = Some(SiteHistory {
+                allocations,
+                largest_bytes,
+            });
+            advice(&b, Some(GB / 2), Some(GB))
+        };
+        let got = with_history(96, 15 * MIB);
+        assert_eq!(ids(&got.first), ["tensor-in-pieces"]);
+        assert!(got.after_batch.is_empty());
+        assert!(
+            got.first[0]
+                .expected_effect
+                .starts_with("The same line made 96 tensors before this one, the largest 15.0 MiB; this one is 68 times that"),
+            "{}",
+            got.first[0].expected_effect
+        );
+        for (allocations, largest) in [(0, 0), (1, MIB), (96, 200 * MIB)] {
+            let got = with_history(allocations, largest);
+            assert!(got.first.is_empty(), "{allocations} x {largest}");
+            assert_eq!(ids(&got.after_batch), ["tensor-in-pieces"]);
+        }
+        assert_eq!(
+            ids(&advice(&b, Some(GB / 2), Some(GB)).after_batch),
+            ["tensor-in-pieces"]
+        );
     }
 
     /// A synthetic program, event by event, for the whole path from a snapshot to the

@@ -436,6 +436,7 @@ mod tests {
                 failing_site: None,
                 state_tensors_per_parameter: per_parameter,
                 parameter_layers: None,
+                failing_site_history: None,
             }
         };
         let e = evidence(990, None);
