@@ -1136,6 +1136,41 @@ fn a_first_forward_pass_is_sized_on_the_layers_its_parameters_count() {
 
     let lora = diagnose_kept("lora_fp32_base").unwrap_or_else(|| panic!("kept"));
     assert_eq!(layers(&lora), [Some(24)]);
+
+    // `deep_activations` (first corpus) writes each layer's forward in one line: its layers
+    // show only in the sizes that line allocates, in the same order layer after layer. It
+    // failed in layer 14 of 24 with no completed iteration; with the parameters' gradients
+    // still to come a halved batch is not enough (it ran out for real, `--checkpoint 1` worked).
+    let deep = diagnose_kept("deep_activations").unwrap_or_else(|| panic!("kept"));
+    assert_eq!(layers(&deep), [Some(24)]);
+    let recs = &deep.findings[0].recommendations;
+    assert_eq!(recs[0].id, "activation-checkpointing");
+    assert_eq!(recs[1].id, "reduce-batch-size");
+    assert!(
+        recs[1]
+            .expected_effect
+            .contains("failed in layer 14 of them"),
+        "{}",
+        recs[1].expected_effect
+    );
+}
+
+/// A line that allocates again and again has layers in the sizes it allocates
+/// (`analysis::repetition`): `long_tail_lengths` (second corpus) failed on a batch of long
+/// documents in a step after completed ones, inside such a line's repetition, each adding more
+/// than the best setting's headroom: capacity, not "uncertain" fragmentation with expandable
+/// segments first (they ran out for real; the smaller batch, now first, removed the failure).
+#[test]
+fn a_lines_repeated_sizes_are_its_layers() {
+    let Some(diagnosis) = diagnose_kept("long_tail_lengths") else {
+        return skipped(
+            "run_validation::a_lines_repeated_sizes_are_its_layers",
+            NOT_RUN,
+        );
+    };
+    let primary = diagnosis.primary().unwrap();
+    assert_eq!(primary.category.as_str(), "capacity", "{}", primary.title);
+    assert_eq!(primary.recommendations[0].id, "reduce-batch-size");
 }
 
 /// The optimizer's state tensors per parameter are read from the order its first step made

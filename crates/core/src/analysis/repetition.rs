@@ -19,7 +19,12 @@
 //!   allocations of the step that failed end in a stretch that repeats at least
 //!   [`MIN_LAYER_REPEATS`] times (layer after layer); each repetition's growth of the live set is
 //!   measured between the starts of whole repetitions, and the failing request is in the
-//!   repetition when its stack is one of the repetition's.
+//!   repetition when its stack is one of the repetition's. Where that repetition is one key
+//!   again and again (a layer's forward written in one line, a call into a library whose layers
+//!   run below the user's code), the key and the size together find the layers: the same
+//!   sizes from that line, in the same order, layer after layer.
+//! - **A model's layers** ([`repeated_run`]): the sizes of its parameters, in the order they were
+//!   allocated, repeat once per layer.
 
 use std::collections::HashMap;
 
@@ -327,8 +332,29 @@ pub fn repetition_before(
     let mut stacks = allocations.stacks.clone();
     stacks.push(request);
     let mut sequence = keys.keys(&stacks, usize::MAX);
-    let request_key = sequence.pop()?;
-    let period = periodic_tail(&sequence, MIN_LAYER_REPEATS)?;
+    let mut request_key = sequence.pop()?;
+    let mut period = periodic_tail(&sequence, MIN_LAYER_REPEATS)?;
+    if period.length == 1 {
+        // One line allocating again and again (a model's forward written in one line, a call
+        // into a library): its layers show in the sizes, the same ones in the same order.
+        let trace = travel.trace();
+        let request_bytes = trace.sizes_bytes.get(to).copied().unwrap_or(0);
+        let mut sizes: Vec<u64> = allocations
+            .positions
+            .iter()
+            .map(|&i| trace.sizes_bytes.get(i).copied().unwrap_or(0))
+            .collect();
+        sizes.push(request_bytes);
+        let sized = sized_keys(&sequence, &sizes);
+        if let Some((&request, body)) = sized.split_last()
+            && let Some(by_size) = periodic_tail(body, MIN_LAYER_REPEATS)
+            && by_size.length > 1
+        {
+            sequence = body.to_vec();
+            request_key = request;
+            period = by_size;
+        }
+    }
     let one_start = sequence.len() - period.length;
     let starts: Vec<usize> = (period.start..sequence.len())
         .step_by(period.length)
@@ -365,6 +391,24 @@ pub fn repetition_before(
     })
 }
 
+/// Keys of (`keys[i]`, `sizes[i]`) pairs, numbered in order of first appearance: the same call
+/// site allocating a different size is a different key. `sizes` may be one longer than `keys`
+/// (a request whose key is the last of `keys`' run), and the pairs stop where either ends
+/// otherwise.
+fn sized_keys(keys: &[u32], sizes: &[u64]) -> Vec<u32> {
+    let mut numbered: HashMap<(u32, u64), u32> = HashMap::new();
+    let last_key = keys.last().copied().unwrap_or(0);
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let key = keys.get(i).copied().unwrap_or(last_key);
+            let next = numbered.len() as u32;
+            *numbered.entry((key, size)).or_insert(next)
+        })
+        .collect()
+}
+
 /// Bytes allocated at trace positions `from..to` of `travel` and still live at `to`, by user
 /// call site (`frames::user_call_site`), most first: what a stretch of steps kept.
 pub fn kept_by_call_site(travel: &TimeTravel, from: usize, to: usize) -> Vec<(String, u64)> {
@@ -398,6 +442,28 @@ pub fn kept_by_call_site(travel: &TimeTravel, from: usize, to: usize) -> Vec<(St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_lines_allocations_are_told_apart_by_their_sizes() {
+        // Line 7 allocates 4, 16, 4 MiB per layer: by line alone a period of one, by line and
+        // size a period of three. The request (one longer) takes the last line's key.
+        let keys = [7, 7, 7, 7, 7, 7, 7, 7, 7];
+        let sizes = [4, 16, 4, 4, 16, 4, 4, 16, 4, 4];
+        let sized = sized_keys(&keys, &sizes);
+        assert_eq!(sized, [0, 1, 0, 0, 1, 0, 0, 1, 0, 0]);
+        assert_eq!(periodic_tail(&keys, 3).map(|p| p.length), Some(1));
+        let (request, body) = sized.split_last().unwrap_or_else(|| panic!("not empty"));
+        assert_eq!(*request, 0);
+        assert_eq!(
+            periodic_tail(body, 3),
+            Some(Period {
+                length: 3,
+                start: 0
+            })
+        );
+        // Another line with the same size is another key.
+        assert_eq!(sized_keys(&[1, 2], &[8, 8]), [0, 1]);
+    }
 
     #[test]
     fn a_models_layers_are_the_pattern_repeated_over_the_most_parameters() {

@@ -63,7 +63,7 @@ use super::proof::{self, ReplayEvidence};
 use super::recommend::{self, NOTABLE_BYTES, NOTABLE_OTHER_PROCESS_FRACTION};
 use super::step_reach::{self, StepReach};
 use super::trajectory::{IterationSource, LiveGrowth, Trajectory};
-use crate::analysis::categories::MemoryBreakdown;
+use crate::analysis::categories::{MemoryBreakdown, MemoryCategory};
 use crate::analysis::oom::OomExplanation;
 use crate::model::format_bytes;
 
@@ -863,28 +863,51 @@ struct ForwardToCome {
     per_layer_bytes: u64,
     /// What the layers not yet begun add: (layers - started) x per layer.
     to_come_bytes: u64,
+    /// The parameters' gradients, none of which the trace shows made yet: the backward pass
+    /// makes them.
+    gradient_bytes: u64,
 }
 
 impl ForwardToCome {
-    /// What a training step needs beyond the failing request, at the least: the layers still to
-    /// come, and one more layer's worth for the backward pass's first layer (its gradients of
-    /// the layer's activations, made before that layer's saved tensors are freed).
-    fn more_bytes(&self) -> u64 {
+    /// What the rest of a training step adds that a smaller batch shrinks: the layers still to
+    /// come, and one more layer's worth for the backward pass's first layer (the gradients of
+    /// that layer's activations, made before its saved tensors are freed).
+    fn scaling_bytes(&self) -> u64 {
         self.to_come_bytes + self.per_layer_bytes
+    }
+
+    /// What the rest of a training step adds in all: [`Self::scaling_bytes`] and the
+    /// parameters' gradients, counted in full (the backward makes them while it frees the
+    /// layers' saved tensors, whose cached blocks are of other sizes), which no batch shrinks.
+    fn more_bytes(&self) -> u64 {
+        self.scaling_bytes() + self.gradient_bytes
     }
 
     fn text(&self) -> String {
         format!(
-            "The model has {} layers (its parameters' sizes repeat {} times), and the forward pass failed in layer {} of them, each keeping {}: the {} layers still to come add about {}, and the backward pass at least one layer's worth more, so this cut is sized on the whole forward pass, not on the failing request (a lower bound: the backward's peak is not in the trace). Activation checkpointing keeps about one layer's worth instead of all {}; `vramscope run --prove --vary-arg` with the batch settles which is enough.",
+            "The model has {} layers (its parameters' sizes repeat {} times), and the forward pass failed in layer {} of them, each keeping {}: the {} layers still to come add about {}, and the backward pass one layer's worth and the parameters' {} of gradients more, so this cut is sized on the whole step, not on the failing request (still a lower bound: the backward's own peak is not in the trace). Activation checkpointing keeps about one layer's worth instead of all {}; `vramscope run --prove --vary-arg` with the batch settles which is enough.",
             self.layers,
             self.layers,
             self.started,
             format_bytes(self.per_layer_bytes),
             self.layers - self.started,
             format_bytes(self.to_come_bytes),
+            format_bytes(self.gradient_bytes),
             self.layers
         )
     }
+}
+
+/// The activations of a first step that failed in its forward pass: the step's rise above its
+/// floor ([`activation_bytes`]), or, where no iteration gave a floor (the live set rose from an
+/// empty allocator), the activations live at the failure plus the failing request.
+fn forward_activation_bytes(case: &OomCase) -> Option<u64> {
+    activation_bytes(case).or_else(|| {
+        let (breakdown, _) = case.breakdown.as_ref()?;
+        let at_failure = breakdown.at_failure.as_ref()?;
+        let activations = at_failure.totals.bytes(MemoryCategory::Activations);
+        Some(activations + case.numbers.requested_bytes.unwrap_or(0)).filter(|&b| b > 0)
+    })
 }
 
 /// [`ForwardToCome`] of a job that failed in its first step inside a repetition of layers that
@@ -903,13 +926,20 @@ fn forward_to_come(case: &OomCase) -> Option<ForwardToCome> {
     {
         return None;
     }
-    let by_bytes = activation_bytes(case).unwrap_or(0) / per_layer_bytes;
+    let by_bytes = forward_activation_bytes(case).unwrap_or(0) / per_layer_bytes;
     let started = (repetition.starts.len() as u64).max(by_bytes);
+    let totals = &case.breakdown.as_ref()?.0.judged().totals;
+    let gradient_bytes = if totals.bytes(MemoryCategory::Gradients) == 0 {
+        totals.bytes(MemoryCategory::Parameters)
+    } else {
+        0
+    };
     (layers > started).then(|| ForwardToCome {
         layers,
         started,
         per_layer_bytes,
         to_come_bytes: (layers - started) * per_layer_bytes,
+        gradient_bytes,
     })
 }
 
@@ -921,7 +951,7 @@ fn framework_capacity_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendat
         Some(forward) => recommend::reduce_batch_size_within(
             shortfall(n).map(|s| s + forward.more_bytes()),
             n.allocated_bytes,
-            activation_bytes(case).map(|a| a + forward.more_bytes()),
+            forward_activation_bytes(case).map(|a| a + forward.scaling_bytes()),
         ),
         None => recommend::reduce_batch_size_within(
             shortfall(n),
@@ -988,12 +1018,13 @@ fn checkpointing_before_a_deep_cut(
     forward: &ForwardToCome,
     recs: &mut Vec<Recommendation>,
 ) {
-    let (Some(short), Some(activations)) = (shortfall(&case.numbers), activation_bytes(case))
+    let (Some(short), Some(activations)) =
+        (shortfall(&case.numbers), forward_activation_bytes(case))
     else {
         return;
     };
     let needed = short + forward.more_bytes();
-    let halving_frees = (activations + forward.more_bytes()) / 2;
+    let halving_frees = (activations + forward.scaling_bytes()) / 2;
     let checkpointing_frees = (forward.layers - 1) * forward.per_layer_bytes;
     if halving_frees >= needed || checkpointing_frees < needed {
         return;
@@ -1009,7 +1040,7 @@ fn checkpointing_before_a_deep_cut(
     }
     let mut checkpointing = recs.remove(at);
     checkpointing.expected_effect = format!(
-        "Checkpointing each of the model's {} layers keeps about one layer's {} of saved activations (plus each layer's input) instead of all {}: up to {} less, more than the {} the whole forward pass and the backward's first layer lack. A smaller batch would have to be cut by more than half on a lower bound of the step. The layers' activations are recomputed in the backward pass, for ~30% more compute.",
+        "Checkpointing each of the model's {} layers keeps about one layer's {} of saved activations (plus each layer's input) instead of all {}: up to {} less, more than the {} the rest of the step lacks (the layers still to come, the backward's first layer and the parameters' gradients). A smaller batch would have to be cut by more than half on a lower bound of the step. The layers' activations are recomputed in the backward pass, for ~30% more compute.",
         forward.layers,
         format_bytes(forward.per_layer_bytes),
         forward.layers,
