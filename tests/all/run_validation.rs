@@ -412,7 +412,8 @@ fn expected_category(case: &Value, spec: &Value) -> String {
 
 /// The kinds of program change a recommendation asks for, as the corpus's switches are labelled
 /// (`knob_kinds` in cases.json); empty for advice no switch of the corpus makes. A tensor made
-/// "in pieces, or on the CPU" is either a chunked computation or an offload.
+/// "in pieces, or on the CPU" is either a chunked computation (a loss or any other) or an
+/// offload.
 fn knob_kinds(recommendation_id: &str) -> &'static [&'static str] {
     match recommendation_id {
         "reduce-batch-size" => &["batch"],
@@ -423,7 +424,7 @@ fn knob_kinds(recommendation_id: &str) -> &'static [&'static str] {
         "release-private-pool" => &["release-private-pool"],
         "fix-leak" | "no-grad-inference" => &["leak-fix"],
         "fused-optimizer" => &["fused-optimizer"],
-        "tensor-in-pieces" => &["chunked-loss", "offload"],
+        "tensor-in-pieces" => &["chunked-loss", "chunked-compute", "offload"],
         _ => &[],
     }
 }
