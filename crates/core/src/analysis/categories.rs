@@ -381,6 +381,23 @@ impl<'a> Attributor<'a> {
         }
     }
 
+    /// Every allocation of the trace before event `end`, in order: its size and the class of its
+    /// stack (each stack classed once).
+    fn classified_allocations(&self, end: usize) -> impl Iterator<Item = (u64, StackClass)> + '_ {
+        let trace = self.travel.trace();
+        let snapshot = self.travel.snapshot();
+        let mut classes: HashMap<StackId, StackClass> = HashMap::new();
+        (0..end.min(trace.len()))
+            .filter(move |&i| trace.actions[i] == TraceAction::Alloc)
+            .map(move |i| {
+                let stack = trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY);
+                let class = *classes
+                    .entry(stack)
+                    .or_insert_with(|| classify_stack(snapshot, stack, self.with_frames));
+                (trace.sizes_bytes[i], class)
+            })
+    }
+
     /// Attributes every allocated block of `state` (a state of the travel) to a category;
     /// returns the category of each allocated block by position, and the totals.
     pub fn attribute(
@@ -813,24 +830,9 @@ fn state_tensors_per_parameter(
     end: usize,
     parameter_sizes: &HashSet<u64>,
 ) -> u64 {
-    let travel = attributor.travel;
-    let trace = travel.trace();
-    let snapshot = travel.snapshot();
-    let mut classes: HashMap<StackId, StackClass> = HashMap::new();
     let mut runs: Vec<(u64, u64)> = Vec::new(); // (size, length)
-    for i in 0..end.min(trace.len()) {
-        if trace.actions[i] != TraceAction::Alloc {
-            continue;
-        }
-        let size = trace.sizes_bytes[i];
-        if !parameter_sizes.contains(&size) {
-            continue;
-        }
-        let stack = trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY);
-        let class = *classes
-            .entry(stack)
-            .or_insert_with(|| classify_stack(snapshot, stack, attributor.with_frames));
-        if class != StackClass::OptimizerState {
+    for (size, class) in attributor.classified_allocations(end) {
+        if class != StackClass::OptimizerState || !parameter_sizes.contains(&size) {
             continue;
         }
         match runs.last_mut() {
@@ -882,21 +884,10 @@ fn parameter_layers(attributor: &Attributor, end: usize) -> Option<ParameterLaye
     if !attributor.with_frames {
         return None;
     }
-    let travel = attributor.travel;
-    let trace = travel.trace();
-    let snapshot = travel.snapshot();
-    let mut classes: HashMap<StackId, StackClass> = HashMap::new();
     let mut sizes: Vec<u64> = Vec::new();
-    for i in 0..end.min(trace.len()) {
-        if trace.actions[i] != TraceAction::Alloc {
-            continue;
-        }
-        let stack = trace.stacks.get(i).copied().unwrap_or(StackId::EMPTY);
-        let class = *classes
-            .entry(stack)
-            .or_insert_with(|| classify_stack(snapshot, stack, attributor.with_frames));
+    for (size, class) in attributor.classified_allocations(end) {
         if class == StackClass::Parameters {
-            sizes.push(trace.sizes_bytes[i]);
+            sizes.push(size);
             if sizes.len() > MAX_PARAMETER_ALLOCATIONS {
                 return None;
             }

@@ -65,6 +65,7 @@ use super::step_reach::{self, StepReach};
 use super::trajectory::{IterationSource, LiveGrowth, Trajectory};
 use crate::analysis::categories::{MemoryBreakdown, MemoryCategory};
 use crate::analysis::oom::OomExplanation;
+use crate::analysis::repetition::Repetition;
 use crate::model::format_bytes;
 
 /// Everything known about one out-of-memory failure, merged from a log, a snapshot and a capture.
@@ -915,20 +916,13 @@ fn forward_activation_bytes(case: &OomCase) -> Option<u64> {
 /// are to come. Layers begun: the repetitions the trace saw begin, or, when more, the
 /// activations over one layer's growth (a repetition found only in the trace's tail).
 fn forward_to_come(case: &OomCase) -> Option<ForwardToCome> {
-    let trajectory = case.trajectory()?;
-    let repetition = trajectory.failing_step.as_ref()?;
-    let layers = case.breakdown.as_ref()?.0.parameter_layers?.layers;
-    let per_layer_bytes = u64::try_from(repetition.growth_per_repetition_bytes).ok()?;
-    if trajectory.iterations.len() > 1
-        || !repetition.includes_request
-        || repetition.spans_steps
-        || per_layer_bytes == 0
-    {
-        return None;
-    }
+    let repetition = case.trajectory().and_then(first_step_layers)?;
+    let breakdown = &case.breakdown.as_ref()?.0;
+    let layers = breakdown.parameter_layers?.layers;
+    let per_layer_bytes = repetition.growth_per_repetition_bytes.unsigned_abs();
     let by_bytes = forward_activation_bytes(case).unwrap_or(0) / per_layer_bytes;
     let started = (repetition.starts.len() as u64).max(by_bytes);
-    let totals = &case.breakdown.as_ref()?.0.judged().totals;
+    let totals = &breakdown.judged().totals;
     let gradient_bytes = if totals.bytes(MemoryCategory::Gradients) == 0 {
         totals.bytes(MemoryCategory::Parameters)
     } else {
@@ -1006,8 +1000,8 @@ fn framework_capacity_recs(case: &OomCase, verdict: &Verdict) -> Vec<Recommendat
     recs
 }
 
-/// Where the whole forward pass needs the batch cut by more than half
-/// ([`ForwardToCome`]: the layers still to come and the backward's first layer), and keeping one
+/// Where the rest of the step needs the batch cut by more than half ([`ForwardToCome`]: the
+/// layers still to come, the backward's first layer and the parameters' gradients), and keeping one
 /// layer's activations instead of every layer's covers what it lacks: activation checkpointing,
 /// with that saving, goes right before the smaller batch. A cut sized on a lower bound of the
 /// step leaves no margin for the backward's peak, which the trace does not show, while
@@ -1824,21 +1818,26 @@ fn other_process_finding(case: &OomCase, words: &Wording, evidence: Vec<Evidence
     .in_wizard(Wizard::OutOfMemory)
 }
 
+/// The repetition of layers a job failed inside with at most one iteration completed (too few
+/// to show what a whole step needs): the request one of the repetition's, the repetition no
+/// whole steps, each one adding memory. `None` otherwise.
+fn first_step_layers(trajectory: &Trajectory) -> Option<&Repetition> {
+    let layers = trajectory.failing_step.as_ref()?;
+    (trajectory.iterations.len() <= 1
+        && layers.includes_request
+        && !layers.spans_steps
+        && layers.growth_per_repetition_bytes > 0)
+        .then_some(layers)
+}
+
 /// What a smaller batch sized on the failing request does not know, when the job failed with at
 /// most one iteration completed (too few to show what a whole step needs) inside a repetition
 /// of layers (the request one of the repetition's, each repetition adding memory): the
 /// repetitions still to come, and in training the backward pass, are not in the trace. `None`
 /// otherwise.
 fn first_step_layers_to_come(trajectory: &Trajectory) -> Option<String> {
-    let layers = trajectory.failing_step.as_ref()?;
+    let layers = first_step_layers(trajectory)?;
     let growth = layers.growth_per_repetition_bytes;
-    if trajectory.iterations.len() > 1
-        || !layers.includes_request
-        || layers.spans_steps
-        || growth <= 0
-    {
-        return None;
-    }
     Some(format!(
         "It failed before a whole step was seen, in the repetition of {} that adds {} each time ({} seen): the repetitions still to come, and in training the backward pass, are not in the trace, so this cut is sized on the failing request, not on the whole step. Activation checkpointing bounds what each repetition keeps; `vramscope run --prove --vary-arg` with the batch settles which is enough.",
         step_reach::sites_text(layers),
