@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -22,8 +21,6 @@ CASES_FILE = os.environ.get("CORPUS_CASES", os.path.join(HERE, "cases.json"))
 PROGRAMS = os.path.dirname(os.path.abspath(CASES_FILE))
 RUNS_DIR = os.environ.get("CORPUS_RUNS_DIR", "/tmp/corpus-runs")
 DEADLINE_SECONDS = float(os.environ.get("CORPUS_DEADLINE_SECONDS", "540"))
-# Cases run at once on the card (1: one after another, as every corpus before batch 5 ran).
-JOBS = max(1, int(os.environ.get("CORPUS_JOBS", "1")))
 STARTED = time.time()
 # A re-run's raised cap, as vramscope writes the change: the hook's variable, then the fraction.
 RAISED_CAP = "VRAMSCOPE_RUN_MEMORY_FRACTION="
@@ -177,8 +174,7 @@ def run_case(vramscope, out, case):
     folders = sorted(glob.glob(os.path.join(runs, "*-" + case["case"])))
     result = {"case": case["case"], "cap_gib": case["cap_gib"], "command": command[1:],
               "exit": done.returncode,
-              "seconds": round(time.time() - started, 1),
-              "started_s": round(started - STARTED, 1)}
+              "seconds": round(time.time() - started, 1)}
     if not folders:
         result["error"] = "no run folder"
         return result
@@ -263,46 +259,21 @@ def main():
                 for name, calibration in json.load(f).items():
                     if name in cases and "cap_gib" in calibration:
                         cases[name].setdefault("cap_gib", calibration["cap_gib"])
-    results = {}
-    lock = threading.Lock()
-
-    def record(name, result):
-        # After every case, whether it ran or not: a call cut short keeps what it learned.
-        with lock:
-            results[name] = result
-            print(json.dumps(result)[:1500], flush=True)
-            with open(os.path.join(out, f"results-{names[0]}.json"), "w") as f:
-                json.dump([results[n] for n in names if n in results], f, indent=1)
-
-    def one(name):
-        try:
-            record(name, run_case(vramscope, out, cases[name]))
-        except Exception as error:  # one case's failure must not lose the others' results
-            record(name, {"case": name, "error": repr(error)})
-
-    # CORPUS_JOBS cases share the card when their caps fit on it together (each process is held
-    # to its cap by the allocator); a multi-process case, whose cap is per rank, runs alone.
-    room_gib = device_total_gib() * 0.92 if JOBS > 1 else float("inf")
-    running = {}  # name -> (thread, GiB it may take)
+    results = []
     for name in names:
-        case = cases.get(name, {})
-        if "cap_gib" not in case:
-            record(name, {"case": name, "error": "no cap: its calibration failed"})
-            continue
-        alone = "cap_rank" in case
-        need_gib = float(case["cap_gib"]) * (2 if alone else 1)
-        while running and (len(running) >= JOBS or alone or any(running_alone for _, _, running_alone in running.values())
-                           or sum(g for _, g, _ in running.values()) + need_gib > room_gib):
-            time.sleep(1)
-            for done_name in [n for n, (t, _, _) in running.items() if not t.is_alive()]:
-                del running[done_name]
         if time_left() < 20:
-            record(name, {"case": name, "error": "not run: the device call's time ran out"})
-            continue
-        thread = threading.Thread(target=one, args=(name,))
-        thread.start()
-        running[name] = (thread, need_gib, alone)
-    for thread, _, _ in running.values():
-        thread.join()
+            results.append({"case": name, "error": "not run: the device call's time ran out"})
+        elif "cap_gib" not in cases.get(name, {}):
+            results.append({"case": name, "error": "no cap: its calibration failed"})
+        else:
+            try:
+                results.append(run_case(vramscope, out, cases[name]))
+            except Exception as error:  # one case's failure must not lose the others' results
+                results.append({"case": name, "error": repr(error)})
+        print(json.dumps(results[-1])[:1500], flush=True)
+        # After every case, whether it ran or not: a call cut short keeps what it learned.
+        with open(os.path.join(out, f"results-{names[0]}.json"), "w") as f:
+            json.dump(results, f, indent=1)
+
 
 main()
