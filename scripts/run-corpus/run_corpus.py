@@ -259,6 +259,9 @@ def main():
                 for name, calibration in json.load(f).items():
                     if name in cases and "cap_gib" in calibration:
                         cases[name].setdefault("cap_gib", calibration["cap_gib"])
+    # One case after another, never two at once: each program's ballast (gpu_size.py) takes all
+    # free memory but its cap when it starts, so a second program beside it would get what the
+    # first left and see the first's ballast as another process (2026-12-08: four calls void).
     results = []
     for name in names:
         if time_left() < 20:
