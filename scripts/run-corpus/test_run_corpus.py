@@ -204,6 +204,18 @@ class RunCorpusDryRun(unittest.TestCase):
         self.assertIn("--batch-size 150", lines[2])
         self.assertEqual(lines[4], "graphs: skipped (CUDA graphs need a GPU)")
 
+    def test_a_prove_call_takes_the_caps_committed_beside_the_cases(self):
+        # `gpu_corpus.sh prove` does not calibrate: the caps come from calibration.json beside
+        # cases.json (scripts/run-corpus/calibration.json), unless the call calibrated itself.
+        with open(os.path.join(self.programs, "calibration.json"), "w") as f:
+            json.dump({"greedy": {"cap_gib": 0.25}}, f)
+        self.script("run_corpus.py", self.vramscope, self.out, "greedy")
+        with open(os.path.join(self.out, "results-greedy.json")) as f:
+            [case] = json.load(f)
+        self.assertEqual(case["cap_gib"], 0.25)
+        self.assertEqual(case["command"][-2:], ["--cap-gib", "0.25"])
+        self.assertEqual(case["exit"], 1)
+
     def test_a_case_without_a_cap_is_reported_not_run(self):
         self.script("run_corpus.py", self.vramscope, self.out, "greedy")
         with open(os.path.join(self.out, "results-greedy.json")) as f:
