@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -75,16 +76,59 @@ def final_json(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith('{"done"')]
 
 
+def gpu_processes():
+    """(pid, MiB) of every process holding GPU memory, from nvidia-smi; none where it is absent."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = []
+    for line in done.stdout.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0].isdigit():
+            found.append((int(fields[0]), fields[1]))
+    return found
+
+
+def clear_card():
+    """Every run must have the card to itself (its ballast takes all free memory but its cap): a
+    process left by an earlier run (a timed-out job's children outlive its kill) is waited for,
+    then killed. Returns what was found, for the result, so that a run beside one is visible."""
+    deadline = time.time() + float(os.environ.get("CORPUS_CLEAR_WAIT_SECONDS", "20"))
+    left = gpu_processes()
+    while left and time.time() < deadline:
+        time.sleep(2)
+        left = gpu_processes()
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if left:
+        time.sleep(3)
+    return [{"pid": pid, "used_mib": mib, "killed": True} for pid, mib in left]
+
+
 def full_run(command, change, timeout, cap_flag=None):
     """The program to its end under one change, without vramscope: the truth of that change."""
     run_command, env = apply_change(change, command, cap_flag)
+    left_before = clear_card()
     t = time.time()
+    # Its own process group, so that a timeout stops a multi-process job's children too.
+    process = subprocess.Popen(run_command, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        done = subprocess.run(run_command, env=env, capture_output=True, text=True, timeout=timeout)
+        stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         return {"change": change, "command": run_command[1:], "exit": None, "timed_out": True,
                 "seconds": round(time.time() - t, 1)}
+    done = subprocess.CompletedProcess(run_command, process.returncode, stdout, stderr)
     return {"change": change, "command": run_command[1:], "exit": done.returncode,
+            **({"left_before": left_before} if left_before else {}),
             "seconds": round(time.time() - t, 1), "final": final_json(done.stdout),
             "out_of_memory": "out of memory" in done.stderr,
             "stderr_tail": done.stderr[-400:] if done.returncode else ""}
@@ -162,6 +206,7 @@ def run_case(vramscope, out, case):
                "--cap-gib", str(case["cap_gib"])]
     runs = RUNS_DIR
     cli = [vramscope, "run", "--prove", "--out", runs, "--name", case["case"]]
+    left_before = clear_card()
     for vary in case.get("vary", []):
         cli += ["--vary=" + vary]
     for vary in case.get("vary_arg", []):
@@ -175,6 +220,8 @@ def run_case(vramscope, out, case):
     result = {"case": case["case"], "cap_gib": case["cap_gib"], "command": command[1:],
               "exit": done.returncode,
               "seconds": round(time.time() - started, 1)}
+    if left_before:
+        result["left_before"] = left_before
     if not folders:
         result["error"] = "no run folder"
         return result

@@ -216,6 +216,34 @@ class RunCorpusDryRun(unittest.TestCase):
         self.assertEqual(case["command"][-2:], ["--cap-gib", "0.25"])
         self.assertEqual(case["exit"], 1)
 
+    def test_a_process_left_on_the_card_is_killed_and_recorded_before_a_run(self):
+        # A process that outlived an earlier run (a timed-out job's child) holds GPU memory: the
+        # fake nvidia-smi lists it while it lives (a zombie no longer holds memory).
+        left = subprocess.Popen(["sleep", "300"])
+        self.addCleanup(left.kill)
+        bin_dir = os.path.join(self.tmp, "bin")
+        os.makedirs(bin_dir)
+        write(os.path.join(bin_dir, "nvidia-smi"), "#!" + sys.executable + "\n" + textwrap.dedent(f"""
+            import sys
+            if any(a.startswith("--query-compute-apps") for a in sys.argv):
+                try:
+                    state = open("/proc/{left.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+                except OSError:
+                    state = "gone"
+                if state not in ("Z", "gone"):
+                    print("{left.pid}, 500")
+            """), executable=True)
+        with open(os.path.join(self.programs, "calibration.json"), "w") as f:
+            json.dump({"greedy": {"cap_gib": 0.25}}, f)
+        self.env.update(CORPUS_CLEAR_WAIT_SECONDS="0", PATH=bin_dir + os.pathsep + self.env["PATH"])
+        self.script("run_corpus.py", self.vramscope, self.out, "greedy")
+        with open(os.path.join(self.out, "results-greedy.json")) as f:
+            [case] = json.load(f)
+        self.assertEqual(case["left_before"], [{"pid": left.pid, "used_mib": "500", "killed": True}])
+        self.assertEqual(left.wait(timeout=10), -9)
+        # Later runs of the case found the card clear.
+        self.assertNotIn("left_before", case["confirmation"])
+
     def test_a_case_without_a_cap_is_reported_not_run(self):
         self.script("run_corpus.py", self.vramscope, self.out, "greedy")
         with open(os.path.join(self.out, "results-greedy.json")) as f:
