@@ -362,6 +362,34 @@ fn oom_event_in_a_capture_blames_the_other_process() {
 }
 
 #[test]
+fn an_unsized_oom_in_a_capture_does_not_invent_a_size() {
+    // The same failure without a size (a bare `CUDA error: out of memory` the capture marked).
+    let oom = Event {
+        t_ms: 59_000,
+        device_index: Some(0),
+        kind: EventKind::OutOfMemory {
+            pid: Some(100),
+            requested_bytes: None,
+            detail: String::new(),
+        },
+    };
+    let d = capture_case(capture(
+        60,
+        |_| vec![(100, 40 * GIB), (200, 95 * GIB)],
+        vec![oom],
+        vec![],
+    ));
+    for f in &d.findings {
+        assert!(!f.title.contains("an allocation request"), "{}", f.title);
+    }
+    let f = d.primary().unwrap_or_else(|| panic!("no findings"));
+    assert_eq!(
+        f.title,
+        "Out of memory on GPU 0 outside the framework's allocator (CUDA error: out of memory)"
+    );
+}
+
+#[test]
 fn uncorrectable_ecc_and_pending_remap_from_health() {
     let health = HealthSample {
         t_ms: 60_000,
@@ -630,4 +658,34 @@ fn an_xid_explanation_ends_with_one_period() {
         .unwrap_or_else(|| panic!("no Xid finding: {:?}", d.findings));
     assert!(f.explanation.ends_with("hardware."), "{}", f.explanation);
     assert!(!f.explanation.contains(".."), "{}", f.explanation);
+}
+
+#[test]
+fn a_bare_cuda_out_of_memory_says_it_came_from_outside_the_allocator_not_a_size() {
+    // torch.cuda.Stream() on a full device: the CUDA runtime's error, with no size and no
+    // allocator numbers (seen on an H100 on 2026-12-08, graph_capture_sizes).
+    let d = text_case(
+        "Traceback (most recent call last):\n  File \"serve.py\", line 96, in <module>\n    side = torch.cuda.Stream()\ntorch.AcceleratorError: CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n",
+    );
+    let f = d.primary().unwrap_or_else(|| panic!("no findings"));
+    assert_eq!(f.category, Category::Capacity);
+    assert_eq!(
+        f.title,
+        "Out of memory on the GPU outside the framework's allocator (CUDA error: out of memory)"
+    );
+    assert!(!f.title.contains("an allocation requested"), "{}", f.title);
+}
+
+#[test]
+fn a_framework_oom_without_a_size_says_so_in_its_title() {
+    let d = text_case(
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8192,8192,64]\n",
+    );
+    let titles: Vec<&str> = d.findings.iter().map(|f| f.title.as_str()).collect();
+    assert!(
+        titles
+            .iter()
+            .any(|t| t.ends_with("(the message gives no size)")),
+        "{titles:?}"
+    );
 }

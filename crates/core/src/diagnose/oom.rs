@@ -1952,6 +1952,14 @@ fn capacity_finding(
     let too_big = matches!((n.requested_bytes, n.total_bytes), (Some(r), Some(t)) if r > t);
     let title = if too_big {
         format!("A single {req} allocation is larger than {gpu}'s whole memory")
+    } else if n.requested_bytes.is_none() && case.framework == Framework::Cuda {
+        // `CUDA error: out of memory`: a CUDA call outside the framework's allocator (a stream,
+        // a cuBLAS handle, a context, NCCL) found the device full; no size is printed.
+        format!(
+            "Out of memory on {gpu} outside the framework's allocator (CUDA error: out of memory)"
+        )
+    } else if n.requested_bytes.is_none() {
+        format!("Out of memory on {gpu} (the message gives no size)")
     } else {
         format!(
             "Out of memory on {gpu}: {req} requested{}",
