@@ -337,23 +337,29 @@ fn a_flat_capture_is_healthy() {
     assert!(!d.simulated);
 }
 
-#[test]
-fn oom_event_in_a_capture_blames_the_other_process() {
+/// A minute's capture of process 100 (40 GiB) beside process 200 (95 GiB) on a 140 GiB card,
+/// and an out-of-memory event of process 100 at its end, asking for `requested_bytes`.
+fn oom_beside_another_process(requested_bytes: Option<u64>) -> Diagnosis {
     let oom = Event {
         t_ms: 59_000,
         device_index: Some(0),
         kind: EventKind::OutOfMemory {
             pid: Some(100),
-            requested_bytes: Some(10 * GIB),
+            requested_bytes,
             detail: String::new(),
         },
     };
-    let d = capture_case(capture(
+    capture_case(capture(
         60,
         |_| vec![(100, 40 * GIB), (200, 95 * GIB)],
         vec![oom],
         vec![],
-    ));
+    ))
+}
+
+#[test]
+fn oom_event_in_a_capture_blames_the_other_process() {
+    let d = oom_beside_another_process(Some(10 * GIB));
     assert_eq!(
         primary(&d),
         (Category::OtherProcess, "free-other-process".into())
@@ -364,21 +370,7 @@ fn oom_event_in_a_capture_blames_the_other_process() {
 #[test]
 fn an_unsized_oom_in_a_capture_does_not_invent_a_size() {
     // The same failure without a size (a bare `CUDA error: out of memory` the capture marked).
-    let oom = Event {
-        t_ms: 59_000,
-        device_index: Some(0),
-        kind: EventKind::OutOfMemory {
-            pid: Some(100),
-            requested_bytes: None,
-            detail: String::new(),
-        },
-    };
-    let d = capture_case(capture(
-        60,
-        |_| vec![(100, 40 * GIB), (200, 95 * GIB)],
-        vec![oom],
-        vec![],
-    ));
+    let d = oom_beside_another_process(None);
     for f in &d.findings {
         assert!(!f.title.contains("an allocation request"), "{}", f.title);
     }
