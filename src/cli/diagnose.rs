@@ -117,6 +117,7 @@ fn gather(args: &DiagnoseArgs) -> Result<Evidence, String> {
                     eprintln!("vramscope: warning: {why}; its proof is left out");
                 }
                 evidence.add_proof(&run.proof);
+                evidence.input.add_job_pids(&run.job_pids);
                 positional.extend(run.files);
             }
             None => positional.push((path.clone(), None)),

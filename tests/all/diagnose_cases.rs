@@ -381,6 +381,67 @@ fn an_unsized_oom_in_a_capture_does_not_invent_a_size() {
     );
 }
 
+/// Two minutes of a shared two-GPU machine: GPU 0 near full with someone else's job (pid 200),
+/// GPU 1 with the run's job (pid 100) at a fifth of its memory.
+fn shared_machine() -> NamedCapture {
+    let total = 140 * GIB;
+    let gpu = |index| DeviceFacts {
+        index,
+        ..device(total)
+    };
+    let mut c = Capture::new(CaptureMeta::default(), vec![gpu(0), gpu(1)]);
+    for s in 0..120 {
+        let t = s * 1000;
+        let on = |device_index, mut sample: DeviceSample| {
+            sample.device_index = device_index;
+            sample
+        };
+        let job = ProcessSample {
+            device_index: 1,
+            ..process(t, 100, 30 * GIB)
+        };
+        c.ingest(&SampleBatch {
+            devices: vec![
+                on(0, sample(t, 138 * GIB, total)),
+                on(1, sample(t, 30 * GIB, total)),
+            ],
+            processes: Some(vec![process(t, 200, 138 * GIB), job]),
+            ..Default::default()
+        });
+    }
+    NamedCapture {
+        name: "timeline.vramcap".into(),
+        capture: c,
+    }
+}
+
+#[test]
+fn a_runs_diagnosis_judges_only_the_gpus_its_job_used() {
+    let titles = |job_pids: Vec<u32>| -> Vec<String> {
+        diagnose(&DiagnosisInput {
+            captures: vec![shared_machine()],
+            job_pids,
+            ..Default::default()
+        })
+        .findings
+        .into_iter()
+        .map(|f| f.title)
+        .collect()
+    };
+    let near_full = |titles: &[String]| titles.iter().any(|t| t.starts_with("GPU 0 ran near full"));
+    // The machine's capture: the full GPU is a finding.
+    assert!(near_full(&titles(Vec::new())));
+    // The run's: its job used GPU 1 only, so someone else's full GPU 0 is not its evidence.
+    let of_the_job = titles(vec![100, 101]);
+    assert!(!near_full(&of_the_job), "{of_the_job:?}");
+    assert!(
+        !of_the_job.iter().any(|t| t.contains("GPU 0")),
+        "{of_the_job:?}"
+    );
+    // A job the timeline never saw (another PID namespace): every GPU is judged, as before.
+    assert!(near_full(&titles(vec![999])));
+}
+
 #[test]
 fn uncorrectable_ecc_and_pending_remap_from_health() {
     let health = HealthSample {

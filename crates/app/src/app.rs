@@ -424,6 +424,9 @@ impl VramscopeApp {
                 if !run.proof.is_empty() {
                     self.wizard.add_proof(&run.proof);
                 }
+                if !run.job_pids.is_empty() {
+                    self.wizard.add_job_pids(&run.job_pids);
+                }
                 if run.files.is_empty() {
                     self.notices.push(
                         NoticeLevel::Warning,

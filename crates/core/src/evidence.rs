@@ -477,6 +477,9 @@ pub struct RunFolder {
     /// The `--prove` re-runs of the manifest, in the order they ran (for
     /// [`Evidence::add_proof`]).
     pub proof: Vec<crate::model::run::ProofRun>,
+    /// The job's processes as the manifest lists them: the timeline's GPUs they used are the
+    /// ones the diagnosis judges ([`DiagnosisInput::job_pids`](crate::diagnose::DiagnosisInput)).
+    pub job_pids: Vec<u32>,
     /// Why the manifest's proof could not be read, when it could not (the files still open).
     pub problem: Option<String>,
 }
@@ -520,35 +523,40 @@ pub fn run_folder_contents(folder: &std::path::Path) -> RunFolder {
         .unwrap_or_default();
     snapshots.sort();
     files.extend(snapshots.into_iter().map(|p| (p, Some(Route::Snapshot))));
-    let (proof, problem) = if manifest.is_file() {
-        match manifest_proof(&manifest) {
-            Ok(proof) => (proof, None),
-            Err(why) => (Vec::new(), Some(why)),
+    let (judged, problem) = if manifest.is_file() {
+        match manifest_proof_and_pids(&manifest) {
+            Ok(judged) => (judged, None),
+            Err(why) => (ProofAndPids::default(), Some(why)),
         }
     } else {
-        (Vec::new(), None)
+        (ProofAndPids::default(), None)
     };
     RunFolder {
         files,
-        proof,
+        proof: judged.proof,
+        job_pids: judged.pids,
         problem,
     }
 }
 
-/// The proof rows of the manifest at `path`. Only `proof` is read, and a manifest without one
-/// has none: a manifest of an older version, or one cut short on a full disk, still gives the
-/// proof it holds.
+/// What the diagnosis reads of a manifest: its proof rows and the job's processes.
 #[cfg(feature = "native")]
-fn manifest_proof(path: &std::path::Path) -> Result<Vec<crate::model::run::ProofRun>, String> {
-    #[derive(serde::Deserialize)]
-    struct ProofOnly {
-        #[serde(default)]
-        proof: Vec<crate::model::run::ProofRun>,
-    }
+#[derive(Default, serde::Deserialize)]
+struct ProofAndPids {
+    #[serde(default)]
+    proof: Vec<crate::model::run::ProofRun>,
+    #[serde(default)]
+    pids: Vec<u32>,
+}
+
+/// The proof rows and job processes of the manifest at `path`. Only those are read, and a
+/// manifest without them has none: a manifest of an older version, or one cut short on a full
+/// disk, still gives what it holds.
+#[cfg(feature = "native")]
+fn manifest_proof_and_pids(path: &std::path::Path) -> Result<ProofAndPids, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot be read ({e})", path.display()))?;
-    serde_json::from_str::<ProofOnly>(&text)
-        .map(|m| m.proof)
+    serde_json::from_str::<ProofAndPids>(&text)
         .map_err(|e| format!("{}: not a run manifest ({e})", path.display()))
 }
 
@@ -742,6 +750,7 @@ mod tests {
                     "removed",
                 ),
             ],
+            pids: vec![4242, 4243],
             ..RunManifest::default()
         };
         std::fs::write(
@@ -759,6 +768,7 @@ mod tests {
         let run = run_folder(&folder).expect("a run folder");
         assert_eq!(run.problem, None);
         assert_eq!(run.proof.len(), 2);
+        assert_eq!(run.job_pids, vec![4242, 4243]);
         let mut evidence = Evidence::default();
         for file in open_paths(&run.files, &Unwatched).expect("opens") {
             evidence.add(&file);

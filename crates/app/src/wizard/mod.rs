@@ -343,6 +343,13 @@ impl WizardView {
         self.rediagnose();
     }
 
+    /// Adds the processes of an opened run folder's job: of its timeline, only the GPUs they
+    /// used are judged (a shared machine's other GPUs are not the job's evidence).
+    pub fn add_job_pids(&mut self, pids: &[u32]) {
+        self.input.add_job_pids(pids);
+        self.rediagnose();
+    }
+
     /// Adds snapshot facts (`vramscope_core::diagnose::snapshot::facts`, computed by the app off the UI
     /// thread because it replays the allocator trace).
     pub fn add_snapshot_facts(&mut self, facts: Vec<SnapshotFacts>) {

@@ -42,6 +42,10 @@ pub struct DiagnosisInput {
     /// tried under each change, which outweighs anything the files can tell, so their finding
     /// comes first wherever the folder is diagnosed.
     pub proof: Vec<ProofRun>,
+    /// The processes of the job a run folder recorded (its manifest's `pids`): on a shared
+    /// machine the timeline holds every GPU, and only those the job used are its evidence.
+    /// Empty when the evidence is not a run's.
+    pub job_pids: Vec<u32>,
 }
 
 impl DiagnosisInput {
@@ -53,6 +57,27 @@ impl DiagnosisInput {
                 self.proof.push(run.clone());
             }
         }
+    }
+
+    /// Adds the processes of a run folder's job (see [`DiagnosisInput::job_pids`]).
+    pub fn add_job_pids(&mut self, pids: &[u32]) {
+        for pid in pids {
+            if !self.job_pids.contains(pid) {
+                self.job_pids.push(*pid);
+            }
+        }
+    }
+}
+
+/// The part of `capture` that is the job's: the GPUs its processes used, when the evidence is a
+/// run's and the timeline saw them; otherwise all of it (a capture of the machine, or a job
+/// whose processes NVML could not list, e.g. in another PID namespace).
+fn job_view<'a>(capture: &'a Capture, job_pids: &[u32]) -> std::borrow::Cow<'a, Capture> {
+    let devices = capture.devices_of_processes(job_pids);
+    if devices.is_empty() || devices.len() == capture.devices.len() {
+        std::borrow::Cow::Borrowed(capture)
+    } else {
+        std::borrow::Cow::Owned(capture.only_devices(&devices))
     }
 }
 
@@ -78,7 +103,10 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
         leak::log_findings(log, capture_capacity.as_ref(), &mut findings);
     }
     for c in &input.captures {
-        findings.extend(capture_findings(&c.name, &c.capture));
+        findings.extend(capture_findings(
+            &c.name,
+            &job_view(&c.capture, &input.job_pids),
+        ));
     }
     leak::snapshot_findings(&input.snapshots, &mut findings);
     driver_check(input, &mut findings);

@@ -209,48 +209,54 @@ impl Capture {
             .collect();
     }
 
-    /// The samples of the device with NVML index `device_index`, if it was recorded.
     /// The same capture restricted to one GPU: its facts, samples, health, processes, field
     /// states and events (machine-wide events, such as notes, are kept). Used when the user asks
     /// about one device of a multi-GPU capture.
     pub fn only_device(&self, device_index: u32) -> Capture {
+        self.only_devices(&[device_index])
+    }
+
+    /// The same capture restricted to the GPUs with NVML indices in `keep`, as
+    /// [`Capture::only_device`] does for one.
+    pub fn only_devices(&self, keep: &[u32]) -> Capture {
+        let kept = |d: u32| keep.contains(&d);
         let mut only = Capture {
             meta: self.meta.clone(),
             devices: self
                 .devices
                 .iter()
-                .filter(|d| d.index == device_index)
+                .filter(|d| kept(d.index))
                 .cloned()
                 .collect(),
             series: self
                 .series
                 .iter()
-                .filter(|s| s.device_index == device_index)
+                .filter(|s| kept(s.device_index))
                 .cloned()
                 .collect(),
             health: self
                 .health
                 .iter()
-                .filter(|h| h.device_index == device_index)
+                .filter(|h| kept(h.device_index))
                 .cloned()
                 .collect(),
             processes: self
                 .processes
                 .iter()
-                .filter(|p| p.device_index == device_index)
+                .filter(|p| kept(p.device_index))
                 .cloned()
                 .collect(),
             process_poll_ms: self.process_poll_ms.clone(),
             events: self
                 .events
                 .iter()
-                .filter(|e| e.device_index.is_none_or(|d| d == device_index))
+                .filter(|e| e.device_index.is_none_or(kept))
                 .cloned()
                 .collect(),
             field_status: self
                 .field_status
                 .iter()
-                .filter(|f| f.device_index == device_index)
+                .filter(|f| kept(f.device_index))
                 .cloned()
                 .collect(),
             recovery: self.recovery.clone(),
@@ -258,6 +264,20 @@ impl Capture {
         };
         only.reindex();
         only
+    }
+
+    /// The NVML indices of the GPUs on which any of `pids` was seen holding memory, in order:
+    /// the GPUs a job used, from its process tree (`vramscope run`'s manifest).
+    pub fn devices_of_processes(&self, pids: &[u32]) -> Vec<u32> {
+        let mut devices: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|p| pids.contains(&p.pid))
+            .map(|p| p.device_index)
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        devices
     }
 
     /// The `DeviceLost` event of a GPU that has not answered since (no `DeviceReturned` after
@@ -286,6 +306,7 @@ impl Capture {
             .unwrap_or_else(|| format!("GPU {device_index}"))
     }
 
+    /// The samples of the device with NVML index `device_index`, if it was recorded.
     pub fn series(&self, device_index: u32) -> Option<&DeviceSeries> {
         self.series.iter().find(|s| s.device_index == device_index)
     }

@@ -77,6 +77,7 @@ fn run_evidence(folder: &Path, events: &mut dyn RunEvents) -> Evidence {
         events.note(&format!("warning: {why}"));
     }
     evidence.add_proof(&run.proof);
+    evidence.input.add_job_pids(&run.job_pids);
     for (path, kind) in run.files {
         let name = path
             .strip_prefix(folder)
