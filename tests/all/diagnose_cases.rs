@@ -443,6 +443,43 @@ fn a_runs_diagnosis_judges_only_the_gpus_its_job_used() {
 }
 
 #[test]
+fn a_runs_out_of_memory_names_its_gpu_as_nvidia_smi_does_too() {
+    // The job ran with CUDA_VISIBLE_DEVICES=1: PyTorch calls its GPU "GPU 0".
+    let log = analyze_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total \
+         capacity of 139.80 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this \
+         process has 138.80 GiB memory in use. Of the allocated memory 137.00 GiB is allocated by \
+         PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated.\n",
+        "output.log",
+    );
+    let oom_title = |job_pids: Vec<u32>| -> String {
+        diagnose(&DiagnosisInput {
+            logs: vec![log.clone()],
+            captures: vec![shared_machine()],
+            job_pids,
+            ..Default::default()
+        })
+        .findings
+        .into_iter()
+        .map(|f| f.title)
+        .find(|t| t.starts_with("Out of memory on"))
+        .unwrap_or_default()
+    };
+    assert!(
+        oom_title(vec![100])
+            .starts_with("Out of memory on GPU 0 (GPU 1 in nvidia-smi): 2.00 GiB requested"),
+        "{}",
+        oom_title(vec![100])
+    );
+    // Without a run's job, nothing says which GPU of the machine it was.
+    assert!(
+        oom_title(Vec::new()).starts_with("Out of memory on GPU 0: 2.00 GiB requested"),
+        "{}",
+        oom_title(Vec::new())
+    );
+}
+
+#[test]
 fn uncorrectable_ecc_and_pending_remap_from_health() {
     let health = HealthSample {
         t_ms: 60_000,

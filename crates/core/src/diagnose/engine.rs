@@ -81,10 +81,36 @@ fn job_view<'a>(capture: &'a Capture, job_pids: &[u32]) -> std::borrow::Cow<'a, 
     }
 }
 
+/// The one GPU (NVML index) a run's job used, when the timelines saw its processes on exactly
+/// one.
+fn job_gpu(input: &DiagnosisInput) -> Option<u32> {
+    if input.job_pids.is_empty() {
+        return None;
+    }
+    let mut devices: Vec<u32> = input
+        .captures
+        .iter()
+        .flat_map(|c| c.capture.devices_of_processes(&input.job_pids))
+        .collect();
+    devices.sort_unstable();
+    devices.dedup();
+    match devices.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
+
 /// Runs all rules.
 pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
     let mut findings = Vec::new();
-    let cases = oom_cases(input);
+    let mut cases = oom_cases(input);
+    if let Some(nvml) = job_gpu(input) {
+        for case in &mut cases {
+            if case.numbers.device_index != Some(nvml) {
+                case.job_gpu_in_nvml = Some(nvml);
+            }
+        }
+    }
     for case in &cases {
         let mut case_findings = oom::findings(case);
         if cases.len() > 1 {

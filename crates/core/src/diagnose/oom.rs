@@ -100,6 +100,9 @@ pub struct OomCase {
     /// Out-of-memory errors the same process caught and went on from before this one (earlier
     /// OOM snapshots of it, e.g. cuDNN retrying with a smaller workspace): not the failure.
     pub recovered_before: usize,
+    /// The one GPU a run's job used, by NVML's index (nvidia-smi's), when the failure names it
+    /// otherwise: a job started with `CUDA_VISIBLE_DEVICES=3` calls that GPU "GPU 0".
+    pub job_gpu_in_nvml: Option<u32>,
 }
 
 impl OomCase {
@@ -119,6 +122,7 @@ impl OomCase {
             history_file: None,
             breakdown: None,
             recovered_before: 0,
+            job_gpu_in_nvml: None,
         }
     }
 
@@ -1394,7 +1398,8 @@ pub fn findings(case: &OomCase) -> Vec<Finding> {
 /// How the findings of one OOM name the GPU and the request, and what the live set's history
 /// adds to every explanation.
 struct Wording {
-    /// "GPU 0", or "the GPU" when the message did not say.
+    /// "GPU 0", or "the GPU" when the message did not say; with the GPU's nvidia-smi index
+    /// where a run's job counted it otherwise ([`OomCase::job_gpu_in_nvml`]).
     gpu: String,
     /// "2.00 GiB", or "an allocation".
     request: String,
@@ -1406,10 +1411,12 @@ impl Wording {
     fn of(case: &OomCase, verdict: &Verdict) -> Self {
         let n = &case.numbers;
         Wording {
-            gpu: n
-                .device_index
-                .map(|d| format!("GPU {d}"))
-                .unwrap_or_else(|| "the GPU".to_owned()),
+            gpu: match (n.device_index, case.job_gpu_in_nvml) {
+                (Some(d), Some(nvml)) => format!("GPU {d} (GPU {nvml} in nvidia-smi)"),
+                (None, Some(nvml)) => format!("the GPU (GPU {nvml} in nvidia-smi)"),
+                (Some(d), None) => format!("GPU {d}"),
+                (None, None) => "the GPU".to_owned(),
+            },
             request: n
                 .requested_bytes
                 .map(format_bytes)
