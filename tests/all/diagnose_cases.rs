@@ -383,7 +383,7 @@ fn an_unsized_oom_in_a_capture_does_not_invent_a_size() {
 
 /// Two minutes of a shared two-GPU machine: GPU 0 near full with someone else's job (pid 200),
 /// GPU 1 with the run's job (pid 100) at a fifth of its memory.
-fn shared_machine() -> NamedCapture {
+pub(crate) fn shared_machine() -> NamedCapture {
     let total = 140 * GIB;
     let gpu = |index| DeviceFacts {
         index,

@@ -126,6 +126,45 @@ fn a_recorded_capture_file_is_diagnosed() {
 }
 
 #[test]
+fn a_run_folder_is_diagnosed_on_the_gpus_its_job_used() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let folder = dir.path().join("20261208T000000Z-train");
+    std::fs::create_dir_all(&folder).unwrap_or_else(|e| panic!("{e}"));
+    let timeline = folder.join("timeline.vramcap");
+    // Someone else's job fills GPU 0; the run's job (pid 100) used GPU 1.
+    let machine = crate::diagnose_cases::shared_machine().capture;
+    vramscope_core::formats::vramcap::write_file(&timeline, &machine)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let titles = |args: &[&str]| -> Vec<String> {
+        let doc = json_of(&vramscope(args));
+        doc["findings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("findings: {doc}"))
+            .iter()
+            .map(|f| f["title"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let path = timeline.display().to_string();
+    let machines = titles(&["diagnose", "--capture", &path, "--json"]);
+    assert!(
+        machines
+            .iter()
+            .any(|t| t.starts_with("GPU 0 ran near full")),
+        "the machine's timeline alone: {machines:?}"
+    );
+    std::fs::write(
+        folder.join(vramscope_core::model::run::MANIFEST_FILE),
+        r#"{"schema": "vramscope.run/1", "pids": [100, 101]}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let runs = titles(&["diagnose", &folder.display().to_string(), "--json"]);
+    assert!(
+        !runs.iter().any(|t| t.contains("GPU 0")),
+        "the run's job used GPU 1 only: {runs:?}"
+    );
+}
+
+#[test]
 fn bad_input_fails_with_a_message_naming_the_problem() {
     // Nothing to diagnose is a usage error (exit 2), which names the inputs it takes.
     let out = vramscope(&["diagnose"]);
