@@ -126,12 +126,11 @@ def full_run(command, change, timeout, cap_flag=None):
         process.communicate()
         return {"change": change, "command": run_command[1:], "exit": None, "timed_out": True,
                 "seconds": round(time.time() - t, 1)}
-    done = subprocess.CompletedProcess(run_command, process.returncode, stdout, stderr)
-    return {"change": change, "command": run_command[1:], "exit": done.returncode,
+    return {"change": change, "command": run_command[1:], "exit": process.returncode,
             **({"left_before": left_before} if left_before else {}),
-            "seconds": round(time.time() - t, 1), "final": final_json(done.stdout),
-            "out_of_memory": "out of memory" in done.stderr,
-            "stderr_tail": done.stderr[-400:] if done.returncode else ""}
+            "seconds": round(time.time() - t, 1), "final": final_json(stdout),
+            "out_of_memory": "out of memory" in stderr,
+            "stderr_tail": stderr[-400:] if process.returncode else ""}
 
 
 def doctor(vramscope, folder, keep):

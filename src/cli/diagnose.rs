@@ -116,8 +116,7 @@ fn gather(args: &DiagnoseArgs) -> Result<Evidence, String> {
                 if let Some(why) = &run.problem {
                     eprintln!("vramscope: warning: {why}; its proof is left out");
                 }
-                evidence.add_proof(&run.proof);
-                evidence.input.add_job_pids(&run.job_pids);
+                evidence.add_run(&run);
                 positional.extend(run.files);
             }
             None => positional.push((path.clone(), None)),

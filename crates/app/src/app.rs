@@ -421,11 +421,8 @@ impl VramscopeApp {
                         format!("{why}; its proof is left out"),
                     );
                 }
-                if !run.proof.is_empty() {
-                    self.wizard.add_proof(&run.proof);
-                }
-                if !run.job_pids.is_empty() {
-                    self.wizard.add_job_pids(&run.job_pids);
+                if !run.proof.is_empty() || !run.job_pids.is_empty() {
+                    self.wizard.add_run(&run.proof, &run.job_pids);
                 }
                 if run.files.is_empty() {
                     self.notices.push(

@@ -475,7 +475,7 @@ pub struct RunFolder {
     /// The output log, the timeline, every snapshot (oldest name first), each with what it is.
     pub files: Vec<(std::path::PathBuf, Option<Route>)>,
     /// The `--prove` re-runs of the manifest, in the order they ran (for
-    /// [`Evidence::add_proof`]).
+    /// [`Evidence::add_run`]).
     pub proof: Vec<crate::model::run::ProofRun>,
     /// The job's processes as the manifest lists them: the timeline's GPUs they used are the
     /// ones the diagnosis judges ([`DiagnosisInput::job_pids`](crate::diagnose::DiagnosisInput)).
@@ -600,6 +600,13 @@ impl Evidence {
     /// the diagnosis then puts what they proved first.
     pub fn add_proof(&mut self, proof: &[crate::model::run::ProofRun]) {
         self.input.add_proof(proof);
+    }
+
+    /// Adds what a run folder's manifest tells the diagnosis: its `--prove` re-runs and its
+    /// job's processes ([`DiagnosisInput::add_run`]).
+    #[cfg(feature = "native")]
+    pub fn add_run(&mut self, run: &RunFolder) {
+        self.input.add_run(&run.proof, &run.job_pids);
     }
 
     /// Adds a capture that did not come from a file (the live machine, a Prometheus pull).

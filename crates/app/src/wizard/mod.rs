@@ -336,17 +336,11 @@ impl WizardView {
         }
     }
 
-    /// Adds the `--prove` re-runs of an opened run folder (rows already there are not added
-    /// twice), and diagnoses again: what they proved comes first.
-    pub fn add_proof(&mut self, proof: &[ProofRun]) {
-        self.input.add_proof(proof);
-        self.rediagnose();
-    }
-
-    /// Adds the processes of an opened run folder's job: of its timeline, only the GPUs they
-    /// used are judged (a shared machine's other GPUs are not the job's evidence).
-    pub fn add_job_pids(&mut self, pids: &[u32]) {
-        self.input.add_job_pids(pids);
+    /// Adds what an opened run folder's manifest tells: its `--prove` re-runs (rows already
+    /// there are not added twice), whose proof then comes first, and its job's processes, so
+    /// that of its timeline only the GPUs they used are judged. Diagnoses again, once.
+    pub fn add_run(&mut self, proof: &[ProofRun], job_pids: &[u32]) {
+        self.input.add_run(proof, job_pids);
         self.rediagnose();
     }
 

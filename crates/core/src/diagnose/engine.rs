@@ -59,9 +59,12 @@ impl DiagnosisInput {
         }
     }
 
-    /// Adds the processes of a run folder's job (see [`DiagnosisInput::job_pids`]).
-    pub fn add_job_pids(&mut self, pids: &[u32]) {
-        for pid in pids {
+    /// Adds what a run folder's manifest tells the diagnosis: its `--prove` re-runs
+    /// ([`DiagnosisInput::add_proof`]) and its job's processes ([`DiagnosisInput::job_pids`]);
+    /// what is already there (the folder opened twice) is not added again.
+    pub fn add_run(&mut self, proof: &[ProofRun], job_pids: &[u32]) {
+        self.add_proof(proof);
+        for pid in job_pids {
             if !self.job_pids.contains(pid) {
                 self.job_pids.push(*pid);
             }
@@ -69,29 +72,21 @@ impl DiagnosisInput {
     }
 }
 
-/// The part of `capture` that is the job's: the GPUs its processes used, when the evidence is a
-/// run's and the timeline saw them; otherwise all of it (a capture of the machine, or a job
-/// whose processes NVML could not list, e.g. in another PID namespace).
-fn job_view<'a>(capture: &'a Capture, job_pids: &[u32]) -> std::borrow::Cow<'a, Capture> {
-    let devices = capture.devices_of_processes(job_pids);
-    if devices.is_empty() || devices.len() == capture.devices.len() {
+/// The part of `capture` that is the job's: `job_devices`, the GPUs its processes used, when
+/// the evidence is a run's and the timeline saw them; otherwise all of it (a capture of the
+/// machine, or a job whose processes NVML could not list, e.g. in another PID namespace).
+fn job_view<'a>(capture: &'a Capture, job_devices: &[u32]) -> std::borrow::Cow<'a, Capture> {
+    if job_devices.is_empty() || job_devices.len() == capture.devices.len() {
         std::borrow::Cow::Borrowed(capture)
     } else {
-        std::borrow::Cow::Owned(capture.only_devices(&devices))
+        std::borrow::Cow::Owned(capture.only_devices(job_devices))
     }
 }
 
 /// The one GPU (NVML index) a run's job used, when the timelines saw its processes on exactly
-/// one.
-fn job_gpu(input: &DiagnosisInput) -> Option<u32> {
-    if input.job_pids.is_empty() {
-        return None;
-    }
-    let mut devices: Vec<u32> = input
-        .captures
-        .iter()
-        .flat_map(|c| c.capture.devices_of_processes(&input.job_pids))
-        .collect();
+/// one (`job_devices`: each capture's GPUs of the job).
+fn job_gpu(job_devices: &[Vec<u32>]) -> Option<u32> {
+    let mut devices: Vec<u32> = job_devices.concat();
     devices.sort_unstable();
     devices.dedup();
     match devices.as_slice() {
@@ -104,7 +99,13 @@ fn job_gpu(input: &DiagnosisInput) -> Option<u32> {
 pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
     let mut findings = Vec::new();
     let mut cases = oom_cases(input);
-    if let Some(nvml) = job_gpu(input) {
+    // The GPUs each capture saw the run's job on (none where the evidence is not a run's).
+    let job_devices: Vec<Vec<u32>> = input
+        .captures
+        .iter()
+        .map(|c| c.capture.devices_of_processes(&input.job_pids))
+        .collect();
+    if let Some(nvml) = job_gpu(&job_devices) {
         for case in &mut cases {
             if case.numbers.device_index != Some(nvml) {
                 case.job_gpu_in_nvml = Some(nvml);
@@ -128,11 +129,8 @@ pub fn diagnose(input: &DiagnosisInput) -> Diagnosis {
         hardware::log_findings(log, &mut findings);
         leak::log_findings(log, capture_capacity.as_ref(), &mut findings);
     }
-    for c in &input.captures {
-        findings.extend(capture_findings(
-            &c.name,
-            &job_view(&c.capture, &input.job_pids),
-        ));
+    for (c, devices) in input.captures.iter().zip(&job_devices) {
+        findings.extend(capture_findings(&c.name, &job_view(&c.capture, devices)));
     }
     leak::snapshot_findings(&input.snapshots, &mut findings);
     driver_check(input, &mut findings);

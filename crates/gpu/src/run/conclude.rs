@@ -76,8 +76,7 @@ fn run_evidence(folder: &Path, events: &mut dyn RunEvents) -> Evidence {
     if let Some(why) = &run.problem {
         events.note(&format!("warning: {why}"));
     }
-    evidence.add_proof(&run.proof);
-    evidence.input.add_job_pids(&run.job_pids);
+    evidence.add_run(&run);
     for (path, kind) in run.files {
         let name = path
             .strip_prefix(folder)
